@@ -1,0 +1,247 @@
+"""Forward-pass time of a batch under TP/EP/PP: prefill, decode (q=1), verify (q=k+1), draft.
+
+A pass over B sequences, sequence i bringing q_i new tokens on top of c_i cached ones, costs per
+layer (per GPU, after TP/EP sharding; see DESIGN.md "Forward pass"):
+
+* linear ops: FLOPs 2·T·params, bytes = weights touched (T = Σq_i);
+* MoE: the expected distinct experts hit by T routed tokens, E·(1 − (1 − top_k/E)^T), are read;
+* attention over the cache: FLOPs 4·n_h·d·Σq_i·c_i, bytes Σc_i·(KV bytes per token per layer);
+* attention among the new tokens (causal): FLOPs 4·n_h·d·Σq_i(q_i+1)/2, bytes Σq_i·KV bytes;
+* each op is priced by the roofline; TP adds two all-reduces per layer (one per sub-block), EP
+  an all-to-all dispatch and combine around the experts; PP runs stages one after another and
+  sends activations across each stage boundary;
+* the LM head (h × V) is priced for the tokens that need logits.
+
+Because the attention-over-cache op is linear in Σc for a fixed q, a pass with uniform q is an
+affine function of the total context C = Σc_i:  t(C) = fixed_s + per_ctx_token_s · C.  The
+engine integrates whole segments of steps in closed form from these two coefficients.
+Fixed per-step overheads (scheduler, sampler, launches) are added by `step_coeffs`, not here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.cost import comm
+from specsim.cost.layout import ParallelLayout
+from specsim.cost.roofline import compute_time_s, memory_time_s
+from specsim.hardware import DTYPE_BYTES, HardwareSpec
+from specsim.model import DrafterArch, ModelSpec
+
+
+@dataclass(frozen=True)
+class PassCost:
+    """Cost of one forward pass as an affine function of total context C (tokens).
+
+    time_s(C) = fixed_s + per_ctx_token_s · C. `compute_s` / `memory_s` are the summed
+    compute-side and memory-side times of the fixed part's ops (whichever is larger per op is
+    what counts), `comm_s` the collectives; `bound` reports the larger of compute_s and memory_s.
+    All fields broadcast over the batch-size array the cost was built for.
+    """
+
+    fixed_s: np.ndarray
+    per_ctx_token_s: np.ndarray
+    compute_s: np.ndarray
+    memory_s: np.ndarray
+    comm_s: np.ndarray
+
+    def time_s(self, total_ctx_tokens):
+        return self.fixed_s + self.per_ctx_token_s * np.asarray(total_ctx_tokens, dtype=float)
+
+    def bound(self, total_ctx_tokens=0.0):
+        """'compute' or 'memory' per batch size, from the op times at context C."""
+        c = np.asarray(total_ctx_tokens, dtype=float)
+        comp = self.compute_s + self._ctx_compute * c
+        mem = self.memory_s + self._ctx_memory * c
+        return np.where(comp > mem, "compute", "memory")
+
+    # per-context-token compute/memory sides, kept for `bound`
+    _ctx_compute: np.ndarray = 0.0
+    _ctx_memory: np.ndarray = 0.0
+
+    def __add__(self, other: "PassCost") -> "PassCost":
+        return PassCost(self.fixed_s + other.fixed_s, self.per_ctx_token_s + other.per_ctx_token_s,
+                        self.compute_s + other.compute_s, self.memory_s + other.memory_s,
+                        self.comm_s + other.comm_s, self._ctx_compute + other._ctx_compute,
+                        self._ctx_memory + other._ctx_memory)
+
+    def scaled(self, factor) -> "PassCost":
+        f = np.asarray(factor, dtype=float)
+        return PassCost(self.fixed_s * f, self.per_ctx_token_s * f, self.compute_s * f, self.memory_s * f,
+                        self.comm_s * f, self._ctx_compute * f, self._ctx_memory * f)
+
+    def plus_overhead(self, overhead_s) -> "PassCost":
+        return PassCost(self.fixed_s + overhead_s, self.per_ctx_token_s, self.compute_s, self.memory_s,
+                        self.comm_s, self._ctx_compute, self._ctx_memory)
+
+
+def math_dtype(weight_dtype: str) -> str:
+    """Dtype the GEMMs run in: fp8 weights run fp8 math; 4-bit weights run W4A16 (bf16 math)."""
+    return {"fp8": "fp8", "int8": "fp8"}.get(weight_dtype, "bf16")
+
+
+def expected_experts_hit(experts: int, top_k: int, routed_tokens):
+    """Expected distinct experts touched by T tokens routing top_k of E uniformly:
+    E · (1 − (1 − top_k/E)^T)."""
+    t = np.asarray(routed_tokens, dtype=float)
+    return experts * (1.0 - np.power(1.0 - top_k / experts, t))
+
+
+def _op(flops, nbytes, hw, mdtype):
+    c = compute_time_s(flops, hw, mdtype)
+    m = memory_time_s(nbytes, hw)
+    return np.maximum(c, m), c, m
+
+
+def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs, q_per_seq: float,
+              logits_per_seq: float | None = None, weight_dtype: str | None = None) -> PassCost:
+    """Affine cost of one forward pass of `n_seqs` sequences (array ok), q_per_seq new tokens each.
+
+    `logits_per_seq`: tokens per sequence that go through the LM head (decode 1, verify k+1,
+    prefill 1, logprob q). `weight_dtype` overrides the layout's (a 4-bit self-drafter).
+    """
+    n = np.asarray(n_seqs, dtype=float)
+    q = float(q_per_seq)
+    logits = q if logits_per_seq is None else float(logits_per_seq)
+    wdt = weight_dtype or layout.weight_dtype
+    wb = DTYPE_BYTES[wdt]
+    ab = layout.act_bytes
+    mdt = math_dtype(wdt)
+    tp, ep, dp = layout.tp, layout.ep, layout.attn_dp
+    shards = max(tp, ep)
+
+    tokens_engine = n * q
+    tokens_attn = tokens_engine / dp  # tokens each attention group (and each of its GPUs) sees
+
+    per_layer = []  # (time, compute, memory) of each fixed op per layer
+    per_layer.append(_op(2 * tokens_attn * model.attn_params_per_layer / tp, model.attn_params_per_layer * wb / tp, hw, mdt))
+    extra = model.extra_params_per_layer + model.norm_params_per_layer
+    per_layer.append(_op(2 * tokens_attn * extra / tp, extra * wb / tp, hw, mdt))
+    if model.ffn:
+        p = model.dense_ffn_params_per_layer
+        per_layer.append(_op(2 * tokens_attn * p / tp, p * wb / tp, hw, mdt))
+    if model.moe:
+        moe = model.moe
+        routed = tokens_engine * moe.top_k
+        hit = expected_experts_hit(moe.experts, moe.top_k, tokens_engine)
+        per_layer.append(_op(2 * routed * model.expert_params / shards, hit * model.expert_params * wb / shards, hw, mdt))
+        router = model.router_params_per_layer
+        per_layer.append(_op(2 * tokens_attn * router, router * wb, hw, mdt))
+        if model.shared_expert_params_per_layer:
+            p = model.shared_expert_params_per_layer
+            per_layer.append(_op(2 * tokens_attn * p / tp, p * wb / tp, hw, mdt))
+
+    kv_heads_local = np.ceil(model.kv_heads / tp)
+    kv_bytes_tok_layer = 2 * kv_heads_local * model.head_dim * layout.kv_bytes
+    heads_local = model.heads / tp
+    # causal attention among the new tokens, and writing their KV
+    per_layer.append(_op(4 * heads_local * model.head_dim * (n / dp) * q * (q + 1) / 2,
+                         (n / dp) * q * kv_bytes_tok_layer, hw, "bf16"))
+
+    layer_time = sum(t for t, _, _ in per_layer)
+    layer_comp = sum(c for _, c, _ in per_layer)
+    layer_mem = sum(m for _, _, m in per_layer)
+
+    act_msg = tokens_attn * model.hidden * ab
+    layer_comm = comm.all_reduce_s(act_msg, tp, hw)  # after attention
+    if model.ffn:
+        layer_comm = layer_comm + comm.all_reduce_s(act_msg, tp, hw)
+    if model.moe:
+        if ep > 1:
+            dispatch = tokens_attn / tp * model.moe.top_k * model.hidden * ab
+            layer_comm = layer_comm + 2 * comm.all_to_all_s(dispatch, ep, hw)
+        else:
+            layer_comm = layer_comm + comm.all_reduce_s(act_msg, tp, hw)
+
+    head_tokens = n * logits / dp
+    head_t, head_c, head_m = _op(2 * head_tokens * model.hidden * model.vocab / tp,
+                                 model.hidden * model.vocab * wb / tp, hw, mdt)
+    pp_comm = (layout.pp - 1) * comm.p2p_s(act_msg, hw, across_domain=False) if layout.pp > 1 else 0.0
+
+    L = model.layers
+    fixed = L * (layer_time + layer_comm) + head_t + pp_comm
+    # attention over the cache, per context token (C = Σ c_i over the whole engine)
+    ctx_c = L * compute_time_s(4 * heads_local * model.head_dim * q / dp, hw, "bf16")
+    ctx_m = L * memory_time_s(kv_bytes_tok_layer / dp, hw)
+    per_ctx = np.maximum(ctx_c, ctx_m) * np.ones_like(n)
+    comm_total = L * layer_comm + pp_comm
+    return PassCost(fixed_s=np.asarray(fixed, dtype=float), per_ctx_token_s=per_ctx,
+                    compute_s=np.asarray(L * layer_comp + head_c, dtype=float),
+                    memory_s=np.asarray(L * layer_mem + head_m, dtype=float),
+                    comm_s=np.asarray(comm_total, dtype=float) * np.ones_like(n),
+                    _ctx_compute=ctx_c * np.ones_like(n), _ctx_memory=ctx_m * np.ones_like(n))
+
+
+def decode_cost(model, hw, layout, n_seqs) -> PassCost:
+    """One decode pass (q=1) of the policy."""
+    return pass_cost(model, hw, layout, n_seqs, 1, 1)
+
+
+def verify_cost(model, hw, layout, n_seqs, k: int) -> PassCost:
+    """SD verify: q = k+1 tokens per sequence, all of them need logits."""
+    return pass_cost(model, hw, layout, n_seqs, k + 1, k + 1)
+
+
+def draft_cost(drafter: DrafterArch, hw, layout, n_seqs) -> PassCost:
+    """One draft pass (q=1 per sequence) of the drafter; zero for n-gram drafting."""
+    if drafter.model is None:
+        z = np.zeros_like(np.asarray(n_seqs, dtype=float))
+        return PassCost(z, z, z, z, z, z, z)
+    return pass_cost(drafter.model, hw, layout, n_seqs, 1, 1, weight_dtype=drafter.weight_dtype)
+
+
+def step_cost(model: ModelSpec, drafter: DrafterArch | None, hw: HardwareSpec, layout: ParallelLayout,
+              n_seqs, k: int) -> PassCost:
+    """One engine step for a batch of n sequences: decode (k=0) or k draft passes + one verify,
+    plus the fixed step overhead, a per-sequence overhead and a per-draft-pass overhead.
+
+    The draft passes are priced at the context of the verify (the +j·n tokens drafted so far are
+    a second-order term)."""
+    n = np.asarray(n_seqs, dtype=float)
+    eff = hw.efficiency
+    if k == 0 or drafter is None:
+        cost = decode_cost(model, hw, layout, n)
+    else:
+        cost = verify_cost(model, hw, layout, n, k) + draft_cost(drafter, hw, layout, n).scaled(k)
+        if drafter.model is not None:
+            cost = cost.plus_overhead(k * eff.draft_overhead_s)
+    return cost.plus_overhead(eff.step_overhead_s + eff.per_seq_overhead_s * n)
+
+
+def forward_time_s(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, q_tokens, ctx_tokens,
+                   logits_per_seq=None, weight_dtype: str | None = None) -> float:
+    """Time of one pass over a ragged batch: sequence i brings q_tokens[i] new tokens on top of
+    ctx_tokens[i] cached ones (prefill: ctx = cached prefix, often 0). Exact for uniform q; for
+    ragged q the linear ops see T = Σq and the attention terms use Σq_i·c_i and Σq_i(q_i+1)/2."""
+    q = np.asarray(q_tokens, dtype=float)
+    c = np.asarray(ctx_tokens, dtype=float)
+    if q.size == 0:
+        return 0.0
+    logits = np.ones_like(q) if logits_per_seq is None else np.broadcast_to(np.asarray(logits_per_seq, float), q.shape)
+    n = float(q.size)
+    q_eff = float(q.sum() / n)
+    base = pass_cost(model, hw, layout, n, q_eff, float(logits.sum() / n), weight_dtype)
+    # correct the causal-new-token attention term and the per-context term for ragged q
+    tp, dp = layout.tp, layout.attn_dp
+    heads_local = model.heads / tp
+    kv_local = 2 * np.ceil(model.kv_heads / tp) * model.head_dim * layout.kv_bytes
+    wdt = weight_dtype or layout.weight_dtype
+    del wdt
+    L = model.layers
+    uniform_new = compute_time_s(4 * heads_local * model.head_dim * n * q_eff * (q_eff + 1) / 2 / dp, hw)
+    ragged_new = compute_time_s(4 * heads_local * model.head_dim * float((q * (q + 1) / 2).sum()) / dp, hw)
+    mem_new = memory_time_s(float(q.sum()) * kv_local / dp, hw)
+    new_adj = L * (np.maximum(ragged_new, mem_new) - np.maximum(uniform_new, mem_new))
+    ctx_c = L * compute_time_s(4 * heads_local * model.head_dim * float((q * c).sum()) / dp, hw)
+    ctx_m = L * memory_time_s(float(c.sum()) * kv_local / dp, hw)
+    return float(base.fixed_s + new_adj + np.maximum(ctx_c, ctx_m))
+
+
+def prefill_time_s(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, prompt_tokens,
+                   cached_tokens=None) -> float:
+    """Prefill of a set of prompts (one logit each), over an optional cached prefix."""
+    q = np.asarray(prompt_tokens, dtype=float)
+    c = np.zeros_like(q) if cached_tokens is None else np.asarray(cached_tokens, dtype=float)
+    return forward_time_s(model, hw, layout, q, c, logits_per_seq=1.0)

@@ -1,0 +1,107 @@
+"""GPU memory: weights per GPU, activation workspace, KV bytes per token, KV capacity.
+
+Per GPU of a replica (layout in cost/layout.py):
+    weights  = layers/pp · (dense params/tp + expert params/max(tp, ep)) + (embedding + LM head)/tp
+    KV/token = layers/pp · 2 · ⌈n_kv/tp⌉ · d · bytes(kv)      (KV heads replicate when n_kv < tp)
+    usable   = HBM · gpu_memory_utilization − weights − activation workspace
+    KV capacity (tokens per replica) = usable / KV-per-token · attn_dp   (DP-attention groups
+               each hold their own sequences' KV)
+The workspace is a peak estimate for `max_batched_tokens` tokens in flight through one layer
+(hidden states, QKV, FFN intermediates) plus fp32 logits, the way vLLM's profiling run sizes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.cost.layout import ParallelLayout
+from specsim.errors import LayoutError
+from specsim.hardware import DTYPE_BYTES, HardwareSpec
+from specsim.model import DrafterArch, ModelSpec
+
+GB = 1e9
+
+
+def weight_bytes_per_gpu(model: ModelSpec, layout: ParallelLayout, weight_dtype: str | None = None) -> float:
+    wb = DTYPE_BYTES[weight_dtype or layout.weight_dtype]
+    moe_routed = model.moe.experts * model.expert_params if model.moe else 0
+    dense = model.layer_params - moe_routed
+    per_layer = dense / layout.tp + moe_routed / max(layout.tp, layout.ep)
+    head = 0 if model.tied_embeddings else model.lm_head_params
+    layers_local = int(np.ceil(model.layers / layout.pp))
+    return wb * (layers_local * per_layer + (model.embedding_params + head) / layout.tp)
+
+
+def drafter_weight_bytes_per_gpu(drafter: DrafterArch | None, layout: ParallelLayout) -> float:
+    if drafter is None or drafter.model is None:
+        return 0.0
+    lay = ParallelLayout(tp=layout.tp, pp=1, ep=1, weight_dtype=drafter.weight_dtype or layout.weight_dtype,
+                         kv_dtype=layout.kv_dtype, act_dtype=layout.act_dtype)
+    return weight_bytes_per_gpu(drafter.model, lay) / layout.pp
+
+
+def kv_bytes_per_token_per_gpu(model: ModelSpec, layout: ParallelLayout, drafter: DrafterArch | None = None) -> float:
+    """KV bytes one cached token occupies on one GPU (policy + the drafter's own layers)."""
+    per_layer = 2 * np.ceil(model.kv_heads / layout.tp) * model.head_dim * layout.kv_bytes
+    layers = int(np.ceil(model.layers / layout.pp))
+    if drafter is not None and drafter.model is not None:
+        layers += int(np.ceil(drafter.kv_layers / layout.pp))
+    return float(per_layer * layers)
+
+
+def activation_bytes_per_gpu(model: ModelSpec, layout: ParallelLayout, max_batched_tokens: int) -> float:
+    ffn_local = (model.ffn or (model.moe.top_k * model.moe.expert_ffn if model.moe else 0)) / layout.tp
+    q_local = (model.heads + 2 * model.kv_heads) * model.head_dim / layout.tp
+    per_token = (4 * model.hidden + q_local + 3 * ffn_local) * layout.act_bytes
+    logits = max_batched_tokens * model.vocab / layout.tp * 4.0
+    return float(max_batched_tokens * per_token + logits)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Where one GPU's memory goes, and the KV capacity that leaves for the replica."""
+
+    hbm_bytes: float
+    usable_bytes: float
+    weight_bytes: float
+    drafter_weight_bytes: float
+    activation_bytes: float
+    kv_bytes: float
+    kv_bytes_per_token: float
+    kv_capacity_tokens: int
+
+    def table(self) -> list[tuple[str, float]]:
+        return [("HBM (GB)", self.hbm_bytes / GB), ("usable (GB)", self.usable_bytes / GB),
+                ("weights (GB)", self.weight_bytes / GB), ("drafter weights (GB)", self.drafter_weight_bytes / GB),
+                ("activations (GB)", self.activation_bytes / GB), ("KV cache (GB)", self.kv_bytes / GB)]
+
+
+def memory_plan(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, *, gpu_memory_utilization: float = 0.9,
+                max_batched_tokens: int = 8192, drafter: DrafterArch | None = None,
+                min_kv_tokens: int = 1) -> MemoryPlan:
+    """Memory of one GPU of a replica; raises LayoutError when the weights or the minimum KV do not fit."""
+    usable = hw.hbm_bytes * gpu_memory_utilization
+    w = weight_bytes_per_gpu(model, layout)
+    dw = drafter_weight_bytes_per_gpu(drafter, layout)
+    act = activation_bytes_per_gpu(model, layout, max_batched_tokens)
+    if w + dw > usable:
+        total = model.weight_bytes(layout.weight_bytes) + (0.0 if drafter is None or drafter.model is None
+                                                            else dw * layout.tp * layout.pp)
+        raise LayoutError(
+            f"{model.name} {layout.weight_dtype} needs {total / GB:.0f} GB of weights"
+            f"{' (with the drafter)' if dw else ''}; {layout.describe()} on {hw.name} gives "
+            f"{usable * layout.gpus / GB:.0f} GB ({usable / GB:.0f} GB usable per GPU at "
+            f"gpu_memory_utilization={gpu_memory_utilization}, {(w + dw) / GB:.1f} GB needed per GPU): "
+            f"raise tp/ep/pp or use a smaller weight dtype")
+    kv_free = usable - w - dw - act
+    per_tok = kv_bytes_per_token_per_gpu(model, layout, drafter)
+    cap = int(max(kv_free, 0.0) // per_tok) * layout.attn_dp
+    if cap < min_kv_tokens:
+        raise LayoutError(
+            f"{model.name} on {hw.name} with {layout.describe()}: after {w / GB:.1f} GB weights, "
+            f"{dw / GB:.1f} GB drafter and {act / GB:.1f} GB activations per GPU, {max(kv_free, 0) / GB:.2f} GB "
+            f"is left for KV cache = {cap} tokens, but one response needs up to {min_kv_tokens} tokens: "
+            f"raise tp/pp, lower max_batched_tokens or raise gpu_memory_utilization")
+    return MemoryPlan(hw.hbm_bytes, usable, w, dw, act, kv_free, per_tok, cap)

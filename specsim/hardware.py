@@ -1,0 +1,183 @@
+"""Hardware profiles: frozen per-GPU specs loaded from `hardware_profiles/*.yaml`.
+
+A profile is the published peak numbers (each with its source) plus the *fitted* efficiency
+factors that turn peaks into achieved rates. Units are SI internally (FLOP/s, bytes, bytes/s, s);
+the YAML uses the units vendors quote (TFLOP/s, GB, TB/s, GB/s, Gb/s, µs, ms) and says so in
+the key name.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import yaml
+
+from specsim.errors import SpecError
+
+PROFILE_DIR = Path(__file__).resolve().parent / "hardware_profiles"
+
+DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp4": 0.5, "int4": 0.5}
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Achieved fraction of peak, and fixed costs, that calibration fits per hardware profile.
+
+    compute: achieved / peak dense FLOP/s for GEMMs and attention math.
+    memory: achieved / peak HBM bandwidth for weight and KV streaming.
+    comm: achieved / link bandwidth for NCCL collectives.
+    step_overhead_s: fixed time of one engine step (scheduler, sampler, launches).
+    per_seq_overhead_s: extra step time per running sequence (CPU bookkeeping).
+    draft_overhead_s: fixed time of one draft pass (launch, proposal bookkeeping).
+    train_mfu: model-FLOPs utilisation of training forward+backward.
+    """
+
+    compute: float
+    memory: float
+    comm: float
+    step_overhead_s: float
+    per_seq_overhead_s: float
+    draft_overhead_s: float
+    train_mfu: float
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """One GPU type and its interconnect. Bandwidths are per GPU; NVLink per direction."""
+
+    name: str
+    description: str
+    peak_flops: dict[str, float]
+    hbm_bytes: float
+    hbm_bw_bytes_per_s: float
+    nvlink_bw_bytes_per_s: float
+    nvlink_domain_gpus: int
+    scaleout_bw_bytes_per_s: float
+    nvlink_latency_s: float
+    scaleout_latency_s: float
+    efficiency: Efficiency
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+    path: str | None = field(default=None, compare=False)
+
+    def flops_per_s(self, dtype: str) -> float:
+        """Peak dense FLOP/s for a math dtype; 4-bit weights run W4A16 at the bf16 rate."""
+        if dtype in ("int4", "fp4") and dtype not in self.peak_flops:
+            dtype = "bf16"
+        if dtype == "int8" and "int8" not in self.peak_flops:
+            dtype = "fp8"
+        if dtype == "fp16":
+            dtype = "bf16"
+        if dtype not in self.peak_flops:
+            raise SpecError("dtype", dtype, f"one of {sorted(self.peak_flops)} on {self.name}")
+        return self.peak_flops[dtype]
+
+    def with_efficiency(self, **changes: float) -> "HardwareSpec":
+        """A copy with some efficiency factors replaced (used by calibration)."""
+        return replace(self, efficiency=replace(self.efficiency, **changes))
+
+
+_EFF_KEYS = {
+    "compute": ("compute", 1.0),
+    "memory": ("memory", 1.0),
+    "comm": ("comm", 1.0),
+    "step_overhead_ms": ("step_overhead_s", 1e-3),
+    "per_seq_overhead_us": ("per_seq_overhead_s", 1e-6),
+    "draft_overhead_ms": ("draft_overhead_s", 1e-3),
+    "train_mfu": ("train_mfu", 1.0),
+}
+
+
+def list_hardware() -> list[str]:
+    """Names of the bundled hardware profiles."""
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+
+
+def _resolve_profile_path(name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or "/" in name_or_path:
+        if not p.is_file():
+            raise SpecError("hardware", name_or_path, "a bundled profile name or an existing profile YAML file")
+        return p
+    candidate = PROFILE_DIR / f"{name_or_path}.yaml"
+    if candidate.is_file():
+        return candidate
+    names = list_hardware()
+    close = difflib.get_close_matches(name_or_path, names, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise SpecError("hardware", name_or_path, f"one of {names} or a path to a profile YAML{hint}")
+
+
+def _num(doc: dict, key: str, where: str, positive: bool = True) -> tuple[float, str]:
+    entry = doc.get(key)
+    if isinstance(entry, dict):
+        value, source = entry.get("value"), str(entry.get("source", ""))
+    else:
+        value, source = entry, ""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(key, value, "a number (as `value:` with a `source:`)", where)
+    if positive and not value > 0:
+        raise SpecError(key, value, "> 0", where)
+    return float(value), source
+
+
+def load_hardware(name_or_path: str) -> HardwareSpec:
+    """Load a bundled profile by name (`gb200`) or a user profile by path."""
+    path = _resolve_profile_path(name_or_path)
+    where = str(path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise SpecError("hardware", str(path), f"a valid YAML file ({exc.__class__.__name__})") from None
+    if not isinstance(doc, dict):
+        raise SpecError("hardware", str(path), "a YAML mapping with the profile fields", where)
+    sources: dict[str, str] = {}
+
+    def num(key: str, sub: dict | None = None, prefix: str = "", positive: bool = True) -> float:
+        v, s = _num(sub if sub is not None else doc, key, where, positive)
+        sources[prefix + key] = s
+        return v
+
+    flops_doc = doc.get("peak_dense_tflops")
+    if not isinstance(flops_doc, dict) or "bf16" not in flops_doc:
+        raise SpecError("peak_dense_tflops", flops_doc, "a mapping of dtype -> {value, source} including bf16", where)
+    peak = {dt: num(dt, flops_doc, "peak_dense_tflops.") * 1e12 for dt in flops_doc}
+    lat = doc.get("collective_latency_us") or {}
+    eff_doc = doc.get("efficiency")
+    if not isinstance(eff_doc, dict):
+        raise SpecError("efficiency", eff_doc, f"a mapping with {sorted(_EFF_KEYS)}", where)
+    eff = {}
+    for key, (attr, scale) in _EFF_KEYS.items():
+        v = num(key, eff_doc, "efficiency.", positive=key not in ("step_overhead_ms", "per_seq_overhead_us", "draft_overhead_ms"))
+        if attr in ("compute", "memory", "comm", "train_mfu") and not 0 < v <= 1:
+            raise SpecError(f"efficiency.{key}", v, "in (0, 1]", where)
+        if v < 0:
+            raise SpecError(f"efficiency.{key}", v, ">= 0", where)
+        eff[attr] = v * scale
+    domain = num("nvlink_domain_gpus")
+    if domain != int(domain):
+        raise SpecError("nvlink_domain_gpus", domain, "a whole number of GPUs", where)
+    return HardwareSpec(
+        name=str(doc.get("name", path.stem)),
+        description=str(doc.get("description", "")),
+        peak_flops=peak,
+        hbm_bytes=num("hbm_gb") * 1e9,
+        hbm_bw_bytes_per_s=num("hbm_tbps") * 1e12,
+        nvlink_bw_bytes_per_s=num("nvlink_gbps_per_direction") * 1e9,
+        nvlink_domain_gpus=int(domain),
+        scaleout_bw_bytes_per_s=num("scaleout_gbit_per_s") * 1e9 / 8,
+        nvlink_latency_s=num("nvlink", lat, "collective_latency_us.") * 1e-6,
+        scaleout_latency_s=num("scaleout", lat, "collective_latency_us.") * 1e-6,
+        efficiency=Efficiency(**eff),
+        sources=sources,
+        path=where,
+    )
+
+
+def efficiency_to_yaml_dict(eff: Efficiency, source: str) -> dict:
+    """Inverse of the loader's efficiency block, in the YAML's units, every value with `source`."""
+    out = {}
+    for key, (attr, scale) in _EFF_KEYS.items():
+        out[key] = {"value": float(round(getattr(eff, attr) / scale, 6)), "source": source}
+    return out
