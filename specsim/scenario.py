@@ -173,6 +173,8 @@ class DrafterSection(Strict):
     alpha: float | None = Field(default=None, ge=0, lt=1)
     init: Literal["in_domain", "general"] = "in_domain"
     general_tau: float | None = Field(default=None, ge=1, description="fresh τ (at tau_at_k) when init=general")
+    tau_temperature: float | None = Field(default=None, ge=0, le=2,
+                                          description="temperature τ/α was measured at (default: workload.temperature)")
     position_decay: float = Field(default=1.0, gt=0, le=1)
     heterogeneity: float | None = Field(default=None, gt=0, description="Beta concentration of per-sequence α")
     staleness: StalenessSection = StalenessSection()
@@ -200,6 +202,12 @@ class SpeculationSection(Strict):
     k: int = Field(default=3, ge=0, le=32)
     max_batch: int = Field(default=64, ge=1)
     k_max: int = Field(default=7, ge=1, le=32)
+
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _yaml_off(cls, v):
+        """YAML 1.1 reads a bare `off` as false; the user meant the policy name."""
+        return "off" if v is False else v
 
 
 class PipelineSection(Strict):

@@ -245,3 +245,38 @@ def prefill_time_s(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, p
     q = np.asarray(prompt_tokens, dtype=float)
     c = np.zeros_like(q) if cached_tokens is None else np.asarray(cached_tokens, dtype=float)
     return forward_time_s(model, hw, layout, q, c, logits_per_seq=1.0)
+
+
+@dataclass(frozen=True)
+class StepCostTable:
+    """Affine step-cost coefficients for every batch size 0..max_batch and draft length in `ks`.
+
+    step time for n sequences at draft length k and total context C:
+        fixed_s[i, n] + per_ctx_s[i, n] · C,  i = ks.index(k)
+    Row n=0 is zero. Built once per engine configuration; the engines and the adaptive SD policy
+    read it instead of re-pricing passes.
+    """
+
+    ks: tuple[int, ...]
+    fixed_s: np.ndarray
+    per_ctx_s: np.ndarray
+
+    def index(self, k: int) -> int:
+        return self.ks.index(k)
+
+    def step_s(self, k: int, n: int, total_ctx_tokens: float) -> float:
+        i = self.ks.index(k)
+        return float(self.fixed_s[i, n] + self.per_ctx_s[i, n] * total_ctx_tokens)
+
+
+def step_cost_table(model: ModelSpec, drafter: DrafterArch | None, hw: HardwareSpec, layout: ParallelLayout,
+                    max_batch: int, ks) -> StepCostTable:
+    ks = tuple(sorted(set(int(k) for k in ks) | {0}))
+    n = np.arange(max_batch + 1, dtype=float)
+    fixed = np.zeros((len(ks), max_batch + 1))
+    per_ctx = np.zeros((len(ks), max_batch + 1))
+    for i, k in enumerate(ks):
+        c = step_cost(model, drafter, hw, layout, n[1:], k)
+        fixed[i, 1:] = c.fixed_s
+        per_ctx[i, 1:] = c.per_ctx_token_s
+    return StepCostTable(ks, fixed, per_ctx)

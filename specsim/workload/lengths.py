@@ -17,8 +17,11 @@ Conventions (used by every function here, so samplers, fits and summaries agree)
 * Fits treat integer data the same way: a value == cap is right-censored at cap - 0.5, and the
   goodness of fit is the KS distance to the discretised, truncated model.
 * Every random draw goes through the ``numpy.random.Generator`` passed in as ``rng``.
-* Bad parameters raise :class:`specsim.errors.SpecError` naming a dotted field path; the prefix
-  comes from ``LengthDistribution.field_path`` (default ``workload.response_tokens``).
+* Bad parameters raise :class:`specsim.errors.SpecError` naming a dotted scenario field; the prefix
+  comes from ``LengthDistribution.field_path`` (default ``workload.response_tokens``): e.g.
+  ``workload.response_tokens.median``, ``.components[1].p99``, ``.path`` (with ``where`` = the
+  file); the cap and group correlation are named as siblings (``workload.max_response_tokens``,
+  ``workload.group_correlation``).
 """
 
 from __future__ import annotations
@@ -59,6 +62,17 @@ _KINDS = ("lognormal", "mixture", "empirical")
 
 def _f(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix else name
+
+
+def _sibling(prefix: str, name: str) -> str:
+    """A field next to the distribution: ('workload.response_tokens', 'x') -> 'workload.x'."""
+    head = prefix.rpartition(".")[0]
+    return f"{head}.{name}" if head else name
+
+
+def _cap_field(prefix: str) -> str:
+    """The scenario field of the length limit: workload.response_tokens -> workload.max_response_tokens."""
+    return _sibling(prefix, "max_" + prefix.rpartition(".")[2])
 
 
 def _real(value: Any, fld: str, allowed: str = "a finite number") -> float:
@@ -172,21 +186,22 @@ class LengthDistribution:
         elif self.kind == "mixture":
             k = len(self.weights)
             if k == 0:
-                raise SpecError(_f(fp, "weights"), self.weights, "a non-empty list of component weights")
+                raise SpecError(_f(fp, "components"), self.weights, "a non-empty list of components")
             if len(self.mus) != k or len(self.sigmas) != k:
                 raise SpecError(
-                    _f(fp, "mus"),
+                    _f(fp, "components"),
                     (len(self.mus), len(self.sigmas)),
                     f"one mu and one sigma per weight ({k} weights)",
                 )
-            w = np.array([_real(x, f"{_f(fp, 'weights')}[{i}]") for i, x in enumerate(self.weights)])
+            comp = _f(fp, "components")
+            w = np.array([_real(x, f"{comp}[{i}].weight") for i, x in enumerate(self.weights)])
             if (w < 0).any():
-                raise SpecError(_f(fp, "weights"), tuple(self.weights), "non-negative weights")
+                raise SpecError(comp, tuple(self.weights), "components with non-negative weights")
             if abs(w.sum() - 1.0) > 1e-6:
-                raise SpecError(_f(fp, "weights"), tuple(self.weights), "weights summing to 1 (within 1e-6)")
+                raise SpecError(comp, tuple(self.weights), "components with weights summing to 1 (within 1e-6)")
             w = w / w.sum()
-            mus = np.array([_real(x, f"{_f(fp, 'mus')}[{i}]") for i, x in enumerate(self.mus)])
-            sgs = np.array([_positive(x, f"{_f(fp, 'sigmas')}[{i}]") for i, x in enumerate(self.sigmas)])
+            mus = np.array([_real(x, f"{comp}[{i}].mu") for i, x in enumerate(self.mus)])
+            sgs = np.array([_positive(x, f"{comp}[{i}].sigma") for i, x in enumerate(self.sigmas)])
             put(self, "weights", tuple(float(x) for x in w))
             put(self, "mus", tuple(float(x) for x in mus))
             put(self, "sigmas", tuple(float(x) for x in sgs))
@@ -210,11 +225,11 @@ class LengthDistribution:
         return cls("lognormal", mu=mu, sigma=sigma, field_path=field_path)
 
     @staticmethod
-    def _mu_sigma_from_median_p99(median_tokens, p99_tokens, fp: str, suffix: str = "") -> tuple[float, float]:
-        med = _positive(median_tokens, _f(fp, "median" + suffix))
-        p99 = _positive(p99_tokens, _f(fp, "p99" + suffix))
+    def _mu_sigma_from_median_p99(median_tokens, p99_tokens, fp: str) -> tuple[float, float]:
+        med = _positive(median_tokens, _f(fp, "median"))
+        p99 = _positive(p99_tokens, _f(fp, "p99"))
         if p99 <= med:
-            raise SpecError(_f(fp, "p99" + suffix), p99_tokens, f"> the median ({med:g} tokens)")
+            raise SpecError(_f(fp, "p99"), p99_tokens, f"> the median ({med:g} tokens)")
         return math.log(med), math.log(p99 / med) / Z_99
 
     @classmethod
@@ -244,22 +259,23 @@ class LengthDistribution:
         by_quantiles = medians_tokens is not None or p99s_tokens is not None
         by_params = mus is not None or sigmas is not None
         if by_quantiles == by_params:
-            raise SpecError(_f(fp, "mixture"), "medians/p99s and mus/sigmas",
+            raise SpecError(_f(fp, "components"), "medians/p99s and mus/sigmas",
                             "given either as medians_tokens + p99s_tokens or as mus + sigmas")
         weights = tuple(weights)
         if by_quantiles:
             if medians_tokens is None or p99s_tokens is None:
-                raise SpecError(_f(fp, "p99s"), p99s_tokens, "given together with medians")
+                raise SpecError(_f(fp, "components"), p99s_tokens, "p99s given together with medians")
             meds, p99s = tuple(medians_tokens), tuple(p99s_tokens)
             if len(meds) != len(weights) or len(p99s) != len(weights):
-                raise SpecError(_f(fp, "medians"), (len(meds), len(p99s)),
+                raise SpecError(_f(fp, "components"), (len(meds), len(p99s)),
                                 f"one median and one p99 per weight ({len(weights)} weights)")
-            pairs = [cls._mu_sigma_from_median_p99(m, p, fp, f"s[{i}]") for i, (m, p) in enumerate(zip(meds, p99s))]
+            pairs = [cls._mu_sigma_from_median_p99(m, p, f"{fp}.components[{i}]")
+                     for i, (m, p) in enumerate(zip(meds, p99s))]
             mus = tuple(p[0] for p in pairs)
             sigmas = tuple(p[1] for p in pairs)
         else:
             if mus is None or sigmas is None:
-                raise SpecError(_f(fp, "sigmas"), sigmas, "given together with mus")
+                raise SpecError(_f(fp, "components"), sigmas, "sigmas given together with mus")
         return cls("mixture", weights=weights, mus=tuple(mus), sigmas=tuple(sigmas), field_path=fp)
 
     @classmethod
@@ -267,6 +283,11 @@ class LengthDistribution:
         """Observed lengths (tokens, all > 0), resampled with replacement."""
         arr = _positive_array(values, _f(field_path, "values"))
         return cls("empirical", values=tuple(float(x) for x in arr), field_path=field_path)
+
+    @classmethod
+    def fixed(cls, tokens: float, *, field_path: str = DEFAULT_FIELD) -> LengthDistribution:
+        """Every length equals ``tokens`` (the scenario's kind=fixed): an empirical distribution of one value."""
+        return cls("empirical", values=(_positive(tokens, _f(field_path, "tokens")),), field_path=field_path)
 
     @classmethod
     def empirical_file(cls, path, *, field_path: str = DEFAULT_FIELD) -> LengthDistribution:
@@ -280,7 +301,7 @@ class LengthDistribution:
         An unreadable or empty file, or a non-numeric or non-positive value, raises SpecError with
         ``where`` = the file.
         """
-        values = _read_lengths_file(Path(path), _f(field_path, "file"))
+        values = _read_lengths_file(Path(path), _f(field_path, "path"))
         return cls("empirical", values=tuple(values), field_path=field_path)
 
     # ------------------------------------------------------------------ derived
@@ -383,11 +404,13 @@ class LengthDistribution:
         """
         if self.kind == "empirical":
             v = self._sorted
-            return float(v.mean() if cap is None else np.minimum(v, _cap(cap, _f(self.field_path, "cap_tokens"))).mean())
+            if cap is None:
+                return float(v.mean())
+            return float(np.minimum(v, _cap(cap, _cap_field(self.field_path))).mean())
         full = np.exp(self._mu + 0.5 * self._sg**2)
         if cap is None:
             return float(full @ self._w)
-        c = _cap(cap, _f(self.field_path, "cap_tokens"))
+        c = _cap(cap, _cap_field(self.field_path))
         lc = math.log(c)
         below = full * ndtr((lc - self._mu - self._sg**2) / self._sg)
         above = c * ndtr((self._mu - lc) / self._sg)
@@ -395,7 +418,7 @@ class LengthDistribution:
 
     def tail_mass(self, cap: float) -> float:
         """P(L > cap) before truncation: the share of responses that hit the length limit."""
-        c = _real(cap, _f(self.field_path, "cap_tokens"))
+        c = _real(cap, _cap_field(self.field_path))
         return float(self._sf(c))
 
 
@@ -424,14 +447,15 @@ def _read_lengths_file(path: Path, fld: str) -> list[float]:
             if isinstance(obj, dict):
                 key = next((k for k in _NAMES if k in obj), None)
                 if key is None:
-                    raise SpecError(fld, sorted(obj)[:10], f"an object with key 'length' or 'response_tokens' (line {lineno})", where)
+                    raise SpecError(fld, sorted(obj)[:10],
+                                    f"an object with key 'length' or 'response_tokens' (line {lineno})", where)
                 raw.append((lineno, obj[key]))
             else:
                 raw.append((lineno, obj))
     else:
         rows = [(i, r) for i, r in enumerate(csv.reader(text.splitlines()), start=1) if any(c.strip() for c in r)]
         if rows:
-            first_no, first = rows[0]
+            first = rows[0][1]
             try:
                 [float(c) for c in first]
                 header = None
@@ -439,7 +463,8 @@ def _read_lengths_file(path: Path, fld: str) -> list[float]:
                 header = [c.strip().lower() for c in first]
             if header is None:
                 if len(first) != 1:
-                    raise SpecError(fld, first, "a CSV with a single column, or a header with a 'length' or 'response_tokens' column", where)
+                    raise SpecError(fld, first, "a CSV with a single column, or a header with a 'length' or "
+                                    "'response_tokens' column", where)
                 col, data = 0, rows
             else:
                 col = next((header.index(k) for k in _NAMES if k in header), None)
@@ -493,7 +518,7 @@ def sample_lengths(dist: LengthDistribution, rng: np.random.Generator, n: int, c
     """
     _check_rng(rng)
     n = _count(n, "n")
-    cap = _cap(cap_tokens, _f(dist.field_path, "cap_tokens"))
+    cap = _cap(cap_tokens, _cap_field(dist.field_path))
     g = _positive(growth, _f(dist.field_path, "growth"))
     z = rng.standard_normal(n)
     return _discretise(dist._from_normal(z) * g, cap)
@@ -514,10 +539,10 @@ def sample_group_lengths(dist: LengthDistribution, rng: np.random.Generator, n_p
     _check_rng(rng)
     n_prompts = _count(n_prompts, "n_prompts")
     group_size = _count(group_size, "group_size")
-    cap = _cap(cap_tokens, _f(dist.field_path, "cap_tokens"))
-    rho = _real(correlation, _f(dist.field_path, "group_correlation"), "a number in [0, 1]")
+    cap = _cap(cap_tokens, _cap_field(dist.field_path))
+    rho = _real(correlation, _sibling(dist.field_path, "group_correlation"), "a number in [0, 1]")
     if not 0.0 <= rho <= 1.0:
-        raise SpecError(_f(dist.field_path, "group_correlation"), correlation, "a number in [0, 1]")
+        raise SpecError(_sibling(dist.field_path, "group_correlation"), correlation, "a number in [0, 1]")
     g = _positive(growth, _f(dist.field_path, "growth"))
     u_prompt = rng.standard_normal(n_prompts)
     e = rng.standard_normal((n_prompts, group_size))
@@ -701,7 +726,7 @@ def fit(lengths, kind: str = "lognormal", n_components: int = 2, cap_tokens: int
     if kind not in ("lognormal", "mixture"):
         raise SpecError(_f(fp, "fit.kind"), kind, "'lognormal' or 'mixture'")
     x = _positive_array(lengths, _f(fp, "values"))
-    cap = None if cap_tokens is None else _cap(cap_tokens, _f(fp, "cap_tokens"))
+    cap = None if cap_tokens is None else _cap(cap_tokens, _cap_field(fp))
     if cap is not None and (x > cap).any():
         raise SpecError(_f(fp, "values"), float(x[x > cap][0]), f"lengths <= cap_tokens ({cap})")
     integer = bool(np.all(x == np.rint(x)))

@@ -1,0 +1,1 @@
+"""Simulation layer: rollout engines (fast and reference), the cluster, and the RL pipeline."""

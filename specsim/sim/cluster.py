@@ -1,0 +1,178 @@
+"""Many rollout engines (data-parallel replicas) and the dispatch of GRPO groups to them.
+
+One generation phase: every response of every prompt of one RL step, dispatched group by group
+to `world.engines` engines; the phase ends when the last engine finishes.
+
+Common random numbers. `draw_step` draws everything random about an RL step — prompt lengths,
+response lengths (GRPO groups, growth), one uniform per response that fixes its acceptance
+quantile, and the engines' noise seeds — from a stream keyed only by (seed, step). AR and every
+SD variant of the same step therefore see the same responses, so speedups are paired. Per-sequence
+acceptance α_i = Beta⁻¹(u_i; mean α of the drafter at that policy version, concentration), a
+monotone coupling: a more predictable response stays more predictable as the drafter drifts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy import stats
+
+from specsim.resolve import World
+from specsim.sim.common import EngineConfig, EngineResult, EngineWork
+from specsim.sim.engine import run_fast
+from specsim.sim.reference import run_reference
+from specsim.speculation import PolicyContext, SDPolicy
+from specsim.workload.lengths import growth_factor, sample_group_lengths, sample_prompt_lengths
+
+
+@dataclass(frozen=True)
+class StepDraw:
+    """The random inputs of one RL step's generation, shared by every variant."""
+
+    step: int
+    prompt_tokens: np.ndarray     # (prompts,)
+    response_tokens: np.ndarray   # (prompts, group)
+    alpha_quantiles: np.ndarray   # (prompts·group,) uniforms in (0, 1)
+    engine_seed: int
+
+    @property
+    def n_responses(self) -> int:
+        return int(self.response_tokens.size)
+
+
+def draw_step(world: World, step: int, replicate: int = 0) -> StepDraw:
+    sc = world.scenario
+    w = sc.workload
+    rng = np.random.default_rng([sc.seed, replicate, step, 0x5EED])
+    prompts = sample_prompt_lengths(world.prompt_dist, rng, w.prompts, w.max_prompt_tokens)
+    growth = float(growth_factor(step, w.length_growth_per_step))
+    lengths = sample_group_lengths(world.response_dist, rng, w.prompts, w.group_size, w.max_response_tokens,
+                                   w.group_correlation, growth)
+    u = rng.random(lengths.size)
+    u = np.clip(u, 1e-12, 1 - 1e-12)
+    return StepDraw(step, prompts, lengths, u, int(rng.integers(2**62)))
+
+
+def sequence_alphas(mean_alpha: float, concentration: float | None, quantiles: np.ndarray) -> np.ndarray:
+    if concentration is None or mean_alpha <= 0.0:
+        return np.full(quantiles.shape, float(mean_alpha))
+    a, b = mean_alpha * concentration, (1.0 - mean_alpha) * concentration
+    return np.minimum(stats.beta.ppf(quantiles, a, b), 1.0 - 1e-12)
+
+
+def dispatch(world: World, draw: StepDraw) -> np.ndarray:
+    """Engine index of each group. round_robin: group g → g mod E. least_loaded: each group goes
+    to the engine with the fewest prompt+group tokens assigned so far that the dispatcher can see
+    (prompt tokens × group size; it cannot see response lengths in advance)."""
+    n_groups = len(draw.prompt_tokens)
+    E = world.engines
+    if world.scenario.rollout.dispatch == "round_robin":
+        return np.arange(n_groups) % E
+    load = np.zeros(E)
+    out = np.empty(n_groups, dtype=np.int64)
+    size = draw.response_tokens.shape[1]
+    for g in range(n_groups):
+        e = int(np.argmin(load))
+        out[g] = e
+        load[e] += draw.prompt_tokens[g] * size + 1
+    return out
+
+
+@dataclass
+class GenerationResult:
+    """One generation phase over the whole rollout pool."""
+
+    rollout_s: float
+    engines: list[EngineResult]
+    gpus: int
+    policy_label: str
+    mean_alpha: float
+
+    @property
+    def total_tokens(self) -> int:
+        return int(sum(e.total_tokens for e in self.engines))
+
+    @property
+    def verify_steps(self) -> float:
+        return float(sum(e.sd_steps for e in self.engines))
+
+    @property
+    def steps(self) -> float:
+        return float(sum(e.steps for e in self.engines))
+
+    @property
+    def mean_accept_len(self) -> float:
+        num = sum(e.sd_tokens for e in self.engines)
+        den = sum(e.sd_seq_steps for e in self.engines)
+        return num / den if den else float("nan")
+
+    @property
+    def mean_active_batch(self) -> float:
+        return float(np.mean([e.mean_active_batch for e in self.engines])) if self.engines else 0.0
+
+    @property
+    def gpu_seconds(self) -> float:
+        return self.rollout_s * self.gpus
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.total_tokens / self.gpu_seconds if self.rollout_s > 0 else 0.0
+
+    @property
+    def slowest(self) -> EngineResult:
+        return max(self.engines, key=lambda e: e.rollout_s)
+
+    def response_table(self) -> dict[str, np.ndarray]:
+        ids = np.concatenate([e.response_ids for e in self.engines])
+        order = np.argsort(ids)
+        cat = {name: np.concatenate([getattr(e, name) for e in self.engines])[order]
+               for name in ("admit_s", "finish_s", "tokens", "preemptions")}
+        cat["engine"] = np.concatenate([np.full(len(e.response_ids), i) for i, e in enumerate(self.engines)])[order]
+        cat["response_id"] = ids[order]
+        return cat
+
+
+def engine_config(world: World, name: str, mean_alpha: float, policy: SDPolicy | None = None,
+                  record_timeline: bool = True) -> EngineConfig:
+    pol = policy or world.policy
+    return EngineConfig(
+        name=name, table=world.table, policy=pol,
+        policy_ctx=PolicyContext(world.table, mean_alpha, world.acceptance.decay),
+        max_batch=world.scenario.rollout.max_batch, kv_capacity_tokens=world.kv_capacity_tokens,
+        block_tokens=world.scenario.rollout.kv_block_tokens, prefill_s=world.prefill_fn(),
+        position_decay=world.acceptance.decay, record_timeline=record_timeline)
+
+
+def simulate_generation(world: World, draw: StepDraw, versions_since_update: float = 0.0, *,
+                        engine: str = "fast", record_timeline: bool = True) -> GenerationResult:
+    """Run one generation phase. `versions_since_update`: drafter staleness (policy versions
+    since the drafter was last trained) — sets the mean acceptance."""
+    mean_alpha = float(world.acceptance.alpha_at_version(versions_since_update))
+    alphas = sequence_alphas(mean_alpha, world.acceptance.concentration, draw.alpha_quantiles)
+    groups = draw.response_tokens.shape
+    group_of = np.repeat(np.arange(groups[0]), groups[1])
+    prompt_of = draw.prompt_tokens[group_of]
+    lengths = draw.response_tokens.reshape(-1)
+    eng_of_group = dispatch(world, draw)
+    runner = run_fast if engine == "fast" else run_reference
+    results = []
+    for e in range(world.engines):
+        idx = np.flatnonzero(eng_of_group[group_of] == e)
+        if len(idx) == 0:
+            continue
+        work = EngineWork(idx, group_of[idx], prompt_of[idx], lengths[idx], alphas[idx])
+        cfg = engine_config(world, f"engine{e}", mean_alpha, record_timeline=record_timeline)
+        rng = np.random.default_rng([draw.engine_seed, e])
+        results.append(runner(cfg, work, rng))
+    rollout_s = max((r.rollout_s for r in results), default=0.0)
+    return GenerationResult(rollout_s, results, world.scenario.rollout.gpus, world.policy.label, mean_alpha)
+
+
+def with_policy(world: World, policy: SDPolicy) -> World:
+    """The same world under another SD policy (cost table extended to its draft lengths)."""
+    from specsim.cost.forward import step_cost_table
+    ks = tuple(sorted(set(world.table.ks) | set(policy.ks)))
+    table = world.table if ks == world.table.ks else step_cost_table(
+        world.model, world.drafter, world.hw, world.layout, world.scenario.rollout.max_batch, ks)
+    return replace(world, policy=policy, table=table)

@@ -1,0 +1,142 @@
+"""What an engine simulation takes in and gives back, shared by the fast and reference engines.
+
+Semantics both engines implement (DESIGN.md "Engine"):
+* the queue is served in order; a response is admitted at a step boundary while the batch is
+  below `max_batch` and its KV blocks fit; the n responses of a GRPO group share the prompt's
+  KV blocks (prefix caching), which stay allocated while any member is active;
+* admitting a response whose group has no active member prefills the prompt; readmitting a
+  preempted response recomputes its prompt (if not cached) and its generated tokens (vLLM's
+  recompute preemption); all prefills at one boundary are one pass;
+* the SD policy is consulted whenever the batch changes; a step with draft length k reserves
+  k+1 token slots per sequence; if the blocks do not fit, the most recently admitted response
+  is preempted (repeat until they do);
+* a step costs table.fixed_s[k, n] + table.per_ctx_s[k, n] · Σ context; each sequence emits
+  1 + accepted tokens (k = 0: exactly 1), never more than it has left.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from specsim.cost.forward import StepCostTable
+from specsim.errors import InvariantError
+from specsim.speculation import PolicyContext, SDPolicy
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """One rollout engine: its cost table, SD policy, batch and KV limits, and prefill pricing."""
+
+    name: str
+    table: StepCostTable
+    policy: SDPolicy
+    policy_ctx: PolicyContext
+    max_batch: int
+    kv_capacity_tokens: int
+    block_tokens: int
+    prefill_s: Callable[[np.ndarray, np.ndarray], float]
+    position_decay: float = 1.0
+    record_timeline: bool = True
+
+    @property
+    def capacity_blocks(self) -> int:
+        return self.kv_capacity_tokens // self.block_tokens
+
+
+@dataclass(frozen=True)
+class EngineWork:
+    """The responses one engine must generate, in queue order (groups contiguous)."""
+
+    response_ids: np.ndarray
+    group_ids: np.ndarray
+    prompt_tokens: np.ndarray
+    response_tokens: np.ndarray
+    alphas: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.response_ids)
+
+
+@dataclass
+class Timeline:
+    """Engine timeline rows: a step (reference) or a segment between events (fast engine)."""
+
+    t_s: list = field(default_factory=list)
+    active: list = field(default_factory=list)
+    tokens_per_s: list = field(default_factory=list)
+    k: list = field(default_factory=list)
+    kv_tokens: list = field(default_factory=list)
+
+    def add(self, t_s, active, tokens_per_s, k, kv_tokens):
+        self.t_s.append(t_s)
+        self.active.append(active)
+        self.tokens_per_s.append(tokens_per_s)
+        self.k.append(k)
+        self.kv_tokens.append(kv_tokens)
+
+    def as_arrays(self) -> dict[str, np.ndarray]:
+        return {"t_s": np.asarray(self.t_s, float), "active": np.asarray(self.active, float),
+                "tokens_per_s": np.asarray(self.tokens_per_s, float), "k": np.asarray(self.k, int),
+                "kv_tokens": np.asarray(self.kv_tokens, float)}
+
+
+@dataclass
+class EngineResult:
+    """What one engine did. Per-response arrays are in the order of EngineWork."""
+
+    name: str
+    response_ids: np.ndarray
+    admit_s: np.ndarray
+    finish_s: np.ndarray
+    tokens: np.ndarray
+    preemptions: np.ndarray
+    rollout_s: float
+    steps: float
+    sd_steps: float
+    seq_steps: float
+    sd_seq_steps: float
+    sd_tokens: float
+    draft_passes: float
+    prefill_s: float
+    timeline: dict[str, np.ndarray]
+    weighted_active: float = 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        return int(self.tokens.sum())
+
+    @property
+    def mean_accept_len(self) -> float:
+        """τ: tokens emitted per sequence per verify step, over SD steps (nan without SD)."""
+        return self.sd_tokens / self.sd_seq_steps if self.sd_seq_steps > 0 else float("nan")
+
+    @property
+    def mean_active_batch(self) -> float:
+        """Time-weighted mean active batch."""
+        return self.weighted_active / self.rollout_s if self.rollout_s > 0 else 0.0
+
+
+def check_result(res: EngineResult, work: EngineWork, cfg: EngineConfig) -> None:
+    """Run-time invariants: every response finished exactly once with its drawn length, times
+    monotone and within the rollout, timeline KV within budget. Raises InvariantError."""
+    n = len(work)
+    if len(res.tokens) != n or len(np.unique(res.response_ids)) != n:
+        raise InvariantError(cfg.name, int(res.steps), "responses", f"{len(res.tokens)} results for {n} responses")
+    if not np.array_equal(res.tokens, work.response_tokens):
+        bad = int(np.flatnonzero(res.tokens != work.response_tokens)[0])
+        raise InvariantError(cfg.name, int(res.steps), "tokens",
+                             f"response {int(work.response_ids[bad])} emitted {int(res.tokens[bad])} "
+                             f"of {int(work.response_tokens[bad])} tokens")
+    if n and (np.any(~np.isfinite(res.finish_s)) or np.any(res.finish_s < res.admit_s - 1e-9)
+              or res.finish_s.max() > res.rollout_s + 1e-6):
+        raise InvariantError(cfg.name, int(res.steps), "time", "a response finished before admission or after the end")
+    t = res.timeline.get("t_s")
+    if t is not None and len(t) > 1 and np.any(np.diff(t) < -1e-9):
+        raise InvariantError(cfg.name, int(res.steps), "time", "timeline is not monotone")
+    kv = res.timeline.get("kv_tokens")
+    if kv is not None and len(kv) and kv.max() > cfg.kv_capacity_tokens * (1 + 1e-9) + cfg.block_tokens:
+        raise InvariantError(cfg.name, int(res.steps), "kv_tokens",
+                             f"{kv.max():.0f} tokens in use over a budget of {cfg.kv_capacity_tokens}")
