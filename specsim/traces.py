@@ -577,7 +577,13 @@ def write_trace(df: pd.DataFrame, path, kind: str, meta: dict | None = None) -> 
     lines = [f"# kind: {kind}"]
     for key, value in meta.items():
         key = str(key).strip().lower().replace(" ", "_") or "comment"
-        lines.append(f"# {key}: {' '.join(str(value).split())}")
+        text = " ".join(str(value).split())
+        if key == "comment":
+            # a bare comment line unless it would read back as a `key: value` pair
+            head = text.partition(":")[0].strip()
+            lines.append(f"# comment: {text}" if ":" in text and head and " " not in head else f"# {text}")
+        else:
+            lines.append(f"# {key}: {text}")
     buf = io.StringIO()
     buf.write("\n".join(lines) + "\n")
     if p.suffix.lower() in _JSONL_SUFFIXES:
