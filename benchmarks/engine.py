@@ -55,7 +55,7 @@ def main() -> None:
         else:
             row = ("-", f"{fast_s:.3f}", "-", "-")
         table.add_row(label, f"{draw.n_responses:,}", f"{fast.total_tokens:,}", *row)
-    Console().print(table)
+    Console(width=150).print(table)
 
 
 if __name__ == "__main__":

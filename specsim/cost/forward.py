@@ -85,6 +85,8 @@ def math_dtype(weight_dtype: str) -> str:
 def expected_experts_hit(experts: int, top_k: int, routed_tokens):
     """Expected distinct experts touched by T tokens routing top_k of E uniformly:
     E · (1 − (1 − top_k/E)^T)."""
+    if np.ndim(routed_tokens) == 0:
+        return experts * (1.0 - (1.0 - top_k / experts) ** float(routed_tokens))
     t = np.asarray(routed_tokens, dtype=float)
     return experts * (1.0 - np.power(1.0 - top_k / experts, t))
 
@@ -92,7 +94,7 @@ def expected_experts_hit(experts: int, top_k: int, routed_tokens):
 def _op(flops, nbytes, hw, mdtype):
     c = compute_time_s(flops, hw, mdtype)
     m = memory_time_s(nbytes, hw)
-    return np.maximum(c, m), c, m
+    return (max(c, m) if isinstance(c, float) and isinstance(m, float) else np.maximum(c, m)), c, m
 
 
 def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs, q_per_seq: float,
@@ -102,7 +104,7 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
     `logits_per_seq`: tokens per sequence that go through the LM head (decode 1, verify k+1,
     prefill 1, logprob q). `weight_dtype` overrides the layout's (a 4-bit self-drafter).
     """
-    n = np.asarray(n_seqs, dtype=float)
+    n = float(n_seqs) if np.ndim(n_seqs) == 0 else np.asarray(n_seqs, dtype=float)
     q = float(q_per_seq)
     logits = q if logits_per_seq is None else float(logits_per_seq)
     wdt = weight_dtype or layout.weight_dtype
@@ -133,7 +135,7 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
             p = model.shared_expert_params_per_layer
             per_layer.append(_op(2 * tokens_attn * p / tp, p * wb / tp, hw, mdt))
 
-    kv_heads_local = np.ceil(model.kv_heads / tp)
+    kv_heads_local = float(-(-model.kv_heads // tp))
     kv_bytes_tok_layer = 2 * kv_heads_local * model.head_dim * layout.kv_bytes
     heads_local = model.heads / tp
     # causal attention among the new tokens, and writing their KV
@@ -165,13 +167,12 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
     # attention over the cache, per context token (C = Σ c_i over the whole engine)
     ctx_c = L * compute_time_s(4 * heads_local * model.head_dim * q / dp, hw, "bf16")
     ctx_m = L * memory_time_s(kv_bytes_tok_layer / dp, hw)
-    per_ctx = np.maximum(ctx_c, ctx_m) * np.ones_like(n)
+    ones = 1.0 if isinstance(n, float) else np.ones_like(n)
+    per_ctx = max(ctx_c, ctx_m) * ones
     comm_total = L * layer_comm + pp_comm
-    return PassCost(fixed_s=np.asarray(fixed, dtype=float), per_ctx_token_s=per_ctx,
-                    compute_s=np.asarray(L * layer_comp + head_c, dtype=float),
-                    memory_s=np.asarray(L * layer_mem + head_m, dtype=float),
-                    comm_s=np.asarray(comm_total, dtype=float) * np.ones_like(n),
-                    _ctx_compute=ctx_c * np.ones_like(n), _ctx_memory=ctx_m * np.ones_like(n))
+    return PassCost(fixed_s=fixed, per_ctx_token_s=per_ctx, compute_s=L * layer_comp + head_c,
+                    memory_s=L * layer_mem + head_m, comm_s=comm_total * ones,
+                    _ctx_compute=ctx_c * ones, _ctx_memory=ctx_m * ones)
 
 
 def decode_cost(model, hw, layout, n_seqs) -> PassCost:
@@ -226,17 +227,15 @@ def forward_time_s(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, q
     # correct the causal-new-token attention term and the per-context term for ragged q
     tp, dp = layout.tp, layout.attn_dp
     heads_local = model.heads / tp
-    kv_local = 2 * np.ceil(model.kv_heads / tp) * model.head_dim * layout.kv_bytes
-    wdt = weight_dtype or layout.weight_dtype
-    del wdt
+    kv_local = 2 * float(-(-model.kv_heads // tp)) * model.head_dim * layout.kv_bytes
     L = model.layers
     uniform_new = compute_time_s(4 * heads_local * model.head_dim * n * q_eff * (q_eff + 1) / 2 / dp, hw)
     ragged_new = compute_time_s(4 * heads_local * model.head_dim * float((q * (q + 1) / 2).sum()) / dp, hw)
     mem_new = memory_time_s(float(q.sum()) * kv_local / dp, hw)
-    new_adj = L * (np.maximum(ragged_new, mem_new) - np.maximum(uniform_new, mem_new))
+    new_adj = L * (max(ragged_new, mem_new) - max(uniform_new, mem_new))
     ctx_c = L * compute_time_s(4 * heads_local * model.head_dim * float((q * c).sum()) / dp, hw)
     ctx_m = L * memory_time_s(float(c.sum()) * kv_local / dp, hw)
-    return float(base.fixed_s + new_adj + np.maximum(ctx_c, ctx_m))
+    return float(base.fixed_s + new_adj + max(ctx_c, ctx_m))
 
 
 def prefill_time_s(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, prompt_tokens,

@@ -2,7 +2,8 @@
 
     t = max(flops / (peak_flops · eff_compute), bytes / (hbm_bw · eff_memory))
 
-Vectorized: any argument may be a numpy array; the result broadcasts.
+Vectorized: any argument may be a numpy array (the result broadcasts) or a plain float (the
+result is a float — the engines price single prefill passes this way, cheaply).
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from specsim.hardware import HardwareSpec
 
 
 def compute_time_s(flops, hw: HardwareSpec, math_dtype: str = "bf16"):
-    return np.asarray(flops, dtype=float) / (hw.flops_per_s(math_dtype) * hw.efficiency.compute)
+    return flops / (hw.flops_per_s(math_dtype) * hw.efficiency.compute)
 
 
 def memory_time_s(nbytes, hw: HardwareSpec):
-    return np.asarray(nbytes, dtype=float) / (hw.hbm_bw_bytes_per_s * hw.efficiency.memory)
+    return nbytes / (hw.hbm_bw_bytes_per_s * hw.efficiency.memory)
 
 
 def op_time_s(flops, nbytes, hw: HardwareSpec, math_dtype: str = "bf16"):

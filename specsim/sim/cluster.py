@@ -58,7 +58,12 @@ def sequence_alphas(mean_alpha: float, concentration: float | None, quantiles: n
     if concentration is None or mean_alpha <= 0.0:
         return np.full(quantiles.shape, float(mean_alpha))
     a, b = mean_alpha * concentration, (1.0 - mean_alpha) * concentration
-    return np.minimum(stats.beta.ppf(quantiles, a, b), 1.0 - 1e-12)
+    # the Beta quantile function on a logit-spaced grid of u, interpolated (|error| < 1e-4 in α;
+    # scipy's ppf on every response would dominate a 65k-response step)
+    grid_u = 1.0 / (1.0 + np.exp(-np.linspace(-28.0, 28.0, 4097)))
+    grid_a = stats.beta.ppf(grid_u, a, b)
+    out = np.interp(quantiles, grid_u, grid_a)
+    return np.clip(out, 0.0, 1.0 - 1e-12)
 
 
 def dispatch(world: World, draw: StepDraw) -> np.ndarray:

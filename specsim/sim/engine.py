@@ -50,6 +50,40 @@ def _moments(alphas: np.ndarray, k: int, decay: float):
     return mu, var, var + mu * mu + mu, m3
 
 
+def _drain(cfg, idx, finish_b, P, g0, mu, s0, A, B, s, t, k, finish_s, tl):
+    """Finish every active response in closed form (no admissions or preemptions can follow and
+    k is fixed): sort by finish boundary; between consecutive boundaries the batch is fixed, so
+    each segment's time is the affine-step sum, evaluated for all segments at once."""
+    b = finish_b[idx]
+    order = np.argsort(b, kind="stable")
+    idx, b = idx[order], b[order]
+    bounds, first, counts = np.unique(b, return_index=True, return_counts=True)
+    contrib_a = P[idx] + g0[idx] - mu[idx] * s0[idx]
+    drop_a = np.add.reduceat(contrib_a, first)
+    drop_b = np.add.reduceat(mu[idx], first)
+    before = lambda x: np.concatenate(([0.0], np.cumsum(x)[:-1]))  # noqa: E731
+    a_seg = A - before(drop_a)
+    b_seg = B - before(drop_b)
+    n_seg = len(idx) - before(counts).astype(np.int64)
+    starts = np.concatenate(([s], bounds[:-1]))
+    m = (bounds - starts).astype(float)
+    row = cfg.table.index(k)
+    fixed = cfg.table.fixed_s[row, n_seg]
+    per_ctx = cfg.table.per_ctx_s[row, n_seg]
+    dt = m * fixed + per_ctx * (m * a_seg + b_seg * m * (2 * starts + m - 1) / 2)
+    ends = t + np.cumsum(dt)
+    finish_s[idx] = np.repeat(ends, counts)
+    if cfg.record_timeline:
+        t0 = np.concatenate(([t], ends[:-1]))
+        tl.t_s.extend(t0.tolist())
+        tl.active.extend(n_seg.tolist())
+        tl.tokens_per_s.extend((b_seg * m / dt).tolist())
+        tl.k.extend([k] * len(dt))
+        tl.kv_tokens.extend([float("nan")] * len(dt))
+    stats = (float(m.sum()), float((n_seg * m).sum()), float((b_seg * m).sum()), float((n_seg * dt).sum()))
+    return float(ends[-1]), stats
+
+
 def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> EngineResult:
     n = len(work)
     P = work.prompt_tokens.astype(float)
@@ -66,6 +100,7 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
     mu = np.zeros(n)
     saved = np.zeros(n)       # generated tokens kept across a preemption
     version = np.zeros(n, dtype=np.int64)
+    finish_b = np.zeros(n, dtype=np.int64)  # finish boundary of each keyed response
     is_active = np.zeros(n, dtype=bool)
     admit_s = np.full(n, np.nan)
     finish_s = np.full(n, np.nan)
@@ -78,6 +113,7 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
     A = 0.0    # Σ (P + g0 − μ·s0): total context at boundary s is A + B·s
     B = 0.0    # Σ μ
     SP = 0.0   # Σ P over active
+    SL = 0.0   # Σ L over active
     GB = 0.0   # shared prompt blocks of active groups
     n_act = 0
     s = 0
@@ -117,7 +153,9 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
         A += float((P[idx] + g0[idx] - m * s).sum())
         B += float(m.sum())
         version[idx] += 1
-        for i, b in zip(idx.tolist(), (s + steps_needed).astype(np.int64).tolist()):
+        bounds = (s + steps_needed).astype(np.int64)
+        finish_b[idx] = bounds
+        for i, b in zip(idx.tolist(), bounds.tolist()):
             heapq.heappush(heap, (b, i, int(version[i])))
 
     def unkey(idx: np.ndarray) -> None:
@@ -149,7 +187,7 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
     slots_max = max(cfg.policy.ks) + 1
 
     def preempt_newest() -> None:
-        nonlocal n_act, SP, GB
+        nonlocal n_act, SP, SL, GB
         while not is_active[order[-1]]:
             order.pop()
         j = order.pop()
@@ -158,6 +196,7 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
         version[j] += 1
         n_act -= 1
         SP -= P[j]
+        SL -= L[j]
         g = int(groups[j])
         group_active[g] -= 1
         if group_active[g] == 0:
@@ -179,32 +218,44 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
                 rekey_all(k)
         # ---- 2. admission (none at a boundary that preempted), reserving the policy's largest k
         new, pq, pc = [], [], []
-        while queue and not preempted and n_act < cfg.max_batch:
-            i = queue[0]
-            g = int(groups[i])
-            need = math.ceil((saved[i] + slots_max) / blk) + (0 if g in group_active else prompt_blocks[i])
-            if n_act and kv_blocks(slots_max) + need > cap:
-                break
-            queue.popleft()
-            if g not in group_active:
-                pq.append(P[i] + saved[i])
-                pc.append(0.0)
-                GB += prompt_blocks[i]
-            elif saved[i] > 0:
-                pq.append(saved[i])
-                pc.append(P[i])
-            group_active[g] = group_active.get(g, 0) + 1
-            is_active[i] = True
-            order.append(i)
-            n_act += 1
-            SP += P[i]
-            g0[i] = saved[i]
-            mu[i] = 0.0
-            s0[i] = s
-            A += P[i] + saved[i]  # in the aggregates at rate 0 until keyed below
-            if np.isnan(admit_s[i]):
-                admit_s[i] = t
-            new.append(i)
+        if queue and not preempted and n_act < cfg.max_batch:
+            cand = np.fromiter((queue[j] for j in range(min(len(queue), cfg.max_batch - n_act))), dtype=np.int64)
+            gc = groups[cand]
+            # prompt blocks for the first candidate of each group that has no active member
+            _, first_pos = np.unique(gc, return_index=True)
+            opens = np.zeros(len(cand), dtype=bool)
+            opens[first_pos] = [int(g) not in group_active for g in gc[first_pos]]
+            pblocks = np.where(opens, prompt_blocks[cand], 0.0)
+            need = np.ceil((saved[cand] + slots_max) / blk) + pblocks
+            inc = pblocks + (saved[cand] + slots_max) / blk + rbar
+            before = kv_blocks(slots_max) + np.concatenate(([0.0], np.cumsum(inc)[:-1]))
+            fits = before + need <= cap
+            if n_act == 0:
+                fits[0] = True
+            count = len(cand) if fits.all() else int(np.argmin(fits))
+            if count:
+                new_idx = cand[:count]
+                for _ in range(count):
+                    queue.popleft()
+                for g in gc[:count].tolist():
+                    group_active[g] = group_active.get(g, 0) + 1
+                op = opens[:count]
+                sv = saved[new_idx]
+                pq = (P[new_idx] + sv)[op].tolist() + sv[~op & (sv > 0)].tolist()
+                pc = [0.0] * int(op.sum()) + P[new_idx][~op & (sv > 0)].tolist()
+                GB += float(pblocks[:count].sum())
+                is_active[new_idx] = True
+                order.extend(new_idx.tolist())
+                n_act += count
+                SP += float(P[new_idx].sum())
+                SL += float(L[new_idx].sum())
+                g0[new_idx] = sv
+                mu[new_idx] = 0.0
+                s0[new_idx] = s
+                A += float((P[new_idx] + sv).sum())  # in the aggregates at rate 0 until keyed below
+                fresh = new_idx[np.isnan(admit_s[new_idx])]
+                admit_s[fresh] = t
+                new = new_idx.tolist()
         if pq:
             dt = cfg.prefill_s(np.asarray(pq), np.asarray(pc))
             t += dt
@@ -221,6 +272,23 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
             else:
                 unkey(new_idx)
                 key(new_idx, k)
+        # ---- the tail: nothing left to admit, k fixed, KV cannot overflow → finish in closed form
+        if not queue and cfg.policy.kind in ("off", "always"):
+            remaining = max(SL - generated_total(), 0.0) + n_act * (k + 1)
+            if kv_blocks(k + 1) + remaining / blk + n_act <= cap:
+                idx = active_idx()
+                t, stats = _drain(cfg, idx, finish_b, P, g0, mu, s0, A, B, s, t, k, finish_s, tl)
+                steps += stats[0]
+                seq_steps += stats[1]
+                weighted_active += stats[3]
+                if k > 0:
+                    sd_steps += stats[0]
+                    sd_seq_steps += stats[1]
+                    sd_tokens += stats[2]
+                    draft_passes += k * stats[0]
+                is_active[idx] = False
+                n_act = 0
+                break
         # ---- next event: a finish, or the step at which KV would overflow
         while heap and (not is_active[heap[0][1]] or heap[0][2] != version[heap[0][1]]):
             heapq.heappop(heap)
@@ -256,6 +324,7 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
             A -= P[i] + g0[i] - mu[i] * s0[i]
             B -= mu[i]
             SP -= P[i]
+            SL -= L[i]
             mu[i] = 0.0
             is_active[i] = False
             n_act -= 1
