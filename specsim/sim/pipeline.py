@@ -41,7 +41,6 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field, fields
 
-import numpy as np
 import pandas as pd
 import simpy
 

@@ -1,0 +1,192 @@
+"""RL pipeline on the simpy clock (specsim/sim/pipeline.py): sync, async with policy lag, staleness."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specsim.errors import LayoutError
+from specsim.resolve import resolve
+from specsim.scenario import apply_overrides, load_scenario
+from specsim.sim.pipeline import StepRecord, baseline_scenario, compare, run_pipeline
+
+ROOT = Path(__file__).resolve().parents[1]
+SCEN = ROOT / "scenarios" / "8b_rl_think_sync.yaml"
+
+SMALL = {"workload.prompts": 32, "rollout.gpus": 4, "pipeline.steps": 4, "pipeline.warmup_steps": 1}
+
+
+@pytest.fixture(scope="module")
+def small():
+    return apply_overrides(load_scenario(SCEN), SMALL)
+
+
+def _async(sc, **over):
+    base = {"pipeline.mode": "async", "training.gpus": 4, "pipeline.policy_lag": 1}
+    base.update(over)
+    return apply_overrides(sc, base)
+
+
+def _run(sc, **kw):
+    return run_pipeline(resolve(sc), **kw)
+
+
+# ----------------------------------------------------------------------------- sync
+def test_sync_step_is_the_sum_of_its_stages(small):
+    res = _run(small)
+    assert res.mode == "sync" and len(res.records) == 4 and len(res.generations) == 4
+    prev = 0.0
+    for r in res.records:
+        stages = r.generation_s + r.reward_s + r.logprob_s + r.train_s + r.weight_sync_s + r.drafter_update_s
+        assert r.step_s == pytest.approx(stages, abs=1e-9)
+        assert r.gen_start_s == pytest.approx(prev, abs=1e-9)           # strictly sequential
+        assert r.train_start_s == pytest.approx(r.gen_end_s, abs=1e-9)
+        assert r.exposed_generation_s == r.generation_s
+        assert r.policy_version == r.step
+        assert min(r.reward_s, r.logprob_s, r.train_s, r.weight_sync_s) > 0
+        prev = r.step_end_s
+    assert res.total_s == pytest.approx(sum(r.step_s for r in res.records), rel=1e-12)
+    df = res.steps_frame()
+    assert list(df.columns) == list(StepRecord.__dataclass_fields__) and len(df) == 4
+    st = res.steady()
+    assert st["step_s"] == pytest.approx(df["step_s"].iloc[1:].mean())
+    assert st["throughput_steps_per_h"] == pytest.approx(3600 / st["step_s"])
+
+
+def test_sync_e2e_speedup_is_amdahl(small):
+    """Static acceptance, no growth: E2E = 1/((1−f) + f/s) with the simulated f and s."""
+    c = compare(small)
+    f, s = c.generation_share, c.generation_speedup
+    assert s > 1.1 and 0.3 < f < 0.95
+    assert c.e2e_speedup == pytest.approx(1.0 / ((1 - f) + f / s), rel=1e-6)
+    # common random numbers: both runs generated the same responses
+    assert [r.tokens for r in c.variant.records] == [r.tokens for r in c.baseline.records]
+    assert all(np.isnan(r.tau) for r in c.baseline.records)
+    assert all(r.tau > 1.5 for r in c.variant.records)
+    assert c.exposed_generation_saving_s > 0
+
+
+def test_baseline_scenario(small):
+    b = baseline_scenario(small)
+    assert b.speculation.policy == "off" and small.speculation.policy == "always"
+    custom = apply_overrides(small, {"pipeline.baseline": {"speculation.policy": "threshold", "speculation.k": 2}})
+    assert baseline_scenario(custom).speculation.policy == "threshold"
+    assert baseline_scenario(custom).speculation.k == 2
+
+
+# ----------------------------------------------------------------------------- async
+@pytest.mark.parametrize("train_gpus", [2, 4])
+def test_async_more_lag_never_slower(small, train_gpus):
+    sc = apply_overrides(small, {"pipeline.steps": 6})
+    prev = None
+    for lag in (0, 1, 2, 4):
+        res = _run(_async(sc, **{"pipeline.policy_lag": lag, "training.gpus": train_gpus}))
+        step = res.steady()["step_s"]
+        for r in res.records:
+            assert r.policy_version >= r.step - lag                     # the lag bound holds
+            assert r.train_start_s >= r.gen_end_s - 1e-9
+        for a, b in zip(res.records, res.records[1:]):
+            assert b.train_start_s >= a.step_end_s - 1e-9               # training is in order
+            assert b.gen_start_s >= a.gen_end_s - 1e-9                  # one generation at a time
+        if prev is not None:
+            assert step <= prev + 1e-9
+        prev = step
+
+
+def test_async_lag_zero_is_sync_on_split_pools(small):
+    res = _run(_async(small, **{"pipeline.policy_lag": 0}))
+    for r in res.records:
+        side = r.reward_s + r.logprob_s + r.train_s + r.weight_sync_s + r.drafter_update_s
+        assert r.step_s == pytest.approx(r.generation_s + side, abs=1e-9)
+        assert r.policy_version == r.step
+    partial = _run(_async(small, **{"pipeline.policy_lag": 0, "pipeline.partial_rollouts": True}))
+    for a, b in zip(res.records, partial.records):
+        assert b.step_end_s <= a.step_end_s + 1e-9                     # in-flight updates never hurt
+    # with partial rollouts generation overlaps (only) the weight sync
+    assert partial.total_s < res.total_s
+
+
+def test_async_generation_bound_step_tends_to_generation(small):
+    sc = _async(apply_overrides(small, {"pipeline.steps": 6, "pipeline.reward_s": 0.5}),
+                **{"training.gpus": 64, "pipeline.policy_lag": 1})
+    st = _run(sc).steady()
+    side = st["reward_s"] + st["logprob_s"] + st["train_s"] + st["weight_sync_s"]
+    assert side < 0.1 * st["generation_s"]
+    assert st["step_s"] == pytest.approx(st["generation_s"], rel=0.05)
+    assert st["exposed_generation_s"] > 0.85 * st["generation_s"]
+
+
+def test_async_sd_saves_exposed_generation(small):
+    c = compare(_async(apply_overrides(small, {"pipeline.steps": 5}), **{"training.gpus": 4}))
+    v, b = c.variant.steady(), c.baseline.steady()
+    assert b["exposed_generation_s"] > 0
+    assert v["exposed_generation_s"] < b["exposed_generation_s"]
+    assert c.exposed_generation_saving_s > 0
+    assert c.e2e_speedup > 1.0
+    # overlap hides part of the generation speedup: E2E is below the generation speedup
+    assert c.e2e_speedup < c.generation_speedup
+
+
+# ----------------------------------------------------------------------------- staleness
+def test_fixed_drafter_goes_stale(small):
+    sc = apply_overrides(small, {"pipeline.steps": 5,
+                                 "drafter.staleness": {"tau_after": 1.8, "after_versions": 4}})
+    res = _run(sc)
+    alphas = [r.mean_alpha for r in res.records]
+    taus = [r.tau for r in res.records]
+    assert [r.versions_since_update for r in res.records] == [0, 1, 2, 3, 4]
+    assert all(b < a for a, b in zip(alphas, alphas[1:]))
+    assert all(b < a for a, b in zip(taus, taus[1:]))
+    assert all(r.drafter_update_s == 0 for r in res.records)
+    # a staler drafter generates more slowly: the last step is slower than the first per token
+    first, last = res.records[0], res.records[-1]
+    assert last.generation_s / last.tokens > first.generation_s / first.tokens
+
+
+def test_online_updates_restore_acceptance(small):
+    sc = apply_overrides(small, {"pipeline.steps": 5, "drafter.update_every_steps": 2,
+                                 "drafter.staleness": {"tau_after": 1.8, "after_versions": 4}})
+    res = _run(sc)
+    r = res.records
+    assert [x.versions_since_update for x in r] == [0, 1, 0, 1, 0]
+    assert r[2].mean_alpha == r[0].mean_alpha == r[4].mean_alpha > r[1].mean_alpha == r[3].mean_alpha
+    assert r[2].tau > r[1].tau and r[4].tau > r[3].tau
+    # the drafter is retrained after the syncs that publish versions 2 and 4 (steps 1 and 3)
+    assert [x.drafter_update_s > 0 for x in r] == [False, True, False, True, False]
+    assert r[1].drafter_update_s < 0.1 * r[1].train_s
+
+
+def test_online_updates_in_async_cost_the_training_pool(small):
+    sc = _async(apply_overrides(small, {"pipeline.steps": 5, "drafter.update_every_steps": 1,
+                                        "drafter.staleness": {"rate_per_version": 0.3}}))
+    res = _run(sc)
+    assert all(r.drafter_update_s > 0 for r in res.records)
+    # lag 1: generation runs on a one-version-old policy whose drafter is at most one version behind
+    assert all(r.versions_since_update <= 1 for r in res.records)
+    no_upd = _run(apply_overrides(sc, {"drafter.update_every_steps": 0}))
+    assert no_upd.records[-1].versions_since_update > res.records[-1].versions_since_update
+
+
+def test_self_quant_never_stale(small):
+    sc = apply_overrides(small, {"pipeline.steps": 4, "drafter.kind": "self_quant", "drafter.tau": 1.9})
+    res = _run(sc)
+    alphas = {r.mean_alpha for r in res.records}
+    assert len(alphas) == 1
+    assert all(r.versions_since_update == 0 for r in res.records)
+    taus = np.array([r.tau for r in res.records])
+    assert np.ptp(taus) < 0.05 * taus.mean()
+    # re-quantized at every weight sync: a small memory-bound cost every step
+    assert all(0 < r.drafter_update_s < r.weight_sync_s * 10 + 0.1 for r in res.records)
+
+
+def test_baseline_pays_no_drafter_costs(small):
+    sc = apply_overrides(small, {"drafter.update_every_steps": 1})
+    c = compare(sc)
+    assert all(r.drafter_update_s > 0 for r in c.variant.records)
+    assert all(r.drafter_update_s == 0 for r in c.baseline.records)
+
+
+def test_trainer_memory_checked(small):
+    sc = apply_overrides(small, {"hardware": "h100_sxm", "pipeline.mode": "async", "training.gpus": 1})
+    with pytest.raises(LayoutError, match="Qwen3-8B training needs .* training.gpus=1 gives 80 GB"):
+        _run(sc)

@@ -1,0 +1,194 @@
+"""Trainer-side costs (specsim/cost/training.py): train, logprob, memory fit, weight sync, drafter update."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specsim.cost import training as tc
+from specsim.cost.forward import forward_time_s
+from specsim.cost.layout import ParallelLayout
+from specsim.errors import LayoutError, SpecError
+from specsim.hardware import load_hardware
+from specsim.model import drafter_arch, load_model
+from specsim.scenario import apply_overrides, load_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+SCEN = ROOT / "scenarios" / "8b_rl_think_sync.yaml"
+
+
+@pytest.fixture(scope="module")
+def sc():
+    return load_scenario(SCEN)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_model("Qwen3-8B")
+
+
+@pytest.fixture(scope="module")
+def hw():
+    return load_hardware("gb200")
+
+
+@pytest.fixture(scope="module")
+def seqs():
+    rng = np.random.default_rng(0)
+    resp = np.minimum(rng.lognormal(np.log(4500), 0.6, size=(64, 16)), 16384).round()
+    prompt = rng.integers(100, 700, size=64).astype(float)
+    return tc.sequence_tokens(prompt, resp)
+
+
+def _tl(sc, model, hw, **over):
+    s = apply_overrides(sc, over) if over else sc
+    return tc.training_layout(s, model, hw)
+
+
+def test_layout_definition(sc, model, hw):
+    tl = _tl(sc, model, hw)
+    assert (tl.gpus, tl.tp, tl.pp, tl.dp, tl.replica_gpus) == (32, 1, 1, 32, 1)
+    assert tl.mfu == hw.efficiency.train_mfu
+    assert tl.micro_batch_tokens == sc.workload.max_prompt_tokens + sc.workload.max_response_tokens
+    tl = _tl(sc, model, hw, **{"training.tp": 4, "training.pp": 2, "training.mfu": 0.5})
+    assert (tl.replica_gpus, tl.dp, tl.mfu) == (8, 4, 0.5)
+    # async: the training pool's own GPUs
+    a = apply_overrides(sc, {"pipeline.mode": "async", "training.gpus": 16})
+    assert tc.training_layout(a, model, hw).gpus == 16
+    with pytest.raises(SpecError, match="training.gpus"):
+        tc.training_layout(apply_overrides(a, {"training.tp": 32, "training.gpus": 48}), model, hw)
+    with pytest.raises(SpecError, match="training.ep"):
+        _tl(sc, model, hw, **{"training.ep": 2})
+    with pytest.raises(SpecError, match="training.tp"):
+        _tl(sc, model, hw, **{"training.tp": 3})
+
+
+def test_sequence_tokens_adds_group_prompt():
+    out = tc.sequence_tokens([10, 20], [[1, 2, 3], [4, 5, 6]])
+    assert out.tolist() == [11, 12, 13, 24, 25, 26]
+
+
+def test_train_is_six_n_t_plus_attention_and_small_comm(sc, model, hw, seqs):
+    tl = _tl(sc, model, hw)
+    cost = tc.train_cost(model, hw, tl, seqs)
+    rate = tl.mfu * hw.flops_per_s("bf16") * tl.gpus
+    six_nt = 6 * model.matmul_params_per_token * seqs.sum() / rate
+    attn = 12 * model.layers * model.heads * model.head_dim * np.sum(seqs**2) / 2 / rate
+    assert cost.compute_s == pytest.approx(six_nt + attn, rel=1e-12)
+    assert 0.05 < attn / six_nt < 0.4            # thinking-length sequences: attention is a real term
+    assert cost.bubble_s == 0 and cost.tp_comm_s == 0 and cost.ep_comm_s == 0
+    extra = cost.dp_comm_s + cost.optimizer_s
+    assert 0 < extra < 0.01 * cost.compute_s     # 8B, dp over one NVLink domain: comm is small
+    assert tc.train_s(model, hw, tl, seqs) == pytest.approx(cost.total_s)
+    # the MFU override scales compute inversely
+    tl2 = _tl(sc, model, hw, **{"training.mfu": tl.mfu / 2})
+    assert tc.train_cost(model, hw, tl2, seqs).compute_s == pytest.approx(2 * cost.compute_s, rel=1e-12)
+
+
+def test_pipeline_bubble_and_tp_comm(sc, model, hw, seqs):
+    base = tc.train_cost(model, hw, _tl(sc, model, hw), seqs)
+    pp = tc.train_cost(model, hw, _tl(sc, model, hw, **{"training.pp": 4}), seqs)
+    assert pp.compute_s == pytest.approx(base.compute_s, rel=1e-12)   # same FLOPs, same GPUs
+    assert pp.bubble_s == pytest.approx(pp.compute_s * 3 / pp.micro_batches, rel=1e-12)
+    tp = tc.train_cost(model, hw, _tl(sc, model, hw, **{"training.tp": 4}), seqs)
+    assert tp.tp_comm_s > 0 and tp.total_s > base.total_s
+
+
+def test_moe_expert_parallel_comm():
+    m = load_model("Qwen3-30B-A3B")
+    hw = load_hardware("h100_sxm")
+    par = ParallelLayout(tp=1, ep=8, weight_dtype="bf16")
+    tl = tc.TrainingLayout(gpus=64, parallel=par, dp=8, micro_batch_tokens=16384, mfu=0.3)
+    L = np.full(2048, 6000.0)
+    c = tc.train_cost(m, hw, tl, L)
+    assert c.ep_comm_s > 0 and c.tp_comm_s == 0
+    # active params only: a 30B-A3B step costs ~ an A3B dense model's FLOPs, far below 30B's
+    assert c.flops < 6 * 0.2 * m.total_params * L.sum()
+
+
+def test_logprob_matches_packed_forward_passes(sc, model, hw, seqs):
+    """The vectorized pricing equals Σ forward_time_s over greedily packed micro-batches (≤ 1 %)."""
+    tl = replace(_tl(sc, model, hw), gpus=1, dp=1, reference_logprob=False)
+    mbs, cur = [], []
+    for x in seqs:
+        if sum(cur) + x > tl.micro_batch_tokens:
+            mbs.append(cur)
+            cur = []
+        cur.append(x)
+    mbs.append(cur)
+    exact = sum(forward_time_s(model, hw, tl.parallel, np.array(b), np.zeros(len(b)), logits_per_seq=np.array(b))
+                for b in mbs)
+    assert tc.logprob_s(model, hw, tl, seqs) == pytest.approx(exact, rel=0.01)
+
+
+def test_logprob_reference_and_data_parallel(sc, model, hw, seqs):
+    with_ref = tc.logprob_s(model, hw, _tl(sc, model, hw), seqs)
+    no_ref = tc.logprob_s(model, hw, _tl(sc, model, hw, **{"training.reference_logprob": False}), seqs)
+    assert with_ref == pytest.approx(2 * no_ref, rel=1e-12)
+    tl = _tl(sc, model, hw)
+    half = replace(tl, gpus=16, dp=16)
+    assert tc.logprob_s(model, hw, half, seqs) == pytest.approx(2 * with_ref, rel=0.02)
+    # a forward is about a third of fwd+bwd at comparable efficiency
+    ratio = no_ref / tc.train_cost(model, hw, tl, seqs).compute_s
+    assert 0.1 < ratio < 0.34
+
+
+def test_memory_fit_error_for_impossible_trainer():
+    m = load_model("Qwen3-235B-A22B")
+    hw = load_hardware("h100_sxm")
+    par = ParallelLayout(tp=8, ep=8, weight_dtype="bf16")
+    tl = tc.TrainingLayout(gpus=8, parallel=par, dp=1, micro_batch_tokens=18432, mfu=0.3)
+    msg = r"Qwen3-235B-A22B training needs \d+ GB per GPU .*training.gpus=8 gives 80 GB"
+    with pytest.raises(LayoutError, match=msg):
+        tc.check_training_fits(m, hw, tl)
+    big = replace(tl, gpus=512, dp=64)
+    mem = tc.check_training_fits(m, hw, big)
+    assert mem.fits
+    # ZeRO-3: state per GPU = 16 B/param · params / GPUs (within the replicated norms/router)
+    assert mem.state_bytes == pytest.approx(16 * m.total_params / 512, rel=0.02)
+
+
+def test_weight_sync_scales_with_weight_bytes(model, hw):
+    bf16 = ParallelLayout(tp=1, weight_dtype="bf16")
+    fp8 = ParallelLayout(tp=1, weight_dtype="fp8")
+    lat = hw.nvlink_latency_s * np.ceil(np.log2(33))
+    t16 = tc.weight_sync_s(model, hw, bf16, 32, 32)
+    t8 = tc.weight_sync_s(model, hw, fp8, 32, 32)
+    assert (t16 - lat) == pytest.approx(2 * (t8 - lat), rel=1e-9)
+    bw = hw.nvlink_bw_bytes_per_s * hw.efficiency.comm
+    assert t16 == pytest.approx(lat + model.weight_bytes(2.0) / bw, rel=1e-6)  # (final norm not sharded)
+    big = load_model("Qwen2.5-14B")
+    t14 = tc.weight_sync_s(big, hw, bf16, 32, 32)
+    assert (t14 - lat) / (t16 - lat) == pytest.approx(big.weight_bytes(2) / model.weight_bytes(2), rel=1e-6)
+    # reshard: (n−1)/n of the shard gathered over NVLink
+    rs = tc.weight_sync_s(model, hw, bf16, 32, 32, method="reshard")
+    assert rs == pytest.approx(hw.nvlink_latency_s * 5 + 31 / 32 * model.weight_bytes(2.0) / bw, rel=1e-6)
+    # separate pools beyond one NVLink domain: over the scale-out NIC, much slower
+    far = tc.weight_sync_s(model, hw, bf16, 64, 64, colocated=False)
+    assert far > 10 * t16
+    with pytest.raises(SpecError):
+        tc.weight_sync_s(model, hw, bf16, 32, 32, method="carrier-pigeon")
+
+
+def test_drafter_update_cost(sc, model, hw, seqs):
+    tl = _tl(sc, model, hw)
+    eagle = drafter_arch("eagle3", model)
+    full = tc.drafter_update_s(eagle, hw, tl, seqs)
+    rate = tl.mfu * hw.flops_per_s("bf16") * tl.gpus
+    assert full == pytest.approx(tc.train_flops(eagle.model, seqs) / rate, rel=1e-12)
+    assert tc.drafter_update_s(eagle, hw, tl, seqs, token_fraction=0.25) == pytest.approx(full / 4, rel=1e-12)
+    assert full < 0.1 * tc.train_s(model, hw, tl, seqs)      # a one-layer head is cheap to train
+    uncached = tc.drafter_update_s(eagle, hw, tl, seqs, policy=model, hidden_states_cached=False)
+    assert uncached - full == pytest.approx(tc.train_flops(model, seqs) / 3 / rate, rel=1e-9)
+    mtp = tc.drafter_update_s(drafter_arch("mtp", model), hw, tl, seqs)
+    assert mtp > full                                        # the full-vocabulary LM head
+    assert tc.drafter_update_s(drafter_arch("ngram", model), hw, tl, seqs) == 0.0
+
+
+def test_requantize_is_a_memory_bound_pass(model, hw):
+    layout = ParallelLayout(tp=1, weight_dtype="bf16")
+    sq = drafter_arch("self_quant", model)
+    t = tc.requantize_s(model, hw, layout, sq)
+    assert t == pytest.approx(model.weight_bytes(2.5) / (hw.hbm_bw_bytes_per_s * hw.efficiency.memory), rel=1e-6)
+    assert tc.requantize_s(model, hw, layout, drafter_arch("eagle3", model)) == 0.0
