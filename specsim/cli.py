@@ -80,7 +80,7 @@ def error_message(exc: BaseException) -> str:
         name = getattr(mark, "name", None) or "(yaml)"
         return f"{name}: (file): valid YAML ({getattr(exc, 'problem', None) or exc.__class__.__name__}), got <unparseable>"
     if isinstance(exc, UnicodeDecodeError):
-        return f"(file): (file): a UTF-8 text file, got <binary>"
+        return "(file): (file): a UTF-8 text file, got <binary>"
     if isinstance(exc, OSError):
         name = exc.filename if exc.filename is not None else "(file)"
         return f"{name}: (file): an existing, readable file ({exc.strerror or exc.__class__.__name__}), got {str(name)!r}"
@@ -172,7 +172,7 @@ def _emit_json(obj: Any) -> None:
 
 
 def _table(title: str, *columns: str, right_from: int = 1) -> Table:
-    t = Table(title=title, title_justify="left", header_style="bold")
+    t = Table(title=title, title_justify="left", header_style="bold", min_width=len(title) + 2)
     for i, c in enumerate(columns):
         t.add_column(c, justify="right" if i >= right_from else "left")
     return t
@@ -184,6 +184,23 @@ def _gb(nbytes: float) -> float:
 
 def _b(params: float) -> str:
     return f"{params / 1e9:.2f} B"
+
+
+def _layout(model, **kw):
+    """A ParallelLayout from command-line options; errors name the option (--tp, --weight-dtype, ...)."""
+    from specsim.cost.layout import ParallelLayout
+
+    try:
+        layout = ParallelLayout(**kw)
+    except SpecError as exc:
+        raise _bad_option(f"--{exc.field.replace('_', '-')}", exc.value, exc.allowed) from None
+    if model.heads % layout.tp:
+        raise _bad_option("--tp", layout.tp, f"a divisor of the {model.heads} attention heads of {model.name}")
+    if model.moe is None and layout.ep > 1:
+        raise _bad_option("--ep", layout.ep, f"1 for the dense model {model.name}")
+    if layout.pp > model.layers:
+        raise _bad_option("--pp", layout.pp, f"<= the {model.layers} layers of {model.name}")
+    return layout
 
 
 def _load_scenario(path: str, sets: Optional[list[str]]):
@@ -260,7 +277,6 @@ def show_model(
 ) -> None:
     """Sizes, memory plan and decode-step latency of a model on a layout."""
     from specsim.cost.forward import decode_cost, math_dtype, step_cost, verify_cost
-    from specsim.cost.layout import ParallelLayout
     from specsim.cost.memory import memory_plan
     from specsim.cost.roofline import ridge_point
     from specsim.hardware import DTYPE_BYTES, load_hardware
@@ -272,18 +288,11 @@ def show_model(
         raise _bad_option("--max-batch-exp", max_batch_exp, "in 0..16")
     if k < 1:
         raise _bad_option("--k", k, ">= 1")
+    if not 0 < gpu_memory_utilization <= 1:
+        raise _bad_option("--gpu-memory-utilization", gpu_memory_utilization, "in (0, 1]")
     hw = load_hardware(hardware)
     model = load_model(name)
-    try:
-        layout = ParallelLayout(tp=tp, pp=pp, ep=ep, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
-    except SpecError as exc:
-        raise _bad_option(f"--{exc.field.replace('_', '-')}", exc.value, exc.allowed) from None
-    if model.heads % tp:
-        raise _bad_option("--tp", tp, f"a divisor of the {model.heads} attention heads of {model.name}")
-    if model.moe is None and ep > 1:
-        raise _bad_option("--ep", ep, f"1 for the dense model {model.name}")
-    if pp > model.layers:
-        raise _bad_option("--pp", pp, f"<= the {model.layers} layers of {model.name}")
+    layout = _layout(model, tp=tp, pp=pp, ep=ep, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
     plan = memory_plan(model, hw, layout, gpu_memory_utilization=gpu_memory_utilization,
                        max_batched_tokens=max_batched_tokens)
 
@@ -330,7 +339,7 @@ def show_model(
     con.print(m)
     t = _table(f"decode step at {context} tokens of context per sequence (incl. "
                f"{hw.efficiency.step_overhead_s * 1e3:g} ms step overhead)",
-               "batch", "step ms", "tokens/s", "bound", f"verify(k={k})/decode pass", "KV fits")
+               "batch", "step ms", "tokens/s", "bound", f"verify(k={k})/decode pass", "KV fits", right_from=0)
     for row in info["rows"]:
         t.add_row(str(row["batch"]), f"{row['step_ms']:.2f}", f"{row['tokens_per_s']:,.0f}", row["bound"],
                   f"{row[f'verify_k{k}_over_decode']:.2f}", "yes" if row["kv_fits"] else "no")
@@ -374,7 +383,6 @@ def show_drafter(
 ) -> None:
     """A drafter's acceptance (τ by draft length and over RL steps) and its cost at batch 1."""
     from specsim.cost.forward import decode_cost, draft_cost, step_cost
-    from specsim.cost.layout import ParallelLayout
     from specsim.cost.memory import drafter_weight_bytes_per_gpu
     from specsim.hardware import load_hardware
     from specsim.model import drafter_arch, load_model
@@ -390,8 +398,13 @@ def show_drafter(
     target = load_model(model)
     arch = drafter_arch(kind, target, draft_vocab)
     hw = load_hardware(hardware)
-    layout = ParallelLayout(tp=tp, weight_dtype=weight_dtype)
+    layout = _layout(target, tp=tp, weight_dtype=weight_dtype)
 
+    if kind in ("self_quant", "ngram"):
+        for opt, val, default in (("--tau-after", tau_after, None), ("--rate-per-version", rate_per_version, None),
+                                  ("--update-every", update_every, 0)):
+            if val != default:
+                raise _bad_option(opt, val, f"omitted for a {kind} drafter (it never goes stale and is never retrained)")
     stale = Staleness.never()
     if tau_after is not None:
         if rate_per_version is not None:
@@ -432,10 +445,11 @@ def show_drafter(
         _emit_json(info)
         return
     con = _console()
+    updates = f"updated every {acc.update_every_steps} steps" if acc.update_every_steps else "never updated"
     con.print(f"[bold]{arch.kind}[/bold] drafter for {target.name}: alpha0 = {acc.alpha0:.4f}, decay {acc.decay:g}, "
               f"heterogeneity {acc.concentration if acc.concentration is not None else 'none'}, "
               f"staleness rate {acc.staleness.decay_per_version:.4g}/version (floor {acc.staleness.floor_alpha:g}), "
-              f"updates every {acc.update_every_steps or 'never'}")
+              f"{updates}")
     con.print(f"  ({arch.source})")
     t = _table("fresh drafter: mean tokens per verify τ by draft length", "k", "τ", "(τ-1)/k accepted per draft")
     for row in by_k:
@@ -596,7 +610,7 @@ def check(
         return
     con = _console()
     con.print(f"[bold green]OK[/bold green] {sc.name} ({scenario})")
-    t = _table("summary", "item", "value")
+    t = _table("summary", "item", "value", right_from=2)
     t.add_row("model / hardware", f"{world.model.name} on {world.hw.name}")
     t.add_row("rollout", f"{world.engines} engines × {world.layout.describe()} = {sc.rollout.gpus} GPUs")
     t.add_row("training", f"{sc.pipeline.mode}, {sc.training_gpus} GPUs")

@@ -1,0 +1,188 @@
+"""Cost layer: roofline decode/verify physics, TP/EP/comm, MoE expert reads, memory plan."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specsim.cost import comm
+from specsim.cost.forward import (
+    decode_cost,
+    expected_experts_hit,
+    forward_time_s,
+    pass_cost,
+    step_cost,
+    verify_cost,
+)
+from specsim.cost.layout import ParallelLayout
+from specsim.cost.memory import memory_plan, weight_bytes_per_gpu
+from specsim.cost.roofline import ridge_point
+from specsim.errors import LayoutError
+from specsim.hardware import load_hardware
+from specsim.model import drafter_arch, load_model
+
+H100 = load_hardware("h100_sxm")
+GB200 = load_hardware("gb200")
+Q8B = load_model("Qwen3-8B")
+Q30B = load_model("Qwen3-30B-A3B")
+Q235B = load_model("Qwen3-235B-A22B")
+TP1 = ParallelLayout()
+TP2 = ParallelLayout(tp=2)
+
+
+# ----------------------------------------------------------------------------- decode at batch 1
+def test_decode_batch1_8b_h100_is_weight_streaming_plus_overhead():
+    eff = H100.efficiency
+    weights_s = Q8B.matmul_params_per_token * 2 / (H100.hbm_bw_bytes_per_s * eff.memory)
+    expected_s = weights_s + eff.step_overhead_s + eff.per_seq_overhead_s
+    step_s = float(step_cost(Q8B, None, H100, TP1, 1, 0).time_s(256))
+    print(f"\nQwen3-8B bf16 decode step, batch 1, 256 ctx, h100_sxm: {step_s * 1e3:.3f} ms "
+          f"(weights {weights_s * 1e3:.3f} ms + overhead {(eff.step_overhead_s + eff.per_seq_overhead_s) * 1e3:.3f} ms)")
+    assert step_s == pytest.approx(expected_s, rel=0.03)
+    assert step_s >= expected_s  # KV reads and norms only add
+
+
+def test_decode_batch1_is_memory_bound():
+    assert decode_cost(Q8B, H100, TP1, 1).bound(256) == "memory"
+
+
+# ----------------------------------------------------------------------------- memory → compute flip
+def _flip_batch(context_per_seq: int) -> int:
+    n = np.arange(1, 4097, dtype=float)
+    bound = decode_cost(Q8B, H100, TP1, n).bound(n * context_per_seq)
+    assert bound[0] == "memory"
+    compute = np.flatnonzero(bound == "compute")
+    assert compute.size, "never turns compute-bound"
+    first = int(compute[0])
+    assert np.all(bound[first:] == "compute"), "the flip is not monotone in batch"
+    return int(n[first])
+
+
+def test_bound_flips_memory_to_compute_near_the_ridge_point():
+    ridge = ridge_point(H100, "bf16")  # FLOP/byte; a bf16 GEMM over T tokens does T FLOP/byte of weights
+    flip0 = _flip_batch(0)
+    flip64 = _flip_batch(64)
+    print(f"\nridge point {ridge:.0f} FLOP/byte; flip batch at context 0: {flip0}, at context 64: {flip64}")
+    assert 0.9 * ridge <= flip0 <= 1.1 * ridge
+    # KV reads (memory-bound at any batch) push the flip to larger batches
+    assert flip0 <= flip64 <= 2 * ridge
+
+
+def test_long_context_decode_never_turns_compute_bound():
+    n = np.array([1.0, 64.0, 1024.0])
+    assert np.all(decode_cost(Q8B, H100, TP1, n).bound(n * 8192) == "memory")
+
+
+# ----------------------------------------------------------------------------- verify vs decode
+@pytest.mark.parametrize("batch", [1, 2, 3, 4])
+def test_verify_k3_costs_about_one_decode_at_small_batch(batch):
+    ctx = batch * 256
+    ratio = float(verify_cost(Q8B, H100, TP1, batch, 3).time_s(ctx) / decode_cost(Q8B, H100, TP1, batch).time_s(ctx))
+    assert 1.0 <= ratio <= 1.15
+
+
+def test_verify_k3_approaches_k_plus_1_decodes_at_large_batch():
+    n = np.array([1.0, 16.0, 128.0, 512.0, 1024.0])
+    ctx = n * 64
+    ratio = verify_cost(Q8B, H100, TP1, n, 3).time_s(ctx) / decode_cost(Q8B, H100, TP1, n).time_s(ctx)
+    print(f"\nverify(k=3)/decode at context 64, batch {n.astype(int).tolist()}: {np.round(ratio, 2).tolist()}")
+    assert np.all(np.diff(ratio) >= -1e-12)
+    assert 3.0 < ratio[-1] <= 4.0 + 1e-9
+
+
+# ----------------------------------------------------------------------------- tensor parallel
+def test_tp2_halves_weight_time_and_adds_all_reduces():
+    d1 = decode_cost(Q8B, H100, TP1, 1)
+    d2 = decode_cost(Q8B, H100, TP2, 1)
+    assert float(d2.memory_s) == pytest.approx(float(d1.memory_s) / 2, rel=1e-9)
+    assert float(d1.comm_s) == 0.0
+    act = Q8B.hidden * TP2.act_bytes  # one token's hidden state
+    two_all_reduces = Q8B.layers * 2 * float(comm.all_reduce_s(act, 2, H100))
+    assert float(d2.comm_s) == pytest.approx(two_all_reduces, rel=1e-9)
+    assert float(d2.fixed_s) == pytest.approx(float(d1.fixed_s) / 2 + two_all_reduces, rel=1e-6)
+    # per-GPU weights halve too (embedding and LM head are TP-sharded)
+    assert weight_bytes_per_gpu(Q8B, TP2) == pytest.approx(weight_bytes_per_gpu(Q8B, TP1) / 2)
+
+
+# ----------------------------------------------------------------------------- MoE
+def test_expected_experts_hit():
+    assert float(expected_experts_hit(128, 8, 1)) == pytest.approx(8.0)
+    assert float(expected_experts_hit(128, 8, 0)) == 0.0
+    assert float(expected_experts_hit(128, 8, 10_000)) == pytest.approx(128.0)
+    hits = expected_experts_hit(128, 8, np.arange(0, 200))
+    assert np.all(np.diff(hits) > 0) and np.all(hits <= 128)
+
+
+def test_moe_decode_reads_top_k_experts_at_one_token_and_all_at_many():
+    lay = ParallelLayout(tp=1)
+    one = decode_cost(Q30B, H100, lay, 1)
+    many = decode_cost(Q30B, H100, lay, 4096)
+    bw = H100.hbm_bw_bytes_per_s * H100.efficiency.memory
+    expert_bytes_all = Q30B.layers * Q30B.moe.experts * Q30B.expert_params * 2
+    expert_bytes_topk = Q30B.layers * Q30B.moe.top_k * Q30B.expert_params * 2
+    # memory side difference ≈ the extra experts streamed (non-expert weights are read once either way)
+    extra = float(many.memory_s - one.memory_s) * bw
+    assert extra == pytest.approx(expert_bytes_all - expert_bytes_topk, rel=0.05)
+
+
+# ----------------------------------------------------------------------------- collectives
+def test_nvlink_inside_domain_scaleout_outside():
+    assert comm.link(H100, 8) == (H100.nvlink_bw_bytes_per_s * H100.efficiency.comm, H100.nvlink_latency_s)
+    assert comm.link(H100, 16) == (H100.scaleout_bw_bytes_per_s * H100.efficiency.comm, H100.scaleout_latency_s)
+    assert comm.link(GB200, 72)[0] == GB200.nvlink_bw_bytes_per_s * GB200.efficiency.comm
+    big = 256e6
+    assert float(comm.all_reduce_s(big, 16, H100)) > 5 * float(comm.all_reduce_s(big, 8, H100))
+    assert float(comm.all_reduce_s(big, 1, H100)) == 0.0
+
+
+def test_all_reduce_ring_formula():
+    n, nbytes = 8, 1e9
+    bw, lat = comm.link(H100, n)
+    assert float(comm.all_reduce_s(nbytes, n, H100)) == pytest.approx(3 * lat + 2 * (n - 1) / n * nbytes / bw)
+
+
+# ----------------------------------------------------------------------------- memory
+def test_235b_bf16_tp4_on_h100_does_not_fit():
+    with pytest.raises(LayoutError, match="needs 470 GB"):
+        memory_plan(Q235B, H100, ParallelLayout(tp=4))
+
+
+def test_8b_on_gb200_has_kv_capacity():
+    plan = memory_plan(Q8B, GB200, TP1)
+    assert plan.kv_capacity_tokens > 0
+    assert plan.kv_bytes_per_token == Q8B.kv_bytes_per_token(2.0)
+    assert plan.weight_bytes + plan.activation_bytes + plan.kv_bytes == pytest.approx(plan.usable_bytes)
+
+
+def test_kv_does_not_fit_is_a_layout_error():
+    with pytest.raises(LayoutError, match="left for KV"):
+        memory_plan(Q8B, H100, TP1, min_kv_tokens=10**9)
+
+
+# ----------------------------------------------------------------------------- consistency
+@pytest.mark.parametrize("q", [1, 4])
+def test_forward_time_uniform_q_equals_pass_cost(q):
+    rng = np.random.default_rng(0)
+    ctx = rng.integers(0, 8000, size=37).astype(float)
+    qs = np.full(ctx.shape, float(q))
+    t = forward_time_s(Q8B, H100, TP1, qs, ctx, logits_per_seq=q)
+    p = float(pass_cost(Q8B, H100, TP1, ctx.size, q, q).time_s(ctx.sum()))
+    assert t == pytest.approx(p, rel=1e-12)
+
+
+MODELS = st.sampled_from([(Q8B, TP1), (Q8B, TP2), (Q30B, TP1), (Q30B, ParallelLayout(tp=2, ep=4))])
+
+
+@settings(max_examples=60, deadline=None)
+@given(MODELS, st.sampled_from([0, 3]), st.integers(1, 2048), st.integers(1, 2048),
+       st.integers(0, 32768), st.integers(0, 32768))
+def test_step_time_monotone_in_batch_and_context(model_layout, k, n1, n2, c1, c2):
+    model, lay = model_layout
+    drafter = drafter_arch("eagle3", model) if k else None
+    (n1, n2), (c1, c2) = sorted((n1, n2)), sorted((c1, c2))
+    cost = step_cost(model, drafter, H100, lay, np.array([n1, n2], dtype=float), k)
+    fixed, per_ctx = cost.fixed_s, cost.per_ctx_token_s
+    t = lambda i, c: fixed[i] + per_ctx[i] * [n1, n2][i] * c  # noqa: E731
+    assert t(0, c1) <= t(1, c1) * (1 + 1e-12)  # batch
+    assert t(0, c1) <= t(0, c2) * (1 + 1e-12)  # context
+    assert t(1, c1) <= t(1, c2) * (1 + 1e-12)
