@@ -627,6 +627,45 @@ def check(
         con.print(f"[yellow]warning:[/yellow] {msg}")
 
 
+@app.command("validate")
+@handle_errors
+def validate_cmd(
+    targets: Annotated[Optional[list[str]], typer.Argument(help="Target YAML files (default: calibration/targets/*.yaml).")] = None,
+    tolerance: Annotated[Optional[float], typer.Option("--tolerance", help="Override every row's relative tolerance.")] = None,
+    out: Annotated[str, typer.Option("--out", help="Folder for validation.csv and validation.md.")] = "results/validation",
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Run each published target's scenario and print measured vs simulated; exit 1 if any row fails."""
+    import pandas as pd
+
+    from specsim.report.atomic import write_csv, write_text
+    from specsim.validate import validate
+
+    if tolerance is not None and not tolerance > 0:
+        raise _bad_option("--tolerance", tolerance, "a relative tolerance > 0")
+    rows = validate(targets, tolerance)
+    frame = pd.DataFrame([r.as_dict() for r in rows])
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_csv(folder / "validation.csv", frame)
+    cols = ["target", "metric", "params", "role", "measured", "simulated", "error_pct", "tolerance_pct", "result"]
+    md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    md += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in frame.to_dict("records")]
+    write_text(folder / "validation.md", "# specsim validate\n\n" + "\n".join(md) + "\n")
+    failed = int((frame["result"] != "pass").sum())
+    if fmt is Format.json:
+        _emit_json({"rows": frame.to_dict("records"), "failed": failed, "out": str(folder)})
+    else:
+        t = _table("measured vs simulated", *cols, right_from=4)
+        for r in frame.to_dict("records"):
+            t.add_row(*(str(r[c]) for c in cols))
+        con = _console()
+        con.print(t)
+        con.print(f"{len(frame) - failed} of {len(frame)} rows within tolerance; written to {folder}/validation.csv, .md")
+    if failed:
+        raise typer.Exit(1)
+
+
 # ============================================================================ entry point
 def main() -> None:
     """Console-script entry point (`specsim`, `python -m specsim`)."""
