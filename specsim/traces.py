@@ -63,8 +63,14 @@ FILE_FIELD = "(file)"
 KERNEL_OPS = ("decode", "verify", "prefill", "draft")
 DRAFTER_KINDS = ("eagle3", "mtp", "self_quant", "ngram")
 _JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
-_KIND_ALIASES = {"kernel": "kernel", "engine": "engine", "lengths": "lengths", "length": "lengths",
-                 "stage": "stage", "stages": "stage"}
+_KIND_ALIASES = {
+    "kernel": "kernel",
+    "engine": "engine",
+    "lengths": "lengths",
+    "length": "lengths",
+    "stage": "stage",
+    "stages": "stage",
+}
 
 
 @dataclass(frozen=True)
@@ -104,7 +110,12 @@ class Column:
 
 FORMATS: dict[str, tuple[Column, ...]] = {
     "kernel": (
-        Column("op", "choice", choices=KERNEL_OPS, doc="which pass: decode (q=1), verify (q=k+1), prefill (q=prompt), draft (one drafter pass, q=1)"),
+        Column(
+            "op",
+            "choice",
+            choices=KERNEL_OPS,
+            doc="which pass: decode (q=1), verify (q=k+1), prefill (q=prompt), draft (one drafter pass, q=1)",
+        ),
         Column("model", "str", doc="catalog name of the (target) model, e.g. Qwen3-8B"),
         Column("tp", "int", minimum=1, doc="tensor-parallel degree"),
         Column("ep", "int", required=False, minimum=1, default=1, doc="expert-parallel degree (default 1)"),
@@ -115,7 +126,9 @@ FORMATS: dict[str, tuple[Column, ...]] = {
         Column("time_s", "float", minimum=0, exclusive=True, unit="s", doc="measured forward-pass time"),
         Column("weight_dtype", "choice", required=False, choices=tuple(DTYPE_BYTES), doc="weight dtype (default bf16)"),
         Column("kv_dtype", "choice", required=False, choices=tuple(DTYPE_BYTES), doc="KV-cache dtype (default bf16)"),
-        Column("drafter", "choice", required=False, choices=DRAFTER_KINDS, doc="op=draft: drafter kind (default eagle3)"),
+        Column(
+            "drafter", "choice", required=False, choices=DRAFTER_KINDS, doc="op=draft: drafter kind (default eagle3)"
+        ),
         Column("hardware", "str", required=False, doc="hardware profile name, e.g. h200_sxm"),
         Column("machine", "str", required=False, doc="free text: GPU name, driver, torch version"),
     ),
@@ -126,7 +139,13 @@ FORMATS: dict[str, tuple[Column, ...]] = {
         Column("total_context_tokens", "float", minimum=0, unit="tokens", doc="sum of cached tokens over the batch"),
         Column("k", "int", minimum=0, doc="draft length used (0 = no speculation)"),
         Column("tokens_emitted", "int", minimum=0, unit="tokens", doc="tokens emitted over the batch this step"),
-        Column("accepted_tokens", "int", minimum=0, unit="tokens", doc="draft tokens accepted over the batch (excludes the bonus token)"),
+        Column(
+            "accepted_tokens",
+            "int",
+            minimum=0,
+            unit="tokens",
+            doc="draft tokens accepted over the batch (excludes the bonus token)",
+        ),
         Column("model", "str", required=False, doc="catalog model name"),
         Column("tp", "int", required=False, minimum=1, doc="tensor-parallel degree (default 1)"),
         Column("drafter", "choice", required=False, choices=DRAFTER_KINDS, doc="drafter kind for k>0 steps"),
@@ -180,8 +199,12 @@ def _load_text(path: Path) -> str:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise _err(FILE_FIELD, data[exc.start:exc.start + 8],
-                   f"UTF-8 text (CSV or JSONL); the byte at offset {exc.start} is not", where) from None
+        raise _err(
+            FILE_FIELD,
+            data[exc.start : exc.start + 8],
+            f"UTF-8 text (CSV or JSONL); the byte at offset {exc.start} is not",
+            where,
+        ) from None
     if "\x00" in text:
         raise _err(FILE_FIELD, "binary data (NUL bytes)", "UTF-8 text (CSV or JSONL)", where)
     return text
@@ -236,7 +259,9 @@ def _parse_records(path: Path, text: str, kind_hint: str | None):
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise _err(FILE_FIELD, _short(line.strip()), f"one JSON object per line (line {lineno}: {exc.msg})", where) from None
+                raise _err(
+                    FILE_FIELD, _short(line.strip()), f"one JSON object per line (line {lineno}: {exc.msg})", where
+                ) from None
             if not isinstance(obj, dict):
                 raise _err(FILE_FIELD, _short(line.strip()), f"one JSON object per line (line {lineno})", where)
             obj = {str(k).strip().lower(): v for k, v in obj.items()}
@@ -266,8 +291,12 @@ def _parse_records(path: Path, text: str, kind_hint: str | None):
         raise _err(FILE_FIELD, "header only", "a trace with at least one record after the header", where)
     for lineno, r in data_rows:
         if len(r) != len(header):
-            raise _err(FILE_FIELD, f"line {lineno}: {len(r)} fields",
-                       f"{len(header)} comma-separated fields per row, as in the header {header}", where)
+            raise _err(
+                FILE_FIELD,
+                f"line {lineno}: {len(r)} fields",
+                f"{len(header)} comma-separated fields per row, as in the header {header}",
+                where,
+            )
         records.append((f"line {lineno}", dict(zip(header, r))))
     return meta, "csv", header, records
 
@@ -353,8 +382,12 @@ def _build_frame(kind: str, columns: list[str], records: list[tuple[str, dict]],
     for col in spec:
         if col.required and col.name not in present:
             names = [col.name, *col.aliases]
-            raise _err(col.name, "missing column",
-                       f"a column of a {kind} trace (header needs {' or '.join(names)}; found {columns})", where)
+            raise _err(
+                col.name,
+                "missing column",
+                f"a column of a {kind} trace (header needs {' or '.join(names)}; found {columns})",
+                where,
+            )
     out: dict[str, Any] = {}
     for col in spec:
         if col.name not in present:
@@ -403,6 +436,7 @@ def _series(col: Column, values: list, gaps: bool) -> pd.Series:
 
 def _check_rows(kind: str, df: pd.DataFrame, labels: list[str], where) -> None:
     """Cross-column consistency checks."""
+
     def first(mask, col, allowed):
         idx = np.flatnonzero(np.asarray(mask, dtype=bool))
         if idx.size:
@@ -458,8 +492,13 @@ def _read(path, kind: str | None) -> pd.DataFrame:
     if kind is None:
         kind = declared or _kind_from_columns(columns)
         if kind is None:
-            raise _err(FILE_FIELD, columns, "the columns of a kernel, engine, lengths or stage trace "
-                       "(see calibration/README.md), or a '# kind: <kind>' first line", where)
+            raise _err(
+                FILE_FIELD,
+                columns,
+                "the columns of a kernel, engine, lengths or stage trace "
+                "(see calibration/README.md), or a '# kind: <kind>' first line",
+                where,
+            )
     elif declared is not None and declared != kind:
         raise _err("kind", declared, f"'{kind}' (the file declares '# kind: {declared}')", where)
     df = _build_frame(kind, columns, records, where)
@@ -507,8 +546,12 @@ def validate_trace(df: pd.DataFrame, kind: str, where: str = "<DataFrame>") -> p
     """Validate an in-memory frame as a `kind` trace; returns the normalised frame (dtypes as a reader gives)."""
     kind = _resolve_kind(kind, where)
     if not isinstance(df, pd.DataFrame) or df.empty:
-        raise _err(FILE_FIELD, "empty" if isinstance(df, pd.DataFrame) else type(df).__name__,
-                   f"a non-empty pandas DataFrame of {kind} records", where)
+        raise _err(
+            FILE_FIELD,
+            "empty" if isinstance(df, pd.DataFrame) else type(df).__name__,
+            f"a non-empty pandas DataFrame of {kind} records",
+            where,
+        )
     columns = [str(c).strip().lower() for c in df.columns]
     frame = df.copy()
     frame.columns = columns
@@ -524,6 +567,9 @@ def atomic_write_text(path, text: str) -> Path:
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=str(p.parent), prefix=f".{p.name}.", suffix=".tmp")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
             fh.flush()

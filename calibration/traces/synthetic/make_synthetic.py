@@ -62,8 +62,13 @@ def _noise(rng: np.random.Generator, n: int, sigma: float) -> np.ndarray:
     return np.exp(rng.normal(0.0, sigma, n)) if sigma > 0 else np.ones(n)
 
 
-def make_kernel_trace(rng: np.random.Generator, hw: HardwareSpec | None = None, noise: float = NOISE,
-                      tps=(1, 2, 4), model_name: str = MODEL) -> pd.DataFrame:
+def make_kernel_trace(
+    rng: np.random.Generator,
+    hw: HardwareSpec | None = None,
+    noise: float = NOISE,
+    tps=(1, 2, 4),
+    model_name: str = MODEL,
+) -> pd.DataFrame:
     """Forward-pass times of decode / verify / prefill / draft shapes priced by the cost model."""
     hw = hw or true_hardware()
     model = load_model(model_name)
@@ -98,14 +103,24 @@ def make_kernel_trace(rng: np.random.Generator, hw: HardwareSpec | None = None, 
     return df
 
 
-def make_engine_trace(rng: np.random.Generator, hw: HardwareSpec | None = None, noise: float = NOISE,
-                      n_steps: int = 400, ks=(0, 1, 3, 5), alpha: float = TRUE_ALPHA, rl_steps=None,
-                      stale_alpha0: float = TRUE_STALE_ALPHA0, stale_rate: float = TRUE_STALE_RATE,
-                      model_name: str = MODEL) -> pd.DataFrame:
+def make_engine_trace(
+    rng: np.random.Generator,
+    hw: HardwareSpec | None = None,
+    noise: float = NOISE,
+    n_steps: int = 400,
+    ks=(0, 1, 3, 5),
+    alpha: float = TRUE_ALPHA,
+    rl_steps=None,
+    stale_alpha0: float = TRUE_STALE_ALPHA0,
+    stale_rate: float = TRUE_STALE_RATE,
+    model_name: str = MODEL,
+    batches=None,
+) -> pd.DataFrame:
     """Engine steps: step_s from step_cost (+ noise); tokens from per-sequence acceptance draws.
 
     rl_steps: if given, each step is assigned an RL step from this list and acceptance follows
     alpha(v) = stale_alpha0 * exp(-stale_rate * v) instead of the constant `alpha`.
+    batches: if given, the active batch sizes to cycle through (else drawn: half log-uniform, half uniform).
     """
     from specsim.workload.acceptance import sample_tokens_per_verify
 
@@ -117,6 +132,8 @@ def make_engine_trace(rng: np.random.Generator, hw: HardwareSpec | None = None, 
     log_uniform = np.rint(np.exp(rng.uniform(0, np.log(256), n_steps)))
     uniform = rng.integers(1, 257, n_steps)
     batch = np.clip(np.where(rng.random(n_steps) < 0.5, log_uniform, uniform), 1, 256).astype(int)
+    if batches is not None:  # a given set of batch sizes, cycled
+        batch = np.resize(np.asarray(batches, dtype=int), n_steps)
     ctx_per_seq = rng.uniform(256, 8192, n_steps)
     k = rng.choice(np.asarray(ks), n_steps)
     steps = None if rl_steps is None else rng.choice(np.asarray(rl_steps), n_steps)
@@ -133,17 +150,32 @@ def make_engine_trace(rng: np.random.Generator, hw: HardwareSpec | None = None, 
             emitted = int(sample_tokens_per_verify(rng, np.full(n, a), kk).sum())
         else:
             emitted = n
-        row = {"time_s": clock, "step_s": t, "active_batch": n, "total_context_tokens": total_ctx, "k": kk,
-               "tokens_emitted": emitted, "accepted_tokens": emitted - n, "model": model_name, "tp": 1,
-               "drafter": DRAFTER if kk else None}
+        row = {
+            "time_s": clock,
+            "step_s": t,
+            "active_batch": n,
+            "total_context_tokens": total_ctx,
+            "k": kk,
+            "tokens_emitted": emitted,
+            "accepted_tokens": emitted - n,
+            "model": model_name,
+            "tp": 1,
+            "drafter": DRAFTER if kk else None,
+        }
         if steps is not None:
             row["rl_step"] = int(steps[i])
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def make_length_trace(rng: np.random.Generator, n: int = 1500, mu: float = TRUE_LENGTH_MU,
-                      sigma: float = TRUE_LENGTH_SIGMA, cap: int = LENGTH_CAP, group: int = 8) -> pd.DataFrame:
+def make_length_trace(
+    rng: np.random.Generator,
+    n: int = 1500,
+    mu: float = TRUE_LENGTH_MU,
+    sigma: float = TRUE_LENGTH_SIGMA,
+    cap: int = LENGTH_CAP,
+    group: int = 8,
+) -> pd.DataFrame:
     """Lognormal response lengths (tokens), rounded, truncated at `cap`."""
     x = np.exp(rng.normal(mu, sigma, n))
     length = np.clip(np.rint(x), 1, cap).astype(int)
@@ -169,28 +201,58 @@ def make_stage_trace(rng: np.random.Generator, steps: int = 10) -> pd.DataFrame:
 
 def _meta(what: str) -> dict:
     eff = ", ".join(f"{k}={v:g}" for k, v in TRUE_EFFICIENCY.items())
-    known = what.format(eff=eff, alpha=TRUE_ALPHA, a0=TRUE_STALE_ALPHA0, rate=TRUE_STALE_RATE, mu=TRUE_LENGTH_MU,
-                        sigma=TRUE_LENGTH_SIGMA, cap=LENGTH_CAP, noise=NOISE)
-    return {"comment": f"synthetic, generated from known parameters: {known}. NOT a measurement: written by "
-                       f"calibration/traces/synthetic/make_synthetic.py (seed {SEED}) from specsim's own models.",
-            "synthetic": "true"}
+    known = what.format(
+        eff=eff,
+        alpha=TRUE_ALPHA,
+        a0=TRUE_STALE_ALPHA0,
+        rate=TRUE_STALE_RATE,
+        mu=TRUE_LENGTH_MU,
+        sigma=TRUE_LENGTH_SIGMA,
+        cap=LENGTH_CAP,
+        noise=NOISE,
+    )
+    return {
+        "comment": f"synthetic, generated from known parameters: {known}. NOT a measurement: written by "
+        f"calibration/traces/synthetic/make_synthetic.py (seed {SEED}) from specsim's own models.",
+        "synthetic": "true",
+    }
 
 
 def build_all() -> dict[str, tuple[str, pd.DataFrame, dict]]:
     """file name -> (kind, frame, header metadata). Deterministic (fixed seed)."""
     rng = np.random.default_rng(SEED)
     return {
-        "h200_qwen3_8b_kernel.csv": ("kernel", make_kernel_trace(rng), _meta(
-            f"{HARDWARE} efficiency {{eff}}; {MODEL}, tp 1/2/4; multiplicative lognormal noise sigma={{noise}}")),
-        "h200_qwen3_8b_engine.csv": ("engine", make_engine_trace(rng), _meta(
-            f"{HARDWARE} efficiency {{eff}}; {MODEL} tp 1, {DRAFTER} drafter; alpha={{alpha}} (no position decay); "
-            "step time noise sigma={noise}")),
-        "qwen3_8b_stale_engine.jsonl": ("engine", make_engine_trace(rng, n_steps=160, ks=(3,), rl_steps=range(0, 101, 10)), _meta(
-            f"{HARDWARE} efficiency {{eff}}; acceptance alpha(v) = {{a0}} * exp(-{{rate}} * rl_step), k=3")),
-        "lengths.csv": ("lengths", make_length_trace(rng), _meta(
-            "lognormal mu={mu}, sigma={sigma} (tokens), rounded, truncated at cap {cap}")),
-        "stages.csv": ("stage", make_stage_trace(rng), _meta(
-            "stage means generation 120 s (SD: x0.6), reward 2 s, logprob 12 s, train 30 s, weight sync 3 s; 2 % noise")),
+        "h200_qwen3_8b_kernel.csv": (
+            "kernel",
+            make_kernel_trace(rng),
+            _meta(f"{HARDWARE} efficiency {{eff}}; {MODEL}, tp 1/2/4; multiplicative lognormal noise sigma={{noise}}"),
+        ),
+        "h200_qwen3_8b_engine.csv": (
+            "engine",
+            make_engine_trace(rng),
+            _meta(
+                f"{HARDWARE} efficiency {{eff}}; {MODEL} tp 1, {DRAFTER} drafter; alpha={{alpha}} (no position decay); "
+                "step time noise sigma={noise}"
+            ),
+        ),
+        "qwen3_8b_stale_engine.jsonl": (
+            "engine",
+            make_engine_trace(rng, n_steps=160, ks=(3,), rl_steps=range(0, 101, 10)),
+            _meta(f"{HARDWARE} efficiency {{eff}}; acceptance alpha(v) = {{a0}} * exp(-{{rate}} * rl_step), k=3"),
+        ),
+        "lengths.csv": (
+            "lengths",
+            make_length_trace(rng),
+            _meta("lognormal mu={mu}, sigma={sigma} (tokens), rounded, truncated at cap {cap}"),
+        ),
+        "stages.csv": (
+            "stage",
+            make_stage_trace(rng),
+            _meta(
+                "stage means generation 120 s (SD: x0.6), reward 2 s, logprob 12 s, train 30 s, "
+                "weight sync 3 s; 2 % noise"
+            ),
+        ),
     }
 
 
@@ -207,9 +269,12 @@ def main(argv=None) -> int:
         path = out / name
         if args.check:
             got = read_trace(path)
-            same = got.shape[0] == df.shape[0] and np.allclose(got.select_dtypes("number").to_numpy(float),
-                                                                 df[got.select_dtypes("number").columns].to_numpy(float),
-                                                                 rtol=1e-12, equal_nan=True)
+            same = got.shape[0] == df.shape[0] and np.allclose(
+                got.select_dtypes("number").to_numpy(float),
+                df[got.select_dtypes("number").columns].to_numpy(float),
+                rtol=1e-12,
+                equal_nan=True,
+            )
             print(f"{'ok ' if same else 'DIFF'} {path}")
             bad += not same
         else:
