@@ -666,6 +666,34 @@ def validate_cmd(
         raise typer.Exit(1)
 
 
+@app.command("calibrate")
+@handle_errors
+def calibrate_cmd(
+    traces: Annotated[list[str], typer.Argument(help="Trace files (kernel, engine, lengths, stages; CSV or JSONL).")],
+    hardware: Annotated[str, typer.Option("--hardware", help="Profile whose efficiency factors are fitted.")],
+    model: Annotated[Optional[str], typer.Option("--model", help="Model of the traces (default: the traces' column).")] = None,
+    drafter: Annotated[Optional[str], typer.Option("--drafter", help="Drafter kind of the SD rows (eagle3, mtp, ...).")] = None,
+    out: Annotated[Optional[str], typer.Option("--out", help="Write the calibrated profile YAML here.")] = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Fit a hardware profile's efficiency factors (and acceptance, lengths) to traces."""
+    from specsim.calibrate import calibrate
+
+    report = calibrate(traces, hardware, model=model, out=out, drafter_kind=drafter)
+    rows = report.to_rows()
+    if fmt is Format.json:
+        _emit_json({"rows": rows, "residuals": report.residual_stats(), "out": out})
+        return
+    t = _table(f"calibration of {hardware}", "parameter", "unit", "prior", "fitted", "status", right_from=2)
+    for r in rows:
+        t.add_row(*(str(r.get(c, "")) if r.get(c) is not None else "-" for c in ("parameter", "unit", "prior", "fitted", "status")))
+    con = _console()
+    con.print(report.summary())
+    con.print(t)
+    if out:
+        con.print(f"calibrated profile written to {out}")
+
+
 # ============================================================================ entry point
 def main() -> None:
     """Console-script entry point (`specsim`, `python -m specsim`)."""
