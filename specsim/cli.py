@@ -694,6 +694,17 @@ def calibrate_cmd(
         con.print(f"calibrated profile written to {out}")
 
 
+# `specsim run` and `specsim show scenario` live in cli_run.py (parsing and printing only)
+def _register_run_commands() -> None:
+    from specsim import cli_run
+
+    app.command("run")(cli_run.run)
+    show_app.command("scenario")(cli_run.show_scenario)
+
+
+_register_run_commands()
+
+
 # ============================================================================ entry point
 def main() -> None:
     """Console-script entry point (`specsim`, `python -m specsim`)."""

@@ -1,0 +1,181 @@
+"""`specsim run` and `specsim show scenario`: typer command functions that only parse options, call
+:mod:`specsim.runner` and print (rich tables, or JSON with ``--format json``).
+
+They are registered in :mod:`specsim.cli`::
+
+    from specsim.cli_run import run as run_cmd, show_scenario as show_scenario_cmd
+    app.command("run")(run_cmd)
+    show_app.command("scenario")(show_scenario_cmd)
+
+Errors go through ``specsim.cli.user_errors`` (imported when a command runs, so either module may
+be imported first): bad input prints one ``error: ...`` paragraph and exits 2.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+__all__ = ["run", "show_scenario", "Backend", "OutFormat"]
+
+
+class Backend(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
+class OutFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+ScenarioArg = Annotated[str, typer.Argument(help="Scenario YAML (see scenarios/).")]
+SetOpt = Annotated[Optional[list[str]], typer.Option(
+    "--set", "-s", metavar="PATH=VALUE",
+    help="Override a scenario field, e.g. --set speculation.k=5 or --set 'sweep.speculation.k=[0,3]' (repeatable).")]
+FormatOpt = Annotated[OutFormat, typer.Option("--format", "-f", help="Output format.")]
+
+
+def _errors(fn: Callable) -> Callable:
+    """Run the command inside specsim.cli.user_errors (exit 2 on bad input, 1 on a bug)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from specsim.cli import user_errors
+
+        with user_errors():
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def _console():
+    from rich.console import Console
+
+    out = sys.stdout
+    return Console(file=out, width=None if out.isatty() else 160, soft_wrap=False, highlight=False)
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def _ci(m: dict | None, digits: int = 3) -> str:
+    from specsim.report.tables import fmt_ci
+
+    return fmt_ci(m, digits)
+
+
+# ============================================================================ specsim run
+@_errors
+def run(
+    scenario: ScenarioArg,
+    sets: SetOpt = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Results folder (default: "
+                                                "<output.dir>/<scenario>-<UTC timestamp>/). Rerun into the same "
+                                                "folder to resume.")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Parallel worker processes (local) or Ray CPUs.")] = 2,
+    backend: Annotated[Backend, typer.Option("--backend", help="local processes, or a Ray cluster.")] = Backend.local,
+    address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (ray.init(address=...)); "
+                                                   "default: a local Ray instance.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite results of a different scenario in --out.")] = False,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar on stderr.")] = False,
+    fmt: FormatOpt = OutFormat.table,
+) -> None:
+    """Run a scenario's sweep (every point, its baselines, the capacity plan) into a results folder:
+    points.csv, steps.csv, summary.md/json and plots. Resumable."""
+    from specsim.runner import run_scenario
+
+    res = run_scenario(scenario, list(sets or ()), out=out, jobs=jobs, backend=backend.value, address=address,
+                       progress=not no_progress and fmt is OutFormat.table, force=force)
+    if fmt is OutFormat.json:
+        typer.echo(json.dumps(_jsonable({**res.to_dict(), "summary": res.summary}), indent=2))
+        return
+    _print_run(res)
+
+
+def _print_run(res) -> None:
+    from rich.table import Table
+
+    s = res.summary
+    con = _console()
+    con.print(f"[bold]{s['scenario']}[/bold]: {s['model']} on {s['hardware']} — {res.rows} rows "
+              f"({res.combinations} points × {res.replicates} replicates); {res.computed_runs} runs simulated, "
+              f"{res.reused_runs} reused; {res.wall_s:.1f} s")
+    con.print(f"results: {res.out_dir}")
+    t = Table(title=f"points (means; 95 % CI over replicates where n ≥ 2) — ranked by {s['rank_by']}",
+              title_justify="left", header_style="bold")
+    for c in ("#", "point", "policy", "E2E vs sync AR", "E2E vs baseline", "gen vs baseline", "step s", "τ"):
+        t.add_column(c, justify="left" if c in ("point", "policy") else "right")
+    best = (s.get("best") or {}).get("point")
+    for e in s["points"]:
+        vals = ", ".join(f"{k}={v}" for k, v in e["values"].items()) or "-"
+        mark = " *" if e["point"] == best else ""
+        t.add_row(f"{e['point']}{mark}", vals, e["sd_policy"], _ci(e["e2e_speedup_vs_sync_ar"]),
+                  _ci(e["e2e_speedup"]), _ci(e["generation_speedup"]), _ci(e["step_s"], 1), _ci(e["tau"], 2))
+    con.print(t)
+    b = s.get("best")
+    if b:
+        vals = ", ".join(f"{k}={v}" for k, v in b["values"].items()) or "(no sweep)"
+        con.print(f"[bold]best[/bold] (*): {vals} — {b['sd_policy']}, k={b['k']}, policy lag={b['policy_lag']}: "
+                  f"E2E {_ci(b['e2e_speedup_vs_sync_ar'])}× vs sync AR, {_ci(b['e2e_speedup'])}× vs baseline, "
+                  f"generation {_ci(b['generation_speedup'])}×")
+    if s.get("sd_gain_over_best_ar"):
+        con.print(f"SD gain over the best AR configuration: {_ci(s['sd_gain_over_best_ar'])}×")
+    if s["replicates"] < 2:
+        con.print(f"note: {s['ci']}")
+    cap = s.get("capacity") or {}
+    for v, label in (("ar", "without SD"), ("sd", "with SD")):
+        m = (cap.get("minimum") or {}).get(v)
+        if m and m.get("simulated") and cap.get("target_step_s"):
+            con.print(f"capacity: {label}, {m['simulated']} rollout GPUs reach the {cap['target_step_s']:.1f} s target "
+                      f"(≈{m['interpolated']} interpolated)")
+    con.print(f"summary: {Path(res.out_dir) / 'summary.md'}")
+
+
+# ============================================================================ specsim show scenario
+@_errors
+def show_scenario(
+    scenario: ScenarioArg,
+    sets: SetOpt = None,
+    fmt: FormatOpt = OutFormat.table,
+) -> None:
+    """The resolved scenario (after --set) and the points its sweep will run. Simulates nothing."""
+    import yaml
+    from rich.table import Table
+
+    from specsim import runner
+
+    info = runner.show_scenario(scenario, list(sets or ()))
+    if fmt is OutFormat.json:
+        typer.echo(json.dumps(_jsonable(info), indent=2))
+        return
+    con = _console()
+    con.print(f"[bold]{info['scenario']}[/bold] ({info['file']}): {info['model']} on {info['hardware']}; "
+              f"resolved sha256 {info['resolved_sha256'][:12]}")
+    con.print(yaml.safe_dump(info["resolved"], sort_keys=False).rstrip(), markup=False)
+    b = info["baseline"]
+    con.print(f"baseline: {b['overrides']} ({b['mode']}); sync AR is the baseline: {b['sync_ar_is_baseline']}")
+    t = Table(title=f"{info['rows']} points ({info['combinations']} combinations × {info['replicates']} replicates), "
+                    f"{info['runs']} distinct pipeline runs", title_justify="left", header_style="bold")
+    for c in ("#", "point_id", "replicate", "values", "k", "mode"):
+        t.add_column(c, justify="left" if c in ("point_id", "values", "mode") else "right")
+    for p in info["points"]:
+        vals = ", ".join(f"{k}={v}" for k, v in p["values"].items()) or "-"
+        t.add_row(str(p["point"]), p["point_id"], str(p["replicate"]), vals, str(p["k"]), p["mode"])
+    con.print(t)

@@ -1,0 +1,110 @@
+"""Atomic file writes: a temp file in the destination's directory, flushed and fsync'ed, then
+`os.replace`d over the destination. A reader (or a rerun after a crash) sees the old file or the
+new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+__all__ = ["atomic_open", "write_bytes", "write_text", "write_json", "write_csv", "write_parquet", "save_figure"]
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[io.IOBase]:
+    """Open a temp file next to `path`; on a clean exit fsync it and rename it over `path`."""
+    if mode not in ("wb", "w"):
+        raise ValueError(f"atomic_open mode must be 'wb' or 'w', got {mode!r}")
+    dest = Path(path)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    try:
+        with os.fdopen(fd, mode, **({"encoding": "utf-8", "newline": ""} if mode == "w" else {})) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(dest.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make the rename durable (POSIX); a no-op where directories cannot be opened."""
+    with contextlib.suppress(OSError, AttributeError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    with atomic_open(path, "wb") as fh:
+        fh.write(data)
+    return Path(path)
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    return write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str | os.PathLike, obj: Any, *, indent: int | None = 2) -> Path:
+    """JSON with sorted keys; floats as repr (exact round trip); NaN/inf as JSON NaN/Infinity."""
+    return write_text(path, json.dumps(obj, indent=indent, sort_keys=True, default=_json_default) + "\n")
+
+
+def _json_default(obj: Any) -> Any:
+    import numpy as np
+
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def write_csv(path: str | os.PathLike, frame) -> Path:
+    """A pandas DataFrame as CSV (no index, '\\n' line ends, floats by repr: byte-stable)."""
+    text = frame.to_csv(index=False, lineterminator="\n")
+    return write_text(path, text)
+
+
+def write_parquet(path: str | os.PathLike, frame) -> Path | None:
+    """Parquet when pyarrow is importable; returns None (writes nothing) otherwise."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return None
+    buf = io.BytesIO()
+    frame.to_parquet(buf, index=False, engine="pyarrow")
+    return write_bytes(path, buf.getvalue())
+
+
+def save_figure(path: str | os.PathLike, fig, **kwargs) -> Path:
+    """A matplotlib figure as PNG (or by the suffix), written atomically."""
+    buf = io.BytesIO()
+    fmt = Path(path).suffix.lstrip(".") or "png"
+    fig.savefig(buf, format=fmt, **kwargs)
+    return write_bytes(path, buf.getvalue())
+
+
+def write_with(path: str | os.PathLike, writer: Callable[[io.IOBase], None], mode: str = "wb") -> Path:
+    """Call `writer(fh)` on a temp file and rename it into place."""
+    with atomic_open(path, mode) as fh:
+        writer(fh)
+    return Path(path)

@@ -1,0 +1,408 @@
+"""Results tables and the summary: points.csv / steps.csv / runs.csv, the analysis behind
+summary.json and summary.md (best point, speedups with 95 % t-intervals over replicates, the
+capacity plan).
+
+Ranking. The best point is the one with the highest mean steady-state E2E speedup *vs synchronous
+AR on the same GPUs* — the one reference every point of a sweep shares (an async point's own
+baseline may be async AR at its own lag, which would make speedups of different lags
+incomparable). When sync AR could not be simulated for some point, the ranking falls back to the
+speedup vs each point's baseline.
+
+Confidence intervals. Each replicate r of a point is a paired comparison (the point and its
+baselines see the same random draws), so a speedup has one value per replicate; the interval is
+mean ± t(0.975, n−1)·sd/√n over the n replicates. With n = 1 there is no interval (and the
+summary says so).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specsim.report import atomic
+
+#: Per-point metrics aggregated over replicates (mean and 95 % CI).
+METRICS = ("e2e_speedup_vs_sync_ar", "e2e_speedup", "generation_speedup", "generation_speedup_vs_sync_ar",
+           "step_s", "generation_s", "exposed_generation_s", "tau", "mean_active_batch", "gpu_hours_per_step",
+           "tokens_per_s_per_gpu", "generation_share")
+#: Columns describing a point (identical over its replicates).
+DESCRIBE = ("mode", "sd_policy", "k", "policy_lag", "rollout_gpus", "training_gpus", "total_gpus")
+
+NO_CI_NOTE = ("n=1 replicate: no confidence interval (set sweep.replicates: N, N >= 2, for 95 % t-intervals "
+              "over paired replicates)")
+
+
+# ============================================================================ frames and CSVs
+def points_frame(rows: list[dict], cols: list[str]) -> pd.DataFrame:
+    """points.csv as a DataFrame: columns in `cols` order (missing columns dropped)."""
+    present = [c for c in cols if any(c in r for r in rows)] if rows else list(cols)
+    return pd.DataFrame([{c: r.get(c) for c in present} for r in rows], columns=present)
+
+
+def write_points_csv(path: Path, rows: list[dict], cols: list[str]) -> Path:
+    return atomic.write_csv(path, points_frame(rows, cols))
+
+
+def steps_columns() -> list[str]:
+    """steps.csv columns: point identity, then every StepRecord field in its declared order."""
+    from dataclasses import fields
+
+    from specsim.sim.pipeline import StepRecord
+
+    return ["point", "point_id", "replicate"] + [f.name for f in fields(StepRecord)]
+
+
+def write_steps_csv(path: Path, steps: list[dict]) -> Path:
+    cols = steps_columns()
+    extra = [c for c in (steps[0] if steps else {}) if c not in cols]
+    return atomic.write_csv(path, pd.DataFrame(steps, columns=cols + sorted(extra)))
+
+
+def write_runs_csv(path: Path, plan, cap_plan: dict, runs: dict) -> Path:
+    """The non-point runs (baselines, sync AR, capacity sizes) with their steady figures."""
+    rows = []
+    seen = set()
+    tasks = list(plan.tasks.values()) + list(cap_plan["tasks"].values())
+    for t in tasks:
+        roles = set(plan.roles.get(t.key, {t.role}))
+        if t.key in cap_plan["tasks"]:
+            roles.add("capacity")
+        if roles == {"point"} or t.key in seen:
+            continue
+        seen.add(t.key)
+        r = runs.get(t.key, {})
+        s = r.get("steady", {})
+        meta = r.get("meta", {})
+        rows.append({"key": t.key, "role": "+".join(sorted(roles)), "replicate": t.replicate, "mode": meta.get("mode"),
+                     "sd_policy": meta.get("policy"), "rollout_gpus": meta.get("rollout_gpus"),
+                     "total_gpus": meta.get("total_gpus"), "generation_s": s.get("generation_s"),
+                     "step_s": s.get("step_s"), "exposed_generation_s": s.get("exposed_generation_s"),
+                     "tau": s.get("tau"), "error": r.get("error", "")})
+    cols = ["key", "role", "replicate", "mode", "sd_policy", "rollout_gpus", "total_gpus", "generation_s", "step_s",
+            "exposed_generation_s", "tau", "error"]
+    return atomic.write_csv(path, pd.DataFrame(rows, columns=cols))
+
+
+# ============================================================================ statistics
+def mean_ci(values) -> dict:
+    """{n, mean, sd, ci95: [lo, hi] | None}: t-interval over finite values; none for n < 2."""
+    from scipy import stats
+
+    x = np.asarray([v for v in values if v is not None and math.isfinite(float(v))], float)
+    n = int(len(x))
+    if n == 0:
+        return {"n": 0, "mean": None, "sd": None, "ci95": None}
+    mean = float(x.mean())
+    if n < 2:
+        return {"n": 1, "mean": mean, "sd": None, "ci95": None}
+    sd = float(x.std(ddof=1))
+    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    return {"n": n, "mean": mean, "sd": sd, "ci95": [mean - half, mean + half]}
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        f = float(v)
+        return f if math.isfinite(f) else None
+    return v
+
+
+# ============================================================================ analysis
+def analyse(sc, rows: list[dict], cols: list[str]) -> dict:
+    """Aggregate rows per point; pick the best point, the best SD and the best AR point."""
+    from specsim.sweep import swept_paths
+
+    df = points_frame(rows, cols)
+    swept = swept_paths(sc)
+    reps = int(df["replicate"].nunique()) if len(df) else 0
+    rank = "e2e_speedup_vs_sync_ar"
+    if len(df) == 0 or not np.all(np.isfinite(df[rank].astype(float))):
+        rank = "e2e_speedup"
+    agg = []
+    for idx, g in df.groupby("point", sort=True):
+        first = g.iloc[0]
+        entry: dict[str, Any] = {"point": int(idx), "point_ids": list(g["point_id"]),
+                                 "values": {p: _clean(first[p]) for p in swept if p in g}}
+        for c in DESCRIBE:
+            entry[c] = _clean(first[c])
+        for m in METRICS:
+            entry[m] = mean_ci(g[m].astype(float))
+        agg.append(entry)
+
+    def best_of(entries):
+        cand = [e for e in entries if e[rank]["mean"] is not None]
+        if not cand:
+            return None
+        return max(cand, key=lambda e: (e[rank]["mean"], -e["point"]))
+
+    best = best_of(agg)
+    best_sd = best_of([e for e in agg if e["k"] > 0])
+    best_ar = best_of([e for e in agg if e["k"] == 0])
+    out = {"frame": df, "points": agg, "rank_by": rank, "replicates": reps, "best": best, "best_sd": best_sd,
+           "best_ar": best_ar, "swept": swept}
+    if best_sd and best_ar:
+        sd = df[df["point"] == best_sd["point"]].set_index("replicate")["step_s"]
+        ar = df[df["point"] == best_ar["point"]].set_index("replicate")["step_s"]
+        common = sorted(set(sd.index) & set(ar.index))
+        out["sd_gain_over_best_ar"] = mean_ci([ar[r] / sd[r] for r in common])
+    # speedup of each SD point over its AR sibling (same swept values with speculation.k = 0)
+    out["vs_k0"] = _vs_k0(df, swept)
+    return out
+
+
+def _vs_k0(df: pd.DataFrame, swept: list[str]) -> pd.DataFrame | None:
+    """Per row: generation and E2E speedup over the k=0 point with the same other swept values."""
+    kp = "speculation.k"
+    if kp not in swept or not (df[kp] == 0).any():
+        return None
+    others = [p for p in swept if p != kp]
+    key_cols = others + ["replicate"]
+    ar = df[df[kp] == 0].set_index(key_cols) if key_cols else df[df[kp] == 0]
+    out = []
+    for _, r in df.iterrows():
+        key = tuple(r[c] for c in key_cols)
+        try:
+            a = ar.loc[key if len(key) > 1 else key[0]]
+        except KeyError:
+            continue
+        if isinstance(a, pd.DataFrame):
+            a = a.iloc[0]
+        out.append({"point": int(r["point"]), "replicate": int(r["replicate"]), "k": int(r[kp]),
+                    **{p: r[p] for p in others},
+                    "generation_speedup_vs_k0": a["generation_s"] / r["generation_s"],
+                    "e2e_speedup_vs_k0": a["step_s"] / r["step_s"],
+                    "e2e_speedup_vs_sync_ar": r["e2e_speedup_vs_sync_ar"], "tau": r["tau"]})
+    return pd.DataFrame(out) if out else None
+
+
+# ============================================================================ capacity
+def capacity_table(cap_plan: dict, runs: dict) -> dict:
+    """Step time and GPU-hours per 1,000 RL steps per rollout size, AR and SD; the target and the
+    smallest rollout pool that reaches it, with and without SD."""
+    rows = []
+    for e in cap_plan["entries"]:
+        r = runs.get(e["key"], {})
+        s = r.get("steady")
+        rows.append({"rollout_gpus": e["rollout_gpus"], "total_gpus": e["total_gpus"], "variant": e["variant"],
+                     "step_s": s["step_s"] if s else None, "generation_s": s["generation_s"] if s else None,
+                     "gpu_hours_per_1000_steps": (e["total_gpus"] * s["step_s"] * 1000 / 3600) if s else None,
+                     "error": r.get("error", "")})
+    for err in cap_plan["errors"]:
+        rows.append({"rollout_gpus": err["rollout_gpus"], "total_gpus": None, "variant": err["variant"],
+                     "step_s": None, "generation_s": None, "gpu_hours_per_1000_steps": None, "error": err["error"]})
+    rows.sort(key=lambda r: (r["variant"], r["rollout_gpus"]))
+    target = cap_plan["target_step_s"]
+    target_source = "output.capacity.target_step_s"
+    if target is None:
+        own = [r for r in rows if r["variant"] == "ar" and r["rollout_gpus"] == cap_plan["scenario_rollout_gpus"]
+               and r["step_s"] is not None]
+        target = own[0]["step_s"] if own else None
+        target_source = f"AR step time at the scenario's {cap_plan['scenario_rollout_gpus']} rollout GPUs"
+    minimum = {}
+    for variant in ("ar", "sd"):
+        pts = [(r["rollout_gpus"], r["step_s"]) for r in rows if r["variant"] == variant and r["step_s"] is not None]
+        if pts:
+            minimum[variant] = _min_gpus(sorted(pts), target, cap_plan["gpus_per_engine"])
+    return {"rows": rows, "target_step_s": target, "target_source": target_source, "minimum": minimum,
+            "k": cap_plan["k"], "has_sd": cap_plan["has_sd"], "reference_point": cap_plan["reference_point"],
+            "gpus_per_engine": cap_plan["gpus_per_engine"], "sizes": cap_plan["sizes"]}
+
+
+def _min_gpus(pts: list[tuple[int, float]], target: float | None, per_engine: int) -> dict:
+    """Smallest simulated size meeting the target, and a log-log interpolated estimate (rounded
+    up to whole engines) between the largest size that misses it and that one."""
+    if target is None:
+        return {"simulated": None, "interpolated": None}
+    ok = [n for n, s in pts if s <= target * (1 + 1e-9)]
+    if not ok:
+        return {"simulated": None, "interpolated": None, "note": f"no simulated size reaches {target:.1f} s"}
+    n_ok = min(ok)
+    below = [(n, s) for n, s in pts if n < n_ok]
+    est = n_ok
+    if below:
+        n0, s0 = max(below)
+        s1 = dict(pts)[n_ok]
+        if s0 > target > 0 and s1 > 0 and s0 > s1:
+            f = (math.log(s0) - math.log(target)) / (math.log(s0) - math.log(s1))
+            n_star = math.exp(math.log(n0) + f * (math.log(n_ok) - math.log(n0)))
+            est = int(min(n_ok, math.ceil(n_star / per_engine - 1e-9) * per_engine))
+    out = {"simulated": int(n_ok), "interpolated": int(est)}
+    if n_ok == pts[0][0]:
+        out["note"] = (f"the smallest simulated size ({n_ok} GPUs) already reaches the target: the minimum is "
+                       f"{n_ok} GPUs or fewer (add smaller sizes to output.capacity.rollout_gpus)")
+    return out
+
+
+# ============================================================================ summary
+def _point_public(e: dict | None) -> dict | None:
+    if e is None:
+        return None
+    return {k: v for k, v in e.items()}
+
+
+def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str, version: str,
+                 plots: dict[str, str]) -> dict:
+    from specsim.sweep import is_sync_ar, baseline_of
+
+    base = baseline_of(sc)
+    reps = analysis["replicates"]
+    best = analysis["best"]
+    summary = {
+        "scenario": sc.name, "description": sc.description, "model": sc.model, "hardware": sc.hardware,
+        "seed": sc.seed, "specsim_version": version, "file": _source(sc),
+        "combinations": len(analysis["points"]), "replicates": reps, "rows": int(len(analysis["frame"])),
+        "swept": {p: sc.sweep[p] for p in analysis["swept"]}, "zip": sc.sweep.get("zip", []),
+        "baseline": {"overrides": dict(sc.pipeline.baseline), "mode": base.pipeline.mode,
+                     "is_sync_ar": is_sync_ar(base)},
+        "sync_ar": {"definition": "pipeline.mode=sync, speculation.policy=off on the point's total GPUs "
+                                  "(an async point's training GPUs join the colocated pool)",
+                    "is_baseline": plan.sync_ar_is_baseline},
+        "rank_by": analysis["rank_by"],
+        "ci": ("95 % t-interval over paired replicates" if reps >= 2 else NO_CI_NOTE),
+        "best": _point_public(best), "best_sd": _point_public(analysis["best_sd"]),
+        "best_ar": _point_public(analysis["best_ar"]),
+        "sd_gain_over_best_ar": analysis.get("sd_gain_over_best_ar"),
+        "points": analysis["points"],
+        "capacity": capacity,
+        "plots": {k: Path(v).name for k, v in plots.items()},
+        "resolved_scenario": sc.model_dump(mode="json"),
+    }
+    if best is not None:
+        point_sc = plan.point_sc[best["point"]]
+        summary["best"]["k"] = best["k"]
+        summary["best"]["policy_lag"] = point_sc.pipeline.policy_lag if point_sc.pipeline.mode == "async" else 0
+        summary["best"]["speculation"] = point_sc.speculation.model_dump(mode="json")
+    return _jsonable(summary)
+
+
+def _source(sc) -> str | None:
+    from specsim.scenario import source_file
+
+    return source_file(sc)
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, pd.DataFrame):
+        return _jsonable(obj.to_dict(orient="records"))
+    return _clean(obj)
+
+
+def fmt_ci(m: dict | None, digits: int = 3, unit: str = "") -> str:
+    """'1.234× [1.200, 1.268]' or '1.234×' (n=1) or 'n/a'."""
+    if not m or m.get("mean") is None:
+        return "n/a"
+    s = f"{m['mean']:.{digits}f}{unit}"
+    if m.get("ci95"):
+        lo, hi = m["ci95"]
+        s += f" [{lo:.{digits}f}, {hi:.{digits}f}]"
+    return s
+
+
+def _values_text(values: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items()) or "(no sweep)"
+
+
+def summary_markdown(s: dict) -> str:
+    """summary.md: what a design review reads first."""
+    L: list[str] = []
+    L.append(f"# {s['scenario']}: speculative decoding in RL rollouts")
+    L.append("")
+    L.append(f"{s['description']}")
+    L.append("")
+    L.append(f"- model **{s['model']}** on **{s['hardware']}**; seed {s['seed']}; specsim {s['specsim_version']}")
+    L.append(f"- {s['combinations']} sweep point(s) × {s['replicates']} replicate(s) = {s['rows']} rows")
+    swept = ", ".join(f"`{k}` ∈ {v}" for k, v in s["swept"].items()) or "nothing swept"
+    L.append(f"- swept: {swept}")
+    b = s["baseline"]
+    L.append(f"- baseline: the point with {b['overrides']} ({b['mode']}"
+             f"{', = sync AR' if b['is_sync_ar'] else ''}); sync AR: {s['sync_ar']['definition']}"
+             f"{' — the baseline itself' if s['sync_ar']['is_baseline'] else ''}")
+    L.append(f"- speedups are steady-state (warm-up steps excluded) step-time ratios; intervals: {s['ci']}")
+    L.append("")
+    best = s.get("best")
+    if best:
+        L.append("## Best configuration")
+        L.append("")
+        L.append(f"Ranked by mean `{s['rank_by']}`. Best point #{best['point']}: {_values_text(best['values'])} "
+                 f"— {best['sd_policy']}, k = {best['k']}, policy lag = {best['policy_lag']} ({best['mode']}).")
+        L.append("")
+        L.append("| quantity | value |")
+        L.append("|---|---|")
+        L.append(f"| E2E speedup vs sync AR | {fmt_ci(best['e2e_speedup_vs_sync_ar'])}× |")
+        L.append(f"| E2E speedup vs baseline | {fmt_ci(best['e2e_speedup'])}× |")
+        L.append(f"| generation speedup vs baseline | {fmt_ci(best['generation_speedup'])}× |")
+        L.append(f"| step time | {fmt_ci(best['step_s'], 1)} s |")
+        L.append(f"| generation time | {fmt_ci(best['generation_s'], 1)} s |")
+        L.append(f"| exposed generation | {fmt_ci(best['exposed_generation_s'], 1)} s |")
+        L.append(f"| τ (tokens per verify) | {fmt_ci(best['tau'], 2)} |")
+        L.append(f"| GPU-hours per step | {fmt_ci(best['gpu_hours_per_step'], 2)} |")
+        L.append("")
+    if s.get("best_ar") and s.get("best_sd"):
+        ar, sd = s["best_ar"], s["best_sd"]
+        L.append(f"Best AR point #{ar['point']} ({_values_text(ar['values'])}): step "
+                 f"{fmt_ci(ar['step_s'], 1)} s. Best SD point #{sd['point']} ({_values_text(sd['values'])}): step "
+                 f"{fmt_ci(sd['step_s'], 1)} s. **SD gain over the best AR configuration: "
+                 f"{fmt_ci(s.get('sd_gain_over_best_ar'))}×**.")
+        L.append("")
+    L.append("## All points (means over replicates; 95 % CI where n ≥ 2)")
+    L.append("")
+    L.append("| # | point | policy | E2E vs sync AR | E2E vs baseline | generation vs baseline | step s | τ |")
+    L.append("|---|---|---|---|---|---|---|---|")
+    for e in s["points"]:
+        L.append(f"| {e['point']} | {_values_text(e['values'])} | {e['sd_policy']} | "
+                 f"{fmt_ci(e['e2e_speedup_vs_sync_ar'])} | {fmt_ci(e['e2e_speedup'])} | "
+                 f"{fmt_ci(e['generation_speedup'])} | {fmt_ci(e['step_s'], 1)} | {fmt_ci(e['tau'], 2)} |")
+    L.append("")
+    cap = s.get("capacity") or {}
+    if cap.get("rows"):
+        L.append("## Capacity plan")
+        L.append("")
+        sd_label = f"SD (k = {cap['k']}, best SD point #{cap['reference_point']})" if cap["has_sd"] else "SD: none"
+        L.append(f"Rollout cluster sizes {cap['sizes']} (whole engines of {cap['gpus_per_engine']} GPUs), replicate 0, "
+                 f"AR vs {sd_label}. Target step time: "
+                 + (f"{cap['target_step_s']:.1f} s ({cap['target_source']})." if cap.get("target_step_s") else "n/a."))
+        L.append("")
+        for v, label in (("ar", "without SD"), ("sd", "with SD")):
+            m = cap["minimum"].get(v)
+            if m is None:
+                continue
+            if m.get("simulated") is None:
+                L.append(f"- {label}: {m.get('note', 'target not reached')}")
+            else:
+                L.append(f"- minimum rollout GPUs reaching the target {label}: **{m['simulated']}** simulated "
+                         f"(≈ {m['interpolated']} interpolated log-log between simulated sizes)"
+                         + (f"; {m['note']}" if m.get("note") else ""))
+        L.append("")
+        L.append("| variant | rollout GPUs | total GPUs | step s | GPU-hours / 1,000 steps | note |")
+        L.append("|---|---|---|---|---|---|")
+        for r in cap["rows"]:
+            step = f"{r['step_s']:.1f}" if r["step_s"] is not None else "—"
+            gh = f"{r['gpu_hours_per_1000_steps']:,.0f}" if r["gpu_hours_per_1000_steps"] is not None else "—"
+            L.append(f"| {r['variant'].upper()} | {r['rollout_gpus']} | {r['total_gpus'] or '—'} | {step} | {gh} | "
+                     f"{(r['error'] or '')[:120]} |")
+        L.append("")
+    if s.get("plots"):
+        L.append("## Plots")
+        L.append("")
+        for name, f in s["plots"].items():
+            L.append(f"- {name}: `plots/{f}` (data: `plots/{Path(f).with_suffix('.csv').name}`)")
+        L.append("")
+    L.append("## Resolved scenario")
+    L.append("")
+    L.append("```yaml")
+    import yaml
+
+    L.append(yaml.safe_dump(s["resolved_scenario"], sort_keys=False).rstrip())
+    L.append("```")
+    L.append("")
+    return "\n".join(L)

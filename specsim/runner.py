@@ -1,0 +1,445 @@
+"""Run a scenario's sweep end to end into a results folder (the library behind `specsim run`).
+
+    run_scenario("scenarios/235b_async.yaml", ["speculation.k=[0,3]"], out="results/x", jobs=2)
+
+The folder (default ``<output.dir>/<scenario>-<UTC timestamp>/``):
+
+    resolved.yaml          the scenario after --set overrides (its hash guards resumes)
+    runs/<key>.json        every pipeline run (points, baselines, sync AR, capacity sizes), durable
+    points/<point_id>.json one finished point: its tidy row and its per-step records
+    points.csv             one row per point × replicate, sorted by point order; stable columns
+    points.parquet         the same, when pyarrow is importable
+    steps.csv              every RL step of every point, with point_id
+    runs.csv               the baseline / sync-AR / capacity runs the points were compared with
+    summary.json, summary.md   best k and lag, speedups with 95 % CIs, capacity plan, resolved scenario
+    plots/*.png + *.csv    each plot next to the table it was drawn from
+
+Every file is written atomically (report/atomic.py). Resume: rerunning into the same folder
+reuses every run already in runs/ (and every finished point), so an interrupted sweep continues
+where it stopped; no point is lost or duplicated. A different resolved scenario in an existing
+folder is refused (ResultsConflict, exit 2) unless force=True, which discards the old runs.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from specsim.report import atomic
+from specsim.scenario import Scenario, ScenarioError, apply_overrides, load_scenario, source_file, to_yaml
+from specsim.sweep import (
+    RunTask, SweepPoint, baseline_of, expand, is_ar, k_of, point_row, point_scenario, replicates, row_columns,
+    run_tasks, step_rows, swept_paths, sync_ar_of,
+)
+
+__all__ = ["RunSummary", "ResultsConflict", "run_scenario", "show_scenario", "specsim_version"]
+
+
+class ResultsConflict(ScenarioError):
+    """The output folder holds results of a different scenario (a user error: exit 2)."""
+
+
+@dataclass
+class RunSummary:
+    """What `run_scenario` did and found. `summary` is summary.json's content."""
+
+    out_dir: Path
+    scenario: str
+    rows: int
+    combinations: int
+    replicates: int
+    computed_runs: int
+    reused_runs: int
+    wall_s: float
+    best: dict
+    summary: dict
+    files: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"out_dir": str(self.out_dir), "scenario": self.scenario, "rows": self.rows,
+                "combinations": self.combinations, "replicates": self.replicates,
+                "computed_runs": self.computed_runs, "reused_runs": self.reused_runs, "wall_s": self.wall_s,
+                "best": self.best, "files": self.files}
+
+
+def specsim_version() -> str:
+    try:
+        import specsim
+
+        v = getattr(specsim, "__version__", None)
+        if v:
+            return str(v)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from importlib.metadata import version
+
+        return version("specsim")
+    except Exception:  # pragma: no cover
+        return "unknown"
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# ============================================================================ planning
+@dataclass
+class _Plan:
+    sc: Scenario
+    points: list[SweepPoint]
+    point_sc: dict[int, Scenario]                 # by combination index
+    keys: dict[str, tuple[str, str, str | None]]  # point_id -> (run, baseline, sync AR or None)
+    tasks: dict[str, RunTask]                     # run key -> task (points, baselines, sync AR)
+    sync_ar_is_baseline: bool
+    roles: dict[str, set[str]] = field(default_factory=dict)   # run key -> {point, baseline, sync_ar}
+
+
+def _plan(sc: Scenario, engine: str = "fast") -> _Plan:
+    from specsim.resolve import resolve
+
+    points = expand(sc)
+    point_sc: dict[int, Scenario] = {}
+    keys: dict[str, tuple[str, str, str | None]] = {}
+    tasks: dict[str, RunTask] = {}
+    roles: dict[str, set[str]] = {}
+    per_index: dict[int, tuple[Scenario, Scenario, Scenario | None]] = {}
+    all_sync_is_base = True
+    for p in points:
+        if p.index not in per_index:
+            psc = point_scenario(sc, p)
+            base = baseline_of(psc)
+            sync = sync_ar_of(psc)
+            resolve(psc)      # fail fast (exit 2) on a point that cannot exist
+            resolve(base)
+            same = sync.model_dump() == base.model_dump()
+            all_sync_is_base &= same
+            per_index[p.index] = (psc, base, None if same else sync)
+            point_sc[p.index] = psc
+        psc, base, sync = per_index[p.index]
+        t_run = RunTask.of(psc, p.replicate, "point", engine)
+        t_base = RunTask.of(base, p.replicate, "baseline", engine)
+        t_sync = RunTask.of(sync, p.replicate, "sync_ar", engine) if sync is not None else None
+        for t in (t_run, t_base, t_sync):
+            if t is None:
+                continue
+            roles.setdefault(t.key, set()).add(t.role)
+            if t.key not in tasks or (tasks[t.key].role != "point" and t.role == "point"):
+                tasks[t.key] = t
+        keys[p.point_id] = (t_run.key, t_base.key, t_sync.key if t_sync else t_base.key)
+    return _Plan(sc, points, point_sc, keys, tasks, all_sync_is_base, roles)
+
+
+def show_scenario(path: str | Path, overrides: Sequence[str] = ()) -> dict:
+    """The resolved scenario and the points its sweep will run (nothing is simulated)."""
+    sc = load_scenario(path, list(overrides))
+    plan = _plan(sc)
+    base = baseline_of(sc)
+    return {
+        "scenario": sc.name, "file": str(path), "model": sc.model, "hardware": sc.hardware,
+        "resolved": sc.model_dump(mode="json"), "resolved_sha256": _sha(to_yaml(sc)),
+        "swept": {p: sc.sweep[p] for p in swept_paths(sc)}, "zip": sc.sweep.get("zip", []),
+        "replicates": replicates(sc), "combinations": len({p.index for p in plan.points}),
+        "rows": len(plan.points),
+        "baseline": {"overrides": dict(sc.pipeline.baseline), "mode": base.pipeline.mode,
+                     "sync_ar_is_baseline": plan.sync_ar_is_baseline},
+        "runs": len(plan.tasks),
+        "points": [{**p.as_dict(), "k": k_of(plan.point_sc[p.index]),
+                    "mode": plan.point_sc[p.index].pipeline.mode} for p in plan.points],
+    }
+
+
+# ============================================================================ the folder
+def _default_out(sc: Scenario) -> Path:
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return Path(sc.output.dir) / f"{sc.name}-{stamp}"
+
+
+def _prepare_dir(out_dir: Path, resolved_text: str, force: bool) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ResultsConflict(str(out_dir), "--out", str(out_dir), "a folder (this path is a file)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    f = out_dir / "resolved.yaml"
+    if f.exists():
+        old = f.read_text(encoding="utf-8")
+        if old != resolved_text:
+            if not force:
+                raise ResultsConflict(
+                    str(out_dir), "resolved.yaml", f"sha256 {_sha(resolved_text)[:12]}",
+                    f"the scenario these results were made from (sha256 {_sha(old)[:12]}); the scenario or its "
+                    "--set overrides changed: rerun with --force to discard the old results, or choose another --out")
+            for sub in ("points", "runs", "plots"):
+                shutil.rmtree(out_dir / sub, ignore_errors=True)
+    elif (out_dir / "points").exists() or (out_dir / "runs").exists():
+        if not force:
+            raise ResultsConflict(str(out_dir), "resolved.yaml", None,
+                                  "present next to points/ and runs/ (cannot tell which scenario made them): "
+                                  "rerun with --force or choose another --out")
+        for sub in ("points", "runs", "plots"):
+            shutil.rmtree(out_dir / sub, ignore_errors=True)
+    atomic.write_text(f, resolved_text)
+
+
+def _load_json_dir(folder: Path) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    if not folder.is_dir():
+        return out
+    for f in sorted(folder.glob("*.json")):
+        try:
+            out[f.stem] = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue   # a torn file cannot exist (atomic writes); anything unreadable is recomputed
+    return out
+
+
+# ============================================================================ the run
+def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Path | None = None, jobs: int = 2,
+                 backend: str = "local", address: str | None = None, progress: bool = True, force: bool = False,
+                 *, engine: str = "fast", plots: bool | None = None) -> RunSummary:
+    """Load, expand the sweep, run every point (and its baselines, once), write the results folder."""
+    from specsim.report import tables
+
+    t0 = time.perf_counter()
+    sc = load_scenario(path, list(overrides))
+    if backend not in ("local", "ray"):
+        from specsim.errors import SpecError
+
+        raise SpecError("--backend", backend, "'local' or 'ray'", where="command line")
+    if jobs < 1:
+        from specsim.errors import SpecError
+
+        raise SpecError("--jobs", jobs, ">= 1", where="command line")
+    if backend == "ray":
+        from specsim.sweep import _ray
+
+        _ray()  # clear error before anything is written
+    plan = _plan(sc, engine)
+    out_dir = Path(out) if out is not None else _default_out(sc)
+    resolved_text = to_yaml(sc)
+    _prepare_dir(out_dir, resolved_text, force)
+    runs_dir, points_dir = out_dir / "runs", out_dir / "points"
+    runs = _load_json_dir(runs_dir)
+    done_points = _load_json_dir(points_dir)
+    cols = row_columns(swept_paths(sc))
+    order = {p.point_id: i for i, p in enumerate(plan.points)}
+    by_id = {p.point_id: p for p in plan.points}
+    done_points = {pid: d for pid, d in done_points.items() if pid in by_id}
+    on_disk = set(runs)   # runs a previous (interrupted) run into this folder finished
+    reused = sum(1 for k in plan.tasks if k in on_disk)
+    computed = 0
+    file = source_file(sc)
+
+    def write_points_csv() -> None:
+        tables.write_points_csv(out_dir / "points.csv", [done_points[pid]["row"] for pid in
+                                                         sorted(done_points, key=order.__getitem__)], cols)
+
+    def finalize(p: SweepPoint) -> bool:
+        if p.point_id in done_points:
+            return False
+        k_run, k_base, k_sync = plan.keys[p.point_id]
+        if not all(k in runs for k in (k_run, k_base, k_sync)):
+            return False
+        sync = runs[k_sync] if "steady" in runs[k_sync] else None
+        rec = {"point": p.as_dict(), "row": point_row(p, plan.point_sc[p.index], runs[k_run], runs[k_base], sync),
+               "steps": step_rows(p, runs[k_run]), "runs": {"point": k_run, "baseline": k_base, "sync_ar": k_sync}}
+        atomic.write_json(points_dir / f"{p.point_id}.json", rec)
+        done_points[p.point_id] = json.loads(json.dumps(rec, sort_keys=True))   # what a resume reads back
+        return True
+
+    prog = _Progress(progress, len(plan.points))
+    with prog:
+        prog.points.advance(0)
+        for p in plan.points:
+            finalize(p)
+        if done_points:
+            write_points_csv()
+        prog.set_points(len(done_points))
+        pending = [t for k, t in plan.tasks.items() if k not in runs]
+        # baselines first (every point waits for its baseline), then points in sweep order
+        pending.sort(key=lambda t: t.role == "point")
+        prog.set_runs(len(pending))
+
+        def on_result(task: RunTask, result: dict) -> None:
+            nonlocal computed
+            if "error" in result and task.role in ("point", "baseline"):
+                bad = next(p for p in plan.points if task.key in plan.keys[p.point_id][:2])
+                what = "a point that can run" if task.role == "point" else f"a point whose {task.role} can run"
+                raise ScenarioError(file, "sweep", bad.label(), f"{what}: {result['error']}")
+            atomic.write_json(runs_dir / f"{task.key}.json", result)
+            runs[task.key] = json.loads(json.dumps(result, sort_keys=True))
+            computed += 1
+            prog.runs_done()
+            changed = False
+            for p in plan.points:
+                if task.key in plan.keys[p.point_id]:
+                    changed |= finalize(p)
+            if changed:
+                write_points_csv()
+                prog.set_points(len(done_points))
+
+        run_tasks(pending, on_result, jobs=jobs, backend=backend, address=address)
+        missing = [p.label() for p in plan.points if p.point_id not in done_points]
+        if missing:  # pragma: no cover - every task either finished or raised
+            raise RuntimeError(f"points not finished: {missing}")
+
+        rows = [done_points[p.point_id]["row"] for p in plan.points]
+        steps = [s for p in plan.points for s in done_points[p.point_id]["steps"]]
+        analysis = tables.analyse(sc, rows, cols)
+
+        # ---- capacity plan: best SD config and its AR counterpart at several rollout sizes
+        cap_plan = _capacity_plan(sc, plan, analysis, engine)
+        cap_pending = [t for t in cap_plan["tasks"].values() if t.key not in runs]
+        reused += sum(1 for k in cap_plan["tasks"] if k in on_disk and k not in plan.tasks)
+        prog.add_runs(len(cap_pending))
+
+        def on_cap(task: RunTask, result: dict) -> None:
+            nonlocal computed
+            atomic.write_json(runs_dir / f"{task.key}.json", result)
+            runs[task.key] = json.loads(json.dumps(result, sort_keys=True))
+            computed += 1
+            prog.runs_done()
+
+        run_tasks(cap_pending, on_cap, jobs=jobs, backend=backend, address=address)
+    capacity = tables.capacity_table(cap_plan, runs)
+
+    # ---- tables
+    files: list[str] = []
+    write_points_csv()
+    files.append("points.csv")
+    frame = tables.points_frame(rows, cols)
+    if atomic.write_parquet(out_dir / "points.parquet", frame) is not None:
+        files.append("points.parquet")
+    tables.write_steps_csv(out_dir / "steps.csv", steps)
+    files.append("steps.csv")
+    tables.write_runs_csv(out_dir / "runs.csv", plan, cap_plan, runs)
+    files.append("runs.csv")
+
+    # ---- plots
+    do_plots = sc.output.plots if plots is None else plots
+    plot_files: dict[str, str] = {}
+    if do_plots:
+        from specsim.report import plots as P
+
+        plot_files = P.all_plots(out_dir / "plots", sc, plan, analysis, frame, capacity, runs, engine=engine)
+        files += [f"plots/{Path(v).name}" for v in plot_files.values()]
+        files += [f"plots/{Path(v).with_suffix('.csv').name}" for v in plot_files.values()]
+
+    # ---- summary
+    wall = time.perf_counter() - t0
+    summary = tables.summary_dict(sc, plan, analysis, capacity, resolved_text=resolved_text,
+                                  version=specsim_version(), plots=plot_files)
+    summary["run"] = {"wall_s": wall, "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                      "computed_runs": computed, "reused_runs": reused, "jobs": jobs, "backend": backend,
+                      "out_dir": str(out_dir)}
+    atomic.write_json(out_dir / "summary.json", summary)
+    atomic.write_text(out_dir / "summary.md", tables.summary_markdown(summary))
+    files += ["summary.json", "summary.md", "resolved.yaml"]
+    return RunSummary(out_dir, sc.name, len(rows), len({p.index for p in plan.points}), replicates(sc), computed,
+                      reused, wall, summary.get("best", {}), summary, files)
+
+
+# ============================================================================ capacity
+def capacity_sizes(sc: Scenario, gpus_per_engine: int) -> list[int]:
+    """output.capacity.rollout_gpus, or ×0.25, 0.5, 1, 2 of the rollout GPUs in whole engines."""
+    if sc.output.capacity.rollout_gpus:
+        return sorted({int(n) for n in sc.output.capacity.rollout_gpus})
+    base = sc.rollout.gpus
+    out = set()
+    for m in (0.25, 0.5, 1.0, 2.0):
+        n = max(1, round(m * base / gpus_per_engine)) * gpus_per_engine
+        out.add(int(n))
+    return sorted(out)
+
+
+def _capacity_plan(sc: Scenario, plan: _Plan, analysis: dict, engine: str) -> dict:
+    """Tasks for the capacity plot: the best SD point (best k) and the same with SD off, at each size."""
+    best_sd = analysis.get("best_sd")
+    ref_index = best_sd["point"] if best_sd else analysis["best"]["point"]
+    ref = plan.point_sc[ref_index]
+    r = ref.rollout
+    per_engine = max(r.tp, r.ep) * r.pp
+    sizes = sorted(set(capacity_sizes(sc, per_engine)) | {r.gpus})
+    tasks: dict[str, RunTask] = {}
+    entries = []
+    errors = []
+    for n in sizes:
+        for variant in (("sd", "ar") if best_sd else ("ar",)):
+            changes: dict[str, Any] = {"rollout.gpus": n}
+            if variant == "ar":
+                changes["speculation.policy"] = "off"
+            try:
+                s = apply_overrides(ref, changes)
+                if n % per_engine:
+                    raise ScenarioError(source_file(sc), "output.capacity.rollout_gpus", n,
+                                        f"multiples of the {per_engine} GPUs of one engine")
+                from specsim.resolve import resolve
+
+                resolve(s)
+            except ScenarioError as exc:
+                errors.append({"rollout_gpus": n, "variant": variant, "error": str(exc)})
+                continue
+            t = RunTask.of(s, 0, "capacity", engine)
+            tasks.setdefault(t.key, t)
+            entries.append({"rollout_gpus": n, "variant": variant, "key": t.key,
+                            "total_gpus": s.total_gpus})
+    return {"reference_point": ref_index, "k": k_of(ref), "sd_policy": ref.speculation.policy,
+            "has_sd": bool(best_sd), "sizes": sizes, "scenario_rollout_gpus": r.gpus, "gpus_per_engine": per_engine,
+            "target_step_s": sc.output.capacity.target_step_s, "entries": entries, "errors": errors, "tasks": tasks,
+            "is_ar_reference": is_ar(ref)}
+
+
+# ============================================================================ progress
+class _Progress:
+    """A rich progress display on stderr: points done/total with ETA, and simulation runs."""
+
+    def __init__(self, enabled: bool, n_points: int):
+        self.enabled = enabled
+        self._p = None
+        self.points = _NullTask()
+        if enabled:
+            from rich.console import Console
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
+
+            self._p = Progress(TextColumn("{task.description:<16}"), BarColumn(), MofNCompleteColumn(),
+                               TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                               console=Console(stderr=True), transient=False)
+            self._points = self._p.add_task("points", total=n_points)
+            self._runs = self._p.add_task("simulation runs", total=0)
+
+    def __enter__(self):
+        if self._p is not None:
+            self._p.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self._p is not None:
+            self._p.__exit__(*exc)
+
+    def set_points(self, n: int) -> None:
+        if self._p is not None:
+            self._p.update(self._points, completed=n)
+
+    def set_runs(self, total: int) -> None:
+        if self._p is not None:
+            self._p.update(self._runs, total=total, completed=0)
+
+    def add_runs(self, n: int) -> None:
+        if self._p is not None:
+            t = self._p.tasks[self._runs]
+            self._p.update(self._runs, total=(t.total or 0) + n)
+
+    def runs_done(self) -> None:
+        if self._p is not None:
+            self._p.advance(self._runs)
+
+
+class _NullTask:
+    def advance(self, n: int) -> None:
+        pass

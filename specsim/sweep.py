@@ -1,0 +1,413 @@
+"""Sweeps: expand a scenario's `sweep:` section into points, run them, one tidy row per point.
+
+Expansion. `sweep:` maps dotted field paths to lists of values. Every path varies independently
+(cartesian product, the first path varying slowest) except the paths of one `zip` group, which
+vary together (their lists must have the same length). `replicates: R` runs every combination R
+times with replicate index 0..R-1; the common-random-number draws derive from (seed, replicate,
+step) inside `draw_step`, so replicate r of every point — and of its baselines — sees the same
+responses. A point is a dict of swept values plus its replicate; `point_id` is a stable hash of
+the two (12 hex digits) that names the point's result file.
+
+Runs. Everything simulated is a *run*: one `run_pipeline` of one scenario at one replicate. Runs
+are keyed by `run_key` — a hash of the scenario with everything that cannot change the simulation
+normalised away (name, description, sweep, output, the baseline overrides; the draft-length knobs
+when SD is off; the policy lag when the pipeline is sync) — so a point that *is* its baseline (k=0
+in a sync scenario) and every point sharing a baseline reuse one run: baselines are computed once
+per (baseline scenario, replicate), never per point. Runs execute in-process (`jobs=1`), in local
+spawn-safe processes (`concurrent.futures.ProcessPoolExecutor`) or on Ray (`backend="ray"`, lazy
+import; `pip install 'specsim[ray]'`).
+
+Rows. `point_row` turns a point's run plus its baseline run and its sync-AR run into one flat
+dict: every swept field, replicate, seed, steady-state stage times, speedups vs the baseline and
+vs synchronous autoregressive decoding on the same GPUs (the reference every point of a sweep can
+be compared with: for an async scenario whose baseline is async AR, sync AR is computed too), and
+cost figures (GPU-hours per step, tokens/s per GPU).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import multiprocessing
+import os
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterable
+
+from specsim.errors import SpecError
+from specsim.scenario import Scenario, ScenarioError, apply_overrides, source_file, validate_doc
+
+RESERVED = ("replicates", "zip")
+STAGES = ("reward_s", "logprob_s", "train_s", "weight_sync_s", "drafter_update_s")
+#: What turns a point into synchronous autoregressive decoding (plus, for an async point, moving
+#: the training pool's GPUs into the colocated pool: same total GPUs).
+SYNC_AR = {"pipeline.mode": "sync", "speculation.policy": "off"}
+
+
+# ============================================================================ expansion
+@dataclass(frozen=True)
+class SweepPoint:
+    """One point of a sweep: `values` (dotted path → value) at replicate `replicate`.
+    `index` is the combination's position in sweep order (shared by its replicates)."""
+
+    index: int
+    values: dict
+    replicate: int
+    point_id: str
+
+    def label(self) -> str:
+        parts = [f"{k}={_fmt_value(v)}" for k, v in self.values.items()]
+        return ", ".join(parts + [f"replicate={self.replicate}"]) if parts else f"replicate={self.replicate}"
+
+    def as_dict(self) -> dict:
+        return {"point": self.index, "point_id": self.point_id, "replicate": self.replicate, "values": dict(self.values)}
+
+
+def _fmt_value(v: Any) -> str:
+    return json.dumps(v) if not isinstance(v, str) else v
+
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str, allow_nan=True)
+
+
+def point_id(values: dict, replicate: int) -> str:
+    """Stable 12-hex-digit id of (swept values, replicate); independent of dict order."""
+    return hashlib.sha256(_canonical({"values": values, "replicate": int(replicate)}).encode()).hexdigest()[:12]
+
+
+def swept_paths(sc: Scenario) -> list[str]:
+    """The swept field paths in sweep order (without `replicates` / `zip`)."""
+    return [k for k in sc.sweep if k not in RESERVED]
+
+
+def replicates(sc: Scenario) -> int:
+    return int(sc.sweep.get("replicates", 1))
+
+
+def _groups(sc: Scenario) -> list[list[str]]:
+    """Paths grouped for expansion: each zip group is one group; every other path its own."""
+    file = source_file(sc)
+    paths = swept_paths(sc)
+    zips = sc.sweep.get("zip", []) or []
+    group_of: dict[str, int] = {}
+    for gi, group in enumerate(zips):
+        for p in group:
+            if not isinstance(p, str) or p not in paths:
+                raise ScenarioError(file, "sweep.zip", group,
+                                    f"zip groups name swept paths (one of {paths}); {p!r} is not swept")
+            if p in group_of:
+                raise ScenarioError(file, "sweep.zip", zips, f"each swept path in at most one zip group ({p!r} twice)")
+            group_of[p] = gi
+        lengths = {p: len(sc.sweep[p]) for p in group}
+        if len(set(lengths.values())) != 1:
+            raise ScenarioError(file, "sweep.zip", group, f"zipped paths need lists of one length, got {lengths}")
+    groups: list[list[str]] = []
+    seen: set[int] = set()
+    for p in paths:
+        gi = group_of.get(p)
+        if gi is None:
+            groups.append([p])
+        elif gi not in seen:
+            seen.add(gi)
+            groups.append(list(zips[gi]))
+    return groups
+
+
+def combinations(sc: Scenario) -> list[dict]:
+    """The swept value combinations (without replicates), in sweep order."""
+    groups = _groups(sc)
+    axes = [list(zip(*(sc.sweep[p] for p in g))) for g in groups]
+    out = []
+    for combo in itertools.product(*axes):
+        values: dict = {}
+        for g, vals in zip(groups, combo):
+            values.update(dict(zip(g, vals)))
+        out.append({p: values[p] for p in swept_paths(sc)})
+    return out or [{}]
+
+
+def expand(sc: Scenario) -> list[SweepPoint]:
+    """Every point × replicate, ordered by point then replicate. No sweep → one point."""
+    reps = replicates(sc)
+    return [SweepPoint(i, values, r, point_id(values, r))
+            for i, values in enumerate(combinations(sc)) for r in range(reps)]
+
+
+def point_scenario(sc: Scenario, point: SweepPoint) -> Scenario:
+    """The scenario of one point: the swept values applied (raises ScenarioError naming the path)."""
+    if not point.values:
+        return sc
+    return apply_overrides(sc, point.values)
+
+
+# ============================================================================ runs and their keys
+def run_doc(sc: Scenario) -> dict:
+    """The scenario as a dict with everything that cannot change the simulation normalised away."""
+    doc = sc.model_dump(mode="json")
+    for key in ("name", "description", "sweep", "output"):
+        doc.pop(key, None)
+    doc["pipeline"].pop("baseline", None)
+    spec = doc["speculation"]
+    if spec["policy"] == "off" or (spec["policy"] == "always" and spec["k"] == 0):
+        doc["speculation"] = {"policy": "off"}
+    elif spec["policy"] == "always":
+        spec.pop("max_batch", None)
+        spec.pop("k_max", None)
+    elif spec["policy"] == "adaptive":
+        spec.pop("k", None)
+        spec.pop("max_batch", None)
+    elif spec["policy"] == "threshold":
+        spec.pop("k_max", None)
+    if doc["pipeline"]["mode"] == "sync":
+        doc["pipeline"].pop("policy_lag", None)
+        doc["pipeline"].pop("partial_rollouts", None)
+    return doc
+
+
+def run_key(sc: Scenario, replicate: int, engine: str = "fast") -> str:
+    """Stable 16-hex-digit key of one pipeline run."""
+    payload = {"scenario": run_doc(sc), "replicate": int(replicate), "engine": engine,
+               "file": _data_file_marker(sc)}
+    return hashlib.sha256(_canonical(payload).encode()).hexdigest()[:16]
+
+
+def _data_file_marker(sc: Scenario) -> str | None:
+    """Empirical length files are read relative to the scenario file: it is part of the key."""
+    uses_file = any(getattr(s, "kind", None) == "empirical"
+                    for s in (sc.workload.response_tokens, sc.workload.prompt_tokens))
+    return source_file(sc) if uses_file else None
+
+
+@dataclass(frozen=True)
+class RunTask:
+    """A pipeline run to execute somewhere: picklable (plain data only)."""
+
+    key: str
+    doc: dict
+    file: str | None
+    replicate: int
+    engine: str = "fast"
+    role: str = "point"     # point | baseline | sync_ar | capacity (informational)
+
+    @classmethod
+    def of(cls, sc: Scenario, replicate: int, role: str, engine: str = "fast") -> "RunTask":
+        return cls(run_key(sc, replicate, engine), sc.model_dump(mode="json"), source_file(sc), int(replicate),
+                   engine, role)
+
+
+def execute(task: RunTask | dict) -> dict:
+    """Run one pipeline (in any process). Returns {"key", "steady", "steps", "meta"} or, for a
+    scenario that cannot run (does not fit, bad layout), {"key", "error"} with the message."""
+    from specsim.errors import LayoutError
+    from specsim.resolve import resolve
+    from specsim.sim.pipeline import run_pipeline
+
+    t = task if isinstance(task, RunTask) else RunTask(**task)
+    try:
+        sc = validate_doc(t.doc, t.file)
+        sc._source_file = t.file
+        world = resolve(sc)
+        res = run_pipeline(world, engine=t.engine, replicate=t.replicate)
+    except (ScenarioError, SpecError, LayoutError) as exc:
+        return {"key": t.key, "error": f"{exc.__class__.__name__}: {exc}"}
+    steady = {k: float(v) for k, v in res.steady().items()}
+    steps = [{k: (float(v) if isinstance(v, float) else int(v)) for k, v in asdict(r).items()} for r in res.records]
+    meta = {"scenario": sc.name, "mode": sc.pipeline.mode, "policy": world.policy.label, "engines": world.engines,
+            "gpus_per_engine": world.layout.gpus, "rollout_gpus": sc.rollout.gpus,
+            "training_gpus": sc.training_gpus, "total_gpus": sc.total_gpus, "replicate": t.replicate,
+            "warmup_steps": res.warmup_steps, "role": t.role}
+    return {"key": t.key, "steady": steady, "steps": steps, "meta": meta}
+
+
+# ============================================================================ executors
+def _ray():
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise SpecError("--backend", "ray", "'local', or 'ray' with Ray installed (install specsim[ray]: "
+                        "pip install 'specsim[ray]')", where="command line") from None
+    return ray
+
+
+def run_tasks(tasks: list[RunTask], on_result: Callable[[RunTask, dict], None], *, jobs: int = 2,
+              backend: str = "local", address: str | None = None) -> None:
+    """Execute `tasks`, calling `on_result(task, result)` in this thread as each finishes.
+
+    backend="local": jobs <= 1 runs in this process; otherwise a spawn-context process pool of
+    `jobs` workers. backend="ray": `ray.init(address=...)` when an address is given (a running
+    cluster), else a local Ray instance with `jobs` CPUs (shut down afterwards)."""
+    if backend not in ("local", "ray"):
+        raise SpecError("--backend", backend, "'local' or 'ray'", where="command line")
+    if jobs < 1:
+        raise SpecError("--jobs", jobs, ">= 1", where="command line")
+    if backend == "ray":
+        ray = _ray()
+    if not tasks:
+        return
+    if backend == "ray":
+        _run_ray(ray, tasks, on_result, jobs, address)
+        return
+    if jobs == 1 or len(tasks) == 1:
+        for t in tasks:
+            on_result(t, execute(t))
+        return
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx) as pool:
+        pending = {pool.submit(execute, t): t for t in tasks}
+        try:
+            while pending:
+                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                for fut in done:
+                    t = pending.pop(fut)
+                    on_result(t, fut.result())
+        except BaseException:
+            for fut in pending:
+                fut.cancel()
+            raise
+
+
+def _run_ray(ray, tasks: list[RunTask], on_result, jobs: int, address: str | None) -> None:
+    started = False
+    if not ray.is_initialized():
+        kwargs = dict(ignore_reinit_error=True, log_to_driver=False, include_dashboard=False)
+        if address:
+            ray.init(address=address, **kwargs)
+        else:
+            ray.init(num_cpus=jobs, **kwargs)
+            started = True
+    try:
+        remote = ray.remote(num_cpus=1)(execute)
+        refs = {remote.remote(asdict(t)): t for t in tasks}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                on_result(refs[ref], ray.get(ref))
+    finally:
+        if started:
+            ray.shutdown()
+
+
+# ============================================================================ baselines
+def is_sync_ar(sc: Scenario) -> bool:
+    sp = sc.speculation
+    return sc.pipeline.mode == "sync" and (sp.policy == "off" or (sp.policy == "always" and sp.k == 0))
+
+
+def is_ar(sc: Scenario) -> bool:
+    sp = sc.speculation
+    return sp.policy == "off" or (sp.policy == "always" and sp.k == 0)
+
+
+def baseline_of(sc: Scenario) -> Scenario:
+    from specsim.sim.pipeline import baseline_scenario
+
+    return baseline_scenario(sc)
+
+
+def sync_ar_of(sc: Scenario) -> Scenario:
+    """Synchronous AR on the point's total GPUs: the point's baseline when that already is sync
+    AR, else the point with SYNC_AR applied (an async point's training GPUs join the colocated
+    pool, rounded down to whole rollout engines)."""
+    base = baseline_of(sc)
+    if is_sync_ar(base):
+        return base
+    changes: dict[str, Any] = dict(SYNC_AR)
+    if sc.pipeline.mode == "async":
+        r = sc.rollout
+        engine = max(r.tp, r.ep) * r.pp
+        changes["training.gpus"] = None
+        changes["rollout.gpus"] = max(engine, (sc.total_gpus // engine) * engine)
+    return apply_overrides(sc, changes)
+
+
+# ============================================================================ rows
+def k_of(sc: Scenario) -> int:
+    """The draft length in use: 0 for AR, k_max for adaptive, k otherwise."""
+    sp = sc.speculation
+    if is_ar(sc):
+        return 0
+    return sp.k_max if sp.policy == "adaptive" else sp.k
+
+
+def _ratio(num: float | None, den: float | None) -> float:
+    if num is None or den is None or not (den > 0) or not math.isfinite(num) or not math.isfinite(den):
+        return float("nan")
+    return float(num) / float(den)
+
+
+#: The columns of a point row after the identity columns and the swept paths, in order.
+ROW_COLUMNS = (
+    "scenario", "model", "hardware", "mode", "sd_policy", "k", "policy_lag", "drafter", "rollout_gpus",
+    "training_gpus", "total_gpus", "engines", "generation_s", "step_s", *STAGES, "exposed_generation_s",
+    "generation_share", "tau", "mean_alpha", "versions_since_update", "mean_active_batch", "tokens_per_step",
+    "verify_steps", "baseline_generation_s", "baseline_step_s", "baseline_exposed_generation_s",
+    "generation_speedup", "e2e_speedup", "exposed_generation_saving_s", "sync_ar_generation_s", "sync_ar_step_s",
+    "generation_speedup_vs_sync_ar", "e2e_speedup_vs_sync_ar", "gpu_hours_per_step", "tokens_per_s_per_gpu",
+    "generation_tokens_per_s_per_gpu", "throughput_steps_per_h",
+)
+ID_COLUMNS = ("point", "point_id", "replicate", "seed")
+
+
+def row_columns(swept: list[str]) -> list[str]:
+    """The stable column order of points.csv: identity, swept paths (sweep order), then ROW_COLUMNS."""
+    return list(ID_COLUMNS) + [p for p in swept if p not in ID_COLUMNS and p not in ROW_COLUMNS] + list(ROW_COLUMNS)
+
+
+def point_row(point: SweepPoint, sc: Scenario, run: dict, baseline: dict, sync_ar: dict | None) -> dict:
+    """One tidy row: swept values, identity, steady stage times, speedups and cost figures."""
+    s = run["steady"]
+    b = baseline["steady"]
+    a = sync_ar["steady"] if sync_ar and "steady" in sync_ar else None
+    meta = run["meta"]
+    total = meta["total_gpus"]
+    row: dict[str, Any] = {"point": point.index, "point_id": point.point_id, "replicate": point.replicate,
+                           "seed": sc.seed}
+    for path, value in point.values.items():
+        row[path] = value
+    row.update({
+        "scenario": sc.name, "model": sc.model, "hardware": sc.hardware, "mode": sc.pipeline.mode,
+        "sd_policy": meta["policy"], "k": k_of(sc), "policy_lag": sc.pipeline.policy_lag if sc.pipeline.mode == "async" else 0,
+        "drafter": sc.drafter.kind, "rollout_gpus": meta["rollout_gpus"], "training_gpus": meta["training_gpus"],
+        "total_gpus": total, "engines": meta["engines"],
+        "generation_s": s["generation_s"], "step_s": s["step_s"],
+    })
+    for st in STAGES:
+        row[st] = s[st]
+    row.update({
+        "exposed_generation_s": s["exposed_generation_s"],
+        "generation_share": _ratio(s["generation_s"], s["step_s"]),
+        "tau": s["tau"], "mean_alpha": s["mean_alpha"], "versions_since_update": s["versions_since_update"],
+        "mean_active_batch": s["mean_active_batch"], "tokens_per_step": s["tokens"], "verify_steps": s["verify_steps"],
+        "baseline_generation_s": b["generation_s"], "baseline_step_s": b["step_s"],
+        "baseline_exposed_generation_s": b["exposed_generation_s"],
+        "generation_speedup": _ratio(b["generation_s"], s["generation_s"]),
+        "e2e_speedup": _ratio(b["step_s"], s["step_s"]),
+        "exposed_generation_saving_s": b["exposed_generation_s"] - s["exposed_generation_s"],
+        "sync_ar_generation_s": a["generation_s"] if a else float("nan"),
+        "sync_ar_step_s": a["step_s"] if a else float("nan"),
+        "generation_speedup_vs_sync_ar": _ratio(a["generation_s"], s["generation_s"]) if a else float("nan"),
+        "e2e_speedup_vs_sync_ar": _ratio(a["step_s"], s["step_s"]) if a else float("nan"),
+        "gpu_hours_per_step": total * s["step_s"] / 3600.0,
+        "tokens_per_s_per_gpu": _ratio(s["tokens"], s["step_s"] * total),
+        "generation_tokens_per_s_per_gpu": _ratio(s["tokens"], s["generation_s"] * meta["rollout_gpus"]),
+        "throughput_steps_per_h": s["throughput_steps_per_h"],
+    })
+    return {c: row[c] for c in row_columns(list(point.values)) if c in row}
+
+
+def step_rows(point: SweepPoint, run: dict) -> list[dict]:
+    """The point's per-RL-step records, each with point, point_id and replicate first."""
+    return [{"point": point.index, "point_id": point.point_id, "replicate": point.replicate, **rec}
+            for rec in run["steps"]]
+
+
+def describe_points(points: Iterable[SweepPoint]) -> list[dict]:
+    return [p.as_dict() for p in points]
+
+
+def default_jobs() -> int:
+    return max(1, min(2, os.cpu_count() or 1))
