@@ -75,6 +75,14 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
+def _short_values(values: dict) -> str:
+    """'k=2, policy_lag=1' for {'speculation.k': 2, 'pipeline.policy_lag': 1} (last path part,
+    unless two paths share it)."""
+    last = [k.split(".")[-1] for k in values]
+    names = last if len(set(last)) == len(last) else list(values)
+    return ", ".join(f"{n}={v}" for n, v in zip(names, values.values())) or "-"
+
+
 def _ci(m: dict | None, digits: int = 3) -> str:
     from specsim.report.tables import fmt_ci
 
@@ -118,21 +126,27 @@ def _print_run(res) -> None:
               f"({res.combinations} points × {res.replicates} replicates); {res.computed_runs} runs simulated, "
               f"{res.reused_runs} reused; {res.wall_s:.1f} s")
     con.print(f"results: {res.out_dir}")
-    t = Table(title=f"points (means; 95 % CI over replicates where n ≥ 2) — ranked by {s['rank_by']}",
-              title_justify="left", header_style="bold")
-    for c in ("#", "point", "policy", "E2E vs sync AR", "E2E vs baseline", "gen vs baseline", "step s", "τ"):
-        t.add_column(c, justify="left" if c in ("point", "policy") else "right")
+    same = s["sync_ar"]["is_baseline"]
+    t = Table(title=f"points (means; 95 % CI over replicates where n ≥ 2) — ranked by {s['rank_by']}"
+                    + ("; the baseline is sync AR" if same else ""), title_justify="left", header_style="bold")
+    cols = ["#", "point", "policy", "E2E vs sync AR"] + ([] if same else ["E2E vs baseline"]) + \
+        ["gen vs baseline", "step s", "τ"]
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("point", "policy") else "right", no_wrap=c != "point")
     best = (s.get("best") or {}).get("point")
     for e in s["points"]:
-        vals = ", ".join(f"{k}={v}" for k, v in e["values"].items()) or "-"
+        vals = _short_values(e["values"])
         mark = " *" if e["point"] == best else ""
-        t.add_row(f"{e['point']}{mark}", vals, e["sd_policy"], _ci(e["e2e_speedup_vs_sync_ar"]),
-                  _ci(e["e2e_speedup"]), _ci(e["generation_speedup"]), _ci(e["step_s"], 1), _ci(e["tau"], 2))
+        cells = [f"{e['point']}{mark}", vals, e["sd_policy"], _ci(e["e2e_speedup_vs_sync_ar"])]
+        cells += [] if same else [_ci(e["e2e_speedup"])]
+        cells += [_ci(e["generation_speedup"]), _ci(e["step_s"], 1), _ci(e["tau"], 2)]
+        t.add_row(*cells)
     con.print(t)
     b = s.get("best")
     if b:
         vals = ", ".join(f"{k}={v}" for k, v in b["values"].items()) or "(no sweep)"
-        con.print(f"[bold]best[/bold] (*): {vals} — {b['sd_policy']}, k={b['k']}, policy lag={b['policy_lag']}: "
+        lag = f"policy lag={b['policy_lag']}" if b["mode"] == "async" else "sync"
+        con.print(f"[bold]best[/bold] (*): {vals} — {b['sd_policy']}, k={b['k']}, {lag}: "
                   f"E2E {_ci(b['e2e_speedup_vs_sync_ar'])}× vs sync AR, {_ci(b['e2e_speedup'])}× vs baseline, "
                   f"generation {_ci(b['generation_speedup'])}×")
     if s.get("sd_gain_over_best_ar"):
@@ -143,8 +157,12 @@ def _print_run(res) -> None:
     for v, label in (("ar", "without SD"), ("sd", "with SD")):
         m = (cap.get("minimum") or {}).get(v)
         if m and m.get("simulated") and cap.get("target_step_s"):
-            con.print(f"capacity: {label}, {m['simulated']} rollout GPUs reach the {cap['target_step_s']:.1f} s target "
-                      f"(≈{m['interpolated']} interpolated)")
+            smallest = m["simulated"] == min(cap["sizes"])
+            con.print(f"capacity: {label}, {'<= ' if smallest else ''}{m['simulated']} rollout GPUs reach the "
+                      f"{cap['target_step_s']:.1f} s target ({cap['target_source']})"
+                      + (" — the smallest size simulated" if smallest else f", ≈{m['interpolated']} interpolated"))
+        elif m and cap.get("target_step_s"):
+            con.print(f"capacity: {label}, no simulated rollout size reaches the {cap['target_step_s']:.1f} s target")
     con.print(f"summary: {Path(res.out_dir) / 'summary.md'}")
 
 

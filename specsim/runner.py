@@ -61,6 +61,18 @@ class RunSummary:
     summary: dict
     files: list[str] = field(default_factory=list)
 
+    def points(self):
+        """points.csv as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.read_csv(Path(self.out_dir) / "points.csv")
+
+    def steps(self):
+        """steps.csv as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.read_csv(Path(self.out_dir) / "steps.csv")
+
     def to_dict(self) -> dict:
         return {"out_dir": str(self.out_dir), "scenario": self.scenario, "rows": self.rows,
                 "combinations": self.combinations, "replicates": self.replicates,

@@ -182,36 +182,40 @@ def timeline_frame(sc_sd, sc_ar, step: int, replicate: int, versions_since_updat
 
 
 def rollout_timeline(stem: Path, sc, data: pd.DataFrame, info: dict) -> str:
-    fig, (a1, a2) = _fig(7.6, 5.6, nrows=2, sharex=True)
+    fig = Figure(figsize=(7.6, 6.4), layout="constrained")
+    a1, a2, a3 = fig.subplots(3, 1, sharex=True, gridspec_kw={"height_ratios": [1.0, 1.0, 0.45]})
     styles = {"AR": dict(ls="--", color="black", lw=1.3), "SD": dict(ls="-", color="0.35", lw=1.6)}
     sd = data[data["variant"] == "SD"]
-    # shade the SD run's intervals with k > 0
+    # intervals of the SD run with k > 0 (shaded in every panel)
     t, k = sd["t_s"].to_numpy(), sd["k"].to_numpy()
     ks = sorted(set(int(x) for x in k if x > 0))
     spans = []
     for i in range(len(t) - 1):
         if k[i] > 0:
-            if spans and abs(spans[-1][1] - t[i]) < 1e-12 and spans[-1][2] == k[i]:
+            if spans and abs(spans[-1][1] - t[i]) < 1e-12:
                 spans[-1][1] = t[i + 1]
             else:
-                spans.append([t[i], t[i + 1], k[i]])
-    for ax in (a1, a2):
-        for s0, s1, _ in spans:
-            ax.axvspan(s0, s1, facecolor="0.9", edgecolor="0.7", hatch="..", lw=0)
+                spans.append([t[i], t[i + 1]])
+    for ax in (a1, a2, a3):
+        for s0, s1 in spans:
+            ax.axvspan(s0, s1, facecolor="0.92", edgecolor="none", lw=0, zorder=0)
     for label in ("AR", "SD"):
         d = data[data["variant"] == label]
         name = f"{label}: {info[f'{label}_policy']} ({info[f'{label}_rollout_s']:.0f} s)"
         a1.step(d["t_s"], d["active"], where="post", label=name, **styles[label])
         a2.step(d["t_s"], d["tokens_per_s"], where="post", label=name, **styles[label])
+    a3.fill_between(sd["t_s"], sd["k"], step="post", facecolor="0.6", edgecolor="black", hatch="///", lw=0.8)
+    a3.set_ylabel("SD draft\nlength k")
+    a3.set_ylim(0, max(ks + [1]) + 0.5)
+    a3.set_yticks(sorted(set([0] + ks)))
     a1.set_ylabel("active sequences (batch)")
     a2.set_ylabel("tokens/s (engine)")
-    a2.set_xlabel("time since generation start (s)")
+    a3.set_xlabel("time since generation start (s)")
     a1.set_ylim(bottom=0)
     a2.set_ylim(bottom=0)
     handles, labels = a1.get_legend_handles_labels()
     if spans:
-        handles.append(Patch(facecolor="0.9", edgecolor="0.7", hatch="..",
-                             label=f"SD run speculating (k = {', '.join(map(str, ks))})"))
+        handles.append(Patch(facecolor="0.92", edgecolor="0.7", label=f"SD run speculating (k = {', '.join(map(str, ks))})"))
         labels.append(handles[-1].get_label())
     a1.legend(handles, labels, fontsize=8, loc="upper right", framealpha=0.9)
     a1.set_title(_title(sc, f"rollout timeline of {info['engine']} (slowest under AR), RL step {info['step']}"),
@@ -306,7 +310,8 @@ def capacity_plan(stem: Path, sc, capacity: dict) -> str | None:
     sizes = capacity["sizes"]
     lines = []
     if target:
-        a1.axhline(target, ls=":", color="0.4", lw=1.2, label=f"target {target:.0f} s")
+        src = " (AR at this size)" if capacity.get("target_source", "").startswith("AR step") else ""
+        a1.axhline(target, ls=":", color="0.4", lw=1.2, label=f"target {target:.0f} s{src}")
         for v, mk in (("ar", "s"), ("sd", "o")):
             m = capacity["minimum"].get(v)
             if m and m.get("simulated"):

@@ -1,0 +1,151 @@
+"""`specsim run` / `specsim show scenario` through typer's CliRunner, and a golden summary.
+
+The commands live in specsim/cli_run.py; here they are registered on a throwaway typer app (the
+real registration is in specsim/cli.py).
+
+Golden file. tests/golden/small_async_summary.json holds the numbers of summary.json for the small
+scenario below (a shrunken 30b_a3b_h100_async.yaml). A deliberate model change moves them;
+regenerate with
+
+    SPECSIM_REGEN_GOLDEN=1 .venv/bin/python -m pytest tests/test_run_cli.py -k golden
+
+and review the diff of tests/golden/ before committing it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from specsim.cli_run import run, show_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+SCEN = str(ROOT / "scenarios" / "30b_a3b_h100_async.yaml")
+SMALL = ["rollout.gpus=8", "training.gpus=16", "workload.prompts=16", "workload.group_size=4",
+         "workload.max_response_tokens=4096", "workload.response_tokens={kind: lognormal, median: 600, p99: 3500}",
+         "pipeline.steps=3", "sweep={speculation.k: [0, 3], pipeline.policy_lag: [0, 1], replicates: 2}",
+         "output.capacity.rollout_gpus=[4, 8]"]
+GOLDEN = ROOT / "tests" / "golden" / "small_async_summary.json"
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command("run")(run)
+    show = typer.Typer()
+    show.command("scenario")(show_scenario)
+    app.add_typer(show, name="show")
+    return app
+
+
+def _sets(extra=()):
+    out = []
+    for s in list(SMALL) + list(extra):
+        out += ["--set", s]
+    return out
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "res"
+    res = CliRunner().invoke(_app(), ["run", SCEN, *_sets(), "--out", str(out), "--jobs", "1", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout), out
+
+
+def test_run_json_and_folder(cli_run):
+    info, out = cli_run
+    assert info["rows"] == 8 and info["combinations"] == 4 and info["replicates"] == 2
+    assert set(info["best"]["values"]) == {"speculation.k", "pipeline.policy_lag"}
+    for f in ("points.csv", "steps.csv", "summary.md", "summary.json", "resolved.yaml"):
+        assert (out / f).is_file()
+    for name in ("heatmap_e2e_speedup", "speedup_vs_k", "rollout_timeline", "step_breakdown", "capacity_plan"):
+        assert (out / "plots" / f"{name}.png").stat().st_size > 5000, name
+        assert len(pd.read_csv(out / "plots" / f"{name}.csv")) > 0, name
+    md = (out / "summary.md").read_text()
+    assert "Best configuration" in md and "Capacity plan" in md and "```yaml" in md
+
+
+def test_rerun_table_resumes_and_prints(cli_run):
+    _, out = cli_run
+    res = CliRunner().invoke(_app(), ["run", SCEN, *_sets(), "--out", str(out), "--jobs", "1", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert "0 runs simulated" in res.stdout and "best (*)" in res.stdout and "capacity:" in res.stdout
+
+
+def test_changed_scenario_exits_2_unless_force(cli_run, tmp_path):
+    import shutil
+
+    _, out = cli_run
+    dst = tmp_path / "res"
+    shutil.copytree(out, dst)
+    res = CliRunner().invoke(_app(), ["run", SCEN, *_sets(["pipeline.reward_s=3"]), "--out", str(dst), "--jobs", "1",
+                                      "--no-progress"])
+    assert res.exit_code == 2
+    assert "error:" in res.output and "--force" in res.output and "Traceback" not in res.output
+
+
+def test_bad_override_exits_2(tmp_path):
+    res = CliRunner().invoke(_app(), ["run", SCEN, "--set", "speculation.kk=3", "--out", str(tmp_path / "x")])
+    assert res.exit_code == 2 and "speculation.kk" in res.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_show_scenario_json_and_table():
+    res = CliRunner().invoke(_app(), ["show", "scenario", SCEN, *_sets(), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    info = json.loads(res.stdout)
+    assert info["rows"] == 8 and len(info["points"]) == 8
+    assert info["resolved"]["rollout"]["gpus"] == 8
+    assert {p["point_id"] for p in info["points"]} == {p["point_id"] for p in info["points"]}
+    res = CliRunner().invoke(_app(), ["show", "scenario", str(ROOT / "scenarios" / "235b_async.yaml")])
+    assert res.exit_code == 0, res.output
+    assert "72 points (24 combinations × 3 replicates)" in res.stdout
+
+
+# ============================================================================ golden
+def _golden_view(s: dict) -> dict:
+    """The deterministic numbers of summary.json (no paths, times or versions)."""
+    def metrics(e):
+        return {k: v for k, v in e.items() if isinstance(v, dict) and "mean" in v}
+
+    return {
+        "best": {"values": s["best"]["values"], "k": s["best"]["k"], "policy_lag": s["best"]["policy_lag"],
+                 **metrics(s["best"])},
+        "sd_gain_over_best_ar": s["sd_gain_over_best_ar"],
+        "points": [{"values": e["values"], **metrics(e)} for e in s["points"]],
+        "capacity": {"rows": s["capacity"]["rows"], "target_step_s": s["capacity"]["target_step_s"],
+                     "minimum": s["capacity"]["minimum"]},
+    }
+
+
+def _close(a, b, path="$"):
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), f"{path}: keys {sorted(a)} != {sorted(b)}"
+        for k in a:
+            _close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), f"{path}: lengths differ"
+        for i, (x, y) in enumerate(zip(a, b)):
+            _close(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) and isinstance(b, (int, float)):
+        assert math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9), f"{path}: {a} != {b}"
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+def test_golden_summary(cli_run):
+    _, out = cli_run
+    view = _golden_view(json.loads((out / "summary.json").read_text()))
+    if os.environ.get("SPECSIM_REGEN_GOLDEN"):
+        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
+        GOLDEN.write_text(json.dumps(view, indent=1, sort_keys=True) + "\n")
+        pytest.skip(f"regenerated {GOLDEN}")
+    assert GOLDEN.is_file(), f"missing {GOLDEN}: regenerate with SPECSIM_REGEN_GOLDEN=1"
+    _close(json.loads(GOLDEN.read_text()), json.loads(json.dumps(view)))
