@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from importlib import resources
 
 import yaml
@@ -55,7 +55,7 @@ class ModelSpec:
     extra_params_per_layer: int = 0
 
     # --- per-layer parameter counts -------------------------------------------------------
-    @property
+    @cached_property
     def attn_params_per_layer(self) -> int:
         """q, k, v, o projections (+ q/k/v biases)."""
         q = self.heads * self.head_dim
@@ -63,41 +63,41 @@ class ModelSpec:
         bias = (q + 2 * kv) if self.qkv_bias else 0
         return self.hidden * q + 2 * self.hidden * kv + q * self.hidden + bias
 
-    @property
+    @cached_property
     def dense_ffn_params_per_layer(self) -> int:
         return 3 * self.hidden * self.ffn
 
-    @property
+    @cached_property
     def expert_params(self) -> int:
         """Parameters of one routed expert (SwiGLU: gate, up, down)."""
         return 3 * self.hidden * self.moe.expert_ffn if self.moe else 0
 
-    @property
+    @cached_property
     def shared_expert_params_per_layer(self) -> int:
         if not self.moe or not self.moe.shared_experts:
             return 0
         return self.moe.shared_experts * 3 * self.hidden * self.moe.shared_ffn
 
-    @property
+    @cached_property
     def router_params_per_layer(self) -> int:
         return self.hidden * self.moe.experts if self.moe else 0
 
-    @property
+    @cached_property
     def moe_params_per_layer(self) -> int:
         if not self.moe:
             return 0
         return self.moe.experts * self.expert_params + self.router_params_per_layer + self.shared_expert_params_per_layer
 
-    @property
+    @cached_property
     def norm_params_per_layer(self) -> int:
         return 2 * self.hidden
 
-    @property
+    @cached_property
     def layer_params(self) -> int:
         return (self.attn_params_per_layer + self.dense_ffn_params_per_layer + self.moe_params_per_layer
                 + self.norm_params_per_layer + self.extra_params_per_layer)
 
-    @property
+    @cached_property
     def active_layer_params(self) -> int:
         """Parameters one token multiplies through in one layer (top-k experts only)."""
         moe_active = 0

@@ -27,43 +27,47 @@ def link(hw: HardwareSpec, group_gpus: int) -> tuple[float, float]:
     return hw.scaleout_bw_bytes_per_s * hw.efficiency.comm, hw.scaleout_latency_s
 
 
+def _zero(x):
+    return 0.0 if np.ndim(x) == 0 else np.zeros_like(np.asarray(x, dtype=float))
+
+
 def _log2_steps(n: int) -> float:
     return float(np.ceil(np.log2(max(n, 2))))
 
 
 def all_reduce_s(nbytes, group_gpus: int, hw: HardwareSpec):
     if group_gpus <= 1:
-        return np.zeros_like(np.asarray(nbytes, dtype=float))
+        return _zero(nbytes)
     bw, lat = link(hw, group_gpus)
     n = group_gpus
-    return lat * _log2_steps(n) + 2.0 * (n - 1) / n * np.asarray(nbytes, dtype=float) / bw
+    return lat * _log2_steps(n) + 2.0 * (n - 1) / n * nbytes / bw
 
 
 def all_gather_s(nbytes, group_gpus: int, hw: HardwareSpec):
     """All-gather (or reduce-scatter) of a `nbytes` full buffer."""
     if group_gpus <= 1:
-        return np.zeros_like(np.asarray(nbytes, dtype=float))
+        return _zero(nbytes)
     bw, lat = link(hw, group_gpus)
     n = group_gpus
-    return lat * _log2_steps(n) + (n - 1) / n * np.asarray(nbytes, dtype=float) / bw
+    return lat * _log2_steps(n) + (n - 1) / n * nbytes / bw
 
 
 def all_to_all_s(nbytes_per_gpu, group_gpus: int, hw: HardwareSpec):
     if group_gpus <= 1:
-        return np.zeros_like(np.asarray(nbytes_per_gpu, dtype=float))
+        return _zero(nbytes_per_gpu)
     bw, lat = link(hw, group_gpus)
     n = group_gpus
-    return lat + (n - 1) / n * np.asarray(nbytes_per_gpu, dtype=float) / bw
+    return lat + (n - 1) / n * nbytes_per_gpu / bw
 
 
 def broadcast_s(nbytes, group_gpus: int, hw: HardwareSpec):
     if group_gpus <= 1:
-        return np.zeros_like(np.asarray(nbytes, dtype=float))
+        return _zero(nbytes)
     bw, lat = link(hw, group_gpus)
-    return lat * _log2_steps(group_gpus) + np.asarray(nbytes, dtype=float) / bw
+    return lat * _log2_steps(group_gpus) + nbytes / bw
 
 
 def p2p_s(nbytes, hw: HardwareSpec, across_domain: bool = False):
     """Point-to-point send (pipeline-stage boundary)."""
     bw, lat = link(hw, hw.nvlink_domain_gpus + 1 if across_domain else 2)
-    return lat + np.asarray(nbytes, dtype=float) / bw
+    return lat + nbytes / bw

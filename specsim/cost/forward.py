@@ -91,10 +91,15 @@ def expected_experts_hit(experts: int, top_k: int, routed_tokens):
     return experts * (1.0 - np.power(1.0 - top_k / experts, t))
 
 
-def _op(flops, nbytes, hw, mdtype):
-    c = compute_time_s(flops, hw, mdtype)
-    m = memory_time_s(nbytes, hw)
-    return (max(c, m) if isinstance(c, float) and isinstance(m, float) else np.maximum(c, m)), c, m
+def _roofline_op(compute_rate: float, memory_rate: float):
+    """An op pricer bound to achieved FLOP/s and bytes/s (the roofline of cost/roofline.py)."""
+
+    def op(flops, nbytes):
+        c = flops / compute_rate
+        m = nbytes / memory_rate
+        return (max(c, m) if isinstance(c, float) and isinstance(m, float) else np.maximum(c, m)), c, m
+
+    return op
 
 
 def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs, q_per_seq: float,
@@ -117,30 +122,33 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
     tokens_engine = n * q
     tokens_attn = tokens_engine / dp  # tokens each attention group (and each of its GPUs) sees
 
+    mem_rate = hw.hbm_bw_bytes_per_s * hw.efficiency.memory
+    op = _roofline_op(hw.flops_per_s(mdt) * hw.efficiency.compute, mem_rate)
+    op_bf16 = _roofline_op(hw.flops_per_s("bf16") * hw.efficiency.compute, mem_rate)
     per_layer = []  # (time, compute, memory) of each fixed op per layer
-    per_layer.append(_op(2 * tokens_attn * model.attn_params_per_layer / tp, model.attn_params_per_layer * wb / tp, hw, mdt))
+    per_layer.append(op(2 * tokens_attn * model.attn_params_per_layer / tp, model.attn_params_per_layer * wb / tp))
     extra = model.extra_params_per_layer + model.norm_params_per_layer
-    per_layer.append(_op(2 * tokens_attn * extra / tp, extra * wb / tp, hw, mdt))
+    per_layer.append(op(2 * tokens_attn * extra / tp, extra * wb / tp))
     if model.ffn:
         p = model.dense_ffn_params_per_layer
-        per_layer.append(_op(2 * tokens_attn * p / tp, p * wb / tp, hw, mdt))
+        per_layer.append(op(2 * tokens_attn * p / tp, p * wb / tp))
     if model.moe:
         moe = model.moe
         routed = tokens_engine * moe.top_k
         hit = expected_experts_hit(moe.experts, moe.top_k, tokens_engine)
-        per_layer.append(_op(2 * routed * model.expert_params / shards, hit * model.expert_params * wb / shards, hw, mdt))
+        per_layer.append(op(2 * routed * model.expert_params / shards, hit * model.expert_params * wb / shards))
         router = model.router_params_per_layer
-        per_layer.append(_op(2 * tokens_attn * router, router * wb, hw, mdt))
+        per_layer.append(op(2 * tokens_attn * router, router * wb))
         if model.shared_expert_params_per_layer:
             p = model.shared_expert_params_per_layer
-            per_layer.append(_op(2 * tokens_attn * p / tp, p * wb / tp, hw, mdt))
+            per_layer.append(op(2 * tokens_attn * p / tp, p * wb / tp))
 
     kv_heads_local = float(-(-model.kv_heads // tp))
     kv_bytes_tok_layer = 2 * kv_heads_local * model.head_dim * layout.kv_bytes
     heads_local = model.heads / tp
     # causal attention among the new tokens, and writing their KV
-    per_layer.append(_op(4 * heads_local * model.head_dim * (n / dp) * q * (q + 1) / 2,
-                         (n / dp) * q * kv_bytes_tok_layer, hw, "bf16"))
+    per_layer.append(op_bf16(4 * heads_local * model.head_dim * (n / dp) * q * (q + 1) / 2,
+                              (n / dp) * q * kv_bytes_tok_layer))
 
     layer_time = sum(t for t, _, _ in per_layer)
     layer_comp = sum(c for _, c, _ in per_layer)
@@ -158,8 +166,8 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
             layer_comm = layer_comm + comm.all_reduce_s(act_msg, tp, hw)
 
     head_tokens = n * logits / dp
-    head_t, head_c, head_m = _op(2 * head_tokens * model.hidden * model.vocab / tp,
-                                 model.hidden * model.vocab * wb / tp, hw, mdt)
+    head_t, head_c, head_m = op(2 * head_tokens * model.hidden * model.vocab / tp,
+                                model.hidden * model.vocab * wb / tp)
     pp_comm = (layout.pp - 1) * comm.p2p_s(act_msg, hw, across_domain=False) if layout.pp > 1 else 0.0
 
     L = model.layers
@@ -224,6 +232,8 @@ def forward_time_s(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, q
     n = float(q.size)
     q_eff = float(q.sum() / n)
     base = pass_cost(model, hw, layout, n, q_eff, float(logits.sum() / n), weight_dtype)
+    if q.size == 1 or bool((q == q[0]).all()):
+        return float(base.fixed_s + base.per_ctx_token_s * float(c.sum()))
     # correct the causal-new-token attention term and the per-context term for ragged q
     tp, dp = layout.tp, layout.attn_dp
     heads_local = model.heads / tp

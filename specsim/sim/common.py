@@ -4,6 +4,7 @@ Semantics both engines implement (DESIGN.md "Engine"):
 * the queue is served in order; a response is admitted at a step boundary while the batch is
   below `max_batch` and its KV blocks fit; the n responses of a GRPO group share the prompt's
   KV blocks (prefix caching), which stay allocated while any member is active;
+* admission leaves `watermark` of the blocks free (vLLM's watermark);
 * admitting a response whose group has no active member prefills the prompt; readmitting a
   preempted response recomputes its prompt (if not cached) and its generated tokens (vLLM's
   recompute preemption); all prefills at one boundary are one pass;
@@ -40,10 +41,17 @@ class EngineConfig:
     prefill_s: Callable[[np.ndarray, np.ndarray], float]
     position_decay: float = 1.0
     record_timeline: bool = True
+    watermark: float = 0.01
 
     @property
     def capacity_blocks(self) -> int:
         return self.kv_capacity_tokens // self.block_tokens
+
+    @property
+    def admission_blocks(self) -> int:
+        """Blocks admission may fill: vLLM keeps a watermark (default 1 % of the KV blocks) free
+        when it admits, so a just-admitted request is not preempted at its first step."""
+        return self.capacity_blocks - int(self.watermark * self.capacity_blocks)
 
 
 @dataclass(frozen=True)

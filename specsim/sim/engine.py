@@ -185,6 +185,9 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
             key(idx, kk)
 
     slots_max = max(cfg.policy.ks) + 1
+    fixed_rows = {kk: cfg.table.fixed_s[cfg.table.index(kk)].tolist() for kk in cfg.policy.ks}
+    ctx_rows = {kk: cfg.table.per_ctx_s[cfg.table.index(kk)].tolist() for kk in cfg.policy.ks}
+    batch_dependent = cfg.policy.kind in ("threshold", "adaptive")  # off/always ignore the batch
 
     def preempt_newest() -> None:
         nonlocal n_act, SP, SL, GB
@@ -218,7 +221,10 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
                 rekey_all(k)
         # ---- 2. admission (none at a boundary that preempted), reserving the policy's largest k
         new, pq, pc = [], [], []
-        if queue and not preempted and n_act < cfg.max_batch:
+        head = queue[0] if queue else -1
+        if head >= 0 and not preempted and n_act < cfg.max_batch and (
+                n_act == 0 or kv_blocks(slots_max) + math.ceil((saved[head] + slots_max) / blk)
+                + (0 if int(groups[head]) in group_active else prompt_blocks[head]) <= cfg.admission_blocks):
             cand = np.fromiter((queue[j] for j in range(min(len(queue), cfg.max_batch - n_act))), dtype=np.int64)
             gc = groups[cand]
             # prompt blocks for the first candidate of each group that has no active member
@@ -229,7 +235,7 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
             need = np.ceil((saved[cand] + slots_max) / blk) + pblocks
             inc = pblocks + (saved[cand] + slots_max) / blk + rbar
             before = kv_blocks(slots_max) + np.concatenate(([0.0], np.cumsum(inc)[:-1]))
-            fits = before + need <= cap
+            fits = before + need <= cfg.admission_blocks
             if n_act == 0:
                 fits[0] = True
             count = len(cand) if fits.all() else int(np.argmin(fits))
@@ -299,9 +305,8 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
             if s < s_kv < b:
                 b = s_kv
         m = b - s
-        i_row = cfg.table.index(k)
-        fixed = cfg.table.fixed_s[i_row, n_act]
-        per_ctx = cfg.table.per_ctx_s[i_row, n_act]
+        fixed = fixed_rows[k][n_act]
+        per_ctx = ctx_rows[k][n_act]
         dt = m * fixed + per_ctx * (m * A + B * m * (2 * s + m - 1) / 2)
         if cfg.record_timeline:
             tl.add(t, n_act, B * m / dt, k, kv_blocks(0) * blk)
@@ -335,7 +340,7 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
                 del group_active[g]
                 GB -= prompt_blocks[i]
             finished = True
-        if finished and n_act:
+        if finished and n_act and batch_dependent:
             k_new = choose_k(cfg.policy, cfg.policy_ctx, n_act, A + B * s)
             if k_new != k:
                 k = k_new

@@ -77,7 +77,7 @@ def run_reference(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator,
             i = queue[0]
             g = int(groups[i])
             need = int(_blocks(gen[i] + slots_max, blk)) + (0 if g in group_active else prompt_blocks[g])
-            if active and used_blocks(slots_max) + need > cap:
+            if active and used_blocks(slots_max) + need > cfg.admission_blocks:
                 break
             queue.pop(0)
             if g not in group_active:
