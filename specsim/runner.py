@@ -14,6 +14,11 @@ The folder (default ``<output.dir>/<scenario>-<UTC timestamp>/``):
     summary.json, summary.md   best k and lag, speedups with 95 % CIs, capacity plan, resolved scenario
     plots/*.png + *.csv    each plot next to the table it was drawn from
 
+Parallelism: jobs > 1 runs a spawn-context process pool, so a *script* that calls run_scenario
+must guard its entry point (``if __name__ == "__main__":``), as for any multiprocessing code;
+`python -c`, the CLI and notebooks need nothing. backend="ray" runs the same tasks on Ray (local,
+or `address=` a cluster whose workers can import specsim).
+
 Every file is written atomically (report/atomic.py). Resume: rerunning into the same folder
 reuses every run already in runs/ (and every finished point), so an interrupted sweep continues
 where it stopped; no point is lost or duplicated. A different resolved scenario in an existing

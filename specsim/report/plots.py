@@ -92,7 +92,9 @@ def heatmap_e2e_speedup(stem: Path, sc, frame: pd.DataFrame, analysis: dict) -> 
     ax.set_ylabel(_axis_label(yp))
     ref = "sync AR on the same GPUs" if metric == "e2e_speedup_vs_sync_ar" else "each point's baseline"
     extra = ("; " + ", ".join(f"{k}={v}" for k, v in fixed.items())) if fixed else ""
-    ax.set_title(_title(sc, f"steady E2E speedup vs {ref} (×){extra}\nboxed: best"), fontsize=9)
+    reps = int(data["replicates"].max()) if len(data) else 1
+    mean = f"mean of {reps} replicates; " if reps > 1 else ""
+    ax.set_title(_title(sc, f"steady E2E speedup vs {ref} (×){extra}\n{mean}boxed: best"), fontsize=9)
     fig.colorbar(im, ax=ax, label="E2E speedup (×)")
     return _save(fig, stem, data)
 
@@ -271,7 +273,6 @@ def breakdown_bars(plan, analysis: dict, frame: pd.DataFrame, runs: dict) -> lis
         sync_keys = {plan.keys[pid][2] for pid in ref["point_ids"]}
         steadies = [runs[k]["steady"] for k in sorted(sync_keys) if "steady" in runs.get(k, {})]
         if steadies:
-            g = steadies[0]
             bars.append(from_steady(steadies, f"sync AR\n{_gpus_of(runs, sorted(sync_keys)[0])}"))
     for e, what in ((best_ar, "best AR"), (best_sd, "best SD")):
         if e is None:
