@@ -1,5 +1,14 @@
 """User-facing input errors: each names the field, the value and what is allowed."""
 
+import yaml
+
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_yaml_text(text: str):
+    """yaml.safe_load semantics, with libyaml's C loader when it is available (5-10x faster)."""
+    return yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
+
 
 class SpecError(ValueError):
     """A bad input value. `field` is a dotted path (e.g. 'drafter.tau'); `where` (a file) may be filled in later by the loader."""

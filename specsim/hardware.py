@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from specsim.errors import SpecError
+from specsim.errors import SpecError, load_yaml_text
 
 PROFILE_DIR = Path(__file__).resolve().parent / "hardware_profiles"
 
@@ -127,7 +127,7 @@ def load_hardware(name_or_path: str) -> HardwareSpec:
     path = _resolve_profile_path(name_or_path)
     where = str(path)
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = load_yaml_text(path.read_text())
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise SpecError("hardware", str(path), f"a valid YAML file ({exc.__class__.__name__})") from None
     if not isinstance(doc, dict):

@@ -18,7 +18,7 @@ from importlib import resources
 
 import yaml
 
-from specsim.errors import SpecError
+from specsim.errors import SpecError, load_yaml_text
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ DRAFTER_KINDS = ("eagle3", "mtp", "self_quant", "ngram")
 @lru_cache(maxsize=1)
 def _catalog() -> dict:
     text = resources.files("specsim.catalog").joinpath("models.yaml").read_text()
-    return yaml.safe_load(text)
+    return load_yaml_text(text)
 
 
 def list_models() -> list[str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from specsim.cost.forward import StepCostTable, prefill_time_s, step_cost_table
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.memory import MemoryPlan, memory_plan
+from specsim.cost.training import check_training_fits, training_layout
 from specsim.errors import LayoutError, SpecError
 from specsim.hardware import HardwareSpec, load_hardware
 from specsim.model import DrafterArch, ModelSpec, drafter_arch, load_model
@@ -133,8 +134,15 @@ def resolve(sc: Scenario) -> World:
         resp = length_distribution(w.response_tokens, "workload.response_tokens", base_dir)
         prompt = length_distribution(w.prompt_tokens, "workload.prompt_tokens", base_dir)
         table = step_cost_table(model, arch if uses_drafter else None, hw, layout, r.max_batch, policy.ks)
+        trainer = training_layout(sc, model, hw)
     except SpecError as exc:
         raise ScenarioError(exc.where or file, exc.field, exc.value, f"must be {exc.allowed}") from None
     except LayoutError as exc:
         raise ScenarioError(file, "rollout", f"{layout.describe()}", str(exc)) from None
+    try:
+        colocated = sc.pipeline.mode == "sync"
+        check_training_fits(model, hw, trainer,
+                            gpu_memory_utilization=sc.rollout.gpu_memory_utilization if colocated else None)
+    except LayoutError as exc:
+        raise ScenarioError(file, "training", trainer.describe(), str(exc)) from None
     return World(sc, hw, model, arch, layout, mem, int(kv_cap), r.gpus // layout.gpus, policy, acc, resp, prompt, table)

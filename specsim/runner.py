@@ -182,6 +182,7 @@ def _prepare_dir(out_dir: Path, resolved_text: str, force: bool) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise ResultsConflict(str(out_dir), "--out", str(out_dir), "a folder (this path is a file)")
     out_dir.mkdir(parents=True, exist_ok=True)
+    atomic.remove_stale_temporaries(out_dir)  # a run killed mid-write leaves its temp file
     f = out_dir / "resolved.yaml"
     if f.exists():
         old = f.read_text(encoding="utf-8")

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from specsim.errors import SpecError
+from specsim.errors import SpecError, load_yaml_text
 
 DType = Literal["bf16", "fp16", "fp8", "int8", "fp4", "int4"]
 
@@ -67,13 +67,13 @@ class LengthSpec(Strict):
     CSV/JSONL of observed lengths (relative to the scenario file); kind=fixed: `tokens`."""
 
     kind: Literal["lognormal", "mixture", "empirical", "fixed"] = "lognormal"
-    median: float | None = Field(default=None, gt=0)
-    p99: float | None = Field(default=None, gt=0)
-    mu: float | None = None
-    sigma: float | None = Field(default=None, gt=0)
+    median: float | None = Field(default=None, gt=0, le=1e9)
+    p99: float | None = Field(default=None, gt=0, le=1e9)
+    mu: float | None = Field(default=None, ge=-50, le=50)
+    sigma: float | None = Field(default=None, gt=0, le=20)
     components: list[dict[str, float]] | None = None
     path: str | None = None
-    tokens: int | None = Field(default=None, ge=1)
+    tokens: int | None = Field(default=None, ge=1, le=10**9)
 
     @model_validator(mode="after")
     def _complete(self):
@@ -104,17 +104,17 @@ class LengthSpec(Strict):
 class RolloutSection(Strict):
     """The generation pool: `gpus` split into data-parallel engines of tp·pp (·ep) GPUs each."""
 
-    gpus: int = Field(ge=1)
-    tp: int = Field(default=1, ge=1)
-    pp: int = Field(default=1, ge=1)
-    ep: int = Field(default=1, ge=1)
+    gpus: int = Field(ge=1, le=10**6)
+    tp: int = Field(default=1, ge=1, le=1024)
+    pp: int = Field(default=1, ge=1, le=1024)
+    ep: int = Field(default=1, ge=1, le=4096)
     weight_dtype: DType = "bf16"
     kv_dtype: DType = "bf16"
-    max_batch: int = Field(default=256, ge=1, description="vLLM max_num_seqs per engine")
+    max_batch: int = Field(default=256, ge=1, le=65536, description="vLLM max_num_seqs per engine")
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
-    max_batched_tokens: int = Field(default=8192, ge=1)
-    kv_block_tokens: int = Field(default=16, ge=1)
-    kv_capacity_tokens: int | None = Field(default=None, ge=1, description="override the derived KV budget per engine")
+    max_batched_tokens: int = Field(default=8192, ge=1, le=10**7)
+    kv_block_tokens: int = Field(default=16, ge=1, le=4096)
+    kv_capacity_tokens: int | None = Field(default=None, ge=1, le=10**12, description="override the derived KV budget per engine")
     dispatch: Literal["round_robin", "least_loaded"] = "round_robin"
 
 
@@ -122,22 +122,22 @@ class TrainingSection(Strict):
     """The trainer. In sync mode it runs on the rollout GPUs (`gpus` must be omitted or equal);
     in async mode on its own pool of `gpus`. tp·pp·ep must divide the GPUs; dp is the rest."""
 
-    gpus: int | None = Field(default=None, ge=1)
-    tp: int = Field(default=1, ge=1)
-    pp: int = Field(default=1, ge=1)
-    ep: int = Field(default=1, ge=1)
+    gpus: int | None = Field(default=None, ge=1, le=10**6)
+    tp: int = Field(default=1, ge=1, le=1024)
+    pp: int = Field(default=1, ge=1, le=1024)
+    ep: int = Field(default=1, ge=1, le=4096)
     reference_logprob: bool = True
     weight_sync: Literal["broadcast", "reshard"] = "broadcast"
-    optimizer_bytes_per_param: float = Field(default=16.0, gt=0)
+    optimizer_bytes_per_param: float = Field(default=16.0, gt=0, le=1024)
     mfu: float | None = Field(default=None, gt=0, le=1, description="override the profile's train_mfu")
 
 
 class WorkloadSection(Strict):
-    prompts: int = Field(ge=1, description="prompts per RL step")
-    group_size: int = Field(default=16, ge=1, description="responses per prompt (GRPO n)")
-    max_response_tokens: int = Field(ge=1)
+    prompts: int = Field(ge=1, le=10**6, description="prompts per RL step")
+    group_size: int = Field(default=16, ge=1, le=4096, description="responses per prompt (GRPO n)")
+    max_response_tokens: int = Field(ge=1, le=10**7)
     prompt_tokens: LengthSpec = LengthSpec(kind="fixed", tokens=256)
-    max_prompt_tokens: int = Field(default=2048, ge=1)
+    max_prompt_tokens: int = Field(default=2048, ge=1, le=10**7)
     response_tokens: LengthSpec
     group_correlation: float = Field(default=0.5, ge=0, le=1)
     length_growth_per_step: float = Field(default=0.0, ge=-0.5, le=1.0)
@@ -148,10 +148,10 @@ class StalenessSection(Strict):
     """α(v) = floor + (α0 − floor)·exp(−rate·v) after v policy versions. Give `rate_per_version`
     directly, or `tau_after` measured `after_versions` versions later (solved for the rate)."""
 
-    rate_per_version: float | None = Field(default=None, ge=0)
+    rate_per_version: float | None = Field(default=None, ge=0, le=100)
     floor_alpha: float = Field(default=0.0, ge=0, lt=1)
-    tau_after: float | None = Field(default=None, ge=1)
-    after_versions: int | None = Field(default=None, ge=1)
+    tau_after: float | None = Field(default=None, ge=1, le=33)
+    after_versions: int | None = Field(default=None, ge=1, le=10**6)
 
     @model_validator(mode="after")
     def _one_way(self):
@@ -168,20 +168,20 @@ class DrafterSection(Strict):
     per-token acceptance `alpha` directly."""
 
     kind: Literal["eagle3", "mtp", "self_quant", "ngram"] = "eagle3"
-    tau: float | None = Field(default=None, ge=1)
-    tau_at_k: int = Field(default=3, ge=1)
+    tau: float | None = Field(default=None, ge=1, le=33)
+    tau_at_k: int = Field(default=3, ge=1, le=32)
     alpha: float | None = Field(default=None, ge=0, lt=1)
     init: Literal["in_domain", "general"] = "in_domain"
-    general_tau: float | None = Field(default=None, ge=1, description="fresh τ (at tau_at_k) when init=general")
+    general_tau: float | None = Field(default=None, ge=1, le=33, description="fresh τ (at tau_at_k) when init=general")
     tau_temperature: float | None = Field(default=None, ge=0, le=2,
                                           description="temperature τ/α was measured at (default: workload.temperature)")
     position_decay: float = Field(default=1.0, gt=0, le=1)
-    heterogeneity: float | None = Field(default=None, gt=0, description="Beta concentration of per-sequence α")
+    heterogeneity: float | None = Field(default=None, gt=0, le=1e6, description="Beta concentration of per-sequence α")
     staleness: StalenessSection = StalenessSection()
-    update_every_steps: int = Field(default=0, ge=0, description="online drafter training every I steps (0 = never)")
+    update_every_steps: int = Field(default=0, ge=0, le=10**6, description="online drafter training every I steps (0 = never)")
     update_token_fraction: float = Field(default=1.0, gt=0, le=1)
-    draft_vocab: int | None = Field(default=None, ge=1)
-    draft_ffn: int | None = Field(default=None, ge=1)
+    draft_vocab: int | None = Field(default=None, ge=1, le=10**7)
+    draft_ffn: int | None = Field(default=None, ge=1, le=10**7)
 
     @model_validator(mode="after")
     def _acceptance_given(self):
@@ -216,7 +216,7 @@ class PipelineSection(Strict):
     warmup_steps: int = Field(default=1, ge=0)
     policy_lag: int = Field(default=1, ge=0, le=64)
     partial_rollouts: bool = False
-    reward_s: float = Field(default=2.0, ge=0)
+    reward_s: float = Field(default=2.0, ge=0, le=1e7)
     baseline: dict[str, Any] = Field(default_factory=lambda: {"speculation.policy": "off"},
                                      description="dotted overrides that turn this scenario into its baseline")
 
@@ -274,6 +274,10 @@ class Scenario(Strict):
             raise _bad("training.gpus", self.training.gpus, "in sync (colocated) mode training runs on the rollout GPUs: omit training.gpus")
         if self.pipeline.mode == "async" and self.training.gpus is None:
             raise _bad("training.gpus", None, "async mode needs training.gpus (its own pool)")
+        responses = self.workload.prompts * self.workload.group_size
+        if responses > 10**7:
+            raise _bad("workload.prompts", self.workload.prompts,
+                       f"at most 10,000,000 responses per step (prompts x group_size = {responses:,})")
         return self
 
     @property
@@ -392,7 +396,7 @@ def read_yaml(path: str | Path) -> dict:
     try:
         raw = p.read_bytes()
         text = raw.decode("utf-8")
-        doc = yaml.safe_load(text)
+        doc = load_yaml_text(text)
     except UnicodeDecodeError:
         raise ScenarioError(file, "(file)", "<binary>", "a UTF-8 YAML text file") from None
     except yaml.YAMLError as exc:

@@ -108,3 +108,16 @@ def write_with(path: str | os.PathLike, writer: Callable[[io.IOBase], None], mod
     with atomic_open(path, mode) as fh:
         writer(fh)
     return Path(path)
+
+
+def remove_stale_temporaries(folder: str | os.PathLike) -> int:
+    """Delete temp files an interrupted writer left behind (`.NAME.*.tmp`, as `atomic_open`
+    names them). Safe while nothing else writes into `folder`; returns how many were removed."""
+    removed = 0
+    for p in Path(folder).rglob(".*.tmp"):
+        try:
+            p.unlink()
+            removed += 1
+        except FileNotFoundError:
+            pass
+    return removed

@@ -1,0 +1,193 @@
+"""Fuzzing the scenario front door: generated scenario files, valid and broken, through
+`specsim check` and a short `specsim run`.
+
+Valid files (by construction) must check OK and finish a short run. Broken files — wrong types,
+unknown keys, out-of-range values, missing sections, non-YAML bytes, huge numbers, layouts that do
+not fit, unknown catalog names — must exit 2 with one paragraph naming the file, the field, the
+value and what is allowed. No case may print a traceback or an internal error.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import re
+from collections import Counter
+
+import pytest
+import typer.testing
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specsim.cli import app
+
+N_EXAMPLES = 2000
+COUNTS: Counter = Counter()
+
+BASE = {
+    "name": "fuzz", "seed": 0, "hardware": "h100_sxm", "model": "Qwen2.5-3B",
+    "rollout": {"gpus": 1, "tp": 1, "max_batch": 8},
+    "workload": {"prompts": 2, "group_size": 2, "max_response_tokens": 128,
+                 "prompt_tokens": {"kind": "fixed", "tokens": 32},
+                 "response_tokens": {"kind": "lognormal", "median": 40, "p99": 120}},
+    "drafter": {"kind": "eagle3", "tau": 2.0, "tau_at_k": 3},
+    "speculation": {"policy": "always", "k": 2},
+    "pipeline": {"mode": "sync", "steps": 2, "warmup_steps": 1},
+    "output": {"plots": False},
+}
+
+# numeric leaves with a value outside what the schema allows
+OUT_OF_RANGE = [
+    (("rollout", "gpus"), [0, -1, 10**12]), (("rollout", "tp"), [0, -4]), (("rollout", "max_batch"), [0, 10**9]),
+    (("rollout", "gpu_memory_utilization"), [0, 1.5, -0.1]), (("workload", "prompts"), [0, -3, 10**15]),
+    (("workload", "group_size"), [0, 10**6]), (("workload", "max_response_tokens"), [0, -10, 10**12]),
+    (("workload", "group_correlation"), [-0.1, 1.01]), (("workload", "temperature"), [-1, 3.0]),
+    (("drafter", "tau"), [0.5, "above k+1", 1e300]), (("drafter", "alpha"), [1.0, -0.2]),
+    (("speculation", "k"), [-1, 33, 10**20]), (("pipeline", "policy_lag"), [-1, 65]),
+    (("pipeline", "steps"), [0, 10**9]), (("pipeline", "warmup_steps"), [5, -1]), (("seed",), [-1, 2**70]),
+    (("workload", "response_tokens", "median"), [0, -5, 1e12]), (("workload", "response_tokens", "p99"), [10]),
+    (("pipeline", "reward_s"), [-1.0, float("inf"), float("nan")]),
+]
+WRONG_TYPES = ["abc", [1, 2], {"a": 1}, True, None, 1.5]
+TYPED_LEAVES = [("rollout", "gpus"), ("rollout", "tp"), ("workload", "prompts"), ("workload", "response_tokens"),
+                ("drafter", "kind"), ("speculation", "policy"), ("speculation", "k"), ("pipeline", "mode"),
+                ("hardware",), ("model",), ("rollout",), ("drafter",), ("pipeline", "baseline")]
+SECTIONS = ["hardware", "model", "rollout", "workload", "drafter"]
+
+
+def _set(doc, path, value):
+    cur = doc
+    for part in path[:-1]:
+        cur = cur[part]
+    cur[path[-1]] = value
+
+
+@st.composite
+def valid_dict(draw):
+    doc = copy.deepcopy(BASE)
+    doc["seed"] = draw(st.integers(0, 2**31))
+    # (model, hardware) pairs whose trainer fits one GPU (16 B/param of state + activations)
+    doc["model"], doc["hardware"] = draw(st.sampled_from([
+        ("Qwen2.5-3B", "h100_sxm"), ("Qwen2.5-3B", "h200_sxm"), ("Qwen2.5-3B", "b200"), ("Qwen2.5-3B", "gb200"),
+        ("Qwen2.5-7B", "gb200"), ("Qwen3-8B", "gb200"), ("Llama-3.1-8B", "b200")]))
+    doc["rollout"]["max_batch"] = draw(st.integers(1, 16))
+    doc["rollout"]["tp"] = draw(st.sampled_from([1, 2]))
+    doc["rollout"]["gpus"] = doc["rollout"]["tp"] * draw(st.integers(1, 2))
+    w = doc["workload"]
+    w["prompts"] = draw(st.integers(1, 3))
+    w["group_size"] = draw(st.integers(1, 3))
+    w["max_response_tokens"] = draw(st.integers(16, 256))
+    median = draw(st.integers(4, 100))
+    w["response_tokens"] = {"kind": "lognormal", "median": median, "p99": median * draw(st.integers(2, 6))}
+    w["group_correlation"] = draw(st.floats(0, 1))
+    w["temperature"] = draw(st.floats(0, 2))
+    kind = draw(st.sampled_from(["eagle3", "mtp", "self_quant", "ngram"]))
+    tau_k = draw(st.integers(1, 5))
+    doc["drafter"] = {"kind": kind, "tau": round(draw(st.floats(1.0, tau_k + 0.9)), 3), "tau_at_k": tau_k}
+    policy = draw(st.sampled_from(["off", "always", "threshold", "adaptive"]))
+    doc["speculation"] = {"policy": policy, "k": draw(st.integers(0, 6)), "max_batch": draw(st.integers(1, 16)),
+                          "k_max": draw(st.integers(1, 6))}
+    mode = draw(st.sampled_from(["sync", "async"]))
+    doc["pipeline"] = {"mode": mode, "steps": draw(st.integers(1, 3)), "warmup_steps": 0,
+                       "policy_lag": draw(st.integers(0, 3))}
+    if mode == "async":
+        doc["training"] = {"gpus": draw(st.integers(1, 4))}
+    return doc
+
+
+@st.composite
+def valid_doc(draw):
+    return "valid", yaml.safe_dump(draw(valid_dict()), sort_keys=False).encode()
+
+
+@st.composite
+def broken_doc(draw):
+    """A valid scenario with one thing broken (so the broken cases are as varied as the valid ones)."""
+    doc = draw(valid_dict())
+    kind = draw(st.sampled_from(["wrong_type", "unknown_key", "out_of_range", "missing_section",
+                                 "not_yaml", "huge_number", "does_not_fit", "unknown_name"]))
+    if kind == "wrong_type":
+        path = draw(st.sampled_from(TYPED_LEAVES))
+        value = draw(st.sampled_from(WRONG_TYPES))
+        if path in [("workload", "response_tokens"), ("rollout",), ("drafter",), ("pipeline", "baseline")] \
+                and isinstance(value, dict):
+            value = "abc"
+        if path in [("workload", "prompts"), ("rollout", "gpus"), ("rollout", "tp"), ("speculation", "k")] \
+                and value is True:
+            value = "abc"
+        _set(doc, path, value)
+    elif kind == "unknown_key":
+        section = draw(st.sampled_from([None, "rollout", "workload", "drafter", "speculation", "pipeline"]))
+        key = draw(st.text("abcdefghijklmnopqrstuvwxyz_", min_size=3, max_size=12)) + "_x"
+        (doc if section is None else doc[section])[key] = draw(st.integers(0, 9))
+    elif kind in ("out_of_range", "huge_number"):
+        path, values = draw(st.sampled_from(OUT_OF_RANGE))
+        value = draw(st.sampled_from(values))
+        if value == "above k+1":
+            value = doc["drafter"]["tau_at_k"] + 1.5
+        _set(doc, path, value)
+        if path == ("drafter", "alpha"):
+            doc["drafter"].pop("tau", None)
+        if path == ("workload", "response_tokens", "p99"):
+            doc["workload"]["response_tokens"]["median"] = 40
+    elif kind == "missing_section":
+        del doc[draw(st.sampled_from(SECTIONS))]
+    elif kind == "not_yaml":
+        raw = draw(st.sampled_from([b"\xff\xfe\x00bin", b"rollout: [1, 2\n", b"a: b: c: :\n  - x\n -y",
+                                    b"{{{", b"\x00\x01\x02", b"- just\n- a list\n", b"plain text"]))
+        return kind, raw
+    elif kind == "does_not_fit":
+        doc["model"] = "Qwen3-235B-A22B"
+        doc["rollout"]["gpus"] = 1
+    else:
+        if draw(st.booleans()):
+            doc["model"] = draw(st.sampled_from(["Qwen3-8b-instruct", "llama-8b", "gpt-5", "Qwen9"]))
+        else:
+            doc["hardware"] = draw(st.sampled_from(["h100", "H100-SXM", "tpu_v5", "gb300"]))
+    return kind, yaml.safe_dump(doc, sort_keys=False, allow_unicode=True).encode()
+
+
+@pytest.fixture(scope="module")
+def runner():
+    """A CliRunner whose Typer→click conversion is done once (it costs ~10 ms per call)."""
+    orig = typer.testing._get_command
+    typer.testing._get_command = functools.lru_cache(maxsize=None)(orig)
+    yield typer.testing.CliRunner()
+    typer.testing._get_command = orig
+    print(f"\nfuzz: generated {sum(COUNTS.values())} scenario files: "
+          + ", ".join(f"{k} {v}" for k, v in sorted(COUNTS.items())))
+
+
+def _no_traceback(text: str) -> None:
+    assert "Traceback" not in text and "internal error" not in text, text
+
+
+@settings(max_examples=N_EXAMPLES, deadline=None, database=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(case=st.sampled_from(["valid", "broken", "broken"]).flatmap(
+    lambda what: valid_doc() if what == "valid" else broken_doc()))
+def test_fuzz_check_and_run(runner, tmp_path_factory, case):
+    kind, raw = case
+    folder = tmp_path_factory.mktemp("fz")
+    path = folder / "scenario.yaml"
+    path.write_bytes(raw)
+    res = runner.invoke(app, ["check", str(path)])
+    out = res.output + (res.stderr if res.stderr_bytes is not None else "")
+    _no_traceback(out)
+    if kind == "valid":
+        assert res.exit_code == 0, out
+        run = runner.invoke(app, ["run", str(path), "--out", str(folder / "out"), "--jobs", "1", "--no-progress",
+                                  "--format", "json"])
+        _no_traceback(run.output)
+        assert run.exit_code == 0, run.output
+        assert (folder / "out" / "points.csv").is_file()
+        COUNTS["valid (check OK, run finished)"] += 1
+        return
+    assert res.exit_code == 2, out
+    err = res.stderr
+    assert err.startswith("error: "), err
+    assert str(path) in err, err
+    assert err.count("\n") <= 1, "one paragraph"
+    assert re.search(r"got |must|allowed|needs|unknown|valid YAML", err), err
+    COUNTS["invalid: " + kind] += 1
