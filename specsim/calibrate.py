@@ -39,9 +39,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -56,10 +57,10 @@ from specsim.model import ModelSpec, drafter_arch, load_model
 from specsim.traces import atomic_write_text, read_trace, validate_trace
 
 __all__ = [
+    "PARAMS",
     "AcceptanceFit",
     "CalibrationReport",
     "HardwareFit",
-    "PARAMS",
     "calibrate",
     "fit_acceptance",
     "fit_hardware",
@@ -340,14 +341,14 @@ class HardwareFit:
         """rows, RMS / max |relative error| (fitted and prior), overall and per trace kind."""
         r = self.residuals
         out = {
-            "rows": int(len(r)),
+            "rows": len(r),
             "rms_rel_error": self.rms_rel_error,
             "prior_rms_rel_error": self.prior_rms_rel_error,
             "max_abs_rel_error": float(np.abs(r["rel_error"]).max()) if len(r) else float("nan"),
         }
         for kind, sub in r.groupby("kind"):
             out[kind] = {
-                "rows": int(len(sub)),
+                "rows": len(sub),
                 "rms_rel_error": _rms(sub["rel_error"]),
                 "max_abs_rel_error": float(np.abs(sub["rel_error"]).max()),
             }
@@ -941,7 +942,7 @@ def fit_acceptance(
         tau_by_k=pd.DataFrame(by_k),
         by_step=by_step,
         rms_rel_tau_error=float(np.sqrt(np.average(rel**2, weights=n))),
-        n_rows=int(len(data)),
+        n_rows=len(data),
         alpha_stderr=se.get("alpha", float("nan")),
         sources=sources,
         notes=tuple(notes),
@@ -1154,7 +1155,7 @@ def calibrate(
     for p in paths:
         df = read_trace(p)
         by_kind[df.attrs["kind"]].append(df)
-        traces.append({"path": str(p), "kind": df.attrs["kind"], "rows": int(len(df))})
+        traces.append({"path": str(p), "kind": df.attrs["kind"], "rows": len(df)})
     report = CalibrationReport(hardware=hw.name, traces=traces)
     hw_paths = [t["path"] for t in traces if t["kind"] in ("kernel", "engine")]
     if by_kind["kernel"] or by_kind["engine"]:

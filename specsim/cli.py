@@ -25,9 +25,10 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable, Iterator
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Callable, Iterator, Optional
+from typing import Annotated, Any
 
 import numpy as np
 import typer
@@ -135,7 +136,7 @@ class Format(str, Enum):
     json = "json"
 
 
-SetOpt = Annotated[Optional[list[str]], typer.Option(
+SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", "-s", metavar="PATH=VALUE", help="Override a scenario field, e.g. --set speculation.k=5 (repeatable).")]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
 HardwareOpt = Annotated[str, typer.Option("--hardware", help="Hardware profile name (specsim list hardware) or YAML path.")]
@@ -203,7 +204,7 @@ def _layout(model, **kw):
     return layout
 
 
-def _load_scenario(path: str, sets: Optional[list[str]]):
+def _load_scenario(path: str, sets: list[str] | None):
     from specsim.scenario import load_scenario
 
     return load_scenario(path, list(sets or ()))
@@ -362,14 +363,14 @@ def _parse_steps(text: str) -> list[int]:
 def show_drafter(
     model: Annotated[str, typer.Option("--model", help="Target (policy) model.")] = "Qwen3-8B",
     kind: Annotated[str, typer.Option(help="eagle3 | mtp | self_quant | ngram")] = "eagle3",
-    tau: Annotated[Optional[float], typer.Option(help="Fresh mean acceptance length (tokens per verify) at --tau-k.")] = None,
+    tau: Annotated[float | None, typer.Option(help="Fresh mean acceptance length (tokens per verify) at --tau-k.")] = None,
     tau_k: Annotated[int, typer.Option("--tau-k", help="Draft length --tau was measured at.")] = 3,
-    alpha: Annotated[Optional[float], typer.Option(help="Per-token acceptance instead of --tau.")] = None,
+    alpha: Annotated[float | None, typer.Option(help="Per-token acceptance instead of --tau.")] = None,
     decay: Annotated[float, typer.Option(help="Position decay d in (0, 1] (alpha_j = alpha d^(j-1)).")] = 1.0,
-    heterogeneity: Annotated[Optional[float], typer.Option(help="Beta concentration of per-sequence alpha.")] = None,
-    tau_after: Annotated[Optional[float], typer.Option(help="Staleness: tau measured --after-versions later.")] = None,
-    after_versions: Annotated[Optional[int], typer.Option(help="Policy versions between --tau and --tau-after.")] = None,
-    rate_per_version: Annotated[Optional[float], typer.Option(help="Staleness: e-folding rate of alpha per version.")] = None,
+    heterogeneity: Annotated[float | None, typer.Option(help="Beta concentration of per-sequence alpha.")] = None,
+    tau_after: Annotated[float | None, typer.Option(help="Staleness: tau measured --after-versions later.")] = None,
+    after_versions: Annotated[int | None, typer.Option(help="Policy versions between --tau and --tau-after.")] = None,
+    rate_per_version: Annotated[float | None, typer.Option(help="Staleness: e-folding rate of alpha per version.")] = None,
     floor_alpha: Annotated[float, typer.Option(help="Staleness floor of alpha.")] = 0.0,
     update_every: Annotated[int, typer.Option(help="Online drafter update every I RL steps (0 = never).")] = 0,
     steps: Annotated[str, typer.Option(help="RL steps to show, comma-separated.")] = "0,10,20,50,100",
@@ -378,7 +379,7 @@ def show_drafter(
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree of the engine.")] = 1,
     context: Annotated[int, typer.Option(help="Context (tokens) for the batch-1 cost.")] = 1024,
     weight_dtype: Annotated[str, typer.Option(help="Policy weight dtype.")] = "bf16",
-    draft_vocab: Annotated[Optional[int], typer.Option(help="EAGLE-3 draft vocabulary (default: catalog).")] = None,
+    draft_vocab: Annotated[int | None, typer.Option(help="EAGLE-3 draft vocabulary (default: catalog).")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """A drafter's acceptance (τ by draft length and over RL steps) and its cost at batch 1."""
@@ -479,7 +480,7 @@ def show_drafter(
 def show_lengths(
     scenario: Annotated[str, typer.Argument(help="Scenario YAML.")],
     sets: SetOpt = None,
-    samples: Annotated[Optional[int], typer.Option(help="Responses to draw (default: one RL step, prompts × group_size).")] = None,
+    samples: Annotated[int | None, typer.Option(help="Responses to draw (default: one RL step, prompts × group_size).")] = None,
     step: Annotated[int, typer.Option(help="RL step (applies workload.length_growth_per_step).")] = 0,
     fmt: FormatOpt = Format.table,
 ) -> None:
@@ -630,8 +631,8 @@ def check(
 @app.command("validate")
 @handle_errors
 def validate_cmd(
-    targets: Annotated[Optional[list[str]], typer.Argument(help="Target YAML files (default: calibration/targets/*.yaml).")] = None,
-    tolerance: Annotated[Optional[float], typer.Option("--tolerance", help="Override every row's relative tolerance.")] = None,
+    targets: Annotated[list[str] | None, typer.Argument(help="Target YAML files (default: calibration/targets/*.yaml).")] = None,
+    tolerance: Annotated[float | None, typer.Option("--tolerance", help="Override every row's relative tolerance.")] = None,
     out: Annotated[str, typer.Option("--out", help="Folder for validation.csv and validation.md.")] = "results/validation",
     fmt: FormatOpt = Format.table,
 ) -> None:
@@ -671,9 +672,9 @@ def validate_cmd(
 def calibrate_cmd(
     traces: Annotated[list[str], typer.Argument(help="Trace files (kernel, engine, lengths, stages; CSV or JSONL).")],
     hardware: Annotated[str, typer.Option("--hardware", help="Profile whose efficiency factors are fitted.")],
-    model: Annotated[Optional[str], typer.Option("--model", help="Model of the traces (default: the traces' column).")] = None,
-    drafter: Annotated[Optional[str], typer.Option("--drafter", help="Drafter kind of the SD rows (eagle3, mtp, ...).")] = None,
-    out: Annotated[Optional[str], typer.Option("--out", help="Write the calibrated profile YAML here.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Model of the traces (default: the traces' column).")] = None,
+    drafter: Annotated[str | None, typer.Option("--drafter", help="Drafter kind of the SD rows (eagle3, mtp, ...).")] = None,
+    out: Annotated[str | None, typer.Option("--out", help="Write the calibrated profile YAML here.")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Fit a hardware profile's efficiency factors (and acceptance, lengths) to traces."""

@@ -17,13 +17,14 @@ import functools
 import json
 import math
 import sys
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any
 
 import typer
 
-__all__ = ["run", "show_scenario", "Backend", "OutFormat"]
+__all__ = ["Backend", "OutFormat", "run", "show_scenario"]
 
 
 class Backend(str, Enum):
@@ -37,7 +38,7 @@ class OutFormat(str, Enum):
 
 
 ScenarioArg = Annotated[str, typer.Argument(help="Scenario YAML (see scenarios/).")]
-SetOpt = Annotated[Optional[list[str]], typer.Option(
+SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", "-s", metavar="PATH=VALUE",
     help="Override a scenario field, e.g. --set speculation.k=5 or --set 'sweep.speculation.k=[0,3]' (repeatable).")]
 FormatOpt = Annotated[OutFormat, typer.Option("--format", "-f", help="Output format.")]
@@ -94,12 +95,12 @@ def _ci(m: dict | None, digits: int = 3) -> str:
 def run(
     scenario: ScenarioArg,
     sets: SetOpt = None,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Results folder (default: "
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Results folder (default: "
                                                 "<output.dir>/<scenario>-<UTC timestamp>/). Rerun into the same "
                                                 "folder to resume.")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Parallel worker processes (local) or Ray CPUs.")] = 2,
     backend: Annotated[Backend, typer.Option("--backend", help="local processes, or a Ray cluster.")] = Backend.local,
-    address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (ray.init(address=...)); "
+    address: Annotated[str | None, typer.Option("--address", help="Ray cluster address (ray.init(address=...)); "
                                                    "default: a local Ray instance.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite results of a different scenario in --out.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar on stderr.")] = False,

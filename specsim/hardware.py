@@ -73,7 +73,7 @@ class HardwareSpec:
             raise SpecError("dtype", dtype, f"one of {sorted(self.peak_flops)} on {self.name}")
         return self.peak_flops[dtype]
 
-    def with_efficiency(self, **changes: float) -> "HardwareSpec":
+    def with_efficiency(self, **changes: float) -> HardwareSpec:
         """A copy with some efficiency factors replaced (used by calibration)."""
         return replace(self, efficiency=replace(self.efficiency, **changes))
 

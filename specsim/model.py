@@ -16,8 +16,6 @@ from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from importlib import resources
 
-import yaml
-
 from specsim.errors import SpecError, load_yaml_text
 
 

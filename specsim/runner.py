@@ -32,18 +32,31 @@ import hashlib
 import json
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from specsim.report import atomic
 from specsim.scenario import Scenario, ScenarioError, apply_overrides, load_scenario, source_file, to_yaml
 from specsim.sweep import (
-    RunTask, SweepPoint, baseline_of, expand, is_ar, k_of, point_row, point_scenario, replicates, row_columns,
-    run_tasks, step_rows, swept_paths, sync_ar_of,
+    RunTask,
+    SweepPoint,
+    baseline_of,
+    expand,
+    is_ar,
+    k_of,
+    point_row,
+    point_scenario,
+    replicates,
+    row_columns,
+    run_tasks,
+    step_rows,
+    swept_paths,
+    sync_ar_of,
 )
 
-__all__ = ["RunSummary", "ResultsConflict", "run_scenario", "show_scenario", "specsim_version"]
+__all__ = ["ResultsConflict", "RunSummary", "run_scenario", "show_scenario", "specsim_version"]
 
 
 class ResultsConflict(ScenarioError):
@@ -94,11 +107,11 @@ def specsim_version() -> str:
             return str(v)
     except ImportError:  # pragma: no cover
         pass
-    try:
-        from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
+    try:
         return version("specsim")
-    except Exception:  # pragma: no cover
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
         return "unknown"
 
 
@@ -174,7 +187,7 @@ def show_scenario(path: str | Path, overrides: Sequence[str] = ()) -> dict:
 
 # ============================================================================ the folder
 def _default_out(sc: Scenario) -> Path:
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S")
     return Path(sc.output.dir) / f"{sc.name}-{stamp}"
 
 
@@ -352,7 +365,7 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
     wall = time.perf_counter() - t0
     summary = tables.summary_dict(sc, plan, analysis, capacity, resolved_text=resolved_text,
                                   version=specsim_version(), plots=plot_files)
-    summary["run"] = {"wall_s": wall, "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    summary["run"] = {"wall_s": wall, "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                       "computed_runs": computed, "reused_runs": reused, "jobs": jobs, "backend": backend,
                       "out_dir": str(out_dir)}
     atomic.write_json(out_dir / "summary.json", summary)
@@ -422,8 +435,14 @@ class _Progress:
         self.points = _NullTask()
         if enabled:
             from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                       TimeRemainingColumn)
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self._p = Progress(TextColumn("{task.description:<16}"), BarColumn(), MofNCompleteColumn(),
                                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),

@@ -363,8 +363,7 @@ def _allowed_from_error(err: dict) -> str:
         sym = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}[typ]
         bound = next(iter(ctx.values()), "")
         return f"must be {sym} {bound}"
-    if typ.startswith("int_") or typ.startswith("float_") or typ.startswith("bool_") or typ.startswith("string_") \
-            or typ.startswith("dict_") or typ.startswith("list_") or typ.startswith("model_"):
+    if typ.startswith(("int_", "float_", "bool_", "string_", "dict_", "list_", "model_")):
         return err.get("msg", "wrong type").replace("Input should be", "must be")
     msg = str(err.get("msg", ""))
     return msg.removeprefix("Value error, ")
@@ -444,7 +443,7 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
     return sc
 
 
-def source_file(sc: "Scenario") -> str | None:
+def source_file(sc: Scenario) -> str | None:
     """The file a scenario was loaded from (for error messages and relative paths)."""
     return sc._source_file
 

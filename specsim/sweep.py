@@ -32,9 +32,10 @@ import json
 import math
 import multiprocessing
 import os
+from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from specsim.errors import SpecError
 from specsim.scenario import Scenario, ScenarioError, apply_overrides, source_file, validate_doc
@@ -193,7 +194,7 @@ class RunTask:
     role: str = "point"     # point | baseline | sync_ar | capacity (informational)
 
     @classmethod
-    def of(cls, sc: Scenario, replicate: int, role: str, engine: str = "fast") -> "RunTask":
+    def of(cls, sc: Scenario, replicate: int, role: str, engine: str = "fast") -> RunTask:
         return cls(run_key(sc, replicate, engine), sc.model_dump(mode="json"), source_file(sc), int(replicate),
                    engine, role)
 
@@ -225,7 +226,7 @@ def execute(task: RunTask | dict) -> dict:
 # ============================================================================ executors
 def _ray():
     try:
-        import ray  # noqa: F401
+        import ray
     except ImportError:
         raise SpecError("--backend", "ray", "'local', or 'ray' with Ray installed (install specsim[ray]: "
                         "pip install 'specsim[ray]')", where="command line") from None
@@ -272,7 +273,7 @@ def run_tasks(tasks: list[RunTask], on_result: Callable[[RunTask, dict], None], 
 def _run_ray(ray, tasks: list[RunTask], on_result, jobs: int, address: str | None) -> None:
     started = False
     if not ray.is_initialized():
-        kwargs = dict(ignore_reinit_error=True, log_to_driver=False, include_dashboard=False)
+        kwargs = {"ignore_reinit_error": True, "log_to_driver": False, "include_dashboard": False}
         if address:
             ray.init(address=address, **kwargs)
         else:

@@ -30,9 +30,10 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -41,9 +42,9 @@ from specsim.errors import SpecError
 from specsim.hardware import DTYPE_BYTES
 
 __all__ = [
-    "Column",
     "FORMATS",
     "KINDS",
+    "Column",
     "atomic_write_text",
     "read_engine_trace",
     "read_kernel_trace",
@@ -323,7 +324,7 @@ def _missing(v) -> bool:
 
 def _convert(col: Column, raw, label: str, where):
     """One cell -> python value, or SpecError naming the column, value and line."""
-    bad = lambda: _err(col.name, _short(raw), f"{col.allowed()} ({label})", where)  # noqa: E731
+    bad = lambda: _err(col.name, _short(raw), f"{col.allowed()} ({label})", where)
     if col.kind in ("int", "float"):
         if isinstance(raw, (bool, np.bool_)):
             raise bad()

@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from calibration.collect import collect as col  # noqa: E402  (imports no torch)
-from specsim.traces import read_kernel_trace  # noqa: E402
+from calibration.collect import collect as col
+from specsim.traces import read_kernel_trace
 
 
 def test_importing_specsim_and_collector_imports_no_torch():

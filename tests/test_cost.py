@@ -182,7 +182,7 @@ def test_step_time_monotone_in_batch_and_context(model_layout, k, n1, n2, c1, c2
     (n1, n2), (c1, c2) = sorted((n1, n2)), sorted((c1, c2))
     cost = step_cost(model, drafter, H100, lay, np.array([n1, n2], dtype=float), k)
     fixed, per_ctx = cost.fixed_s, cost.per_ctx_token_s
-    t = lambda i, c: fixed[i] + per_ctx[i] * [n1, n2][i] * c  # noqa: E731
+    t = lambda i, c: fixed[i] + per_ctx[i] * [n1, n2][i] * c
     assert t(0, c1) <= t(1, c1) * (1 + 1e-12)  # batch
     assert t(0, c1) <= t(0, c2) * (1 + 1e-12)  # context
     assert t(1, c1) <= t(1, c2) * (1 + 1e-12)

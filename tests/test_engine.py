@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_helpers import make_config, make_work
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine_helpers import make_config, make_work
 from specsim.sim.engine import run_fast
 from specsim.sim.reference import run_reference
 from specsim.speculation import SDPolicy

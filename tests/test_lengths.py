@@ -251,7 +251,7 @@ def test_empirical_file_round_trip(tmp_path):
     (tmp_path / "d.csv").write_text("tokens\n" + "".join(f"{v}\n" for v in values))
     (tmp_path / "e.jsonl").write_text("".join(json.dumps({"length": v, "id": i}) + "\n" for i, v in enumerate(values)))
     (tmp_path / "f.jsonl").write_text("\n".join(json.dumps({"response_tokens": v}) for v in values))
-    for name in "a.csv b.csv c.csv d.csv e.jsonl f.jsonl".split():
+    for name in ["a.csv", "b.csv", "c.csv", "d.csv", "e.jsonl", "f.jsonl"]:
         d = LengthDistribution.empirical_file(tmp_path / name)
         assert d.kind == "empirical"
         assert d == LengthDistribution.empirical(values), name

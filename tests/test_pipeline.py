@@ -5,11 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specsim.scenario import ScenarioError
-
-from specsim.errors import LayoutError
 from specsim.resolve import resolve
-from specsim.scenario import apply_overrides, load_scenario
+from specsim.scenario import ScenarioError, apply_overrides, load_scenario
 from specsim.sim.pipeline import StepRecord, baseline_scenario, compare, run_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,16 @@ import pytest
 from specsim.runner import ResultsConflict, run_scenario, show_scenario
 from specsim.scenario import ScenarioError, apply_overrides, load_scenario
 from specsim.sweep import (
-    RunTask, combinations, execute, expand, point_id, point_row, row_columns, run_key, swept_paths, sync_ar_of,
+    RunTask,
+    combinations,
+    execute,
+    expand,
+    point_id,
+    point_row,
+    row_columns,
+    run_key,
+    swept_paths,
+    sync_ar_of,
 )
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -410,7 +410,7 @@ def test_readme_documents_every_column_and_its_examples_parse(tmp_path):
         assert f"`kind: {kind}`" in readme
         for c in cols:
             assert f"`{c.name}`" in readme, (kind, c.name)
-    blocks = re.findall(r"```csv\n(.*?)```", readme, flags=re.S)
+    blocks = re.findall(r"```csv\n(.*?)```", readme, flags=re.DOTALL)
     assert len(blocks) == 4
     kinds = set()
     for i, block in enumerate(blocks):

@@ -61,18 +61,18 @@ class PassCost:
     _ctx_compute: np.ndarray = 0.0
     _ctx_memory: np.ndarray = 0.0
 
-    def __add__(self, other: "PassCost") -> "PassCost":
+    def __add__(self, other: PassCost) -> PassCost:
         return PassCost(self.fixed_s + other.fixed_s, self.per_ctx_token_s + other.per_ctx_token_s,
                         self.compute_s + other.compute_s, self.memory_s + other.memory_s,
                         self.comm_s + other.comm_s, self._ctx_compute + other._ctx_compute,
                         self._ctx_memory + other._ctx_memory)
 
-    def scaled(self, factor) -> "PassCost":
+    def scaled(self, factor) -> PassCost:
         f = np.asarray(factor, dtype=float)
         return PassCost(self.fixed_s * f, self.per_ctx_token_s * f, self.compute_s * f, self.memory_s * f,
                         self.comm_s * f, self._ctx_compute * f, self._ctx_memory * f)
 
-    def plus_overhead(self, overhead_s) -> "PassCost":
+    def plus_overhead(self, overhead_s) -> PassCost:
         return PassCost(self.fixed_s + overhead_s, self.per_ctx_token_s, self.compute_s, self.memory_s,
                         self.comm_s, self._ctx_compute, self._ctx_memory)
 
@@ -280,7 +280,7 @@ class StepCostTable:
 
 def step_cost_table(model: ModelSpec, drafter: DrafterArch | None, hw: HardwareSpec, layout: ParallelLayout,
                     max_batch: int, ks) -> StepCostTable:
-    ks = tuple(sorted(set(int(k) for k in ks) | {0}))
+    ks = tuple(sorted({int(k) for k in ks} | {0}))
     n = np.arange(max_batch + 1, dtype=float)
     fixed = np.zeros((len(ks), max_batch + 1))
     per_ctx = np.zeros((len(ks), max_batch + 1))

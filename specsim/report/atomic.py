@@ -10,10 +10,11 @@ import io
 import json
 import os
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
-__all__ = ["atomic_open", "write_bytes", "write_text", "write_json", "write_csv", "write_parquet", "save_figure"]
+__all__ = ["atomic_open", "save_figure", "write_bytes", "write_csv", "write_json", "write_parquet", "write_text"]
 
 
 @contextlib.contextmanager

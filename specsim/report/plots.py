@@ -186,11 +186,11 @@ def timeline_frame(sc_sd, sc_ar, step: int, replicate: int, versions_since_updat
 def rollout_timeline(stem: Path, sc, data: pd.DataFrame, info: dict) -> str:
     fig = Figure(figsize=(7.6, 6.4), layout="constrained")
     a1, a2, a3 = fig.subplots(3, 1, sharex=True, gridspec_kw={"height_ratios": [1.0, 1.0, 0.45]})
-    styles = {"AR": dict(ls="--", color="black", lw=1.3), "SD": dict(ls="-", color="0.35", lw=1.6)}
+    styles = {"AR": {"ls": "--", "color": "black", "lw": 1.3}, "SD": {"ls": "-", "color": "0.35", "lw": 1.6}}
     sd = data[data["variant"] == "SD"]
     # intervals of the SD run with k > 0 (shaded in every panel)
     t, k = sd["t_s"].to_numpy(), sd["k"].to_numpy()
-    ks = sorted(set(int(x) for x in k if x > 0))
+    ks = sorted({int(x) for x in k if x > 0})
     spans = []
     for i in range(len(t) - 1):
         if k[i] > 0:
@@ -273,7 +273,7 @@ def breakdown_bars(plan, analysis: dict, frame: pd.DataFrame, runs: dict) -> lis
         sync_keys = {plan.keys[pid][2] for pid in ref["point_ids"]}
         steadies = [runs[k]["steady"] for k in sorted(sync_keys) if "steady" in runs.get(k, {})]
         if steadies:
-            bars.append(from_steady(steadies, f"sync AR\n{_gpus_of(runs, sorted(sync_keys)[0])}"))
+            bars.append(from_steady(steadies, f"sync AR\n{_gpus_of(runs, min(sync_keys))}"))
     for e, what in ((best_ar, "best AR"), (best_sd, "best SD")):
         if e is None:
             continue
@@ -298,8 +298,8 @@ def capacity_plan(stem: Path, sc, capacity: dict) -> str | None:
         return None
     data = pd.DataFrame(capacity["rows"])
     fig, (a1, a2) = _fig(10.5, 4.4, ncols=2)
-    styles = {"ar": dict(ls="--", marker="s", color="black", mfc="white", label="without SD (AR)"),
-              "sd": dict(ls="-", marker="o", color="0.35", label=f"with SD (k = {capacity['k']})")}
+    styles = {"ar": {"ls": "--", "marker": "s", "color": "black", "mfc": "white", "label": "without SD (AR)"},
+              "sd": {"ls": "-", "marker": "o", "color": "0.35", "label": f"with SD (k = {capacity['k']})"}}
     for v in ("ar", "sd"):
         d = sorted([r for r in rows if r["variant"] == v], key=lambda r: r["rollout_gpus"])
         if not d:
@@ -325,7 +325,7 @@ def capacity_plan(stem: Path, sc, capacity: dict) -> str | None:
                 lines.append(f"{'with SD' if v == 'sd' else 'without SD'}: not reached")
     if lines:
         a1.text(0.98, 0.03, "min rollout GPUs for target\n" + "\n".join(lines), transform=a1.transAxes,
-                ha="right", va="bottom", fontsize=8, bbox=dict(boxstyle="round", fc="white", ec="0.5"))
+                ha="right", va="bottom", fontsize=8, bbox={"boxstyle": "round", "fc": "white", "ec": "0.5"})
     for ax in (a1, a2):
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [str(s) for s in sizes])

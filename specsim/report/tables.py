@@ -93,7 +93,7 @@ def mean_ci(values) -> dict:
     from scipy import stats
 
     x = np.asarray([v for v in values if v is not None and math.isfinite(float(v))], float)
-    n = int(len(x))
+    n = len(x)
     if n == 0:
         return {"n": 0, "mean": None, "sd": None, "ci95": None}
     mean = float(x.mean())
@@ -248,7 +248,7 @@ def _point_public(e: dict | None) -> dict | None:
 
 def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str, version: str,
                  plots: dict[str, str]) -> dict:
-    from specsim.sweep import is_sync_ar, baseline_of
+    from specsim.sweep import baseline_of, is_sync_ar
 
     base = baseline_of(sc)
     reps = analysis["replicates"]
@@ -256,7 +256,7 @@ def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str
     summary = {
         "scenario": sc.name, "description": sc.description, "model": sc.model, "hardware": sc.hardware,
         "seed": sc.seed, "specsim_version": version, "file": _source(sc),
-        "combinations": len(analysis["points"]), "replicates": reps, "rows": int(len(analysis["frame"])),
+        "combinations": len(analysis["points"]), "replicates": reps, "rows": len(analysis["frame"]),
         "swept": {p: sc.sweep[p] for p in analysis["swept"]}, "zip": sc.sweep.get("zip", []),
         "baseline": {"overrides": dict(sc.pipeline.baseline), "mode": base.pipeline.mode,
                      "is_sync_ar": is_sync_ar(base)},

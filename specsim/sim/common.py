@@ -17,8 +17,8 @@ Semantics both engines implement (DESIGN.md "Engine"):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 

@@ -61,7 +61,7 @@ def _drain(cfg, idx, finish_b, P, g0, mu, s0, A, B, s, t, k, finish_s, tl):
     contrib_a = P[idx] + g0[idx] - mu[idx] * s0[idx]
     drop_a = np.add.reduceat(contrib_a, first)
     drop_b = np.add.reduceat(mu[idx], first)
-    before = lambda x: np.concatenate(([0.0], np.cumsum(x)[:-1]))  # noqa: E731
+    before = lambda x: np.concatenate(([0.0], np.cumsum(x)[:-1]))
     a_seg = A - before(drop_a)
     b_seg = B - before(drop_b)
     n_seg = len(idx) - before(counts).astype(np.int64)

@@ -207,7 +207,7 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
     mode = sc.pipeline.mode
     lag = sc.pipeline.policy_lag
     partial = sc.pipeline.partial_rollouts
-    rows: list[dict] = [dict() for _ in range(n_steps)]
+    rows: list[dict] = [{} for _ in range(n_steps)]
     gens: list[GenerationResult | None] = [None] * n_steps
 
     # published state: the newest policy version available to generation, and the drafter's
