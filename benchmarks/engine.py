@@ -2,8 +2,8 @@
 
     python benchmarks/engine.py [--quick]
 
-Prints one row per case: scenario, responses, tokens, reference wall s, fast wall s, their ratio
-(measured in the same process, back to back, so machine noise affects both alike) and the
+Prints one row per case: scenario, responses, tokens, reference wall s, fast wall s (median of 5),
+their ratio (measured in the same process, back to back, so machine noise affects both alike) and the
 relative difference in simulated rollout time. The 235B case runs the fast engine only (the
 reference engine steps every token of 65,536 responses; it is the oracle for small cases).
 """
@@ -29,10 +29,14 @@ CASES = [
 ]
 
 
-def timed(fn):
-    t0 = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t0
+def timed(fn, repeats: int = 1):
+    """(result, median wall seconds over `repeats` calls)."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return out, sorted(times)[len(times) // 2]
 
 
 def main() -> None:
@@ -46,9 +50,9 @@ def main() -> None:
         ov = list(overrides) + (["workload.prompts=128", "rollout.gpus=8"] if args.quick and with_ref else [])
         world = resolve(load_scenario(path, ov))
         draw = draw_step(world, 0)
-        fast, fast_s = timed(lambda: simulate_generation(world, draw, record_timeline=False))
+        fast, fast_s = timed(lambda w=world, d=draw: simulate_generation(w, d, record_timeline=False), repeats=5)
         if with_ref:
-            ref, ref_s = timed(lambda: simulate_generation(world, draw, engine="reference", record_timeline=False))
+            ref, ref_s = timed(lambda w=world, d=draw: simulate_generation(w, d, engine="reference", record_timeline=False))
             diff = (fast.rollout_s - ref.rollout_s) / ref.rollout_s
             assert fast.total_tokens == ref.total_tokens
             row = (f"{ref_s:.2f}", f"{fast_s:.3f}", f"{ref_s / fast_s:.0f}x", f"{diff:+.2%}")

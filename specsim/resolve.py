@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from specsim.cost.forward import StepCostTable, prefill_time_s, step_cost_table
+from specsim.cost.forward import StepCostTable, prefill_batches_s, step_cost_table
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.memory import MemoryPlan, memory_plan
 from specsim.cost.training import check_training_fits, training_layout
@@ -44,11 +44,8 @@ class World:
     table: StepCostTable
 
     def prefill_fn(self):
-        return partial(_prefill, self.model, self.hw, self.layout)
-
-
-def _prefill(model, hw, layout, q, c) -> float:
-    return prefill_time_s(model, hw, layout, q, c)
+        """Prices prefill passes given as sums (see cost/forward.prefill_batches_s)."""
+        return partial(prefill_batches_s, self.model, self.hw, self.layout)
 
 
 def length_distribution(spec, field_path: str, base_dir: Path | None) -> LengthDistribution:

@@ -6,7 +6,7 @@ from functools import partial
 
 import numpy as np
 
-from specsim.cost.forward import prefill_time_s, step_cost_table
+from specsim.cost.forward import prefill_batches_s, step_cost_table
 from specsim.cost.layout import ParallelLayout
 from specsim.hardware import load_hardware
 from specsim.model import drafter_arch, load_model
@@ -23,7 +23,7 @@ def make_config(policy: SDPolicy, *, model="Qwen3-8B", hardware="h100_sxm", draf
     arch = drafter_arch(drafter, m)
     table = step_cost_table(m, arch, hw, layout, max_batch, policy.ks)
     return EngineConfig(name, table, policy, PolicyContext(table, mean_alpha), max_batch, kv_capacity_tokens,
-                        block_tokens, partial(prefill_time_s, m, hw, layout))
+                        block_tokens, partial(prefill_batches_s, m, hw, layout))
 
 
 def make_work(seed: int, groups: int, group_size: int, *, median=400.0, sigma=0.8, cap=3000, prompt=128,

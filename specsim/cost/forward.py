@@ -110,8 +110,9 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
     prefill 1, logprob q). `weight_dtype` overrides the layout's (a 4-bit self-drafter).
     """
     n = float(n_seqs) if np.ndim(n_seqs) == 0 else np.asarray(n_seqs, dtype=float)
-    q = float(q_per_seq)
-    logits = q if logits_per_seq is None else float(logits_per_seq)
+    q = float(q_per_seq) if np.ndim(q_per_seq) == 0 else np.asarray(q_per_seq, dtype=float)
+    logits = q if logits_per_seq is None else (
+        float(logits_per_seq) if np.ndim(logits_per_seq) == 0 else np.asarray(logits_per_seq, dtype=float))
     wdt = weight_dtype or layout.weight_dtype
     wb = DTYPE_BYTES[wdt]
     ab = layout.act_bytes
@@ -175,8 +176,9 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
     # attention over the cache, per context token (C = Σ c_i over the whole engine)
     ctx_c = L * compute_time_s(4 * heads_local * model.head_dim * q / dp, hw, "bf16")
     ctx_m = L * memory_time_s(kv_bytes_tok_layer / dp, hw)
-    ones = 1.0 if isinstance(n, float) else np.ones_like(n)
-    per_ctx = max(ctx_c, ctx_m) * ones
+    scalar = isinstance(n, float) and isinstance(q, float)
+    ones = 1.0 if scalar else np.ones(np.broadcast(n, q).shape)
+    per_ctx = (max(ctx_c, ctx_m) if scalar else np.maximum(ctx_c, ctx_m)) * ones
     comm_total = L * layer_comm + pp_comm
     return PassCost(fixed_s=fixed, per_ctx_token_s=per_ctx, compute_s=L * layer_comp + head_c,
                     memory_s=L * layer_mem + head_m, comm_s=comm_total * ones,
@@ -219,33 +221,52 @@ def step_cost(model: ModelSpec, drafter: DrafterArch | None, hw: HardwareSpec, l
     return cost.plus_overhead(eff.step_overhead_s + eff.per_seq_overhead_s * n)
 
 
+def ragged_pass_times_s(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs, sum_q, sum_q_sq,
+                        sum_qc, sum_c, sum_logits, weight_dtype: str | None = None) -> np.ndarray:
+    """Times of many ragged passes at once, each described by its sums over its sequences:
+    n, Σq, Σq², Σq·c, Σc and Σ(logit tokens) (arrays of one shape, one entry per pass).
+
+    The linear ops see T = Σq tokens (priced by `pass_cost` at the mean q), the causal attention
+    among new tokens uses Σq(q+1)/2 = (Σq² + Σq)/2, and attention over the cache uses Σq·c
+    (FLOPs) and Σc (KV bytes). For uniform q this is exactly pass_cost's affine time."""
+    n = np.asarray(n_seqs, dtype=float)
+    sq = np.asarray(sum_q, dtype=float)
+    q_eff = sq / n
+    base = pass_cost(model, hw, layout, n, q_eff, np.asarray(sum_logits, dtype=float) / n, weight_dtype)
+    dp = layout.attn_dp
+    attn_flops = 4 * model.heads / layout.tp * model.head_dim / dp
+    kv_local = 2 * float(-(-model.kv_heads // layout.tp)) * model.head_dim * layout.kv_bytes / dp
+    L = model.layers
+    mem_new = memory_time_s(sq * kv_local, hw)
+    uniform_new = compute_time_s(attn_flops * n * q_eff * (q_eff + 1) / 2, hw)
+    ragged_new = compute_time_s(attn_flops * (np.asarray(sum_q_sq, dtype=float) + sq) / 2, hw)
+    new_adj = L * (np.maximum(ragged_new, mem_new) - np.maximum(uniform_new, mem_new))
+    ctx_c = L * compute_time_s(attn_flops * np.asarray(sum_qc, dtype=float), hw)
+    ctx_m = L * memory_time_s(np.asarray(sum_c, dtype=float) * kv_local, hw)
+    return np.asarray(base.fixed_s + new_adj + np.maximum(ctx_c, ctx_m), dtype=float)
+
+
 def forward_time_s(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, q_tokens, ctx_tokens,
                    logits_per_seq=None, weight_dtype: str | None = None) -> float:
     """Time of one pass over a ragged batch: sequence i brings q_tokens[i] new tokens on top of
-    ctx_tokens[i] cached ones (prefill: ctx = cached prefix, often 0). Exact for uniform q; for
-    ragged q the linear ops see T = Σq and the attention terms use Σq_i·c_i and Σq_i(q_i+1)/2."""
+    ctx_tokens[i] cached ones (prefill: ctx = cached prefix, often 0); see ragged_pass_times_s."""
     q = np.asarray(q_tokens, dtype=float)
     c = np.asarray(ctx_tokens, dtype=float)
     if q.size == 0:
         return 0.0
     logits = np.ones_like(q) if logits_per_seq is None else np.broadcast_to(np.asarray(logits_per_seq, float), q.shape)
-    n = float(q.size)
-    q_eff = float(q.sum() / n)
-    base = pass_cost(model, hw, layout, n, q_eff, float(logits.sum() / n), weight_dtype)
-    if q.size == 1 or bool((q == q[0]).all()):
-        return float(base.fixed_s + base.per_ctx_token_s * float(c.sum()))
-    # correct the causal-new-token attention term and the per-context term for ragged q
-    tp, dp = layout.tp, layout.attn_dp
-    heads_local = model.heads / tp
-    kv_local = 2 * float(-(-model.kv_heads // tp)) * model.head_dim * layout.kv_bytes
-    L = model.layers
-    uniform_new = compute_time_s(4 * heads_local * model.head_dim * n * q_eff * (q_eff + 1) / 2 / dp, hw)
-    ragged_new = compute_time_s(4 * heads_local * model.head_dim * float((q * (q + 1) / 2).sum()) / dp, hw)
-    mem_new = memory_time_s(float(q.sum()) * kv_local / dp, hw)
-    new_adj = L * (max(ragged_new, mem_new) - max(uniform_new, mem_new))
-    ctx_c = L * compute_time_s(4 * heads_local * model.head_dim * float((q * c).sum()) / dp, hw)
-    ctx_m = L * memory_time_s(float(c.sum()) * kv_local / dp, hw)
-    return float(base.fixed_s + new_adj + max(ctx_c, ctx_m))
+    return float(ragged_pass_times_s(model, hw, layout, q.size, q.sum(), (q * q).sum(), (q * c).sum(), c.sum(),
+                                     logits.sum(), weight_dtype))
+
+
+def prefill_batches_s(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs, sum_q, sum_q_sq,
+                      sum_qc, sum_c) -> np.ndarray:
+    """Prefill passes (one logit per sequence) described by their sums; vectorized over passes.
+    The engines record every prefill of a rollout and price them all in one call."""
+    n = np.asarray(n_seqs, dtype=float)
+    if n.size == 0:
+        return np.zeros(0)
+    return ragged_pass_times_s(model, hw, layout, n, sum_q, sum_q_sq, sum_qc, sum_c, n)
 
 
 def prefill_time_s(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, prompt_tokens,

@@ -145,7 +145,7 @@ def engine_config(world: World, name: str, mean_alpha: float, policy: SDPolicy |
         name=name, table=world.table, policy=pol,
         policy_ctx=PolicyContext(world.table, mean_alpha, world.acceptance.decay),
         max_batch=world.scenario.rollout.max_batch, kv_capacity_tokens=world.kv_capacity_tokens,
-        block_tokens=world.scenario.rollout.kv_block_tokens, prefill_s=world.prefill_fn(),
+        block_tokens=world.scenario.rollout.kv_block_tokens, prefill_batches_s=world.prefill_fn(),
         position_decay=world.acceptance.decay, record_timeline=record_timeline)
 
 
@@ -161,13 +161,17 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
     lengths = draw.response_tokens.reshape(-1)
     eng_of_group = dispatch(world, draw)
     runner = run_fast if engine == "fast" else run_reference
+    eng_of_response = eng_of_group[group_of]
+    order = np.argsort(eng_of_response, kind="stable")  # responses grouped by engine, queue order kept
+    starts = np.searchsorted(eng_of_response[order], np.arange(world.engines + 1))
+    base_cfg = engine_config(world, "engine", mean_alpha, record_timeline=record_timeline)
     results = []
     for e in range(world.engines):
-        idx = np.flatnonzero(eng_of_group[group_of] == e)
+        idx = order[starts[e]:starts[e + 1]]
         if len(idx) == 0:
             continue
         work = EngineWork(idx, group_of[idx], prompt_of[idx], lengths[idx], alphas[idx])
-        cfg = engine_config(world, f"engine{e}", mean_alpha, record_timeline=record_timeline)
+        cfg = replace(base_cfg, name=f"engine{e}")
         rng = np.random.default_rng([draw.engine_seed, e])
         results.append(runner(cfg, work, rng))
     rollout_s = max((r.rollout_s for r in results), default=0.0)

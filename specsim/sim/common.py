@@ -38,7 +38,7 @@ class EngineConfig:
     max_batch: int
     kv_capacity_tokens: int
     block_tokens: int
-    prefill_s: Callable[[np.ndarray, np.ndarray], float]
+    prefill_batches_s: Callable[..., np.ndarray]
     position_decay: float = 1.0
     record_timeline: bool = True
     watermark: float = 0.01
@@ -52,6 +52,42 @@ class EngineConfig:
         """Blocks admission may fill: vLLM keeps a watermark (default 1 % of the KV blocks) free
         when it admits, so a just-admitted request is not preempted at its first step."""
         return self.capacity_blocks - int(self.watermark * self.capacity_blocks)
+
+
+class PrefillLog:
+    """The prefill passes of one rollout, recorded as they happen and priced together at the end.
+
+    Prefill durations shift wall time but never the order of engine events (admission, preemption
+    and finishing are decided in step counts and KV blocks), so an engine may keep time without
+    them and add the cumulative prefill time afterwards: a time recorded after `i` prefill passes
+    is shifted by the first `i` durations. One vectorized pricing call replaces one per pass."""
+
+    def __init__(self):
+        self.n: list[float] = []
+        self.sum_q: list[float] = []
+        self.sum_q_sq: list[float] = []
+        self.sum_qc: list[float] = []
+        self.sum_c: list[float] = []
+
+    def __len__(self) -> int:
+        return len(self.n)
+
+    def add(self, q: list[float], c: list[float]) -> None:
+        """One prefill pass: sequence i brings q[i] tokens on top of c[i] cached ones."""
+        self.n.append(float(len(q)))
+        self.sum_q.append(float(sum(q)))
+        self.sum_q_sq.append(float(sum(x * x for x in q)))
+        self.sum_qc.append(float(sum(x * y for x, y in zip(q, c))))
+        self.sum_c.append(float(sum(c)))
+
+    def offsets_s(self, price) -> np.ndarray:
+        """Cumulative prefill time before pass 0, 1, ..., len: element i shifts times after i passes."""
+        if len(self.n) == 1:  # scalars take the cost model's cheap float path
+            dur = np.atleast_1d(price(self.n[0], self.sum_q[0], self.sum_q_sq[0], self.sum_qc[0], self.sum_c[0]))
+        else:
+            dur = price(np.asarray(self.n), np.asarray(self.sum_q), np.asarray(self.sum_q_sq),
+                        np.asarray(self.sum_qc), np.asarray(self.sum_c)) if self.n else np.zeros(0)
+        return np.concatenate(([0.0], np.cumsum(dur)))
 
 
 @dataclass(frozen=True)

@@ -28,26 +28,102 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.sim.common import EngineConfig, EngineResult, EngineWork, Timeline, check_result
+from specsim.sim.common import EngineConfig, EngineResult, EngineWork, PrefillLog, Timeline, check_result
 from specsim.speculation import choose_k
 from specsim.workload.acceptance import tokens_per_verify_pmf
 
 
-def _moments(alphas: np.ndarray, k: int, decay: float):
-    """(μ, σ², E[X(X+1)], μ₃) of tokens emitted per step for each α (k = 0: exactly one token)."""
+@dataclass(frozen=True)
+class _StepLaw:
+    """Per-sequence constants of the steps-to-finish law at one draft length k (arrays over the
+    engine's sequences): with r tokens left, N ≈ r·inv_mu + offset ± sqrt(r)·sd1, skewness
+    skew1/sqrt(r) (renewal theory, see the module docstring); mu is the fluid rate."""
+
+    mu: np.ndarray
+    inv_mu: np.ndarray
+    offset: np.ndarray
+    sd1: np.ndarray
+    skew1: np.ndarray
+
+
+def _step_law(alphas: np.ndarray, k: int, decay: float) -> _StepLaw:
     if k == 0:
         one = np.ones_like(alphas, dtype=float)
-        return one, np.zeros_like(one), 2 * one, np.zeros_like(one)
+        zero = np.zeros_like(one)
+        return _StepLaw(one, one, zero, zero, zero)
     pmf = tokens_per_verify_pmf(alphas, k, decay)
     x = np.arange(1, k + 2, dtype=float)
     mu = pmf @ x
     dev = x[None, :] - mu[:, None]
     var = (pmf * dev**2).sum(axis=1)
     m3 = (pmf * dev**3).sum(axis=1)
-    return mu, var, var + mu * mu + mu, m3
+    exx = var + mu * mu + mu  # E[X(X+1)]
+    sd1 = np.sqrt(var / mu**3)
+    k3 = 3 * var**2 / mu**5 - m3 / mu**4
+    skew1 = np.divide(k3, sd1**3, out=np.zeros_like(sd1), where=sd1 > 1e-12)
+    return _StepLaw(mu, 1 / mu, (exx / (2 * mu) - 1) / mu, sd1, skew1)
+
+
+class _ScalarOps:
+    """The few numpy functions `_steps_to_finish` uses, on Python floats (10x cheaper than numpy
+    scalars; the engine keys single readmitted sequences this way)."""
+
+    sqrt = staticmethod(math.sqrt)
+    floor = staticmethod(math.floor)
+    ceil = staticmethod(math.ceil)
+    maximum = staticmethod(max)
+
+    @staticmethod
+    def where(cond, a, b):
+        return a if cond else b
+
+    @staticmethod
+    def clip(x, lo, hi):
+        return min(max(x, lo), hi)
+
+
+def _steps_to_finish(r, law_idx: tuple, z, k: int, xp=np):
+    """Verify steps a sequence with r tokens left needs (numpy arrays, or floats with xp=_ScalarOps):
+    round(E[N] + z'·sd[N]) with z' the Cornish–Fisher-skewed normal, clamped to [⌈r/(k+1)⌉, ⌈r⌉]."""
+    inv_mu, offset, sd1, skew1 = law_idx
+    if k == 0:
+        return xp.maximum(xp.ceil(r - 1e-9), 1)
+    root = xp.sqrt(xp.maximum(r, 0.0))
+    skew = xp.where(root > 0, skew1 / xp.maximum(root, 1e-12), 0.0)
+    zs = z + skew / 6 * (z * z - 1)
+    steps = xp.floor(r * inv_mu + offset + zs * sd1 * root + 0.5)
+    return xp.maximum(xp.clip(steps, xp.ceil(r / (k + 1) - 1e-9), xp.ceil(r - 1e-9)), 1)
+
+
+SCALAR_ADMIT = 16  # up to this many admission candidates, decide admission with plain Python
+
+
+def _admissible_scalar(queue, limit, groups_l, pblocks_l, saved, group_active, used_blocks, empty, slots, blk,
+                       rbar, budget_blocks):
+    """The queue-order prefix of at most `limit` responses whose KV blocks fit (the vectorized
+    branch in run_fast decides the same for long queues): (indices, opens-a-group flags, prompt
+    blocks charged). A response whose group has no active member brings the group's prompt blocks."""
+    chosen, opens, pblocks = [], [], []
+    opened = set()
+    for j in range(limit):
+        i = queue[j]
+        g = groups_l[i]
+        op = g not in group_active and g not in opened
+        pb = pblocks_l[i] if op else 0.0
+        sv = float(saved[i])
+        if not (empty and j == 0) and used_blocks + math.ceil((sv + slots) / blk) + pb > budget_blocks:
+            break
+        chosen.append(i)
+        opens.append(op)
+        pblocks.append(pb)
+        used_blocks += pb + (sv + slots) / blk + rbar
+        if op:
+            opened.add(g)
+    return (np.asarray(chosen, dtype=np.int64), np.asarray(opens, dtype=bool), np.asarray(pblocks, dtype=float))
 
 
 def _drain(cfg, idx, finish_b, P, g0, mu, s0, A, B, s, t, k, finish_s, tl):
@@ -93,6 +169,8 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
     cap = cfg.capacity_blocks
     rbar = (blk - 1) / (2 * blk)
     prompt_blocks = np.ceil(P / blk)
+    P_l, L_l, groups_l, pblocks_l = P.tolist(), L.tolist(), groups.tolist(), prompt_blocks.tolist()
+    heappop = heapq.heappop
     z = rng.standard_normal(n)
 
     g0 = np.zeros(n)          # fluid generated tokens at boundary s0
@@ -104,6 +182,10 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
     is_active = np.zeros(n, dtype=bool)
     admit_s = np.full(n, np.nan)
     finish_s = np.full(n, np.nan)
+    admit_pf = np.zeros(n, dtype=np.int64)   # prefill passes before each admission / finish
+    finish_pf = np.zeros(n, dtype=np.int64)
+    prefills = PrefillLog()
+    tl_pf: list[int] = []
     preempt = np.zeros(n, dtype=np.int64)
     queue = deque(range(n))
     order: list[int] = []     # admission order (lazy deletion)
@@ -121,33 +203,40 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
     k = 0
     tl = Timeline()
     steps = sd_steps = seq_steps = sd_seq_steps = sd_tokens = draft_passes = 0.0
-    prefill_total = 0.0
     weighted_active = 0.0
-    moment_cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    laws: dict[int, _StepLaw] = {}
+    scalar_laws: dict[int, tuple[list, ...]] = {}
 
-    def moments(kk: int):
-        if kk not in moment_cache:
-            moment_cache[kk] = _moments(work.alphas.astype(float), kk, cfg.position_decay)
-        return moment_cache[kk]
+    def law(kk: int) -> _StepLaw:
+        if kk not in laws:
+            laws[kk] = _step_law(work.alphas.astype(float), kk, cfg.position_decay)
+        return laws[kk]
+
+    def scalar_law(kk: int) -> tuple[list, ...]:
+        if kk not in scalar_laws:
+            lw = law(kk)
+            scalar_laws[kk] = tuple(a.tolist() for a in (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1))
+        return scalar_laws[kk]
 
     def key(idx: np.ndarray, kk: int) -> None:
         """Set rate and finish boundary for `idx` (their g0 = progress at boundary s)."""
         nonlocal A, B
-        m, var, exx, m3 = (a[idx] for a in moments(kk))
-        r = L[idx] - g0[idx]
-        if kk == 0:
-            steps_needed = np.ceil(r - 1e-9)
-        else:
-            rr = np.maximum(r, 0)
-            mean_n = (r - 1 + exx / (2 * m)) / m
-            sd_n = np.sqrt(rr * var / m**3)
-            k3_n = rr * (3 * var**2 / m**5 - m3 / m**4)
-            skew = np.divide(k3_n, sd_n**3, out=np.zeros_like(sd_n), where=sd_n > 1e-9)
-            zi = z[idx]
-            zi = zi + skew / 6 * (zi * zi - 1)  # Cornish–Fisher: N is right-skewed
-            steps_needed = np.floor(mean_n + zi * sd_n + 0.5)
-            steps_needed = np.clip(steps_needed, np.ceil(r / (kk + 1) - 1e-9), np.ceil(r - 1e-9))
-        steps_needed = np.maximum(steps_needed, 1)
+        if len(idx) == 1:  # the common single readmission: the same law on Python floats
+            i = int(idx[0])
+            m, *consts = (a[i] for a in scalar_law(kk))
+            steps_needed = int(_steps_to_finish(float(L[i] - g0[i]), consts, float(z[i]), kk, _ScalarOps))
+            mu[i] = m
+            s0[i] = s
+            A += float(P[i] + g0[i] - m * s)
+            B += m
+            version[i] += 1
+            finish_b[i] = s + steps_needed
+            heapq.heappush(heap, (s + steps_needed, i, int(version[i])))
+            return
+        lw = law(kk)
+        m = lw.mu[idx]
+        steps_needed = _steps_to_finish(L[idx] - g0[idx], (lw.inv_mu[idx], lw.offset[idx], lw.sd1[idx],
+                                                           lw.skew1[idx]), z[idx], kk)
         mu[idx] = m
         s0[idx] = s
         A += float((P[idx] + g0[idx] - m * s).sum())
@@ -155,12 +244,26 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
         version[idx] += 1
         bounds = (s + steps_needed).astype(np.int64)
         finish_b[idx] = bounds
-        for i, b in zip(idx.tolist(), bounds.tolist()):
-            heapq.heappush(heap, (b, i, int(version[i])))
+        entries = list(zip(bounds.tolist(), idx.tolist(), version[idx].tolist()))
+        if len(entries) > len(heap):
+            heap.extend(entries)
+            heapq.heapify(heap)
+        else:
+            for entry in entries:
+                heapq.heappush(heap, entry)
 
     def unkey(idx: np.ndarray) -> None:
         """Freeze progress of `idx` at boundary s and take them out of the aggregates."""
         nonlocal A, B
+        if len(idx) == 1:
+            i = int(idx[0])
+            g = max(min(g0[i] + mu[i] * (s - s0[i]), L[i] - 1), 0.0)
+            A -= float(P[i] + g0[i] - mu[i] * s0[i])
+            B -= float(mu[i])
+            g0[i] = g
+            s0[i] = s
+            mu[i] = 0.0
+            return
         g = np.minimum(g0[idx] + mu[idx] * (s - s0[idx]), L[idx] - 1)
         g = np.maximum(g, 0.0)
         A -= float((P[idx] + g0[idx] - mu[idx] * s0[idx]).sum())
@@ -212,7 +315,7 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
     while queue or n_act:
         # ---- 1. the running batch keeps its k+1 slots per sequence: preempt the newest until it fits
         preempted = False
-        while n_act > 1 and kv_blocks(k + 1) > cap:
+        while n_act > 1 and GB + (A + B * s - SP + n_act * (k + 1)) / blk + n_act * rbar > cap:
             preempt_newest()
             preempted = True
             k_new = choose_k(cfg.policy, cfg.policy_ctx, n_act, A + B * s)
@@ -225,20 +328,27 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
         if head >= 0 and not preempted and n_act < cfg.max_batch and (
                 n_act == 0 or kv_blocks(slots_max) + math.ceil((saved[head] + slots_max) / blk)
                 + (0 if int(groups[head]) in group_active else prompt_blocks[head]) <= cfg.admission_blocks):
-            cand = np.fromiter((queue[j] for j in range(min(len(queue), cfg.max_batch - n_act))), dtype=np.int64)
+            limit = min(len(queue), cfg.max_batch - n_act)
+            cand, opens, pblocks = _admissible_scalar(
+                queue, min(limit, SCALAR_ADMIT), groups_l, pblocks_l, saved, group_active, kv_blocks(slots_max),
+                n_act == 0, slots_max, blk, rbar, cfg.admission_blocks)
+            count = len(cand)
+            if count == SCALAR_ADMIT < limit:  # a long admission (start of a rollout): vectorized
+                cand = np.fromiter((queue[j] for j in range(limit)), dtype=np.int64)
+                gc = groups[cand]
+                # prompt blocks for the first candidate of each group that has no active member
+                _, first_pos = np.unique(gc, return_index=True)
+                opens = np.zeros(len(cand), dtype=bool)
+                opens[first_pos] = [int(g) not in group_active for g in gc[first_pos]]
+                pblocks = np.where(opens, prompt_blocks[cand], 0.0)
+                need = np.ceil((saved[cand] + slots_max) / blk) + pblocks
+                inc = pblocks + (saved[cand] + slots_max) / blk + rbar
+                before = kv_blocks(slots_max) + np.concatenate(([0.0], np.cumsum(inc)[:-1]))
+                fits = before + need <= cfg.admission_blocks
+                if n_act == 0:
+                    fits[0] = True
+                count = len(cand) if fits.all() else int(np.argmin(fits))
             gc = groups[cand]
-            # prompt blocks for the first candidate of each group that has no active member
-            _, first_pos = np.unique(gc, return_index=True)
-            opens = np.zeros(len(cand), dtype=bool)
-            opens[first_pos] = [int(g) not in group_active for g in gc[first_pos]]
-            pblocks = np.where(opens, prompt_blocks[cand], 0.0)
-            need = np.ceil((saved[cand] + slots_max) / blk) + pblocks
-            inc = pblocks + (saved[cand] + slots_max) / blk + rbar
-            before = kv_blocks(slots_max) + np.concatenate(([0.0], np.cumsum(inc)[:-1]))
-            fits = before + need <= cfg.admission_blocks
-            if n_act == 0:
-                fits[0] = True
-            count = len(cand) if fits.all() else int(np.argmin(fits))
             if count:
                 new_idx = cand[:count]
                 for _ in range(count):
@@ -261,11 +371,10 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
                 A += float((P[new_idx] + sv).sum())  # in the aggregates at rate 0 until keyed below
                 fresh = new_idx[np.isnan(admit_s[new_idx])]
                 admit_s[fresh] = t
+                admit_pf[fresh] = len(prefills)
                 new = new_idx.tolist()
         if pq:
-            dt = cfg.prefill_s(np.asarray(pq), np.asarray(pc))
-            t += dt
-            prefill_total += dt
+            prefills.add(pq, pc)
         if not n_act:
             break
         # ---- 3. policy: new responses start with the current k; a changed k re-keys everyone
@@ -284,6 +393,8 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
             if kv_blocks(k + 1) + remaining / blk + n_act <= cap:
                 idx = active_idx()
                 t, stats = _drain(cfg, idx, finish_b, P, g0, mu, s0, A, B, s, t, k, finish_s, tl)
+                finish_pf[idx] = len(prefills)
+                tl_pf.extend([len(prefills)] * (len(tl.t_s) - len(tl_pf)))
                 steps += stats[0]
                 seq_steps += stats[1]
                 weighted_active += stats[3]
@@ -310,6 +421,7 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
         dt = m * fixed + per_ctx * (m * A + B * m * (2 * s + m - 1) / 2)
         if cfg.record_timeline:
             tl.add(t, n_act, B * m / dt, k, kv_blocks(0) * blk)
+            tl_pf.append(len(prefills))
         steps += m
         seq_steps += n_act * m
         if k > 0:
@@ -322,23 +434,26 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
         s = b
         # ---- finishes at boundary s
         finished = False
+        n_pf = len(prefills)
         while heap and heap[0][0] == s:
-            _, i, ver = heapq.heappop(heap)
+            _, i, ver = heappop(heap)
             if not is_active[i] or ver != version[i]:
                 continue
-            A -= P[i] + g0[i] - mu[i] * s0[i]
-            B -= mu[i]
-            SP -= P[i]
-            SL -= L[i]
+            m_i = mu[i]
+            A -= P_l[i] + g0[i] - m_i * s0[i]
+            B -= m_i
+            SP -= P_l[i]
+            SL -= L_l[i]
             mu[i] = 0.0
             is_active[i] = False
             n_act -= 1
             finish_s[i] = t
-            g = int(groups[i])
+            finish_pf[i] = n_pf
+            g = groups_l[i]
             group_active[g] -= 1
             if group_active[g] == 0:
                 del group_active[g]
-                GB -= prompt_blocks[i]
+                GB -= pblocks_l[i]
             finished = True
         if finished and n_act and batch_dependent:
             k_new = choose_k(cfg.policy, cfg.policy_ctx, n_act, A + B * s)
@@ -349,6 +464,13 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
             A = B = 0.0  # drop accumulated rounding
     if cfg.record_timeline:
         tl.add(t, 0, 0.0, k, 0.0)
+        tl_pf.append(len(prefills))
+    offsets = prefills.offsets_s(cfg.prefill_batches_s)
+    admit_s += offsets[admit_pf]
+    finish_s += offsets[finish_pf]
+    prefill_total = float(offsets[-1])
+    t += prefill_total
+    tl.t_s = (np.asarray(tl.t_s, dtype=float) + offsets[np.asarray(tl_pf, dtype=np.int64)]).tolist()
     res = EngineResult(cfg.name, work.response_ids, admit_s, finish_s, work.response_tokens.astype(np.int64).copy(),
                        preempt, t, steps, sd_steps, seq_steps, sd_seq_steps, sd_tokens, draft_passes, prefill_total,
                        tl.as_arrays(), weighted_active)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.sim.common import EngineConfig, EngineResult, EngineWork, Timeline, check_result
+from specsim.sim.common import EngineConfig, EngineResult, EngineWork, PrefillLog, Timeline, check_result
 from specsim.speculation import choose_k
 from specsim.workload.acceptance import sample_tokens_per_verify
 
@@ -92,7 +92,9 @@ def run_reference(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator,
                 admit_s[i] = t
             batch_changed = True
         if admitted_q:
-            dt = cfg.prefill_s(np.asarray(admitted_q, float), np.asarray(admitted_c, float))
+            one_pass = PrefillLog()
+            one_pass.add([float(x) for x in admitted_q], [float(x) for x in admitted_c])
+            dt = float(one_pass.offsets_s(cfg.prefill_batches_s)[-1])
             t += dt
             prefill_total += dt
         if not active:
