@@ -485,9 +485,10 @@ def show_lengths(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Draw one step's response lengths as the simulator does and summarise the tail."""
-    from specsim.resolve import length_distribution
-    from specsim.scenario import source_file, spec_error_to_scenario
-    from specsim.workload.lengths import growth_factor, length_summary, sample_group_lengths
+    from specsim.resolve import resolve
+    from specsim.scenario import apply_overrides, source_file
+    from specsim.sim.cluster import draw_step
+    from specsim.workload.lengths import growth_factor, length_summary
 
     if samples is not None and samples < 1:
         raise _bad_option("--samples", samples, ">= 1")
@@ -495,18 +496,14 @@ def show_lengths(
         raise _bad_option("--step", step, ">= 0")
     sc = _load_scenario(scenario, sets)
     file = source_file(sc)
+    n = samples if samples is not None else sc.workload.prompts * sc.workload.group_size
+    if samples is not None:
+        sc = apply_overrides(sc, {"workload.prompts": -(-n // sc.workload.group_size)})
     w = sc.workload
-    try:
-        dist = length_distribution(w.response_tokens, "workload.response_tokens", Path(file).parent)
-        growth = float(growth_factor(step, w.length_growth_per_step))
-        n = samples if samples is not None else w.prompts * w.group_size
-        n_prompts = -(-n // w.group_size)
-        rng = np.random.default_rng([sc.seed, step])
-        lengths = sample_group_lengths(dist, rng, n_prompts, w.group_size, w.max_response_tokens,
-                                       w.group_correlation, growth).ravel()[:n]
-        summary = length_summary(lengths, w.max_response_tokens)
-    except SpecError as exc:
-        raise spec_error_to_scenario(exc, file) from None
+    draw = draw_step(resolve(sc), step)  # the very draw the simulator makes for this RL step
+    lengths = draw.response_tokens.ravel()[:n]
+    growth = float(growth_factor(step, w.length_growth_per_step))
+    summary = length_summary(lengths, w.max_response_tokens)
     spec = w.response_tokens.model_dump(exclude_none=True)
     info = {"scenario": sc.name, "file": file, "distribution": spec, "max_response_tokens": w.max_response_tokens,
             "group_size": w.group_size, "group_correlation": w.group_correlation, "step": step, "growth": growth,
