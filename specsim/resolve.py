@@ -101,14 +101,7 @@ def resolve(sc: Scenario) -> World:
         model = load_model(sc.model)
         r = sc.rollout
         layout = ParallelLayout(tp=r.tp, pp=r.pp, ep=r.ep, weight_dtype=r.weight_dtype, kv_dtype=r.kv_dtype)
-        if model.moe is None and r.ep > 1:
-            raise SpecError("rollout.ep", r.ep, f"1 for the dense model {model.name}")
-        if model.moe is not None and r.ep > model.moe.experts:
-            raise SpecError("rollout.ep", r.ep, f"<= the {model.moe.experts} experts of {model.name}")
-        if model.heads % r.tp:
-            raise SpecError("rollout.tp", r.tp, f"a divisor of the {model.heads} attention heads of {model.name}")
-        if r.pp > model.layers:
-            raise SpecError("rollout.pp", r.pp, f"<= the {model.layers} layers of {model.name}")
+        layout.check_fits_model(model, "rollout")
         if r.gpus % layout.gpus:
             raise SpecError("rollout.gpus", r.gpus, f"a multiple of the {layout.gpus} GPUs of one engine ({layout.describe()})")
         arch = drafter_arch(sc.drafter.kind, model, sc.drafter.draft_vocab, sc.drafter.draft_ffn)

@@ -61,10 +61,27 @@ class ParallelLayout:
     def act_bytes(self) -> float:
         return DTYPE_BYTES[self.act_dtype]
 
-    def describe(self) -> str:
+    @property
+    def degrees(self) -> str:
+        """'TP=4 EP=4 PP=2', leaving out degrees of 1 except TP."""
         parts = [f"TP={self.tp}"]
         if self.ep > 1:
             parts.append(f"EP={self.ep}")
         if self.pp > 1:
             parts.append(f"PP={self.pp}")
-        return " ".join(parts) + f" ({self.gpus} GPUs, {self.weight_dtype} weights)"
+        return " ".join(parts)
+
+    def describe(self) -> str:
+        return f"{self.degrees} ({self.gpus} GPUs, {self.weight_dtype} weights)"
+
+    def check_fits_model(self, model, section: str) -> None:
+        """Raise SpecError (field `section.tp|ep|pp`) when this split cannot exist for `model`:
+        EP on a dense model, more EP ranks than experts, TP not dividing the heads, PP above the layers."""
+        if model.moe is None and self.ep > 1:
+            raise SpecError(f"{section}.ep", self.ep, f"1 for the dense model {model.name}")
+        if model.moe is not None and self.ep > model.moe.experts:
+            raise SpecError(f"{section}.ep", self.ep, f"<= the {model.moe.experts} experts of {model.name}")
+        if model.heads % self.tp:
+            raise SpecError(f"{section}.tp", self.tp, f"a divisor of the {model.heads} attention heads of {model.name}")
+        if self.pp > model.layers:
+            raise SpecError(f"{section}.pp", self.pp, f"<= the {model.layers} layers of {model.name}")

@@ -73,13 +73,7 @@ class TrainingLayout:
         return self.parallel.gpus
 
     def describe(self) -> str:
-        parts = [f"TP={self.tp}"]
-        if self.ep > 1:
-            parts.append(f"EP={self.ep}")
-        if self.pp > 1:
-            parts.append(f"PP={self.pp}")
-        parts.append(f"DP={self.dp}")
-        return " ".join(parts) + f" on {self.gpus} GPUs"
+        return f"{self.parallel.degrees} DP={self.dp} on {self.gpus} GPUs"
 
 
 def training_layout(sc, model: ModelSpec, hw: HardwareSpec, *, micro_batch_tokens: int | None = None,
@@ -91,18 +85,11 @@ def training_layout(sc, model: ModelSpec, hw: HardwareSpec, *, micro_batch_token
     t = sc.training
     gpus = int(sc.training_gpus)
     gpu_field = "training.gpus" if sc.pipeline.mode == "async" else "rollout.gpus"
-    if model.moe is None and t.ep > 1:
-        raise SpecError("training.ep", t.ep, f"1 for the dense model {model.name}")
-    if model.moe is not None and t.ep > model.moe.experts:
-        raise SpecError("training.ep", t.ep, f"<= the {model.moe.experts} experts of {model.name}")
-    if model.heads % t.tp:
-        raise SpecError("training.tp", t.tp, f"a divisor of the {model.heads} attention heads of {model.name}")
-    if t.pp > model.layers:
-        raise SpecError("training.pp", t.pp, f"<= the {model.layers} layers of {model.name}")
     try:
         par = ParallelLayout(tp=t.tp, pp=t.pp, ep=t.ep, weight_dtype=TRAIN_DTYPE, kv_dtype=TRAIN_DTYPE)
     except SpecError as exc:
         raise SpecError(f"training.{exc.field}", exc.value, exc.allowed) from None
+    par.check_fits_model(model, "training")
     if gpus % par.gpus:
         raise SpecError(gpu_field, gpus, f"a multiple of the {par.gpus} GPUs of one training replica "
                                          f"(training.tp={t.tp}, pp={t.pp}, ep={t.ep})")
