@@ -57,9 +57,6 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
 
-PositiveInt = Field(ge=1)
-
-
 # ----------------------------------------------------------------------------- sections
 class LengthSpec(Strict):
     """A length distribution. kind=lognormal: `median`+`p99` (tokens) or `mu`+`sigma` (log
