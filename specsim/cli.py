@@ -22,7 +22,6 @@ and print through ``_console()`` / ``_emit_json()``.
 import contextlib
 import functools
 import json
-import math
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -38,6 +37,7 @@ from rich.table import Table
 
 from specsim import __version__
 from specsim.errors import LayoutError, SpecError
+from specsim.report.tables import jsonable
 from specsim.scenario import ScenarioError
 
 COMMAND_LINE = "command line"
@@ -149,27 +149,8 @@ def _console() -> Console:
     return Console(file=out, width=width, soft_wrap=False, highlight=False)
 
 
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _jsonable(obj.tolist())
-    if isinstance(obj, (np.bool_,)):
-        return bool(obj)
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        f = float(obj)
-        return f if math.isfinite(f) else None
-    if isinstance(obj, np.str_):
-        return str(obj)
-    return obj
-
-
 def _emit_json(obj: Any) -> None:
-    typer.echo(json.dumps(_jsonable(obj), indent=2))
+    typer.echo(json.dumps(jsonable(obj), indent=2))
 
 
 def _table(title: str, *columns: str, right_from: int = 1) -> Table:

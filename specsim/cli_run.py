@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import sys
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
+
+from specsim.report.tables import jsonable
 
 __all__ = ["Backend", "OutFormat", "run", "show_scenario"]
 
@@ -64,18 +65,6 @@ def _console():
     return Console(file=out, width=None if out.isatty() else 160, soft_wrap=False, highlight=False)
 
 
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
-
-
 def _short_values(values: dict) -> str:
     """'k=2, policy_lag=1' for {'speculation.k': 2, 'pipeline.policy_lag': 1} (last path part,
     unless two paths share it)."""
@@ -113,7 +102,7 @@ def run(
     res = run_scenario(scenario, list(sets or ()), out=out, jobs=jobs, backend=backend.value, address=address,
                        progress=not no_progress and fmt is OutFormat.table, force=force)
     if fmt is OutFormat.json:
-        typer.echo(json.dumps(_jsonable({**res.to_dict(), "summary": res.summary}), indent=2))
+        typer.echo(json.dumps(jsonable({**res.to_dict(), "summary": res.summary}), indent=2))
         return
     _print_run(res)
 
@@ -182,7 +171,7 @@ def show_scenario(
 
     info = runner.show_scenario(scenario, list(sets or ()))
     if fmt is OutFormat.json:
-        typer.echo(json.dumps(_jsonable(info), indent=2))
+        typer.echo(json.dumps(jsonable(info), indent=2))
         return
     con = _console()
     con.print(f"[bold]{info['scenario']}[/bold] ({info['file']}): {info['model']} on {info['hardware']}; "

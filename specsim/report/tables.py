@@ -278,7 +278,7 @@ def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str
         summary["best"]["k"] = best["k"]
         summary["best"]["policy_lag"] = point_sc.pipeline.policy_lag if point_sc.pipeline.mode == "async" else 0
         summary["best"]["speculation"] = point_sc.speculation.model_dump(mode="json")
-    return _jsonable(summary)
+    return jsonable(summary)
 
 
 def _source(sc) -> str | None:
@@ -287,13 +287,21 @@ def _source(sc) -> str | None:
     return source_file(sc)
 
 
-def _jsonable(obj: Any) -> Any:
+def jsonable(obj: Any) -> Any:
+    """A JSON-safe copy: numpy scalars/arrays and DataFrames to plain types, paths to strings,
+    non-finite floats to None (JSON has no NaN). Used by every `--format json` and summary.json."""
     if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
+        return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return jsonable(obj.tolist())
     if isinstance(obj, pd.DataFrame):
-        return _jsonable(obj.to_dict(orient="records"))
+        return jsonable(obj.to_dict(orient="records"))
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, (Path, np.str_)):
+        return str(obj)
     return _clean(obj)
 
 
