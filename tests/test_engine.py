@@ -144,3 +144,30 @@ def test_long_tail_and_threshold_beats_always():
     assert thresh.rollout_s < ar.rollout_s
     ks = thresh.timeline["k"]
     assert ks[0] == 0 and 7 in ks
+
+
+def test_invariant_violations_raise_named_errors():
+    """check_result turns a lost token, a lost response or an over-budget KV into an
+    InvariantError naming the engine, the step and the quantity (never a wrong table)."""
+    from dataclasses import replace
+
+    from specsim.errors import InvariantError
+    from specsim.sim.common import check_result
+
+    cfg = make_config(SDPolicy("always", k=3), kv_capacity_tokens=20_000)
+    work = make_work(0, 4, 4)
+    good = run_fast(cfg, work, np.random.default_rng(0))
+    check_result(good, work, cfg)
+    short = good.tokens.copy()
+    short[3] -= 1
+    with pytest.raises(InvariantError, match="test at step .*: tokens: response 3 emitted"):
+        check_result(replace(good, tokens=short), work, cfg)
+    with pytest.raises(InvariantError, match="responses"):
+        check_result(replace(good, tokens=good.tokens[:-1], response_ids=good.response_ids[:-1]), work, cfg)
+    over = dict(good.timeline, kv_tokens=good.timeline["kv_tokens"] + 10**6)
+    with pytest.raises(InvariantError, match="kv_tokens"):
+        check_result(replace(good, timeline=over), work, cfg)
+    late = good.finish_s.copy()
+    late[0] = good.rollout_s + 1
+    with pytest.raises(InvariantError, match="time"):
+        check_result(replace(good, finish_s=late), work, cfg)
