@@ -105,6 +105,9 @@ def user_errors() -> Iterator[None]:
         yield
     except (typer.Exit, typer.Abort):
         raise
+    except KeyboardInterrupt:
+        typer.echo("interrupted: every finished point is already saved; rerun the same command to resume", err=True)
+        raise typer.Exit(130) from None
     except USER_ERRORS as exc:
         _fail(error_message(exc))
     except Exception as exc:  # a bug, not bad input
