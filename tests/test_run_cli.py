@@ -17,21 +17,15 @@ from __future__ import annotations
 import json
 import math
 import os
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import typer
+from small_sweep import ROOT, SCEN, SMALL
 from typer.testing import CliRunner
 
 from specsim.cli_run import run, show_scenario
 
-ROOT = Path(__file__).resolve().parents[1]
-SCEN = str(ROOT / "scenarios" / "30b_a3b_h100_async.yaml")
-SMALL = ["rollout.gpus=8", "training.gpus=16", "workload.prompts=16", "workload.group_size=4",
-         "workload.max_response_tokens=4096", "workload.response_tokens={kind: lognormal, median: 600, p99: 3500}",
-         "pipeline.steps=3", "sweep={speculation.k: [0, 3], pipeline.policy_lag: [0, 1], replicates: 2}",
-         "output.capacity.rollout_gpus=[4, 8]"]
 GOLDEN = ROOT / "tests" / "golden" / "small_async_summary.json"
 
 

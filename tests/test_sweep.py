@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pandas as pd
 import pytest
+from small_sweep import ROOT, SCEN, SMALL
 
 from specsim.runner import ResultsConflict, run_scenario, show_scenario
 from specsim.scenario import ScenarioError, apply_overrides, load_scenario
@@ -28,13 +28,6 @@ from specsim.sweep import (
     swept_paths,
     sync_ar_of,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
-SCEN = str(ROOT / "scenarios" / "30b_a3b_h100_async.yaml")
-SMALL = ["rollout.gpus=8", "training.gpus=16", "workload.prompts=16", "workload.group_size=4",
-         "workload.max_response_tokens=4096", "workload.response_tokens={kind: lognormal, median: 600, p99: 3500}",
-         "pipeline.steps=3", "sweep={speculation.k: [0, 3], pipeline.policy_lag: [0, 1], replicates: 2}",
-         "output.capacity.rollout_gpus=[4, 8]"]
 
 
 def small_sc(extra=()):
