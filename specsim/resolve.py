@@ -8,44 +8,22 @@ scenario file, so the CLI can print them and exit 2.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
-from specsim.cost.forward import StepCostTable, prefill_batches_s, step_cost_table
+from specsim.cost.forward import step_cost_table
 from specsim.cost.layout import ParallelLayout
-from specsim.cost.memory import MemoryPlan, memory_plan
+from specsim.cost.memory import memory_plan
 from specsim.cost.training import check_training_fits, training_layout
 from specsim.errors import LayoutError, SpecError
-from specsim.hardware import HardwareSpec, load_hardware
-from specsim.model import DrafterArch, ModelSpec, drafter_arch, load_model
+from specsim.hardware import load_hardware
+from specsim.model import drafter_arch, load_model
 from specsim.scenario import Scenario, ScenarioError, source_file
-from specsim.speculation import SDPolicy, from_section
+from specsim.speculation import from_section
 from specsim.workload.acceptance import DrafterAcceptance, Staleness, staleness_from_taus, temperature_alpha
 from specsim.workload.lengths import LengthDistribution
+from specsim.world import PipelineSpec, RolloutSpec, TrainerSpec, WorkloadSpec, World
 
-
-@dataclass(frozen=True)
-class World:
-    """A scenario resolved into specs. `engines` data-parallel rollout engines of `layout`."""
-
-    scenario: Scenario
-    hw: HardwareSpec
-    model: ModelSpec
-    drafter: DrafterArch
-    layout: ParallelLayout
-    memory: MemoryPlan
-    kv_capacity_tokens: int
-    engines: int
-    policy: SDPolicy
-    acceptance: DrafterAcceptance
-    response_dist: LengthDistribution
-    prompt_dist: LengthDistribution
-    table: StepCostTable
-
-    def prefill_fn(self):
-        """Prices prefill passes given as sums (see cost/forward.prefill_batches_s)."""
-        return partial(prefill_batches_s, self.model, self.hw, self.layout)
+__all__ = ["World", "resolve", "acceptance_model", "length_distribution"]
 
 
 def length_distribution(spec, field_path: str, base_dir: Path | None) -> LengthDistribution:
@@ -135,4 +113,11 @@ def resolve(sc: Scenario) -> World:
                             gpu_memory_utilization=sc.rollout.gpu_memory_utilization if colocated else None)
     except LayoutError as exc:
         raise ScenarioError(file, "training", trainer.describe(), str(exc)) from None
-    return World(sc, hw, model, arch, layout, mem, int(kv_cap), r.gpus // layout.gpus, policy, acc, resp, prompt, table)
+    p = sc.pipeline
+    return World(sc, hw, model, arch, layout, mem, int(kv_cap), r.gpus // layout.gpus, policy, acc, resp, prompt, table,
+                 WorkloadSpec(int(sc.seed), w.prompts, w.group_size, w.max_prompt_tokens, w.max_response_tokens,
+                              float(w.group_correlation), float(w.length_growth_per_step)),
+                 RolloutSpec(r.gpus, r.max_batch, r.kv_block_tokens, r.dispatch),
+                 PipelineSpec(sc.name, p.mode, p.steps, p.warmup_steps, p.policy_lag, p.partial_rollouts,
+                              float(p.reward_s)),
+                 TrainerSpec(trainer, sc.training.weight_sync, float(sc.drafter.update_token_fraction)))

@@ -304,7 +304,7 @@ def is_ar(sc: Scenario) -> bool:
 
 
 def baseline_of(sc: Scenario) -> Scenario:
-    from specsim.sim.pipeline import baseline_scenario
+    from specsim.comparison import baseline_scenario
 
     return baseline_scenario(sc)
 

@@ -32,7 +32,7 @@ from specsim.scenario import ScenarioError, load_scenario
 from specsim.sim.cluster import engine_config
 from specsim.sim.common import EngineWork
 from specsim.sim.engine import run_fast
-from specsim.sim.pipeline import compare
+from specsim.comparison import compare
 from specsim.speculation import SDPolicy
 
 METRICS = ("generation_speedup", "e2e_speedup", "generation_share", "ar_generation_s", "sd_generation_s",

@@ -7,7 +7,8 @@ import pytest
 
 from specsim.resolve import resolve
 from specsim.scenario import ScenarioError, apply_overrides, load_scenario
-from specsim.sim.pipeline import StepRecord, baseline_scenario, compare, run_pipeline
+from specsim.comparison import baseline_scenario, compare
+from specsim.sim.pipeline import StepRecord, run_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 SCEN = ROOT / "scenarios" / "8b_rl_think_sync.yaml"
@@ -190,3 +191,21 @@ def test_trainer_memory_checked(small):
     sc = apply_overrides(small, {"hardware": "h100_sxm", "pipeline.mode": "async", "training.gpus": 1})
     with pytest.raises(ScenarioError, match="training: Qwen3-8B training needs .* training.gpus=1 gives 80 GB"):
         _run(sc)
+
+
+def test_sim_imports_nothing_upward():
+    """sim/ takes resolved worlds: no module under specsim/sim imports the schema, resolve, sweep,
+    report, runner, cli or the comparison layer (checked on the source, so a lazy import counts)."""
+    import ast
+    from pathlib import Path
+
+    import specsim.sim
+
+    upward = ("specsim.scenario", "specsim.resolve", "specsim.sweep", "specsim.report", "specsim.runner",
+              "specsim.cli", "specsim.comparison", "specsim.validate")
+    for path in Path(specsim.sim.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else (
+                [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            for name in names:
+                assert not name.startswith(upward), f"{path.name} imports {name}"

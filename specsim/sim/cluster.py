@@ -18,12 +18,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import stats
 
-from specsim.resolve import World
 from specsim.sim.common import EngineConfig, EngineResult, EngineWork
 from specsim.sim.engine import run_fast
 from specsim.sim.reference import run_reference
 from specsim.speculation import PolicyContext, SDPolicy
 from specsim.workload.lengths import growth_factor, sample_group_lengths, sample_prompt_lengths
+from specsim.world import World
 
 
 @dataclass(frozen=True)
@@ -42,9 +42,8 @@ class StepDraw:
 
 
 def draw_step(world: World, step: int, replicate: int = 0) -> StepDraw:
-    sc = world.scenario
-    w = sc.workload
-    rng = np.random.default_rng([sc.seed, replicate, step, 0x5EED])
+    w = world.workload
+    rng = np.random.default_rng([w.seed, replicate, step, 0x5EED])
     prompts = sample_prompt_lengths(world.prompt_dist, rng, w.prompts, w.max_prompt_tokens)
     growth = float(growth_factor(step, w.length_growth_per_step))
     lengths = sample_group_lengths(world.response_dist, rng, w.prompts, w.group_size, w.max_response_tokens,
@@ -72,7 +71,7 @@ def dispatch(world: World, draw: StepDraw) -> np.ndarray:
     (prompt tokens × group size; it cannot see response lengths in advance)."""
     n_groups = len(draw.prompt_tokens)
     E = world.engines
-    if world.scenario.rollout.dispatch == "round_robin":
+    if world.rollout.dispatch == "round_robin":
         return np.arange(n_groups) % E
     load = np.zeros(E)
     out = np.empty(n_groups, dtype=np.int64)
@@ -144,8 +143,8 @@ def engine_config(world: World, name: str, mean_alpha: float, policy: SDPolicy |
     return EngineConfig(
         name=name, table=world.table, policy=pol,
         policy_ctx=PolicyContext(world.table, mean_alpha, world.acceptance.decay),
-        max_batch=world.scenario.rollout.max_batch, kv_capacity_tokens=world.kv_capacity_tokens,
-        block_tokens=world.scenario.rollout.kv_block_tokens, prefill_batches_s=world.prefill_fn(),
+        max_batch=world.rollout.max_batch, kv_capacity_tokens=world.kv_capacity_tokens,
+        block_tokens=world.rollout.kv_block_tokens, prefill_batches_s=world.prefill_fn(),
         position_decay=world.acceptance.decay, record_timeline=record_timeline)
 
 
@@ -175,7 +174,7 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
         rng = np.random.default_rng([draw.engine_seed, e])
         results.append(runner(cfg, work, rng))
     rollout_s = max((r.rollout_s for r in results), default=0.0)
-    return GenerationResult(rollout_s, results, world.scenario.rollout.gpus, world.policy.label, mean_alpha)
+    return GenerationResult(rollout_s, results, world.rollout.gpus, world.policy.label, mean_alpha)
 
 
 def with_policy(world: World, policy: SDPolicy) -> World:
@@ -183,5 +182,5 @@ def with_policy(world: World, policy: SDPolicy) -> World:
     from specsim.cost.forward import step_cost_table
     ks = tuple(sorted(set(world.table.ks) | set(policy.ks)))
     table = world.table if ks == world.table.ks else step_cost_table(
-        world.model, world.drafter, world.hw, world.layout, world.scenario.rollout.max_batch, ks)
+        world.model, world.drafter, world.hw, world.layout, world.rollout.max_batch, ks)
     return replace(world, policy=policy, table=table)

@@ -46,9 +46,8 @@ import simpy
 
 from specsim.cost import training as tc
 from specsim.errors import SpecError
-from specsim.resolve import World, resolve
-from specsim.scenario import Scenario, apply_overrides, source_file, spec_error_to_scenario
 from specsim.sim.cluster import GenerationResult, draw_step, simulate_generation
+from specsim.world import World
 
 
 @dataclass
@@ -110,36 +109,6 @@ class PipelineResult:
         return self.records[-1].step_end_s if self.records else 0.0
 
 
-@dataclass
-class Comparison:
-    """A scenario (variant) against its baseline (by default the same scenario with SD off)."""
-
-    variant: PipelineResult
-    baseline: PipelineResult
-
-    @property
-    def generation_speedup(self) -> float:
-        return self.baseline.steady()["generation_s"] / self.variant.steady()["generation_s"]
-
-    @property
-    def e2e_speedup(self) -> float:
-        return self.baseline.steady()["step_s"] / self.variant.steady()["step_s"]
-
-    @property
-    def generation_share(self) -> float:
-        """The baseline's steady generation time over its steady step time."""
-        b = self.baseline.steady()
-        return b["generation_s"] / b["step_s"]
-
-    @property
-    def exposed_generation_saving_s(self) -> float:
-        return self.baseline.steady()["exposed_generation_s"] - self.variant.steady()["exposed_generation_s"]
-
-    def summary(self) -> dict[str, float]:
-        return {"generation_share": self.generation_share, "generation_speedup": self.generation_speedup,
-                "e2e_speedup": self.e2e_speedup, "exposed_generation_saving_s": self.exposed_generation_saving_s}
-
-
 # ----------------------------------------------------------------------------- step costs
 @dataclass(frozen=True)
 class _TrainingSide:
@@ -154,15 +123,12 @@ class _Costs:
     """Trainer-side stage times of each step, from cost/training.py (pure, cached per step)."""
 
     def __init__(self, world: World):
-        sc = world.scenario
         self.world = world
-        self.tl = tc.training_layout(sc, world.model, world.hw)
-        colocated = sc.pipeline.mode == "sync"
-        tc.check_training_fits(world.model, world.hw, self.tl,
-                               gpu_memory_utilization=sc.rollout.gpu_memory_utilization if colocated else None)
-        self.reward = tc.reward_s(sc)
-        self.sync = tc.weight_sync_s(world.model, world.hw, world.layout, sc.rollout.gpus, self.tl.gpus,
-                                     method=sc.training.weight_sync, colocated=colocated)
+        self.tl = world.trainer.layout   # resolve.py checked that it fits
+        colocated = world.pipeline.mode == "sync"
+        self.reward = world.pipeline.reward_s
+        self.sync = tc.weight_sync_s(world.model, world.hw, world.layout, world.rollout.gpus, self.tl.gpus,
+                                     method=world.trainer.weight_sync, colocated=colocated)
         self.uses_drafter = world.policy.kind != "off" and world.drafter.model is not None
         self.requant = tc.requantize_s(world.model, world.hw, world.layout, world.drafter) if self.uses_drafter else 0.0
         self.online = (self.uses_drafter and world.drafter.kind in ("eagle3", "mtp")
@@ -175,7 +141,7 @@ class _Costs:
             w = self.world
             seqs = tc.sequence_tokens(draw.prompt_tokens, draw.response_tokens)
             du = tc.drafter_update_s(w.drafter, w.hw, self.tl, seqs,
-                                     token_fraction=w.scenario.drafter.update_token_fraction) if self.online else 0.0
+                                     token_fraction=w.trainer.update_token_fraction) if self.online else 0.0
             self._cache[draw.step] = (tc.logprob_s(w.model, w.hw, self.tl, seqs),
                                       tc.train_s(w.model, w.hw, self.tl, seqs), du)
         return self._cache[draw.step]
@@ -193,20 +159,17 @@ def _never_stale(world: World) -> bool:
 def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, steps: int | None = None) -> PipelineResult:
     """Simulate `steps` RL steps (default pipeline.steps) of a resolved scenario on a simpy clock."""
     t_wall = time.perf_counter()
-    sc = world.scenario
-    n_steps = int(steps if steps is not None else sc.pipeline.steps)
+    ps = world.pipeline
+    n_steps = int(steps if steps is not None else ps.steps)
     if n_steps < 1:
         raise SpecError("pipeline.steps", n_steps, ">= 1")
-    warmup = min(sc.pipeline.warmup_steps, n_steps - 1)
-    try:
-        costs = _Costs(world)
-    except SpecError as exc:
-        raise spec_error_to_scenario(exc, source_file(sc)) from None
+    warmup = min(ps.warmup_steps, n_steps - 1)
+    costs = _Costs(world)
     draws = [draw_step(world, i, replicate) for i in range(n_steps)]
     env = simpy.Environment()
-    mode = sc.pipeline.mode
-    lag = sc.pipeline.policy_lag
-    partial = sc.pipeline.partial_rollouts
+    mode = ps.mode
+    lag = ps.policy_lag
+    partial = ps.partial_rollouts
     rows: list[dict] = [{} for _ in range(n_steps)]
     gens: list[GenerationResult | None] = [None] * n_steps
 
@@ -307,17 +270,4 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
         exposed = r["generation_s"] if mode == "sync" else max(0.0, step_s - side)
         records.append(StepRecord(step_s=step_s, exposed_generation_s=exposed, **r))
         prev_end = r["step_end_s"]
-    return PipelineResult(sc.name, mode, records, warmup, gens, time.perf_counter() - t_wall)
-
-
-# ----------------------------------------------------------------------------- baseline and compare
-def baseline_scenario(sc: Scenario) -> Scenario:
-    """The scenario with `pipeline.baseline` overrides applied (default: speculation.policy=off)."""
-    return apply_overrides(sc, dict(sc.pipeline.baseline))
-
-
-def compare(sc: Scenario, *, engine: str = "fast", replicate: int = 0) -> Comparison:
-    """Run the scenario and its baseline on the same draws (common random numbers)."""
-    variant = run_pipeline(resolve(sc), engine=engine, replicate=replicate)
-    baseline = run_pipeline(resolve(baseline_scenario(sc)), engine=engine, replicate=replicate)
-    return Comparison(variant, baseline)
+    return PipelineResult(ps.name, mode, records, warmup, gens, time.perf_counter() - t_wall)

@@ -1,0 +1,108 @@
+"""The run-time objects a simulation takes: frozen specs with no schema behind them.
+
+`resolve.py` builds a `World` from a validated Scenario once; the simulator (sim/) reads only the
+specs here, never the schema, so sim/ imports nothing from scenario/resolve/sweep/report. Every
+field is already checked (layouts fit, KV holds the longest sequence, the trainer fits its pool).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from specsim.cost.forward import StepCostTable, prefill_batches_s
+from specsim.cost.layout import ParallelLayout
+from specsim.cost.memory import MemoryPlan
+from specsim.cost.training import TrainingLayout
+from specsim.hardware import HardwareSpec
+from specsim.model import DrafterArch, ModelSpec
+from specsim.speculation import SDPolicy
+from specsim.workload.acceptance import DrafterAcceptance
+from specsim.workload.lengths import LengthDistribution
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """What one RL step generates: `prompts` GRPO groups of `group_size` responses; lengths are
+    drawn from the world's distributions, capped, correlated within a group (`group_correlation`)
+    and scaled by (1 + length_growth_per_step)^step."""
+
+    seed: int
+    prompts: int
+    group_size: int
+    max_prompt_tokens: int
+    max_response_tokens: int
+    group_correlation: float
+    length_growth_per_step: float
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """The generation pool: `gpus` GPUs as data-parallel engines, each batching up to `max_batch`
+    sequences (vLLM max_num_seqs) in KV blocks of `kv_block_tokens`; groups go to engines by
+    `dispatch` (round_robin | least_loaded)."""
+
+    gpus: int
+    max_batch: int
+    kv_block_tokens: int
+    dispatch: str
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """The RL loop: `mode` sync (colocated) or async (split pools, `policy_lag` versions of
+    staleness allowed, `partial_rollouts` = in-flight weight updates), `steps` simulated of which
+    the first `warmup_steps` are left out of steady-state means; `reward_s` per step."""
+
+    name: str
+    mode: str
+    steps: int
+    warmup_steps: int
+    policy_lag: int
+    partial_rollouts: bool
+    reward_s: float
+
+
+@dataclass(frozen=True)
+class TrainerSpec:
+    """The trainer: its layout (GPUs, parallelism), how weights reach the rollout engines
+    (`weight_sync` broadcast | reshard) and the share of tokens an online drafter update trains on."""
+
+    layout: TrainingLayout
+    weight_sync: str
+    update_token_fraction: float
+
+
+@dataclass(frozen=True)
+class World:
+    """A scenario resolved into specs. `engines` data-parallel rollout engines of `layout`.
+
+    `scenario` is the schema object the world came from, kept for the layers above the simulator
+    (reports, doctor); the simulator never reads it."""
+
+    scenario: Any
+    hw: HardwareSpec
+    model: ModelSpec
+    drafter: DrafterArch
+    layout: ParallelLayout
+    memory: MemoryPlan
+    kv_capacity_tokens: int
+    engines: int
+    policy: SDPolicy
+    acceptance: DrafterAcceptance
+    response_dist: LengthDistribution
+    prompt_dist: LengthDistribution
+    table: StepCostTable
+    workload: WorkloadSpec
+    rollout: RolloutSpec
+    pipeline: PipelineSpec
+    trainer: TrainerSpec
+
+    def prefill_fn(self):
+        """Prices prefill passes given as sums (see cost/forward.prefill_batches_s)."""
+        return partial(prefill_batches_s, self.model, self.hw, self.layout)
+
+    @property
+    def name(self) -> str:
+        return self.pipeline.name
