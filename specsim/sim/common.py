@@ -92,13 +92,15 @@ class PrefillLog:
 
 @dataclass(frozen=True)
 class EngineWork:
-    """The responses one engine must generate, in queue order (groups contiguous)."""
+    """The responses one engine must generate, in queue order (groups contiguous). `step_ids`: the
+    RL step each response belongs to (continuous async generation; default all 0)."""
 
     response_ids: np.ndarray
     group_ids: np.ndarray
     prompt_tokens: np.ndarray
     response_tokens: np.ndarray
     alphas: np.ndarray
+    step_ids: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.response_ids)
@@ -147,6 +149,7 @@ class EngineResult:
     prefill_s: float
     timeline: dict[str, np.ndarray]
     weighted_active: float = 0.0
+    admit_version: np.ndarray | None = None   # policy version each response was admitted under
 
     @property
     def total_tokens(self) -> int:
@@ -174,6 +177,13 @@ def check_result(res: EngineResult, work: EngineWork, cfg: EngineConfig) -> None
         raise InvariantError(cfg.name, int(res.steps), "tokens",
                              f"response {int(work.response_ids[bad])} emitted {int(res.tokens[bad])} "
                              f"of {int(work.response_tokens[bad])} tokens")
+    if res.sd_seq_steps > 0:
+        tau = res.sd_tokens / res.sd_seq_steps
+        k_top = max(cfg.policy.ks)
+        if not (1 - 1e-9 <= tau <= k_top + 1 + 1e-9) or res.sd_tokens > res.tokens.sum() + 1e-6:
+            raise InvariantError(cfg.name, int(res.steps), "tau",
+                                 f"{res.sd_tokens:.1f} SD tokens over {res.sd_seq_steps:.0f} sequence-steps "
+                                 f"(τ = {tau:.3f}; must lie in [1, {k_top + 1}] with no more tokens than emitted)")
     if n and (np.any(~np.isfinite(res.finish_s)) or np.any(res.finish_s < res.admit_s - 1e-9)
               or res.finish_s.max() > res.rollout_s + 1e-6):
         raise InvariantError(cfg.name, int(res.steps), "time", "a response finished before admission or after the end")

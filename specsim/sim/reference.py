@@ -7,6 +7,9 @@ tokens for every sequence.
 
 from __future__ import annotations
 
+import heapq
+from dataclasses import replace
+
 import numpy as np
 
 from specsim.sim.common import EngineConfig, EngineResult, EngineWork, PrefillLog, Timeline, check_result
@@ -18,128 +21,206 @@ def _blocks(tokens, block: int):
     return -(-np.asarray(tokens, dtype=np.int64) // block)
 
 
-def run_reference(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator, max_steps: int = 50_000_000) -> EngineResult:
-    n = len(work)
-    P = work.prompt_tokens.astype(np.int64)
-    L = work.response_tokens.astype(np.int64)
-    groups = work.group_ids
-    blk = cfg.block_tokens
-    cap = cfg.capacity_blocks
+class ReferenceEngine:
+    """The reference engine's state between `run` calls (continuous generation, sim/stream.py):
+    `release` makes queued responses admissible from a time, `switch` changes the policy version
+    and per-sequence acceptance at a time (in flight, or after the running batch drains), and
+    `run(until_s, watch_step)` stops at the first step boundary at or after `until_s` or when RL
+    step `watch_step` has finished on this engine."""
 
-    gen = np.zeros(n, dtype=np.int64)
-    admit_s = np.full(n, np.nan)
-    finish_s = np.full(n, np.nan)
-    preempt = np.zeros(n, dtype=np.int64)
-    queue = list(range(n))  # front = next to admit
-    active: list[int] = []  # in admission order
-    group_active: dict[int, int] = {}
-    tl = Timeline()
-    t = 0.0
-    steps = sd_steps = seq_steps = sd_seq_steps = sd_tokens = draft_passes = 0
-    prefill_total = 0.0
-    weighted_active = 0.0
-    k = 0
-    batch_changed = True
+    def __init__(self, cfg: EngineConfig, work: EngineWork, rng: np.random.Generator, *, open_: bool = False,
+                 max_steps: int = 50_000_000):
+        n = len(work)
+        self.cfg, self.work, self.rng, self.max_steps = cfg, work, rng, max_steps
+        self.P = work.prompt_tokens.astype(np.int64)
+        self.L = work.response_tokens.astype(np.int64)
+        self.groups = work.group_ids
+        self.alphas = work.alphas.astype(float).copy()
+        self.gen = np.zeros(n, dtype=np.int64)
+        self.admit_s = np.full(n, np.nan)
+        self.finish_s = np.full(n, np.nan)
+        self.admit_version = np.full(n, -1, dtype=np.int64)
+        self.preempt = np.zeros(n, dtype=np.int64)
+        self.queue = list(range(n))  # front = next to admit
+        self.active: list[int] = []  # in admission order
+        self.group_active: dict[int, int] = {}
+        self.tl = Timeline()
+        self.t = 0.0
+        self.steps = self.sd_steps = self.seq_steps = self.sd_seq_steps = self.sd_tokens = self.draft_passes = 0
+        self.prefill_total = self.weighted_active = 0.0
+        self.k = 0
+        self.batch_changed = True
+        self.prompt_blocks = {int(g): int(b) for g, b in zip(self.groups, _blocks(self.P, cfg.block_tokens))}
+        self.slots_max = max(cfg.policy.ks) + 1
+        steps = work.step_ids if work.step_ids is not None else np.zeros(n, dtype=np.int64)
+        self.step_ids = np.asarray(steps, dtype=np.int64)
+        u, c = np.unique(self.step_ids, return_counts=True)
+        self.remaining = dict(zip(u.tolist(), c.tolist()))
+        self.arrival = np.full(n, np.inf if open_ else 0.0)
+        self.events: list = []
+        self.gate = None
+        self.policy_version = 0
+        self._seq = 0
 
-    prompt_blocks = {int(g): int(b) for g, b in zip(groups, _blocks(P, blk))}
-
-    def used_blocks(extra_per_seq: int) -> int:
-        if not active:
+    def used_blocks(self, extra_per_seq: int) -> int:
+        if not self.active:
             return 0
-        idx = np.asarray(active)
-        gb = sum(prompt_blocks[g] for g in group_active)
-        return gb + int(_blocks(gen[idx] + extra_per_seq, blk).sum())
+        idx = np.asarray(self.active)
+        gb = sum(self.prompt_blocks[g] for g in self.group_active)
+        return gb + int(_blocks(self.gen[idx] + extra_per_seq, self.cfg.block_tokens).sum())
 
-    slots_max = max(cfg.policy.ks) + 1
+    def ctx_total(self) -> float:
+        return float((self.P[self.active] + self.gen[self.active]).sum()) if self.active else 0.0
 
-    def ctx_total() -> float:
-        return float((P[active] + gen[active]).sum()) if active else 0.0
+    def release(self, idx, t_s: float) -> None:
+        self.arrival[idx] = t_s
+        self._push(t_s, "release", None)
 
-    while queue or active:
-        # 1. the running batch keeps its k+1 slots per sequence: preempt the newest until it fits
-        if batch_changed and active:
-            k = choose_k(cfg.policy, cfg.policy_ctx, len(active), ctx_total())
-            batch_changed = False
-        preempted = False
-        while len(active) > 1 and used_blocks(k + 1) > cap:
-            j = active.pop()
-            g = int(groups[j])
-            group_active[g] -= 1
-            if group_active[g] == 0:
-                del group_active[g]
-            preempt[j] += 1
-            queue.insert(0, j)
-            preempted = True
-            k = choose_k(cfg.policy, cfg.policy_ctx, len(active), ctx_total())
-        # 2. admission (none at a boundary that preempted), reserving the policy's largest k
-        admitted_q, admitted_c = [], []
-        while queue and not preempted and len(active) < cfg.max_batch:
-            i = queue[0]
-            g = int(groups[i])
-            need = int(_blocks(gen[i] + slots_max, blk)) + (0 if g in group_active else prompt_blocks[g])
-            if active and used_blocks(slots_max) + need > cfg.admission_blocks:
-                break
-            queue.pop(0)
-            if g not in group_active:
-                admitted_q.append(P[i] + gen[i])
-                admitted_c.append(0)
-            elif gen[i] > 0:
-                admitted_q.append(gen[i])
-                admitted_c.append(P[i])
-            group_active[g] = group_active.get(g, 0) + 1
-            active.append(i)
-            if np.isnan(admit_s[i]):
-                admit_s[i] = t
-            batch_changed = True
-        if admitted_q:
-            one_pass = PrefillLog()
-            one_pass.add([float(x) for x in admitted_q], [float(x) for x in admitted_c])
-            dt = float(one_pass.offsets_s(cfg.prefill_batches_s)[-1])
-            t += dt
-            prefill_total += dt
-        if not active:
-            break
-        if batch_changed:
-            k = choose_k(cfg.policy, cfg.policy_ctx, len(active), ctx_total())
-            batch_changed = False
-        idx = np.asarray(active)
+    def switch(self, t_s: float, version: int, alphas, mean_alpha: float, in_flight: bool) -> None:
+        self._push(t_s, "switch", (version, np.asarray(alphas, dtype=float), float(mean_alpha), in_flight))
+
+    def _push(self, t_s, kind, payload):
+        self._seq += 1
+        heapq.heappush(self.events, (float(t_s), self._seq, kind, payload))
+
+    def _apply(self, payload) -> None:
+        version, alphas, mean_alpha, _ = payload
+        self.policy_version = version
+        self.alphas = alphas
+        self.cfg = replace(self.cfg, policy_ctx=replace(self.cfg.policy_ctx, alpha_estimate=mean_alpha))
+        self.batch_changed = True
+
+    def _events(self) -> None:
+        while self.events and self.events[0][0] <= self.t:
+            _, _, kind, payload = heapq.heappop(self.events)
+            if kind == "switch":
+                if payload[3]:
+                    self._apply(payload)
+                else:
+                    self.gate = payload
+        if self.gate is not None and not self.active:
+            self._apply(self.gate)
+            self.gate = None
+
+    def run(self, until_s: float = np.inf, watch_step: int | None = None) -> float:
+        cfg, P, L, gen, groups = self.cfg, self.P, self.L, self.gen, self.groups
+        blk, cap = cfg.block_tokens, cfg.capacity_blocks
+        while True:
+            self._events()
+            cfg = self.cfg
+            if watch_step is not None and self.remaining.get(watch_step, 0) == 0:
+                return self.t
+            if self.t >= until_s:
+                return self.t
+            active, queue, group_active = self.active, self.queue, self.group_active
+            # 1. the running batch keeps its k+1 slots per sequence: preempt the newest until it fits
+            if self.batch_changed and active:
+                self.k = choose_k(cfg.policy, cfg.policy_ctx, len(active), self.ctx_total())
+                self.batch_changed = False
+            preempted = False
+            while len(active) > 1 and self.used_blocks(self.k + 1) > cap:
+                j = active.pop()
+                g = int(groups[j])
+                group_active[g] -= 1
+                if group_active[g] == 0:
+                    del group_active[g]
+                self.preempt[j] += 1
+                queue.insert(0, j)
+                preempted = True
+                self.k = choose_k(cfg.policy, cfg.policy_ctx, len(active), self.ctx_total())
+            # 2. admission (none at a boundary that preempted), reserving the policy's largest k
+            admitted_q, admitted_c = [], []
+            while (queue and not preempted and self.gate is None and len(active) < cfg.max_batch
+                   and self.arrival[queue[0]] <= self.t):
+                i = queue[0]
+                g = int(groups[i])
+                need = int(_blocks(gen[i] + self.slots_max, blk)) + (0 if g in group_active else self.prompt_blocks[g])
+                if active and self.used_blocks(self.slots_max) + need > cfg.admission_blocks:
+                    break
+                queue.pop(0)
+                if g not in group_active:
+                    admitted_q.append(P[i] + gen[i])
+                    admitted_c.append(0)
+                elif gen[i] > 0:
+                    admitted_q.append(gen[i])
+                    admitted_c.append(P[i])
+                group_active[g] = group_active.get(g, 0) + 1
+                active.append(i)
+                if np.isnan(self.admit_s[i]):
+                    self.admit_s[i] = self.t
+                    self.admit_version[i] = self.policy_version
+                self.batch_changed = True
+            if admitted_q:
+                one_pass = PrefillLog()
+                one_pass.add([float(x) for x in admitted_q], [float(x) for x in admitted_c])
+                dt = float(one_pass.offsets_s(cfg.prefill_batches_s)[-1])
+                self.t += dt
+                self.prefill_total += dt
+            if not active:
+                t_next = min(self.events[0][0] if self.events else np.inf, until_s)
+                if t_next == np.inf:
+                    return self.t
+                if cfg.record_timeline:
+                    self.tl.add(self.t, 0, 0.0, self.k, 0)
+                self.t = max(self.t, t_next)
+                continue
+            self._step()
+            if self.steps > self.max_steps:
+                raise RuntimeError(f"{cfg.name}: reference engine exceeded {self.max_steps} steps")
+
+    def _step(self) -> None:
+        """One engine step of the whole batch: sample every sequence's accepted tokens."""
+        cfg, P, L, gen = self.cfg, self.P, self.L, self.gen
+        if self.batch_changed:
+            self.k = choose_k(cfg.policy, cfg.policy_ctx, len(self.active), self.ctx_total())
+            self.batch_changed = False
+        k = self.k
+        idx = np.asarray(self.active)
         nb = len(idx)
-        ctx = float((P[idx] + gen[idx]).sum())
-        dt = cfg.table.step_s(k, nb, ctx)
+        dt = cfg.table.step_s(k, nb, float((P[idx] + gen[idx]).sum()))
         if k > 0:
-            emitted = sample_tokens_per_verify(rng, work.alphas[idx], k, cfg.position_decay)
+            emitted = sample_tokens_per_verify(self.rng, self.alphas[idx], k, cfg.position_decay)
         else:
             emitted = np.ones(nb, dtype=np.int64)
         emitted = np.minimum(emitted, L[idx] - gen[idx])
         gen[idx] += emitted
         if cfg.record_timeline:
-            kv_tok = used_blocks(0) * blk
-            tl.add(t, nb, float(emitted.sum()) / dt, k, kv_tok)
-        t += dt
-        weighted_active += nb * dt
-        steps += 1
-        seq_steps += nb
+            self.tl.add(self.t, nb, float(emitted.sum()) / dt, k, self.used_blocks(0) * cfg.block_tokens)
+        self.t += dt
+        self.weighted_active += nb * dt
+        self.steps += 1
+        self.seq_steps += nb
         if k > 0:
-            sd_steps += 1
-            sd_seq_steps += nb
-            sd_tokens += int(emitted.sum())
-            draft_passes += k
+            self.sd_steps += 1
+            self.sd_seq_steps += nb
+            self.sd_tokens += int(emitted.sum())
+            self.draft_passes += k
         done = idx[gen[idx] >= L[idx]]
         if len(done):
-            finish_s[done] = t
+            self.finish_s[done] = self.t
             done_set = set(done.tolist())
-            active = [i for i in active if i not in done_set]
-            for i in done:
-                g = int(groups[i])
-                group_active[g] -= 1
-                if group_active[g] == 0:
-                    del group_active[g]
-            batch_changed = True
-        if steps > max_steps:
-            raise RuntimeError(f"{cfg.name}: reference engine exceeded {max_steps} steps")
-    if cfg.record_timeline:
-        tl.add(t, 0, 0.0, k, 0)
-    res = EngineResult(cfg.name, work.response_ids, admit_s, finish_s, gen.copy(), preempt, t, steps, sd_steps,
-                       seq_steps, sd_seq_steps, sd_tokens, draft_passes, prefill_total, tl.as_arrays(), weighted_active)
+            self.active = [i for i in self.active if i not in done_set]
+            for i in done.tolist():
+                g = int(self.groups[i])
+                self.group_active[g] -= 1
+                if self.group_active[g] == 0:
+                    del self.group_active[g]
+                self.remaining[int(self.step_ids[i])] -= 1
+            self.batch_changed = True
+
+    def result(self) -> EngineResult:
+        if self.cfg.record_timeline:
+            self.tl.add(self.t, 0, 0.0, self.k, 0)
+        return EngineResult(self.cfg.name, self.work.response_ids, self.admit_s, self.finish_s, self.gen.copy(),
+                            self.preempt, self.t, self.steps, self.sd_steps, self.seq_steps, self.sd_seq_steps,
+                            self.sd_tokens, self.draft_passes, self.prefill_total, self.tl.as_arrays(),
+                            self.weighted_active, self.admit_version)
+
+
+def run_reference(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator, max_steps: int = 50_000_000) -> EngineResult:
+    """One closed rollout: all of `work` queued at time 0, stepped one engine step at a time."""
+    eng = ReferenceEngine(cfg, work, rng, max_steps=max_steps)
+    eng.run()
+    res = eng.result()
     check_result(res, work, cfg)
     return res

@@ -1,0 +1,351 @@
+"""The fast engine's state and bookkeeping (the event loop is in sim/engine.py).
+
+Aggregates over the active sequences keep every event O(1) apart from re-keying: with g0_i the
+fluid progress of sequence i at the boundary s0_i where it was keyed at rate μ_i, the total
+context at boundary s is A + B·s with A = Σ (P_i + g0_i − μ_i·s0_i) and B = Σ μ_i.
+
+Scheduled events (continuous generation): `release(idx, t)` makes queued responses admissible
+from time t; `switch(...)` changes the policy version and the per-sequence acceptance at time t,
+either in flight (running sequences are re-keyed on the new acceptance) or gated (admission stops
+until the running batch drains, then the weights change — an engine without in-flight updates).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import replace
+
+import numpy as np
+
+from specsim.sim.common import EngineConfig, EngineResult, EngineWork, PrefillLog, Timeline
+from specsim.sim.fastlaw import ScalarOps, StepLaw, step_law, steps_to_finish
+
+INF = float("inf")
+
+
+class FastState:
+    def __init__(self, cfg: EngineConfig, work: EngineWork, z: np.ndarray, *, open_: bool = False):
+        n = len(work)
+        self.cfg, self.work, self.z = cfg, work, np.asarray(z, dtype=float)
+        self.P = work.prompt_tokens.astype(float)
+        self.L = work.response_tokens.astype(float)
+        self.groups = work.group_ids.astype(np.int64)
+        self.alphas = work.alphas.astype(float).copy()
+        self.blk = cfg.block_tokens
+        self.cap = cfg.capacity_blocks
+        self.rbar = (self.blk - 1) / (2 * self.blk)
+        self.prompt_blocks = np.ceil(self.P / self.blk)
+        self.P_l, self.L_l = self.P.tolist(), self.L.tolist()
+        self.groups_l, self.pblocks_l = self.groups.tolist(), self.prompt_blocks.tolist()
+        self.g0 = np.zeros(n)          # fluid generated tokens at boundary s0
+        self.s0 = np.zeros(n)
+        self.mu = np.zeros(n)
+        self.saved = np.zeros(n)       # generated tokens kept across a preemption
+        self.emitted = np.zeros(n)     # tokens counted as emitted (see sim/engine.py "Accounting")
+        self.version = np.zeros(n, dtype=np.int64)
+        self.finish_b = np.zeros(n, dtype=np.int64)
+        self.is_active = np.zeros(n, dtype=bool)
+        self.admit_s = np.full(n, np.nan)
+        self.finish_s = np.full(n, np.nan)
+        self.admit_pf = np.zeros(n, dtype=np.int64)   # prefill passes before each admission / finish
+        self.finish_pf = np.zeros(n, dtype=np.int64)
+        self.admit_version = np.full(n, -1, dtype=np.int64)
+        self.prefills = PrefillLog()
+        self.tl_pf: list[int] = []
+        self.preempt = np.zeros(n, dtype=np.int64)
+        self.queue = deque(range(n))
+        self.order: list[int] = []     # admission order (lazy deletion)
+        self.heap: list[tuple[int, int, int]] = []
+        self.group_active: dict[int, int] = {}
+        self.A = self.B = self.SP = self.SL = self.GB = 0.0
+        self.n_act = self.s = self.k = 0
+        self.t = 0.0
+        self.tl = Timeline()
+        self.steps = self.sd_steps = self.seq_steps = self.sd_seq_steps = self.sd_tokens = 0.0
+        self.draft_passes = self.weighted_active = self.prefill_total = 0.0
+        self.laws: dict[int, StepLaw] = {}
+        self.scalar_laws: dict[int, tuple[list, ...]] = {}
+        self.slots_max = max(cfg.policy.ks) + 1
+        self.fixed_rows = {kk: cfg.table.fixed_s[cfg.table.index(kk)].tolist() for kk in cfg.policy.ks}
+        self.ctx_rows = {kk: cfg.table.per_ctx_s[cfg.table.index(kk)].tolist() for kk in cfg.policy.ks}
+        self.batch_dependent = cfg.policy.kind in ("threshold", "adaptive")  # off/always ignore the batch
+        steps = work.step_ids if work.step_ids is not None else np.zeros(n, dtype=np.int64)
+        self.step_ids = np.asarray(steps, dtype=np.int64)
+        self.step_l = self.step_ids.tolist()
+        u, c = np.unique(self.step_ids, return_counts=True)
+        self.remaining = dict(zip(u.tolist(), c.tolist()))
+        # open: work arrives and weights change at scheduled times; prefills are priced as they happen
+        self.open = open_
+        self.closed = not open_
+        self.drainable = self.closed and cfg.policy.kind in ("off", "always")
+        self.all_arrived = not open_
+        self.arrival = np.full(n, INF if open_ else 0.0)
+        self.events: list[tuple[float, int, str, object]] = []
+        self.gate = None
+        self.policy_version = 0
+        self._seq = 0
+
+    # ---------------------------------------------------------------- steps-to-finish laws
+    def law(self, kk: int) -> StepLaw:
+        if kk not in self.laws:
+            self.laws[kk] = step_law(self.alphas, kk, self.cfg.position_decay)
+        return self.laws[kk]
+
+    def scalar_law(self, kk: int) -> tuple[list, ...]:
+        if kk not in self.scalar_laws:
+            lw = self.law(kk)
+            self.scalar_laws[kk] = tuple(a.tolist() for a in (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1))
+        return self.scalar_laws[kk]
+
+    def key(self, idx: np.ndarray, kk: int) -> None:
+        """Set rate and finish boundary for `idx` (their g0 = progress at boundary s)."""
+        s, heap = self.s, self.heap
+        if len(idx) == 1:  # the common single readmission: the same law on Python floats
+            i = int(idx[0])
+            m, *consts = (a[i] for a in self.scalar_law(kk))
+            need = int(steps_to_finish(float(self.L[i] - self.g0[i]), consts, float(self.z[i]), kk, ScalarOps))
+            self.mu[i] = m
+            self.s0[i] = s
+            self.A += float(self.P[i] + self.g0[i] - m * s)
+            self.B += m
+            self.version[i] += 1
+            self.finish_b[i] = s + need
+            heapq.heappush(heap, (s + need, i, int(self.version[i])))
+            return
+        lw = self.law(kk)
+        m = lw.mu[idx]
+        need = steps_to_finish(self.L[idx] - self.g0[idx], (lw.inv_mu[idx], lw.offset[idx], lw.sd1[idx],
+                                                            lw.skew1[idx]), self.z[idx], kk)
+        self.mu[idx] = m
+        self.s0[idx] = s
+        self.A += float((self.P[idx] + self.g0[idx] - m * s).sum())
+        self.B += float(m.sum())
+        self.version[idx] += 1
+        bounds = (s + need).astype(np.int64)
+        self.finish_b[idx] = bounds
+        entries = list(zip(bounds.tolist(), idx.tolist(), self.version[idx].tolist()))
+        if len(entries) > len(heap):
+            heap.extend(entries)
+            heapq.heapify(heap)
+        else:
+            for entry in entries:
+                heapq.heappush(heap, entry)
+
+    def unkey(self, idx: np.ndarray) -> None:
+        """Freeze progress of `idx` at boundary s, count it as emitted, take them out of the aggregates."""
+        s = self.s
+        if len(idx) == 1:
+            i = int(idx[0])
+            g0, mu = float(self.g0[i]), float(self.mu[i])
+            g = max(min(g0 + mu * (s - self.s0[i]), self.L_l[i] - 1), 0.0)
+            self.emitted[i] += g - g0
+            if self.k > 0:
+                self.sd_tokens += g - g0
+            self.A -= self.P_l[i] + g0 - mu * self.s0[i]
+            self.B -= mu
+            self.g0[i] = g
+            self.s0[i] = s
+            self.mu[i] = 0.0
+            return
+        g = np.maximum(np.minimum(self.g0[idx] + self.mu[idx] * (s - self.s0[idx]), self.L[idx] - 1), 0.0)
+        delta = g - self.g0[idx]
+        self.emitted[idx] += delta
+        if self.k > 0:
+            self.sd_tokens += float(delta.sum())
+        self.A -= float((self.P[idx] + self.g0[idx] - self.mu[idx] * self.s0[idx]).sum())
+        self.B -= float(self.mu[idx].sum())
+        self.g0[idx] = g
+        self.s0[idx] = s
+        self.mu[idx] = 0.0
+
+    def active_idx(self) -> np.ndarray:
+        return np.fromiter((i for i in self.order if self.is_active[i]), dtype=np.int64)
+
+    def rekey_all(self, kk: int) -> None:
+        idx = self.active_idx()
+        if len(idx):
+            self.unkey(idx)
+            self.key(idx, kk)
+
+    def set_k(self, k_new: int) -> None:
+        """Every active sequence runs at the engine's k: a change re-keys them all (their progress
+        so far is counted under the old k)."""
+        if k_new != self.k:
+            idx = self.active_idx()
+            if len(idx):
+                self.unkey(idx)
+            self.k = k_new
+            if len(idx):
+                self.key(idx, k_new)
+
+    def generated_total(self) -> float:
+        return self.A + self.B * self.s - self.SP
+
+    def kv_blocks(self, slots: int) -> float:
+        n = self.n_act
+        return self.GB + (self.generated_total() + n * slots) / self.blk + n * self.rbar if n else 0.0
+
+    # ---------------------------------------------------------------- batch changes
+    def preempt_newest(self) -> None:
+        order = self.order
+        while not self.is_active[order[-1]]:
+            order.pop()
+        j = order.pop()
+        self.unkey(np.asarray([j]))
+        self.is_active[j] = False
+        self.version[j] += 1
+        self.n_act -= 1
+        self.SP -= self.P[j]
+        self.SL -= self.L[j]
+        g = self.groups_l[j]
+        self.group_active[g] -= 1
+        if self.group_active[g] == 0:
+            del self.group_active[g]
+            self.GB -= self.prompt_blocks[j]
+        self.saved[j] = math.floor(self.g0[j])
+        lost = self.g0[j] - self.saved[j]   # the fluid fraction of a token is not kept
+        self.emitted[j] -= lost
+        if self.k > 0:
+            self.sd_tokens -= lost
+        self.g0[j] = self.saved[j]
+        self.preempt[j] += 1
+        self.queue.appendleft(j)
+
+    def activate(self, new_idx: np.ndarray, opens: np.ndarray, pblocks: np.ndarray) -> list:
+        """Admit `new_idx` (queue-order prefix): groups, KV, prefill of opened prompts and recomputed
+        tokens; they join the aggregates at rate 0 until keyed."""
+        for _ in range(len(new_idx)):
+            self.queue.popleft()
+        for g in self.groups[new_idx].tolist():
+            self.group_active[g] = self.group_active.get(g, 0) + 1
+        P, sv = self.P[new_idx], self.saved[new_idx]
+        re = ~opens & (sv > 0)
+        self.GB += float(pblocks.sum())
+        self.is_active[new_idx] = True
+        self.order.extend(new_idx.tolist())
+        self.n_act += len(new_idx)
+        self.SP += float(P.sum())
+        self.SL += float(self.L[new_idx].sum())
+        self.g0[new_idx] = sv
+        self.mu[new_idx] = 0.0
+        self.s0[new_idx] = self.s
+        self.A += float((P + sv).sum())
+        fresh = new_idx[np.isnan(self.admit_s[new_idx])]
+        self.admit_pf[fresh] = len(self.prefills)
+        self.admit_version[fresh] = self.policy_version
+        self.admit_s[fresh] = self.t
+        pq = (P + sv)[opens].tolist() + sv[re].tolist()
+        if pq:
+            self.prefill(pq, [0.0] * int(opens.sum()) + P[re].tolist())
+        return new_idx.tolist()
+
+    def prefill(self, q: list, c: list) -> None:
+        if not self.open:
+            self.prefills.add(q, c)
+            return
+        one = PrefillLog()
+        one.add(q, c)
+        dt = float(one.offsets_s(self.cfg.prefill_batches_s)[-1])
+        self.t += dt
+        self.prefill_total += dt
+
+    # ---------------------------------------------------------------- counters
+    def count_steps(self, m: float, seq_m: float, n_dt: float) -> None:
+        self.steps += m
+        self.seq_steps += seq_m
+        self.weighted_active += n_dt
+        if self.k > 0:
+            self.sd_steps += m
+            self.sd_seq_steps += seq_m
+            self.draft_passes += self.k * m
+
+    def count_finished_one(self, i: int) -> None:
+        self.finish_s[i] = self.t
+        self.finish_pf[i] = len(self.prefills)
+        d = self.L_l[i] - self.g0[i]
+        self.emitted[i] += d
+        if self.k > 0:
+            self.sd_tokens += d
+        self.remaining[self.step_l[i]] -= 1
+
+    def count_finished(self, idx: np.ndarray, delta: np.ndarray) -> None:
+        self.emitted[idx] += delta
+        if self.k > 0:
+            self.sd_tokens += float(delta.sum())
+        if len(self.remaining) == 1:
+            for st in self.remaining:
+                self.remaining[st] -= len(idx)
+        else:
+            u, c = np.unique(self.step_ids[idx], return_counts=True)
+            for st, cnt in zip(u.tolist(), c.tolist()):
+                self.remaining[st] -= cnt
+
+    # ---------------------------------------------------------------- scheduled events
+    def release(self, idx: np.ndarray, t_s: float) -> None:
+        """Responses `idx` (already queued, in order) become admissible at time t_s."""
+        self.arrival[idx] = t_s
+        self._push(t_s, "release", None)
+
+    def switch(self, t_s: float, version: int, alphas: np.ndarray, mean_alpha: float, in_flight: bool) -> None:
+        """From time t_s the engine runs policy `version` with per-sequence acceptance `alphas`."""
+        self._push(t_s, "switch", (version, np.asarray(alphas, dtype=float), float(mean_alpha), in_flight))
+
+    def _push(self, t_s, kind, payload):
+        self._seq += 1
+        heapq.heappush(self.events, (float(t_s), self._seq, kind, payload))
+
+    def next_event_s(self) -> float:
+        return self.events[0][0] if self.events else INF
+
+    def apply_events(self) -> None:
+        ev = self.events
+        while ev and ev[0][0] <= self.t:
+            _, _, kind, payload = heapq.heappop(ev)
+            if kind == "switch":
+                if payload[3]:
+                    self._apply_switch(payload)
+                else:
+                    self.gate = payload
+        if self.gate is not None and self.n_act == 0:
+            self._apply_switch(self.gate)
+            self.gate = None
+
+    def _apply_switch(self, payload) -> None:
+        version, alphas, mean_alpha, _ = payload
+        self.policy_version = version
+        if np.array_equal(alphas, self.alphas):
+            return
+        self.alphas = alphas
+        self.laws.clear()
+        self.scalar_laws.clear()
+        self.cfg = replace(self.cfg, policy_ctx=replace(self.cfg.policy_ctx, alpha_estimate=mean_alpha))
+        self.rekey_all(self.k)
+
+    def idle_until(self, t_s: float) -> None:
+        if self.cfg.record_timeline:
+            self.tl.add(self.t, 0, 0.0, self.k, 0.0)
+            self.tl_pf.append(len(self.prefills))
+        self.t = max(self.t, t_s)
+
+    # ---------------------------------------------------------------- the result
+    def result(self) -> EngineResult:
+        cfg = self.cfg
+        if cfg.record_timeline:
+            self.tl.add(self.t, 0, 0.0, self.k, 0.0)
+            self.tl_pf.append(len(self.prefills))
+        offsets = self.prefills.offsets_s(cfg.prefill_batches_s)
+        admit_s = self.admit_s + offsets[self.admit_pf]
+        finish_s = self.finish_s + offsets[self.finish_pf]
+        self.prefill_total += float(offsets[-1])
+        t = self.t + float(offsets[-1])
+        tl = self.tl
+        tl.t_s = (np.asarray(tl.t_s, dtype=float) + offsets[np.asarray(self.tl_pf, dtype=np.int64)]).tolist()
+        ints = np.rint(self.emitted)
+        tokens = np.where(np.abs(self.emitted - ints) < 1e-6, ints, self.emitted)
+        tokens = tokens.astype(np.int64) if np.array_equal(tokens, ints) else tokens
+        return EngineResult(cfg.name, self.work.response_ids, admit_s, finish_s, tokens, self.preempt, t,
+                            self.steps, self.sd_steps, self.seq_steps, self.sd_seq_steps, self.sd_tokens,
+                            self.draft_passes, self.prefill_total, tl.as_arrays(), self.weighted_active,
+                            self.admit_version)
