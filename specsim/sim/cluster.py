@@ -53,16 +53,21 @@ def draw_step(world: World, step: int, replicate: int = 0) -> StepDraw:
     return StepDraw(step, prompts, lengths, u, int(rng.integers(2**62)))
 
 
-def sequence_alphas(mean_alpha: float, concentration: float | None, quantiles: np.ndarray) -> np.ndarray:
+def sequence_alpha_fn(mean_alpha: float, concentration: float | None):
+    """u ↦ α: the Beta(mean α, concentration) quantile function, as a vectorized callable (all
+    sequences at mean α when there is no heterogeneity)."""
     if concentration is None or mean_alpha <= 0.0:
-        return np.full(quantiles.shape, float(mean_alpha))
+        return lambda u: np.full(np.shape(u), float(mean_alpha))
     a, b = mean_alpha * concentration, (1.0 - mean_alpha) * concentration
     # the Beta quantile function on a logit-spaced grid of u, interpolated (|error| < 1e-4 in α;
     # scipy's ppf on every response would dominate a 65k-response step)
     grid_u = 1.0 / (1.0 + np.exp(-np.linspace(-28.0, 28.0, 4097)))
     grid_a = stats.beta.ppf(grid_u, a, b)
-    out = np.interp(quantiles, grid_u, grid_a)
-    return np.clip(out, 0.0, 1.0 - 1e-12)
+    return lambda u: np.clip(np.interp(u, grid_u, grid_a), 0.0, 1.0 - 1e-12)
+
+
+def sequence_alphas(mean_alpha: float, concentration: float | None, quantiles: np.ndarray) -> np.ndarray:
+    return sequence_alpha_fn(mean_alpha, concentration)(quantiles)
 
 
 def dispatch(world: World, draw: StepDraw) -> np.ndarray:

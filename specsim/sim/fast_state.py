@@ -44,6 +44,8 @@ class FastState:
         self.mu = np.zeros(n)
         self.saved = np.zeros(n)       # generated tokens kept across a preemption
         self.emitted = np.zeros(n)     # tokens counted as emitted (see sim/engine.py "Accounting")
+        self.seq_sd_tokens = np.zeros(n)   # open engines: per-response tokens and steps under SD
+        self.seq_sd_steps = np.zeros(n)
         self.version = np.zeros(n, dtype=np.int64)
         self.finish_b = np.zeros(n, dtype=np.int64)
         self.is_active = np.zeros(n, dtype=bool)
@@ -143,6 +145,9 @@ class FastState:
             self.emitted[i] += g - g0
             if self.k > 0:
                 self.sd_tokens += g - g0
+                if self.open:
+                    self.seq_sd_tokens[i] += g - g0
+                    self.seq_sd_steps[i] += s - self.s0[i]
             self.A -= self.P_l[i] + g0 - mu * self.s0[i]
             self.B -= mu
             self.g0[i] = g
@@ -154,6 +159,9 @@ class FastState:
         self.emitted[idx] += delta
         if self.k > 0:
             self.sd_tokens += float(delta.sum())
+            if self.open:
+                self.seq_sd_tokens[idx] += delta
+                self.seq_sd_steps[idx] += s - self.s0[idx]
         self.A -= float((self.P[idx] + self.g0[idx] - self.mu[idx] * self.s0[idx]).sum())
         self.B -= float(self.mu[idx].sum())
         self.g0[idx] = g
@@ -209,6 +217,7 @@ class FastState:
         self.emitted[j] -= lost
         if self.k > 0:
             self.sd_tokens -= lost
+            self.seq_sd_tokens[j] -= lost
         self.g0[j] = self.saved[j]
         self.preempt[j] += 1
         self.queue.appendleft(j)
@@ -268,12 +277,18 @@ class FastState:
         self.emitted[i] += d
         if self.k > 0:
             self.sd_tokens += d
+            if self.open:
+                self.seq_sd_tokens[i] += d
+                self.seq_sd_steps[i] += self.s - self.s0[i]
         self.remaining[self.step_l[i]] -= 1
 
     def count_finished(self, idx: np.ndarray, delta: np.ndarray) -> None:
         self.emitted[idx] += delta
         if self.k > 0:
             self.sd_tokens += float(delta.sum())
+            if self.open:
+                self.seq_sd_tokens[idx] += delta
+                self.seq_sd_steps[idx] += self.finish_b[idx] - self.s0[idx]
         if len(self.remaining) == 1:
             for st in self.remaining:
                 self.remaining[st] -= len(idx)

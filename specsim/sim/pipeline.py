@@ -41,12 +41,14 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field, fields
 
+import numpy as np
 import pandas as pd
 import simpy
 
 from specsim.cost import training as tc
 from specsim.errors import SpecError
 from specsim.sim.cluster import GenerationResult, draw_step, simulate_generation
+from specsim.sim.stream import StreamCluster
 from specsim.world import World
 
 
@@ -68,7 +70,7 @@ class StepRecord:
     train_end_s: float            # fwd+bwd done (before the weight sync)
     step_end_s: float             # this step's training incl. weight sync and drafter update completes
     step_s: float                 # step_end_s − previous step_end_s (first: step_end_s)
-    exposed_generation_s: float   # step_s − training-side stage time: generation the training did not hide
+    exposed_generation_s: float   # the time the trainer waited for this step's rollouts (sync: all of generation)
     tau: float                    # measured tokens per sequence per verify step (nan without SD)
     mean_alpha: float
     versions_since_update: float
@@ -76,6 +78,9 @@ class StepRecord:
     verify_steps: float
     mean_active_batch: float
     rollout_gpu_s: float
+    gen_window_s: float = 0.0     # pool time on this step: sync generation_s; async F_j − F_{j−1} (finish to finish)
+    mean_policy_age: float = 0.0  # mean over the step's trajectories of (step − version that started it)
+    max_policy_age: float = 0.0
 
     @property
     def training_side_s(self) -> float:
@@ -90,6 +95,7 @@ class PipelineResult:
     warmup_steps: int
     generations: list = field(default_factory=list)  # GenerationResult per step (for timelines)
     wall_s: float = 0.0                               # host seconds the simulation took
+    engines: list = field(default_factory=list)       # async: EngineResult per engine over the whole run
 
     def steps_frame(self) -> pd.DataFrame:
         """One row per step, every StepRecord field."""
@@ -102,7 +108,18 @@ class PipelineResult:
         df = df[df["step"] >= self.warmup_steps]
         out = {c: float(df[c].mean()) for c in df.columns}
         out["throughput_steps_per_h"] = 3600.0 / out["step_s"] if out["step_s"] > 0 else float("nan")
+        out["effective_step_s"] = self.effective_step_s
         return out
+
+    @property
+    def effective_step_s(self) -> float:
+        """Steady-state seconds per step: (end of the last step − end of the last warm-up step) over
+        the steady steps — the step time an async run settles at (equals the mean step_s)."""
+        w = self.warmup_steps
+        if not self.records or len(self.records) <= w:
+            return float("nan")
+        start = self.records[w - 1].step_end_s if w > 0 else 0.0
+        return (self.records[-1].step_end_s - start) / (len(self.records) - w)
 
     @property
     def total_s(self) -> float:
@@ -170,34 +187,31 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
     mode = ps.mode
     lag = ps.policy_lag
     partial = ps.partial_rollouts
-    rows: list[dict] = [{} for _ in range(n_steps)]
+    rows: list[dict] = [{"step": i} for i in range(n_steps)]
     gens: list[GenerationResult | None] = [None] * n_steps
+    acc = world.acceptance
+    state = {"version": 0, "drafter": 0}         # newest policy version usable by generation, drafter's
 
-    # published state: the newest policy version available to generation, and the drafter's
-    state = {"version": 0, "drafter": 0}
-    avail = {0: env.event().succeed()}           # version -> event, succeeded when generation may use it
+    def vsu_of(version: int) -> float:
+        return 0.0 if _never_stale(world) else float(max(version - state["drafter"], 0))
 
-    def version_event(v: int):
-        if v not in avail:
-            avail[v] = env.event()
-        return avail[v]
+    stream = StreamCluster(world, draws, float(acc.alpha_at_version(0)), engine=engine) if mode == "async" else None
+    released: dict[int, float] = {}
+    version_vsu = {0: 0.0}
 
-    def publish(v: int):
-        state["version"] = max(state["version"], v)
-        ev = version_event(v)
-        if not ev.triggered:
-            ev.succeed()
+    def release(j: int) -> None:
+        if j < n_steps and j not in released:
+            released[j] = env.now
+            stream.release_step(j, env.now)
 
-    def generate(i: int, version: int):
-        """Run generation i with `version`; returns its duration (the engine supplies it)."""
-        drafter_v = version if _never_stale(world) else state["drafter"]
-        vsu = float(max(version - drafter_v, 0))
-        g = simulate_generation(world, draws[i], vsu, engine=engine)
-        gens[i] = g
-        rows[i].update(step=i, policy_version=version, versions_since_update=vsu, generation_s=g.rollout_s,
-                       tau=g.mean_accept_len, mean_alpha=g.mean_alpha, tokens=g.total_tokens,
-                       verify_steps=g.verify_steps, mean_active_batch=g.mean_active_batch, rollout_gpu_s=g.gpu_seconds)
-        return g.rollout_s
+    def publish(v: int) -> None:
+        if v <= state["version"]:
+            return
+        state["version"] = v
+        if stream is not None:                    # the engines run v from now; step v + L may start
+            version_vsu[v] = vsu_of(v)
+            stream.switch_all(env.now, v, float(acc.alpha_at_version(version_vsu[v])), in_flight=partial)
+            release(v + lag)
 
     def training_side(i: int):
         """reward → logprob → train → weight sync (→ drafter update); publishes version i+1."""
@@ -220,43 +234,65 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
             yield env.timeout(du_due)
             du += du_due
             state["drafter"] = new_v
+            if stream is not None and partial:        # in flight: the engines take the new drafter now
+                v = state["version"]
+                version_vsu[v] = vsu_of(v)
+                stream.switch_all(env.now, v, float(acc.alpha_at_version(version_vsu[v])), in_flight=True)
         rows[i].update(reward_s=costs.reward, logprob_s=lp, train_s=tr, weight_sync_s=costs.sync,
                        drafter_update_s=du, step_end_s=env.now)
 
     if mode == "sync":
-        pool = simpy.Resource(env, capacity=1)
-
         def colocated():
             for i in range(n_steps):
-                with pool.request() as req:
-                    yield req
-                    rows[i]["gen_start_s"] = env.now
-                    yield env.timeout(generate(i, state["version"]))
-                    rows[i]["gen_end_s"] = env.now
-                    yield env.process(training_side(i))
+                rows[i]["gen_start_s"] = env.now
+                version = state["version"]
+                g = simulate_generation(world, draws[i], vsu_of(version), engine=engine)
+                gens[i] = g
+                rows[i].update(policy_version=version, versions_since_update=vsu_of(version),
+                               generation_s=g.rollout_s, tau=g.mean_accept_len, mean_alpha=g.mean_alpha,
+                               tokens=g.total_tokens, verify_steps=g.verify_steps,
+                               mean_active_batch=g.mean_active_batch, rollout_gpu_s=g.gpu_seconds,
+                               gen_window_s=g.rollout_s, mean_policy_age=0.0, max_policy_age=0.0)
+                yield env.timeout(g.rollout_s)
+                rows[i]["gen_end_s"] = env.now
+                rows[i]["trainer_wait_s"] = g.rollout_s
+                yield env.process(training_side(i))
 
         env.process(colocated())
     else:
-        gen_pool = simpy.Resource(env, capacity=1)
-        train_pool = simpy.Resource(env, capacity=1)
         generated = [env.event() for _ in range(n_steps)]
+        for j in range(min(lag + 1, n_steps)):
+            release(j)
 
         def generator():
-            for i in range(n_steps):
-                yield version_event(max(0, i - lag))
-                with gen_pool.request() as req:
-                    yield req
-                    rows[i]["gen_start_s"] = env.now
-                    yield env.timeout(generate(i, state["version"]))
-                    rows[i]["gen_end_s"] = env.now
-                generated[i].succeed()
+            before = stream.counters()
+            prev_f = 0.0
+            for j in range(n_steps):
+                while (f := stream.advance(j, env.peek())) is None:
+                    yield env.timeout(max(0.0, env.peek() - env.now))
+                yield env.timeout(max(0.0, f - env.now))
+                now = stream.counters()
+                d = {k: now[k] - before[k] for k in now}
+                window = f - prev_f
+                ver = stream.step_versions(j)
+                vsu = np.asarray([version_vsu[int(v)] for v in ver])
+                rows[j].update(gen_start_s=released[j], gen_end_s=f, generation_s=f - released[j], gen_window_s=window,
+                               policy_version=int(ver.min()), versions_since_update=float(vsu.mean()),
+                               mean_policy_age=float(np.mean(j - ver)), max_policy_age=float(np.max(j - ver)),
+                               tau=stream.step_tau(j),
+                               mean_alpha=float(np.mean(acc.alpha_at_version(vsu))),
+                               tokens=int(draws[j].response_tokens.sum()), verify_steps=d["sd_steps"],
+                               mean_active_batch=d["weighted_active"] / (window * world.engines) if window > 0 else 0.0,
+                               rollout_gpu_s=window * world.rollout.gpus)
+                before, prev_f = now, f
+                generated[j].succeed()
 
         def trainer():
             for i in range(n_steps):
+                free = env.now
                 yield generated[i]
-                with train_pool.request() as req:
-                    yield req
-                    yield env.process(training_side(i))
+                rows[i]["trainer_wait_s"] = env.now - free
+                yield env.process(training_side(i))
 
         env.process(generator())
         env.process(trainer())
@@ -264,10 +300,11 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
     env.run()
     records = []
     prev_end = 0.0
-    for i, r in enumerate(rows):
+    for r in rows:
         step_s = r["step_end_s"] - prev_end
-        side = r["reward_s"] + r["logprob_s"] + r["train_s"] + r["weight_sync_s"] + r["drafter_update_s"]
-        exposed = r["generation_s"] if mode == "sync" else max(0.0, step_s - side)
-        records.append(StepRecord(step_s=step_s, exposed_generation_s=exposed, **r))
+        records.append(StepRecord(step_s=step_s, exposed_generation_s=r.pop("trainer_wait_s"), **r))
         prev_end = r["step_end_s"]
-    return PipelineResult(ps.name, mode, records, warmup, gens, time.perf_counter() - t_wall)
+    res = PipelineResult(ps.name, mode, records, warmup, gens, time.perf_counter() - t_wall)
+    if stream is not None:
+        res.engines = stream.results()
+    return res

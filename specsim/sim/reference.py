@@ -37,6 +37,8 @@ class ReferenceEngine:
         self.groups = work.group_ids
         self.alphas = work.alphas.astype(float).copy()
         self.gen = np.zeros(n, dtype=np.int64)
+        self.seq_sd_tokens = np.zeros(n)   # per-response tokens and steps under SD
+        self.seq_sd_steps = np.zeros(n)
         self.admit_s = np.full(n, np.nan)
         self.finish_s = np.full(n, np.nan)
         self.admit_version = np.full(n, -1, dtype=np.int64)
@@ -195,6 +197,8 @@ class ReferenceEngine:
             self.sd_seq_steps += nb
             self.sd_tokens += int(emitted.sum())
             self.draft_passes += k
+            self.seq_sd_tokens[idx] += emitted
+            self.seq_sd_steps[idx] += 1
         done = idx[gen[idx] >= L[idx]]
         if len(done):
             self.finish_s[done] = self.t

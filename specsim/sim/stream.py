@@ -1,0 +1,138 @@
+"""Continuous generation across RL steps: the rollout pool as asynchronous RL systems run it.
+
+NeMo-RL's async GRPO, AReaL and verl's fully-async mode never stop the engines at a step
+boundary: the groups of step j are admitted as soon as policy version j − L exists (L = policy
+lag: `max_trajectory_age_steps`, `max_head_offpolicyness`), so the next steps' work fills the
+engines while the long tail of the current step drains. `StreamCluster` holds one resumable
+engine per data-parallel replica (sim/engine.FastEngine or sim/reference.ReferenceEngine) with
+every step's responses queued in step order, each step's dispatched to engines exactly as a
+barrier phase would (`cluster.dispatch`, the same common random numbers).
+
+* `release_step(j, t)`: step j's groups become admissible at t (the pipeline calls it when version
+  j − L lands).
+* `switch_all(t, version, mean_alpha, in_flight)`: the engines run `version` from t. The drafter's
+  acceptance follows the version each engine runs (its staleness is the gap to the drafter's
+  training version). In flight (partial rollouts): running sequences continue on the new weights
+  and acceptance at once. Otherwise an engine stops admitting, drains its running batch, then
+  swaps (verl fully-async without partial rollouts, NeMo-RL's refit after pending generations).
+* `advance(j, horizon)`: run the engines until step j has finished everywhere (its finish time
+  F_j) without passing `horizon`, the next time the pipeline's clock may schedule a release or a
+  switch; returns F_j, or None when the horizon came first.
+
+With L = 0 every step's work is released only after the previous step finished and the trainer
+published, the engines are empty at each release, and the run equals a barrier-per-step pipeline
+(tested). Each step's engine noise (fast engine: one normal per response) is drawn from the same
+per-step stream as a barrier phase.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from specsim.sim.cluster import StepDraw, dispatch, engine_config, sequence_alpha_fn
+from specsim.sim.common import EngineResult, EngineWork
+from specsim.sim.engine import FastEngine
+from specsim.sim.reference import ReferenceEngine
+from specsim.world import World
+
+INF = float("inf")
+
+
+class StreamCluster:
+    def __init__(self, world: World, draws: list[StepDraw], mean_alpha0: float, *, engine: str = "fast",
+                 record_timeline: bool = False):
+        self.world, self.draws = world, draws
+        E = world.engines
+        per_engine: list[list[dict]] = [[] for _ in range(E)]
+        self.step_offset = np.cumsum([0] + [d.n_responses for d in draws])
+        for j, d in enumerate(draws):
+            groups = d.response_tokens.shape
+            group_of = np.repeat(np.arange(groups[0]), groups[1])
+            eng_of = dispatch(world, d)[group_of]
+            order = np.argsort(eng_of, kind="stable")
+            starts = np.searchsorted(eng_of[order], np.arange(E + 1))
+            lengths = d.response_tokens.reshape(-1)
+            for e in range(E):
+                idx = order[starts[e]:starts[e + 1]]
+                if len(idx):
+                    z = np.random.default_rng([d.engine_seed, e]).standard_normal(len(idx))
+                    per_engine[e].append(dict(ids=self.step_offset[j] + idx, groups=j * groups[0] + group_of[idx],
+                                              prompt=d.prompt_tokens[group_of[idx]], lengths=lengths[idx],
+                                              u=d.alpha_quantiles[idx], step=np.full(len(idx), j), z=z))
+        base = engine_config(world, "engine", mean_alpha0, record_timeline=record_timeline)
+        alpha_of = sequence_alpha_fn(mean_alpha0, world.acceptance.concentration)
+        self.engines, self.u, self.ranges = [], [], []
+        for e in range(E):
+            parts = per_engine[e]
+            if not parts:
+                continue
+            cat = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+            work = EngineWork(cat["ids"], cat["groups"], cat["prompt"], cat["lengths"], alpha_of(cat["u"]),
+                              cat["step"])
+            cfg = replace(base, name=f"engine{e}")
+            if engine == "fast":
+                eng = FastEngine(cfg, work, cat["z"], open_=True)
+            else:
+                eng = ReferenceEngine(cfg, work, np.random.default_rng([draws[0].engine_seed, e, 0xA5]), open_=True)
+            bounds = np.searchsorted(cat["step"], np.arange(len(draws) + 1))
+            self.engines.append(eng)
+            self.u.append(cat["u"])
+            self.ranges.append(bounds)
+        self.finish_of_step: dict[int, float] = {}
+
+    def release_step(self, j: int, t_s: float) -> None:
+        for eng, r in zip(self.engines, self.ranges):
+            if r[j + 1] > r[j]:
+                eng.release(np.arange(r[j], r[j + 1]), t_s)
+
+    def switch_all(self, t_s: float, version: int, mean_alpha: float, in_flight: bool) -> None:
+        alpha_of = sequence_alpha_fn(mean_alpha, self.world.acceptance.concentration)
+        for eng, u in zip(self.engines, self.u):
+            eng.switch(t_s, version, alpha_of(u), mean_alpha, in_flight)
+
+    def _done(self, j: int) -> bool:
+        return all(e.remaining.get(j, 0) == 0 for e in self.engines)
+
+    def _step_finish_s(self, j: int) -> float:
+        out = 0.0
+        for eng, r in zip(self.engines, self.ranges):
+            if r[j + 1] > r[j]:
+                out = max(out, float(np.max(eng.finish_s[r[j]:r[j + 1]])))
+        return out
+
+    def advance(self, j: int, horizon: float) -> float | None:
+        for e in self.engines:
+            e.run(until_s=horizon, watch_step=j)
+        if self._done(j):
+            f = self._step_finish_s(j)
+            if f <= horizon:
+                for e in self.engines:
+                    e.run(until_s=f)
+                self.finish_of_step[j] = f
+                return f
+        if horizon == INF:
+            raise RuntimeError(f"step {j} cannot finish: its work was never released")
+        for e in self.engines:
+            e.run(until_s=horizon)
+        return None
+
+    def counters(self) -> dict[str, float]:
+        """Cumulative engine counters (sums over engines), for per-step windows."""
+        keys = ("sd_tokens", "sd_seq_steps", "sd_steps", "steps", "weighted_active")
+        return {k: float(sum(getattr(e, k) for e in self.engines)) for k in keys}
+
+    def step_versions(self, j: int) -> np.ndarray:
+        """Policy version each response of step j was admitted under."""
+        return np.concatenate([e.admit_version[r[j]:r[j + 1]] for e, r in zip(self.engines, self.ranges)])
+
+    def step_tau(self, j: int) -> float:
+        """τ of step j's trajectories: their tokens emitted under SD over their verify steps."""
+        tok = sum(float(e.seq_sd_tokens[r[j]:r[j + 1]].sum()) for e, r in zip(self.engines, self.ranges))
+        steps = sum(float(e.seq_sd_steps[r[j]:r[j + 1]].sum()) for e, r in zip(self.engines, self.ranges))
+        return tok / steps if steps > 0 else float("nan")
+
+    def results(self) -> list[EngineResult]:
+        """Per-engine results of the whole run (engines must have finished all work)."""
+        return [e.result() for e in self.engines]
