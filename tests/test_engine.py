@@ -171,3 +171,71 @@ def test_invariant_violations_raise_named_errors():
     late[0] = good.rollout_s + 1
     with pytest.raises(InvariantError, match="time"):
         check_result(replace(good, finish_s=late), work, cfg)
+
+
+def test_broken_accounting_fails_the_checks():
+    """The fast engine counts the tokens it emits and the verify steps it runs, so the conservation
+    and τ checks measure something: an engine that loses a finishing stint's tokens, or counts its
+    SD tokens twice, is refused by check_result."""
+    from specsim.errors import InvariantError
+    from specsim.sim.common import check_result
+    from specsim.sim.engine import FastEngine
+
+    cfg = make_config(SPD := SDPolicy("always", k=3), kv_capacity_tokens=20_000)
+    work = make_work(0, 4, 4, median=200, cap=800)
+
+    class LosesTokens(FastEngine):       # the last stint of every response loses one token
+        def count_finished_one(self, i):
+            super().count_finished_one(i)
+            self.emitted[i] -= 1.0
+
+        def count_finished(self, idx, delta):
+            super().count_finished(idx, delta - 1.0)
+
+    class DoubleCountsTau(FastEngine):   # SD tokens of finishing stints counted twice
+        def count_finished_one(self, i):
+            before = self.sd_tokens
+            super().count_finished_one(i)
+            self.sd_tokens += self.sd_tokens - before
+
+        def count_finished(self, idx, delta):
+            super().count_finished(idx, delta)
+            self.sd_tokens += float(delta.sum())
+
+    good = FastEngine(cfg, work, np.random.default_rng(0).standard_normal(len(work)))
+    good.run()
+    check_result(good.result(), work, cfg)
+    assert SPD.k == 3 and 1.5 < good.result().mean_accept_len < 4
+    for broken, what in ((LosesTokens, "tokens"), (DoubleCountsTau, "tau")):
+        eng = broken(cfg, work, np.random.default_rng(0).standard_normal(len(work)))
+        eng.run()
+        with pytest.raises(InvariantError, match=what):
+            check_result(eng.result(), work, cfg)
+
+
+@pytest.mark.parametrize("policy", [SDPolicy("off"), SDPolicy("always", k=3)], ids=["AR", "k=3"])
+def test_arrivals_fast_matches_reference(policy):
+    """Work that appears mid-rollout: half the groups are released at time 0, the rest when the
+    first half is ~40 % done. Both engines admit it at the first step boundary after its arrival;
+    the fast engine's rollout time stays within 1 % of the reference (mean over 12 draws)."""
+    from specsim.sim.engine import FastEngine
+    from specsim.sim.reference import ReferenceEngine
+
+    cfg = make_config(policy, max_batch=64, kv_capacity_tokens=60_000, hardware="h100_sxm")
+    fast, ref = [], []
+    for seed in range(12):
+        work = make_work(seed, groups=16, group_size=8, median=500, cap=1200, concentration=10.0)
+        half = len(work) // 2
+        t_late = 0.4 * run_fast(cfg, work, np.random.default_rng(seed)).rollout_s
+        for cls, out, rng in ((FastEngine, fast, None), (ReferenceEngine, ref, np.random.default_rng([seed, 2]))):
+            eng = (cls(cfg, work, np.random.default_rng([seed, 1]).standard_normal(len(work)), open_=True)
+                   if rng is None else cls(cfg, work, rng, open_=True))
+            eng.release(np.arange(half), 0.0)
+            eng.release(np.arange(half, len(work)), t_late)
+            eng.run()
+            res = eng.result()
+            assert np.all(res.admit_s[half:] >= t_late - 1e-9)
+            assert np.array_equal(res.tokens, work.response_tokens)
+            out.append(res.rollout_s)
+    rel = abs(np.mean(fast) - np.mean(ref)) / np.mean(ref)
+    assert rel < 0.01, f"fast {np.mean(fast):.3f}s vs reference {np.mean(ref):.3f}s ({rel:.2%})"
