@@ -25,7 +25,9 @@ CASES = [
     ("Qwen3-8B sync, 32 GB200, 512x16, 16K, AR", "scenarios/8b_rl_think_sync.yaml", ["speculation.policy=off"], True),
     ("Qwen3-8B sync, 32 GB200, 512x16, 16K, EAGLE-3 k=3", "scenarios/8b_rl_think_sync.yaml", [], True),
     ("Qwen3-235B-A22B, 2048 GB200, 4096x16, 32K, k=3", "scenarios/235b_async.yaml",
-     ["workload.prompts=4096", "rollout.gpus=2048"], False),
+     ["workload.prompts=4096", "rollout.gpus=2048", "speculation.k=3", "rollout.weight_dtype=bf16",
+      "rollout.tp=4", "rollout.ep=4", "workload.response_tokens.median=5000", "workload.response_tokens.p99=30000"],
+     False),
 ]
 
 

@@ -303,9 +303,12 @@ class FastState:
         self.arrival[idx] = t_s
         self._push(t_s, "release", None)
 
-    def switch(self, t_s: float, version: int, alphas: np.ndarray, mean_alpha: float, in_flight: bool) -> None:
-        """From time t_s the engine runs policy `version` with per-sequence acceptance `alphas`."""
-        self._push(t_s, "switch", (version, np.asarray(alphas, dtype=float), float(mean_alpha), in_flight))
+    def switch(self, t_s: float, version: int, alphas: np.ndarray, mean_alpha: float, in_flight: bool,
+               laws: dict | None = None) -> None:
+        """From time t_s the engine runs policy `version` with per-sequence acceptance `alphas`
+        (`laws`: their steps-to-finish laws per draft length, when the caller computed them)."""
+        self._push(t_s, "switch", (version, np.asarray(alphas, dtype=float), float(mean_alpha), in_flight,
+                                   laws or {}))
 
     def _push(self, t_s, kind, payload):
         self._seq += 1
@@ -328,12 +331,12 @@ class FastState:
             self.gate = None
 
     def _apply_switch(self, payload) -> None:
-        version, alphas, mean_alpha, _ = payload
+        version, alphas, mean_alpha, _, laws = payload
         self.policy_version = version
         if np.array_equal(alphas, self.alphas):
             return
         self.alphas = alphas
-        self.laws.clear()
+        self.laws = dict(laws)
         self.scalar_laws.clear()
         self.cfg = replace(self.cfg, policy_ctx=replace(self.cfg.policy_ctx, alpha_estimate=mean_alpha))
         self.rekey_all(self.k)

@@ -78,7 +78,7 @@ class StepRecord:
     verify_steps: float
     mean_active_batch: float
     rollout_gpu_s: float
-    gen_window_s: float = 0.0     # pool time on this step: sync generation_s; async F_j − F_{j−1} (finish to finish)
+    gen_window_s: float = 0.0     # pool time on this step: sync generation_s; async max(F_≤j) − max(F_<j) (finishes)
     mean_policy_age: float = 0.0  # mean over the step's trajectories of (step − version that started it)
     max_policy_age: float = 0.0
 
@@ -273,7 +273,7 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
                 yield env.timeout(max(0.0, f - env.now))
                 now = stream.counters()
                 d = {k: now[k] - before[k] for k in now}
-                window = f - prev_f
+                window = max(f - prev_f, 0.0)      # steps may finish out of order: the running max
                 ver = stream.step_versions(j)
                 vsu = np.asarray([version_vsu[int(v)] for v in ver])
                 rows[j].update(gen_start_s=released[j], gen_end_s=f, generation_s=f - released[j], gen_window_s=window,
@@ -284,7 +284,7 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
                                tokens=int(draws[j].response_tokens.sum()), verify_steps=d["sd_steps"],
                                mean_active_batch=d["weighted_active"] / (window * world.engines) if window > 0 else 0.0,
                                rollout_gpu_s=window * world.rollout.gpus)
-                before, prev_f = now, f
+                before, prev_f = now, max(prev_f, f)
                 generated[j].succeed()
 
         def trainer():

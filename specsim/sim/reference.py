@@ -78,7 +78,7 @@ class ReferenceEngine:
         self.arrival[idx] = t_s
         self._push(t_s, "release", None)
 
-    def switch(self, t_s: float, version: int, alphas, mean_alpha: float, in_flight: bool) -> None:
+    def switch(self, t_s: float, version: int, alphas, mean_alpha: float, in_flight: bool, laws=None) -> None:
         self._push(t_s, "switch", (version, np.asarray(alphas, dtype=float), float(mean_alpha), in_flight))
 
     def _push(self, t_s, kind, payload):
@@ -86,7 +86,7 @@ class ReferenceEngine:
         heapq.heappush(self.events, (float(t_s), self._seq, kind, payload))
 
     def _apply(self, payload) -> None:
-        version, alphas, mean_alpha, _ = payload
+        version, alphas, mean_alpha = payload[:3]
         self.policy_version = version
         self.alphas = alphas
         self.cfg = replace(self.cfg, policy_ctx=replace(self.cfg.policy_ctx, alpha_estimate=mean_alpha))

@@ -34,6 +34,7 @@ import numpy as np
 from specsim.sim.cluster import StepDraw, dispatch, engine_config, sequence_alpha_fn
 from specsim.sim.common import EngineResult, EngineWork
 from specsim.sim.engine import FastEngine
+from specsim.sim.fastlaw import StepLaw, step_law
 from specsim.sim.reference import ReferenceEngine
 from specsim.world import World
 
@@ -81,6 +82,9 @@ class StreamCluster:
             self.u.append(cat["u"])
             self.ranges.append(bounds)
         self.finish_of_step: dict[int, float] = {}
+        self.fast = engine == "fast"
+        self.u_all = np.concatenate(self.u) if self.u else np.zeros(0)
+        self.offsets = np.cumsum([0] + [len(u) for u in self.u])
 
     def release_step(self, j: int, t_s: float) -> None:
         for eng, r in zip(self.engines, self.ranges):
@@ -88,9 +92,17 @@ class StreamCluster:
                 eng.release(np.arange(r[j], r[j + 1]), t_s)
 
     def switch_all(self, t_s: float, version: int, mean_alpha: float, in_flight: bool) -> None:
-        alpha_of = sequence_alpha_fn(mean_alpha, self.world.acceptance.concentration)
-        for eng, u in zip(self.engines, self.u):
-            eng.switch(t_s, version, alpha_of(u), mean_alpha, in_flight)
+        """Every engine runs `version` at acceptance `mean_alpha` from t_s. The per-sequence
+        acceptance and (fast engine) the steps-to-finish laws of every draft length the policy
+        uses are computed once for the whole pool and handed to each engine as slices."""
+        alphas = sequence_alpha_fn(mean_alpha, self.world.acceptance.concentration)(self.u_all)
+        laws = {}
+        if self.fast:
+            laws = {k: step_law(alphas, k, self.world.acceptance.decay) for k in self.world.policy.ks}
+        for eng, lo, hi in zip(self.engines, self.offsets[:-1], self.offsets[1:]):
+            part = {k: StepLaw(*(a[lo:hi] for a in (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1)))
+                    for k, lw in laws.items()}
+            eng.switch(t_s, version, alphas[lo:hi], mean_alpha, in_flight, part)
 
     def _done(self, j: int) -> bool:
         return all(e.remaining.get(j, 0) == 0 for e in self.engines)
