@@ -185,17 +185,16 @@ def test_broken_accounting_fails_the_checks():
     work = make_work(0, 4, 4, median=200, cap=800)
 
     class LosesTokens(FastEngine):       # the last stint of every response loses one token
-        def count_finished_one(self, i):
-            super().count_finished_one(i)
-            self.emitted[i] -= 1.0
+        def count_finished_one(self, i, g0_i):
+            super().count_finished_one(i, g0_i + 1.0)
 
         def count_finished(self, idx, delta):
             super().count_finished(idx, delta - 1.0)
 
     class DoubleCountsTau(FastEngine):   # SD tokens of finishing stints counted twice
-        def count_finished_one(self, i):
+        def count_finished_one(self, i, g0_i):
             before = self.sd_tokens
-            super().count_finished_one(i)
+            super().count_finished_one(i, g0_i)
             self.sd_tokens += self.sd_tokens - before
 
         def count_finished(self, idx, delta):

@@ -67,6 +67,8 @@ class FastEngine(FastState):
     `_policy_for_new` (3), `_drain_tail` (4), `_segment` (5: next event, 6: the segment) and
     `_finish` (7). State and keying live in FastState (sim/fast_state.py)."""
 
+    __slots__ = ()
+
     # ---- 1. the running batch keeps its k+1 slots per sequence: preempt the newest until it fits
     def _fit_batch(self) -> bool:
         preempted = False
@@ -207,13 +209,15 @@ class FastEngine(FastState):
             if not is_active[i] or ver != version[i]:
                 continue
             m_i = mu[i]
-            A -= P_l[i] + g0[i] - m_i * s0[i]
+            g_i = g0[i]
+            A -= P_l[i] + g_i - m_i * s0[i]
             B -= m_i
             SP -= P_l[i]
             SL -= L_l[i]
             mu[i] = 0.0
             is_active[i] = False
             done.append(i)
+            last_g = g_i
             g = groups_l[i]
             group_active[g] -= 1
             if group_active[g] == 0:
@@ -222,7 +226,7 @@ class FastEngine(FastState):
         self.n_act -= len(done)
         self.A, self.B, self.SP, self.SL, self.GB = A, B, SP, SL, GB
         if len(done) == 1:  # the common single finish, on Python floats
-            self.count_finished_one(done[0])
+            self.count_finished_one(done[0], float(last_g))
         elif done:
             idx = np.asarray(done, dtype=np.int64)
             self.finish_s[idx] = self.t
@@ -247,7 +251,7 @@ class FastEngine(FastState):
             if self.t >= until_s:
                 return self.t
             preempted = self._fit_batch()
-            new = [] if preempted else self._admit()
+            new = self._admit() if self.queue and not preempted and self.gate is None else []
             if not self.n_act:
                 t_next = min(self.next_event_s(), until_s)
                 if t_next == INF:
@@ -256,7 +260,7 @@ class FastEngine(FastState):
                 continue
             if new:
                 self._policy_for_new(new)
-            if self._drain_tail():
+            if not self.queue and self.drainable and self._drain_tail():
                 continue
             self._segment(until_s)
             if self.heap and self.heap[0][0] == self.s:

@@ -26,6 +26,19 @@ INF = float("inf")
 
 
 class FastState:
+    """Per-engine state (attributes in __slots__: the event loop reads them on every event)."""
+
+    __slots__ = ("A", "B", "GB", "L", "L_l", "P", "P_l", "SL", "SP", "_seq", "admit_pf", "admit_s",
+                 "admit_version", "all_arrived", "alphas", "arrival", "batch_dependent", "blk", "cap", "cfg",
+                 "closed", "ctx_rows", "draft_passes", "drainable", "emitted", "events", "fin_d", "fin_i",
+                 "fin_pf", "fin_t", "finish_b", "finish_pf", "finish_s", "fixed_rows", "g0", "gate",
+                 "group_active", "groups", "groups_l", "heap", "is_active", "k", "laws", "mu", "n_act",
+                 "open", "order", "pblocks_l", "policy_version", "preempt", "prefill_total", "prefills",
+                 "prompt_blocks", "queue", "rbar", "remaining", "s", "s0", "saved", "scalar_laws",
+                 "sd_seq_steps", "sd_steps", "sd_tokens", "seq_sd_steps", "seq_sd_tokens", "seq_steps",
+                 "slots_max", "step_ids", "step_l", "steps", "t", "tl", "tl_pf", "version",
+                 "weighted_active", "work", "z")
+
     def __init__(self, cfg: EngineConfig, work: EngineWork, z: np.ndarray, *, open_: bool = False):
         n = len(work)
         self.cfg, self.work, self.z = cfg, work, np.asarray(z, dtype=float)
@@ -44,6 +57,10 @@ class FastState:
         self.mu = np.zeros(n)
         self.saved = np.zeros(n)       # generated tokens kept across a preemption
         self.emitted = np.zeros(n)     # tokens counted as emitted (see sim/engine.py "Accounting")
+        self.fin_i: list[int] = []     # single finishes not yet flushed: index, tokens, time, prefills
+        self.fin_d: list[float] = []
+        self.fin_t: list[float] = []
+        self.fin_pf: list[int] = []
         self.seq_sd_tokens = np.zeros(n)   # open engines: per-response tokens and steps under SD
         self.seq_sd_steps = np.zeros(n)
         self.version = np.zeros(n, dtype=np.int64)
@@ -75,9 +92,12 @@ class FastState:
         self.batch_dependent = cfg.policy.kind in ("threshold", "adaptive")  # off/always ignore the batch
         steps = work.step_ids if work.step_ids is not None else np.zeros(n, dtype=np.int64)
         self.step_ids = np.asarray(steps, dtype=np.int64)
-        self.step_l = self.step_ids.tolist()
-        u, c = np.unique(self.step_ids, return_counts=True)
-        self.remaining = dict(zip(u.tolist(), c.tolist()))
+        if open_:   # responses left per RL step (a closed rollout never watches a step)
+            self.step_l = self.step_ids.tolist()
+            u, c = np.unique(self.step_ids, return_counts=True)
+            self.remaining = dict(zip(u.tolist(), c.tolist()))
+        else:
+            self.step_l, self.remaining = [], {0: n}
         # open: work arrives and weights change at scheduled times; prefills are priced as they happen
         self.open = open_
         self.closed = not open_
@@ -270,17 +290,32 @@ class FastState:
             self.sd_seq_steps += seq_m
             self.draft_passes += self.k * m
 
-    def count_finished_one(self, i: int) -> None:
-        self.finish_s[i] = self.t
-        self.finish_pf[i] = len(self.prefills)
-        d = self.L_l[i] - self.g0[i]
-        self.emitted[i] += d
+    def count_finished_one(self, i: int, g0_i: float) -> None:
+        """One response finishes at boundary s: the rest of its length is emitted in this stint
+        (recorded in lists, written to the arrays by `flush`)."""
+        d = self.L_l[i] - g0_i
+        self.fin_i.append(i)
+        self.fin_d.append(d)
+        self.fin_t.append(self.t)
+        self.fin_pf.append(len(self.prefills))
         if self.k > 0:
             self.sd_tokens += d
             if self.open:
                 self.seq_sd_tokens[i] += d
                 self.seq_sd_steps[i] += self.s - self.s0[i]
-        self.remaining[self.step_l[i]] -= 1
+        if self.open:
+            self.remaining[self.step_l[i]] -= 1
+        else:
+            self.remaining[0] -= 1
+
+    def flush(self) -> None:
+        """Write the single finishes recorded since the last flush into the per-response arrays."""
+        if self.fin_i:
+            idx = np.asarray(self.fin_i, dtype=np.int64)
+            self.finish_s[idx] = self.fin_t
+            self.finish_pf[idx] = self.fin_pf
+            self.emitted[idx] += np.asarray(self.fin_d)
+            self.fin_i, self.fin_d, self.fin_t, self.fin_pf = [], [], [], []
 
     def count_finished(self, idx: np.ndarray, delta: np.ndarray) -> None:
         self.emitted[idx] += delta
@@ -289,9 +324,8 @@ class FastState:
             if self.open:
                 self.seq_sd_tokens[idx] += delta
                 self.seq_sd_steps[idx] += self.finish_b[idx] - self.s0[idx]
-        if len(self.remaining) == 1:
-            for st in self.remaining:
-                self.remaining[st] -= len(idx)
+        if not self.open:
+            self.remaining[0] -= len(idx)
         else:
             u, c = np.unique(self.step_ids[idx], return_counts=True)
             for st, cnt in zip(u.tolist(), c.tolist()):
@@ -349,6 +383,7 @@ class FastState:
 
     # ---------------------------------------------------------------- the result
     def result(self) -> EngineResult:
+        self.flush()
         cfg = self.cfg
         if cfg.record_timeline:
             self.tl.add(self.t, 0, 0.0, self.k, 0.0)

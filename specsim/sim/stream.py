@@ -110,6 +110,8 @@ class StreamCluster:
     def _step_finish_s(self, j: int) -> float:
         out = 0.0
         for eng, r in zip(self.engines, self.ranges):
+            if self.fast:
+                eng.flush()
             if r[j + 1] > r[j]:
                 out = max(out, float(np.max(eng.finish_s[r[j]:r[j + 1]])))
         return out
