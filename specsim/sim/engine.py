@@ -239,6 +239,27 @@ class FastEngine(FastState):
         if not self.n_act:
             self.A = self.B = 0.0  # drop accumulated rounding
 
+    def result(self) -> EngineResult:
+        self.flush()
+        cfg = self.cfg
+        if cfg.record_timeline:
+            self.tl.add(self.t, 0, 0.0, self.k, 0.0)
+            self.tl_pf.append(len(self.prefills))
+        offsets = self.prefills.offsets_s(cfg.prefill_batches_s)
+        admit_s = self.admit_s + offsets[self.admit_pf]
+        finish_s = self.finish_s + offsets[self.finish_pf]
+        self.prefill_total += float(offsets[-1])
+        t = self.t + float(offsets[-1])
+        tl = self.tl
+        tl.t_s = (np.asarray(tl.t_s, dtype=float) + offsets[np.asarray(self.tl_pf, dtype=np.int64)]).tolist()
+        ints = np.rint(self.emitted)
+        tokens = np.where(np.abs(self.emitted - ints) < 1e-6, ints, self.emitted)
+        tokens = tokens.astype(np.int64) if np.array_equal(tokens, ints) else tokens
+        return EngineResult(cfg.name, self.work.response_ids, admit_s, finish_s, tokens, self.preempt, t,
+                            self.steps, self.sd_steps, self.seq_steps, self.sd_seq_steps, self.sd_tokens,
+                            self.draft_passes, self.prefill_total, tl.as_arrays(), self.weighted_active,
+                            self.admit_version)
+
     def run(self, until_s: float = INF, watch_step: int | None = None) -> float:
         """Process events until the first step boundary at or after `until_s`, until every response
         of RL step `watch_step` has finished, or until nothing is left that can happen; returns

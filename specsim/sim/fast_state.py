@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from specsim.sim.common import EngineConfig, EngineResult, EngineWork, PrefillLog, Timeline
+from specsim.sim.common import EngineConfig, EngineWork, PrefillLog, Timeline
 from specsim.sim.fastlaw import ScalarOps, StepLaw, step_law, steps_to_finish
 
 INF = float("inf")
@@ -338,11 +338,12 @@ class FastState:
         self._push(t_s, "release", None)
 
     def switch(self, t_s: float, version: int, alphas: np.ndarray, mean_alpha: float, in_flight: bool,
-               laws: dict | None = None) -> None:
-        """From time t_s the engine runs policy `version` with per-sequence acceptance `alphas`
-        (`laws`: their steps-to-finish laws per draft length, when the caller computed them)."""
+               laws: dict | None = None, lo: int = 0) -> None:
+        """From time t_s the engine runs policy `version`; responses lo: get acceptance `alphas`
+        (`laws`: their steps-to-finish laws per draft length, when the caller computed them;
+        responses before lo have finished)."""
         self._push(t_s, "switch", (version, np.asarray(alphas, dtype=float), float(mean_alpha), in_flight,
-                                   laws or {}))
+                                   laws, lo))
 
     def _push(self, t_s, kind, payload):
         self._seq += 1
@@ -365,12 +366,21 @@ class FastState:
             self.gate = None
 
     def _apply_switch(self, payload) -> None:
-        version, alphas, mean_alpha, _, laws = payload
+        version, alphas, mean_alpha, _, laws, lo = payload
         self.policy_version = version
-        if np.array_equal(alphas, self.alphas):
+        if np.array_equal(alphas, self.alphas[lo:]):
             return
-        self.alphas = alphas
-        self.laws = dict(laws)
+        self.alphas[lo:] = alphas
+        if laws is None:
+            self.laws.clear()
+        for k, lw in (laws or {}).items():
+            cur = self.laws.get(k)
+            if cur is None:
+                n = len(self.alphas)
+                cur = self.laws[k] = StepLaw(*(np.zeros(n) for _ in range(5)))
+            for dst, src in zip((cur.mu, cur.inv_mu, cur.offset, cur.sd1, cur.skew1),
+                                (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1)):
+                dst[lo:] = src
         self.scalar_laws.clear()
         self.cfg = replace(self.cfg, policy_ctx=replace(self.cfg.policy_ctx, alpha_estimate=mean_alpha))
         self.rekey_all(self.k)
@@ -380,25 +390,3 @@ class FastState:
             self.tl.add(self.t, 0, 0.0, self.k, 0.0)
             self.tl_pf.append(len(self.prefills))
         self.t = max(self.t, t_s)
-
-    # ---------------------------------------------------------------- the result
-    def result(self) -> EngineResult:
-        self.flush()
-        cfg = self.cfg
-        if cfg.record_timeline:
-            self.tl.add(self.t, 0, 0.0, self.k, 0.0)
-            self.tl_pf.append(len(self.prefills))
-        offsets = self.prefills.offsets_s(cfg.prefill_batches_s)
-        admit_s = self.admit_s + offsets[self.admit_pf]
-        finish_s = self.finish_s + offsets[self.finish_pf]
-        self.prefill_total += float(offsets[-1])
-        t = self.t + float(offsets[-1])
-        tl = self.tl
-        tl.t_s = (np.asarray(tl.t_s, dtype=float) + offsets[np.asarray(self.tl_pf, dtype=np.int64)]).tolist()
-        ints = np.rint(self.emitted)
-        tokens = np.where(np.abs(self.emitted - ints) < 1e-6, ints, self.emitted)
-        tokens = tokens.astype(np.int64) if np.array_equal(tokens, ints) else tokens
-        return EngineResult(cfg.name, self.work.response_ids, admit_s, finish_s, tokens, self.preempt, t,
-                            self.steps, self.sd_steps, self.seq_steps, self.sd_seq_steps, self.sd_tokens,
-                            self.draft_passes, self.prefill_total, tl.as_arrays(), self.weighted_active,
-                            self.admit_version)

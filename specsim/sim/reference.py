@@ -78,8 +78,9 @@ class ReferenceEngine:
         self.arrival[idx] = t_s
         self._push(t_s, "release", None)
 
-    def switch(self, t_s: float, version: int, alphas, mean_alpha: float, in_flight: bool, laws=None) -> None:
-        self._push(t_s, "switch", (version, np.asarray(alphas, dtype=float), float(mean_alpha), in_flight))
+    def switch(self, t_s: float, version: int, alphas, mean_alpha: float, in_flight: bool, laws=None,
+               lo: int = 0) -> None:
+        self._push(t_s, "switch", (version, np.asarray(alphas, dtype=float), float(mean_alpha), in_flight, lo))
 
     def _push(self, t_s, kind, payload):
         self._seq += 1
@@ -88,7 +89,7 @@ class ReferenceEngine:
     def _apply(self, payload) -> None:
         version, alphas, mean_alpha = payload[:3]
         self.policy_version = version
-        self.alphas = alphas
+        self.alphas[payload[4]:] = alphas
         self.cfg = replace(self.cfg, policy_ctx=replace(self.cfg.policy_ctx, alpha_estimate=mean_alpha))
         self.batch_changed = True
 

@@ -83,8 +83,7 @@ class StreamCluster:
             self.ranges.append(bounds)
         self.finish_of_step: dict[int, float] = {}
         self.fast = engine == "fast"
-        self.u_all = np.concatenate(self.u) if self.u else np.zeros(0)
-        self.offsets = np.cumsum([0] + [len(u) for u in self.u])
+        self.current_step = 0     # steps before it have finished everywhere
 
     def release_step(self, j: int, t_s: float) -> None:
         for eng, r in zip(self.engines, self.ranges):
@@ -94,15 +93,20 @@ class StreamCluster:
     def switch_all(self, t_s: float, version: int, mean_alpha: float, in_flight: bool) -> None:
         """Every engine runs `version` at acceptance `mean_alpha` from t_s. The per-sequence
         acceptance and (fast engine) the steps-to-finish laws of every draft length the policy
-        uses are computed once for the whole pool and handed to each engine as slices."""
-        alphas = sequence_alpha_fn(mean_alpha, self.world.acceptance.concentration)(self.u_all)
+        uses are computed once for the pool's unfinished steps and handed to each engine as
+        slices (finished steps are left alone: a whole-run projection stays linear in its steps)."""
+        j = self.current_step
+        los = [int(r[j]) for r in self.ranges]
+        tails = [u[lo:] for u, lo in zip(self.u, los)]
+        alphas = sequence_alpha_fn(mean_alpha, self.world.acceptance.concentration)(np.concatenate(tails))
         laws = {}
         if self.fast:
             laws = {k: step_law(alphas, k, self.world.acceptance.decay) for k in self.world.policy.ks}
-        for eng, lo, hi in zip(self.engines, self.offsets[:-1], self.offsets[1:]):
-            part = {k: StepLaw(*(a[lo:hi] for a in (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1)))
+        offsets = np.cumsum([0] + [len(x) for x in tails])
+        for eng, lo, a, b in zip(self.engines, los, offsets[:-1], offsets[1:]):
+            part = {k: StepLaw(*(x[a:b] for x in (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1)))
                     for k, lw in laws.items()}
-            eng.switch(t_s, version, alphas[lo:hi], mean_alpha, in_flight, part)
+            eng.switch(t_s, version, alphas[a:b], mean_alpha, in_flight, part, lo)
 
     def _done(self, j: int) -> bool:
         return all(e.remaining.get(j, 0) == 0 for e in self.engines)
@@ -117,6 +121,7 @@ class StreamCluster:
         return out
 
     def advance(self, j: int, horizon: float) -> float | None:
+        self.current_step = j
         for e in self.engines:
             e.run(until_s=horizon, watch_step=j)
         if self._done(j):
