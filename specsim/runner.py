@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specsim.report import atomic
+from specsim.report import atomic, projection
 from specsim.scenario import Scenario, ScenarioError, apply_overrides, load_scenario, source_file, to_yaml
 from specsim.sweep import (
     RunTask,
@@ -358,6 +358,7 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
         from specsim.report import plots as P
 
         plot_files = P.all_plots(out_dir / "plots", sc, plan, analysis, frame, capacity, runs, engine=engine)
+        plot_files.update(projection.projection_plots(out_dir / "plots", sc, frame))  # scale / k x tau
         files += [f"plots/{Path(v).name}" for v in plot_files.values()]
         files += [f"plots/{Path(v).with_suffix('.csv').name}" for v in plot_files.values()]
 
@@ -365,11 +366,13 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
     wall = time.perf_counter() - t0
     summary = tables.summary_dict(sc, plan, analysis, capacity, resolved_text=resolved_text,
                                   version=specsim_version(), plots=plot_files)
+    summary["inverse"] = projection.inverse_answers(sc, frame)
     summary["run"] = {"wall_s": wall, "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                       "computed_runs": computed, "reused_runs": reused, "jobs": jobs, "backend": backend,
                       "out_dir": str(out_dir)}
     atomic.write_json(out_dir / "summary.json", summary)
-    atomic.write_text(out_dir / "summary.md", tables.summary_markdown(summary))
+    atomic.write_text(out_dir / "summary.md", tables.summary_markdown(summary)
+                      + projection.inverse_markdown(summary["inverse"]))
     files += ["summary.json", "summary.md", "resolved.yaml"]
     return RunSummary(out_dir, sc.name, len(rows), len({p.index for p in plan.points}), replicates(sc), computed,
                       reused, wall, summary.get("best", {}), summary, files)

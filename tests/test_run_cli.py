@@ -100,7 +100,7 @@ def test_show_scenario_json_and_table():
     assert {p["point_id"] for p in info["points"]} == {p["point_id"] for p in info["points"]}
     res = CliRunner().invoke(_app(), ["show", "scenario", str(ROOT / "scenarios" / "235b_async.yaml")])
     assert res.exit_code == 0, res.output
-    assert "72 points (24 combinations × 3 replicates)" in res.stdout
+    assert "40 points (20 combinations × 2 replicates)" in res.stdout
 
 
 # ============================================================================ golden

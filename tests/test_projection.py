@@ -1,0 +1,60 @@
+"""Whole-run projection (specsim/projection.py) and the inverse answers (specsim/report/projection.py)."""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specsim.projection import interval, project_run
+from specsim.report.projection import _first_crossing, inverse_answers, inverse_markdown
+from specsim.scenario import apply_overrides, load_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_first_crossing_interpolates_and_refuses_to_extrapolate():
+    x = np.array([2.0, 3.0, 4.0])
+    y = np.array([1.0, 1.2, 1.6])
+    assert _first_crossing(x, y, 1.4) == pytest.approx(3.5)
+    assert _first_crossing(x, y, 1.0) == 2.0
+    assert _first_crossing(x, y, 2.0) is None
+
+
+def test_inverse_answers_from_a_frame():
+    rows = []
+    for k in (3, 5):
+        for tau in (2.0, 3.0, 4.0):
+            rows.append({"k": k, "drafter.tau": tau, "generation_speedup": 0.5 + tau * (0.3 if k == 5 else 0.25)})
+    sc = load_scenario(ROOT / "scenarios" / "235b_acceptance.yaml")
+    inv = inverse_answers(sc, pd.DataFrame(rows))
+    need = inv["acceptance_length_needed"]["at_k"]
+    assert need["5"]["1.25x"] == pytest.approx(2.5)      # 0.5 + 0.3·τ = 1.25
+    assert need["3"]["2x"] is None                       # 0.5 + 0.25·4 = 1.5 < 2: not reached
+    assert "| 5 |" in inverse_markdown(inv)
+
+    scale = pd.DataFrame({"policy_lag": [1] * 3, "total_gpus": [512, 1024, 2048],
+                          "step_s": [300.0, 200.0, 100.0], "baseline_step_s": [400.0, 300.0, 200.0]})
+    sc2 = apply_overrides(load_scenario(ROOT / "scenarios" / "235b_scale.yaml"), {"output.capacity.target_step_s": 250.0})
+    g = inverse_answers(sc2, scale)["gpus_needed"]["per_policy_lag"]["1"]
+    assert g["gpus_with_sd"] == pytest.approx(768) and g["gpus_without_sd"] == pytest.approx(1536)
+
+
+def test_interval():
+    m, lo, hi = interval([1.0, 2.0, 3.0])
+    assert m == 2.0 and lo < 2.0 < hi
+    assert interval([5.0]) == (5.0, 5.0, 5.0)
+
+
+def test_project_run_totals_are_consistent():
+    sc = apply_overrides(load_scenario(ROOT / "scenarios" / "8b_rl_think_sync.yaml"),
+                         {"workload.prompts": 16, "rollout.gpus": 4, "pipeline.steps": 5, "pipeline.warmup_steps": 1,
+                          "pipeline.mode": "async", "training.gpus": 4, "workload.length_growth_per_step": 0.05})
+    p = project_run(sc, replicates=2)
+    assert p["gpus"] == 8
+    for kind in ("sd", "ar"):
+        m, lo, hi = p[f"{kind}_wall_h"]
+        assert lo <= m <= hi and m > 0
+        assert p[f"{kind}_gpu_h"][0] == pytest.approx(m * 8)
+    assert p["saved_wall_h"][0] == pytest.approx(p["ar_wall_h"][0] - p["sd_wall_h"][0])
+    assert p["sd_last_step_s"][0] > 0 and p["sd_mean_tau"][0] > 1
