@@ -1,31 +1,32 @@
 """RL steps on a simpy clock: sync (colocated) or async with a policy lag.
 
 An RL step is generation → reward → logprob → train → weight sync (→ drafter update when due).
-simpy owns the stage clock: generation and training are processes on pool resources, stage ends
-are timeouts and cross-pool dependencies are events. The token-level work stays in the engine —
-`simulate_generation` supplies each generation's duration; it is never one simpy event per token.
+simpy owns the stage clock: generation and training are processes, stage ends are timeouts and
+cross-pool dependencies are events. The token-level work stays in the engines — sync:
+`simulate_generation` supplies each phase's duration; async: the stream cluster advances its
+engines up to the next simpy event (`env.peek()`), never one simpy event per token.
 
 sync (colocated). One pool runs every stage of step i in sequence; step_s = the sum of the stage
 times; the policy version that generates step i is i.
 
-async (separate pools, policy lag L). The generation pool runs one step's generation at a time, in
-order; the training pool runs, per step, reward → logprob → train → weight sync (→ drafter update).
-* Training of step i starts when step i's rollouts are generated and step i−1's training
-  (incl. its weight sync and drafter update) is done. Its weight sync publishes version i+1.
-* Generation of step i may start when the generation pool is free and version ≥ i − L is
-  available; it uses the newest available version. L = 0: generation waits for the previous
-  step's sync — sync on split pools, no overlap.
-* Available means landed (the sync finished). With `partial_rollouts` (in-flight weight updates)
-  a version counts as available once its sync has begun: the generation starts on the old weights
-  and the new ones land in flight. Simplification: such a generation is recorded (and its drafter
-  staleness counted) as the new version, and the engines' pause to swap weights is neglected.
-  Without partial rollouts, engines receive a version that lands mid-generation into a staging
-  buffer and switch at their next generation (the staging memory is not modeled).
+async (separate pools, policy lag L): continuous generation, as NeMo-RL's async GRPO, AReaL and
+verl's fully-async mode run it (sim/stream.py). The rollout pool never stops at a step boundary:
+* step j's groups are released to the engines (admitted at their next step boundary as batch and
+  KV allow) when policy version j − L lands; steps 0..L at time 0. L = 0: a barrier per step.
+* the trainer takes step j when the last of its groups has finished (F_j) and step j−1's training
+  (incl. its weight sync and drafter update) is done; its weight sync publishes version j+1.
+* Landing: with `partial_rollouts` (in-flight weight updates) a version lands when its sync begins
+  and running sequences continue on it at once (their acceptance switches too); without, it lands
+  when the sync ends and each engine stops admitting, drains its running batch, then swaps. The
+  engines' pause to load weights is neglected.
+* every trajectory records the version it started under: policy_version (the oldest), and
+  mean/max policy age (j − version) per step; exposed_generation_s is the trainer's wait for F_j.
 * Reward runs on the training side (after the rollouts reach the trainer).
 
-Drafter staleness. versions_since_update of step i = (policy version used for generation i) −
-(policy version the drafter was last trained for). eagle3/mtp with drafter.update_every_steps I>0:
-after the weight sync that publishes version v with v mod I = 0 the drafter is retrained on that
+Drafter staleness. versions_since_update = (policy version a trajectory is generated with) −
+(policy version the drafter was last trained for); async: per engine, following the version it
+runs (a retrained drafter lands in flight with partial rollouts, else with the next version).
+eagle3/mtp with drafter.update_every_steps I>0: after the weight sync that publishes version v with v mod I = 0 the drafter is retrained on that
 step's data (cost drafter_update_s, on the training pool: in sequence in sync mode) and published
 as trained for version v; a generation uses the newest published drafter. I = 0: the drafter stays
 at version 0. self_quant: re-quantized at each weight sync (cost in drafter_update_s, priced by
