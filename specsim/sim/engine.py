@@ -143,9 +143,10 @@ class FastEngine(FastState):
     def _drain_tail(self) -> bool:
         if self.queue or not self.drainable:
             return False
-        k = self.k
-        remaining = max(self.SL - self.generated_total(), 0.0) + self.n_act * (k + 1)
-        if self.kv_blocks(k + 1) + remaining / self.blk + self.n_act > self.cap:
+        k, n = self.k, self.n_act
+        # KV in use plus the rest of every response plus k+1 slots each — the generated tokens
+        # cancel: GB + (Σ L + 2n(k+1))/blk + n(rbar + 1) blocks, the most the tail can ever hold
+        if self.GB + (self.SL + 2 * n * (k + 1)) / self.blk + n * (self.rbar + 1) > self.cap:
             return False
         idx = self.active_idx()
         self.t, stats = drain(self.cfg, idx, self.finish_b, self.P, self.g0, self.mu, self.s0, self.A, self.B,
@@ -260,6 +261,24 @@ class FastEngine(FastState):
                             self.draft_passes, self.prefill_total, tl.as_arrays(), self.weighted_active,
                             self.admit_version)
 
+    def run_closed(self) -> float:
+        """`run` for a closed rollout (everything queued at 0, no scheduled events): the same
+        phases without the checks for arrivals, weight switches and stop conditions."""
+        fit, admit, policy, drain_tail, segment, finish = (self._fit_batch, self._admit, self._policy_for_new,
+                                                           self._drain_tail, self._segment, self._finish)
+        queue, heap = self.queue, self.heap
+        while True:
+            new = admit() if not fit() and queue else None
+            if not self.n_act:
+                return self.t
+            if new:
+                policy(new)
+            if not queue and drain_tail():
+                continue
+            segment(INF)
+            if heap and heap[0][0] == self.s:
+                finish()
+
     def run(self, until_s: float = INF, watch_step: int | None = None) -> float:
         """Process events until the first step boundary at or after `until_s`, until every response
         of RL step `watch_step` has finished, or until nothing is left that can happen; returns
@@ -291,7 +310,7 @@ class FastEngine(FastState):
 def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> EngineResult:
     """One closed rollout: all of `work` queued at time 0, nothing else happens, run to the end."""
     eng = FastEngine(cfg, work, rng.standard_normal(len(work)))
-    eng.run()
+    eng.run_closed()
     res = eng.result()
     check_result(res, work, cfg)
     return res
