@@ -9,7 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from specsim import __version__
-from specsim.cli import app, doctor_warnings
+from specsim.cli import app
+from specsim.doctor import doctor_warnings
 from specsim.resolve import resolve
 from specsim.scenario import load_scenario
 
@@ -225,11 +226,11 @@ def test_show_lengths_bad_inputs():
 def test_python_m_specsim_exit_codes_and_no_traceback(tmp_path):
     p = tmp_path / "broken.yaml"
     p.write_text("rollout: {gpus: 0}\n")
-    r = subprocess.run([sys.executable, "-m", "specsim", "check", str(p)], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "specsim", "check", str(p)], capture_output=True, text=True, check=False,
                        cwd=ROOT, timeout=120)
     assert r.returncode == 2
     assert "Traceback" not in r.stdout + r.stderr
     assert r.stderr.startswith(f"error: {p}: ") and r.stderr.count("\n") == 1
-    r = subprocess.run([sys.executable, "-m", "specsim", "list", "models"], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "specsim", "list", "models"], capture_output=True, text=True, check=False,
                        cwd=ROOT, timeout=120)
     assert r.returncode == 0 and "Qwen3-8B" in r.stdout
