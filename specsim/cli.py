@@ -19,7 +19,7 @@ and exits 2 — never a traceback; a bug prints ``internal error: ...`` and exit
 
 Adding a command: define it on ``app`` (or a sub-typer), decorate it with ``@handle_errors``
 below the ``@app.command`` line, take ``--set`` via ``SetOpt`` and ``--format`` via ``FormatOpt``,
-and print through ``console()`` / ``emit_json()``.
+and print through ``_console()`` / ``_emit_json()``.
 """
 
 from enum import Enum
@@ -29,19 +29,13 @@ from typing import Annotated
 import typer
 
 from specsim import __version__, cli_run
-from specsim.cli_common import (
-    Format,
-    FormatOpt,
-    SetOpt,
-    bad_option,
-    billions,
-    console,
-    emit_json,
-    handle_errors,
-    load_scenario_opts,
-    table,
-)
+from specsim import cli_common as common
+from specsim.cli_common import Format, FormatOpt, SetOpt, handle_errors
 from specsim.cli_show import show_app
+
+# the command bodies' short names for the shared helpers
+_bad_option, _b, _console, _emit_json = common.bad_option, common.billions, common.console, common.emit_json
+_load_scenario, _table = common.load_scenario_opts, common.table
 
 app = typer.Typer(
     name="specsim",
@@ -78,11 +72,11 @@ class ListWhat(str, Enum):
 @handle_errors
 def list_cmd(what: Annotated[ListWhat, typer.Argument(help="What to list.")]) -> None:
     """List the bundled hardware profiles or the model catalog."""
-    con = console()
+    con = _console()
     if what is ListWhat.hardware:
         from specsim.hardware import list_hardware, load_hardware
 
-        t = table("hardware profiles (per GPU, dense peaks)", "name", "description", "BF16 TF/s", "HBM GB",
+        t = _table("hardware profiles (per GPU, dense peaks)", "name", "description", "BF16 TF/s", "HBM GB",
                    "HBM TB/s", "NVLink GB/s/dir", "NVLink domain", right_from=2)
         for name in list_hardware():
             hw = load_hardware(name)
@@ -93,12 +87,12 @@ def list_cmd(what: Annotated[ListWhat, typer.Argument(help="What to list.")]) ->
         return
     from specsim.model import list_models, load_model
 
-    t = table("model catalog", "name", "params", "active params", "layers", "MoE experts/top-k", "source",
+    t = _table("model catalog", "name", "params", "active params", "layers", "MoE experts/top-k", "source",
                right_from=1)
     for name in list_models():
         m = load_model(name)
         moe = f"{m.moe.experts}/{m.moe.top_k}" if m.moe else "dense"
-        t.add_row(name, billions(m.total_params), billions(m.active_params), str(m.layers), moe, m.source)
+        t.add_row(name, _b(m.total_params), _b(m.active_params), str(m.layers), moe, m.source)
     t.columns[-1].justify = "left"
     con.print(t)
 
@@ -115,16 +109,16 @@ def check(
     from specsim.doctor import check_report
     from specsim.resolve import resolve
 
-    sc = load_scenario_opts(scenario, sets)
+    sc = _load_scenario(scenario, sets)
     world = resolve(sc)
     info = check_report(world, scenario)
     w, d = sc.workload, sc.drafter
     if fmt is Format.json:
-        emit_json(info)
+        _emit_json(info)
         return
-    con = console()
+    con = _console()
     con.print(f"[bold green]OK[/bold green] {sc.name} ({scenario})")
-    t = table("summary", "item", "value", right_from=2)
+    t = _table("summary", "item", "value", right_from=2)
     t.add_row("model / hardware", f"{world.model.name} on {world.hw.name}")
     t.add_row("rollout", f"{world.engines} engines × {world.layout.describe()} = {sc.rollout.gpus} GPUs")
     t.add_row("training", f"{sc.pipeline.mode}, {sc.training_gpus} GPUs")
@@ -156,7 +150,7 @@ def validate_cmd(
     from specsim.validate import validate
 
     if tolerance is not None and not tolerance > 0:
-        raise bad_option("--tolerance", tolerance, "a relative tolerance > 0")
+        raise _bad_option("--tolerance", tolerance, "a relative tolerance > 0")
     rows = validate(targets, tolerance)
     frame = pd.DataFrame([r.as_dict() for r in rows])
     folder = Path(out)
@@ -168,12 +162,12 @@ def validate_cmd(
     write_text(folder / "validation.md", "# specsim validate\n\n" + "\n".join(md) + "\n")
     failed = int((frame["result"] != "pass").sum())
     if fmt is Format.json:
-        emit_json({"rows": frame.to_dict("records"), "failed": failed, "out": str(folder)})
+        _emit_json({"rows": frame.to_dict("records"), "failed": failed, "out": str(folder)})
     else:
-        t = table("measured vs simulated", *cols, right_from=4)
+        t = _table("measured vs simulated", *cols, right_from=4)
         for r in frame.to_dict("records"):
             t.add_row(*(str(r[c]) for c in cols))
-        con = console()
+        con = _console()
         con.print(t)
         con.print(f"{len(frame) - failed} of {len(frame)} rows within tolerance; written to {folder}/validation.csv, .md")
     if failed:
@@ -196,12 +190,12 @@ def calibrate_cmd(
     report = calibrate(traces, hardware, model=model, out=out, drafter_kind=drafter)
     rows = report.to_rows()
     if fmt is Format.json:
-        emit_json({"rows": rows, "residuals": report.residual_stats(), "out": out})
+        _emit_json({"rows": rows, "residuals": report.residual_stats(), "out": out})
         return
-    t = table(f"calibration of {hardware}", "parameter", "unit", "prior", "fitted", "status", right_from=2)
+    t = _table(f"calibration of {hardware}", "parameter", "unit", "prior", "fitted", "status", right_from=2)
     for r in rows:
         t.add_row(*(str(r.get(c, "")) if r.get(c) is not None else "-" for c in ("parameter", "unit", "prior", "fitted", "status")))
-    con = console()
+    con = _console()
     con.print(report.summary())
     con.print(t)
     if out:

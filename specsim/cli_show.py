@@ -10,20 +10,12 @@ from typing import Annotated
 
 import typer
 
-from specsim.cli_common import (
-    Format,
-    FormatOpt,
-    HardwareOpt,
-    SetOpt,
-    bad_option,
-    billions,
-    console,
-    emit_json,
-    handle_errors,
-    load_scenario_opts,
-    option_errors,
-    table,
-)
+from specsim import cli_common as common
+from specsim.cli_common import Format, FormatOpt, HardwareOpt, SetOpt, handle_errors, option_errors
+
+# the command bodies' short names for the shared helpers
+_bad_option, _b, _console, _emit_json = common.bad_option, common.billions, common.console, common.emit_json
+_load_scenario, _table = common.load_scenario_opts, common.table
 
 show_app = typer.Typer(help="Inspect a model's costs, a drafter's acceptance, or a scenario's response lengths.",
                        no_args_is_help=True, rich_markup_mode=None)
@@ -53,13 +45,13 @@ def show_model(
     from specsim.show import model_layout, model_report
 
     if context < 0:
-        raise bad_option("--context", context, ">= 0 tokens")
+        raise _bad_option("--context", context, ">= 0 tokens")
     if not 0 <= max_batch_exp <= 16:
-        raise bad_option("--max-batch-exp", max_batch_exp, "in 0..16")
+        raise _bad_option("--max-batch-exp", max_batch_exp, "in 0..16")
     if k < 1:
-        raise bad_option("--k", k, ">= 1")
+        raise _bad_option("--k", k, ">= 1")
     if not 0 < gpu_memory_utilization <= 1:
-        raise bad_option("--gpu-memory-utilization", gpu_memory_utilization, "in (0, 1]")
+        raise _bad_option("--gpu-memory-utilization", gpu_memory_utilization, "in (0, 1]")
     hw = load_hardware(hardware)
     model = load_model(name)
     with option_errors():
@@ -67,24 +59,24 @@ def show_model(
     info = model_report(model, hw, layout, context=context, gpu_memory_utilization=gpu_memory_utilization,
                         max_batched_tokens=max_batched_tokens, max_batch_exp=max_batch_exp, k=k)
     if fmt is Format.json:
-        emit_json(info)
+        _emit_json(info)
         return
-    con = console()
+    con = _console()
     con.print(f"[bold]{info['model']}[/bold] on {info['hardware']}, {info['layout']}   ({info['source']})")
-    s = table("sizes", "quantity", "value")
-    s.add_row("total params", billions(info["total_params"]))
-    s.add_row("active params / token", billions(info["active_params"]))
+    s = _table("sizes", "quantity", "value")
+    s.add_row("total params", _b(info["total_params"]))
+    s.add_row("active params / token", _b(info["active_params"]))
     s.add_row("weights per GPU", f"{info['weight_gb_per_gpu']:.2f} GB")
     s.add_row(f"KV bytes / token ({kv_dtype}, all layers)", f"{info['kv_bytes_per_token']:,.0f}")
     s.add_row("KV bytes / token per GPU", f"{info['kv_bytes_per_token_per_gpu']:,.0f}")
     s.add_row(f"KV capacity per replica (util {gpu_memory_utilization:g})", f"{info['kv_capacity_tokens']:,} tokens")
     s.add_row("ridge point (FLOP/byte, achieved)", f"{info['ridge_point_flops_per_byte']:.0f}")
     con.print(s)
-    m = table("memory per GPU", "item", "GB")
+    m = _table("memory per GPU", "item", "GB")
     for label, v in info["memory_gb_per_gpu"].items():
         m.add_row(label.replace(" (GB)", ""), f"{v:.2f}")
     con.print(m)
-    t = table(f"decode step at {context} tokens of context per sequence (incl. "
+    t = _table(f"decode step at {context} tokens of context per sequence (incl. "
               f"{info['step_overhead_ms']:g} ms step overhead)",
               "batch", "step ms", "tokens/s", "bound", f"verify(k={k})/decode pass", "KV fits", right_from=0)
     for row in info["rows"]:
@@ -98,9 +90,9 @@ def _parse_steps(text: str) -> list[int]:
     try:
         steps = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
-        raise bad_option("--steps", text, "comma-separated whole numbers >= 0, e.g. 0,10,50,100") from None
+        raise _bad_option("--steps", text, "comma-separated whole numbers >= 0, e.g. 0,10,50,100") from None
     if not steps or min(steps) < 0:
-        raise bad_option("--steps", text, "comma-separated whole numbers >= 0, e.g. 0,10,50,100")
+        raise _bad_option("--steps", text, "comma-separated whole numbers >= 0, e.g. 0,10,50,100")
     return steps
 
 
@@ -134,11 +126,11 @@ def show_drafter(
     from specsim.show import STALE_FREE_KINDS, drafter_acceptance, drafter_report, model_layout
 
     if (tau is None) == (alpha is None):
-        raise bad_option("--tau/--alpha", {"tau": tau, "alpha": alpha}, "exactly one of --tau (with --tau-k) or --alpha")
+        raise _bad_option("--tau/--alpha", {"tau": tau, "alpha": alpha}, "exactly one of --tau (with --tau-k) or --alpha")
     if k < 1:
-        raise bad_option("--k", k, ">= 1")
+        raise _bad_option("--k", k, ">= 1")
     if context < 0:
-        raise bad_option("--context", context, ">= 0 tokens")
+        raise _bad_option("--context", context, ">= 0 tokens")
     step_list = _parse_steps(steps)
     target = load_model(model)
     arch = drafter_arch(kind, target, draft_vocab)
@@ -149,39 +141,39 @@ def show_drafter(
         for opt, val, default in (("--tau-after", tau_after, None), ("--rate-per-version", rate_per_version, None),
                                   ("--update-every", update_every, 0)):
             if val != default:
-                raise bad_option(opt, val, f"omitted for a {kind} drafter (it never goes stale and is never retrained)")
+                raise _bad_option(opt, val, f"omitted for a {kind} drafter (it never goes stale and is never retrained)")
     if tau_after is not None and rate_per_version is not None:
-        raise bad_option("--tau-after", tau_after, "given without --rate-per-version (one or the other)")
+        raise _bad_option("--tau-after", tau_after, "given without --rate-per-version (one or the other)")
     if tau_after is not None and after_versions is None:
-        raise bad_option("--after-versions", after_versions, "given together with --tau-after")
+        raise _bad_option("--after-versions", after_versions, "given together with --tau-after")
     acc = drafter_acceptance(kind, tau=tau, tau_k=tau_k, alpha=alpha, decay=decay, heterogeneity=heterogeneity,
                              tau_after=tau_after, after_versions=after_versions, rate_per_version=rate_per_version,
                              floor_alpha=floor_alpha, update_every=update_every)
     info = drafter_report(acc, arch, target, hw, layout, k=k, steps=step_list, context=context)
     cost = info["cost_batch1"]
     if fmt is Format.json:
-        emit_json(info)
+        _emit_json(info)
         return
-    con = console()
+    con = _console()
     updates = f"updated every {acc.update_every_steps} steps" if acc.update_every_steps else "never updated"
     con.print(f"[bold]{arch.kind}[/bold] drafter for {target.name}: alpha0 = {acc.alpha0:.4f}, decay {acc.decay:g}, "
               f"heterogeneity {acc.concentration if acc.concentration is not None else 'none'}, "
               f"staleness rate {acc.staleness.decay_per_version:.4g}/version (floor {acc.staleness.floor_alpha:g}), "
               f"{updates}")
     con.print(f"  ({arch.source})")
-    t = table("fresh drafter: mean tokens per verify τ by draft length", "k", "τ", "(τ-1)/k accepted per draft")
+    t = _table("fresh drafter: mean tokens per verify τ by draft length", "k", "τ", "(τ-1)/k accepted per draft")
     for row in info["tau_by_k"]:
         t.add_row(str(row["k"]), f"{row['tau']:.3f}", f"{(row['tau'] - 1) / row['k']:.3f}")
     con.print(t)
-    t = table(f"over RL steps at k={k}", "step", "versions since update", "α", "τ")
+    t = _table(f"over RL steps at k={k}", "step", "versions since update", "α", "τ")
     for row in info["over_steps"]:
         t.add_row(str(row["step"]), str(row["versions_since_update"]), f"{row['alpha']:.4f}", f"{row['tau']:.3f}")
     con.print(t)
-    t = table(f"cost at batch 1, {context} tokens of context, {cost['hardware']} {cost['layout']}", "quantity", "value")
+    t = _table(f"cost at batch 1, {context} tokens of context, {cost['hardware']} {cost['layout']}", "quantity", "value")
     if arch.model is None:
         t.add_row("draft pass", "none (CPU lookup, no GPU pass)")
     else:
-        t.add_row("drafter params", billions(cost["drafter_params"]))
+        t.add_row("drafter params", _b(cost["drafter_params"]))
         t.add_row("drafter weights per GPU", f"{cost['drafter_weight_gb_per_gpu']:.2f} GB")
         t.add_row("draft pass", f"{cost['draft_pass_ms']:.3f} ms (+{cost['draft_overhead_ms']:g} ms overhead)")
     t.add_row("decode pass (policy)", f"{cost['decode_pass_ms']:.3f} ms")
@@ -205,19 +197,19 @@ def show_lengths(
     from specsim.show import lengths_report
 
     if samples is not None and samples < 1:
-        raise bad_option("--samples", samples, ">= 1")
+        raise _bad_option("--samples", samples, ">= 1")
     if step < 0:
-        raise bad_option("--step", step, ">= 0")
-    info = lengths_report(load_scenario_opts(scenario, sets), samples=samples, step=step)
+        raise _bad_option("--step", step, ">= 0")
+    info = lengths_report(_load_scenario(scenario, sets), samples=samples, step=step)
     summary, cap = info["summary"], info["max_response_tokens"]
     if fmt is Format.json:
-        emit_json(info)
+        _emit_json(info)
         return
-    con = console()
+    con = _console()
     con.print(f"[bold]{info['scenario']}[/bold]: response_tokens {info['distribution']}, cap {cap}, groups of "
               f"{info['group_size']} (correlation {info['group_correlation']:g}), step {step} "
               f"(growth ×{info['growth']:.3f}), seed {info['seed']}")
-    t = table(f"{summary['n']:,} response lengths (tokens)", "statistic", "value")
+    t = _table(f"{summary['n']:,} response lengths (tokens)", "statistic", "value")
     for key, label in [("mean_tokens", "mean"), ("p50_tokens", "p50"), ("p90_tokens", "p90"),
                        ("p99_tokens", "p99"), ("p999_tokens", "p99.9"), ("max_tokens", "max")]:
         t.add_row(label, f"{summary[key]:,.0f}")
