@@ -1,7 +1,7 @@
 """Forward-pass time of a batch under TP/EP/PP: prefill, decode (q=1), verify (q=k+1), draft.
 
 A pass over B sequences, sequence i bringing q_i new tokens on top of c_i cached ones, costs per
-layer (per GPU, after TP/EP sharding; see DESIGN.md "Forward pass"):
+layer (per GPU, after TP/EP sharding; see docs/design.md "Forward pass"):
 
 * linear ops: FLOPs 2·T·params, bytes = weights touched (T = Σq_i);
 * MoE: the expected distinct experts hit by T routed tokens, E·(1 − (1 − top_k/E)^T), are read;

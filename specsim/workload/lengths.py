@@ -1,11 +1,11 @@
 """Response- and prompt-length distributions for RL rollouts.
 
 Why this matters: rollout time is set by the long tail. As responses finish the batch shrinks,
-decoding turns memory-bound, and that is exactly where speculative decoding pays (DESIGN.md,
+decoding turns memory-bound, and that is exactly where speculative decoding pays (docs/design.md,
 "Response lengths"). Lengths are long-tailed -- roughly log-normal, often a mixture (short
 answers vs. long chains of thought) -- and truncated at the max response length with the
 truncated mass piled at the cap (responses that hit the limit). No parametric fit is published
-(reference/published.md, "RL workloads"), so everything here can also be fitted to a trace.
+(calibration/published/README.md, "RL workloads"), so everything here can also be fitted to a trace.
 
 The code is split along its seams; every public name is importable from here:
 
