@@ -94,3 +94,41 @@ def test_check_report_summarises_the_world():
     assert info["engines"] * info["gpus_per_engine"] == info["rollout_gpus"]
     assert info["max_length_sequences_in_kv"] == max_length_sequences_in_kv(world)
     assert info["warnings"] == doctor_warnings(world) and any("KV budget" in w for w in info["warnings"])
+
+
+def _specsim_imports() -> dict[str, set[str]]:
+    """specsim module -> the specsim modules it imports anywhere (top level or inside a function)."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1] / "specsim"
+    mods = {("specsim." + ".".join(f.relative_to(root).with_suffix("").parts)).removesuffix(".__init__"): f
+            for f in root.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, f in mods.items():
+        out: set[str] = set()
+        for n in ast.walk(ast.parse(f.read_text())):
+            if isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
+                out |= {n.module} | {f"{n.module}.{a.name}" for a in n.names}
+            elif isinstance(n, ast.Import):
+                out |= {a.name for a in n.names}
+        graph[name] = {m for m in out if m in mods and m != name}
+    return graph
+
+
+def test_no_import_cycle_in_the_package():
+    """No module reaches itself through imports, counting imports inside functions (a cycle hidden
+    in a function is still a cycle: the CLI had one between cli.py and cli_run.py)."""
+    graph = _specsim_imports()
+    assert graph["specsim.cli"] >= {"specsim.cli_common", "specsim.cli_run", "specsim.cli_show"}
+    cycles = []
+    for start in graph:
+        stack, seen = [(start, (start,))], set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start:
+                    cycles.append(" -> ".join((*path, start)))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, (*path, nxt)))
+    assert cycles == []
