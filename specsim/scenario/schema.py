@@ -421,15 +421,9 @@ def sweep_rows(sweep: dict) -> int:
             raise _bad(str(key), key, f"a swept field: {problem}")
         if not isinstance(values, list) or not values:
             raise _bad(str(key), values, "a non-empty list of values")
-        seen: dict[str, int] = {}
-        for i, x in enumerate(values):
-            k = _value_key(x)
-            if k in seen:
-                raise _bad(str(key), values, f"each swept value once ({short_repr(x)} is given twice, "
-                                              f"at positions {seen[k]} and {i})")
-            seen[k] = i
     zipped: dict[str, int] = {}
     sizes: list[int] = []
+    axes: list[tuple[list[str], list]] = []
     for gi, group in enumerate(zips):
         lengths = set()
         for p in group:
@@ -440,9 +434,23 @@ def sweep_rows(sweep: dict) -> int:
             zipped[p] = gi
             lengths.add(len(sweep[p]))
         if len(lengths) != 1:
-            raise _bad("zip", group, f"zipped paths need lists of one length, got {sorted(lengths)}")
+            raise _bad("zip", group, f"zipped paths with lists of one length (these have {sorted(lengths)} values)")
         sizes.append(lengths.pop())
-    sizes += [len(sweep[p]) for p in paths if p not in zipped]
+        axes.append((list(group), [list(t) for t in zip(*(sweep[p] for p in group))]))
+    for p in paths:
+        if p not in zipped:
+            sizes.append(len(sweep[p]))
+            axes.append(([p], sweep[p]))
+    for group, values in axes:   # a value (a zip group: a tuple of values) swept twice is a duplicate row
+        seen: dict[str, int] = {}
+        for i, x in enumerate(values):
+            k = _value_key(x)
+            if k in seen:
+                where = group[0] if len(group) == 1 else "zip"
+                raise _bad(where, sweep[group[0]] if len(group) == 1 else group,
+                           f"each swept value once ({short_repr(x)} is given twice, at positions {seen[k]} and {i}"
+                           f"{'' if len(group) == 1 else ' of the zipped ' + ', '.join(group)})")
+            seen[k] = i
     rows = reps
     for n in sizes:
         rows *= n
