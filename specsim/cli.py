@@ -586,6 +586,7 @@ def check(
         "responses_per_step": w.prompts * w.group_size, "max_response_tokens": w.max_response_tokens,
         "drafter": d.kind, "alpha0": world.acceptance.alpha0, "tau_at_k": {"k": d.tau_at_k, "tau": tau_k},
         "policy": world.policy.label, "warnings": warnings,
+        "sweep_rows": sc.rows,  # rel (#15 row 2): rows the sweep asks for (limit MAX_SWEEP_ROWS)
     }
     if fmt is Format.json:
         _emit_json(info)
@@ -604,6 +605,7 @@ def check(
                           f"max {w.max_response_tokens} tokens")
     t.add_row("drafter", f"{d.kind}, α0 = {world.acceptance.alpha0:.3f}, τ = {tau_k:.2f} at k = {d.tau_at_k}")
     t.add_row("SD policy", world.policy.label)
+    t.add_row("sweep", f"{sc.rows:,} rows (combinations × replicates)")  # rel (#15 row 2)
     con.print(t)
     for msg in warnings:
         con.print(f"[yellow]warning:[/yellow] {msg}")

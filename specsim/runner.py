@@ -41,7 +41,7 @@ from specsim.executors import check_backend, run_tasks
 from specsim.report import atomic
 from specsim.report.progress import Progress
 from specsim.results_dir import ResultsConflict, sha
-from specsim.scenario import Scenario, ScenarioError, load_scenario, source_file, to_yaml
+from specsim.scenario import MAX_SWEEP_ROWS, Scenario, ScenarioError, load_scenario, source_file, to_yaml
 from specsim.sweep import (
     RunTask,
     SweepPoint,
@@ -175,7 +175,7 @@ def show_scenario(path: str | Path, overrides: Sequence[str] = ()) -> dict:
         "resolved": sc.model_dump(mode="json"), "resolved_sha256": sha(to_yaml(sc)),
         "swept": {p: sc.sweep[p] for p in swept_paths(sc)}, "zip": sc.sweep.get("zip", []),
         "replicates": replicates(sc), "combinations": len({p.index for p in plan.points}),
-        "rows": len(plan.points),
+        "rows": len(plan.points), "max_rows": MAX_SWEEP_ROWS,
         "baseline": {"overrides": dict(sc.pipeline.baseline), "mode": base.pipeline.mode,
                      "sync_ar_is_baseline": plan.sync_ar_is_baseline},
         "runs": len(plan.tasks),

@@ -13,8 +13,9 @@ from specsim.scenario.loading import (
     to_yaml,
     validate_doc,
 )
+from specsim.scenario.base import ScenarioError, Strict
+from specsim.scenario.paths import MAX_SWEEP_ROWS, path_problem, sweep_rows
 from specsim.scenario.schema import (
-    MAX_SWEEP_ROWS,
     CapacitySection,
     DrafterSection,
     LengthSpec,
@@ -22,14 +23,10 @@ from specsim.scenario.schema import (
     PipelineSection,
     RolloutSection,
     Scenario,
-    ScenarioError,
     SpeculationSection,
     StalenessSection,
-    Strict,
     TrainingSection,
     WorkloadSection,
-    path_problem,
-    sweep_rows,
 )
 
 __all__ = [

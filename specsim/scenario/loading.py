@@ -14,7 +14,9 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from specsim.errors import SpecError, YamlTooLarge, load_yaml_text
-from specsim.scenario.schema import _SEP, Scenario, ScenarioError, _model_for_path, _Raw
+from specsim.scenario.base import _SEP, ScenarioError, _Raw
+from specsim.scenario.paths import _model_for_path
+from specsim.scenario.schema import Scenario
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -40,7 +42,7 @@ def set_dotted(doc: dict, path: str, value: Any, file: str | None = None) -> dic
     out = copy.deepcopy(doc)
     cur = out
     for i, part in enumerate(parts):
-        model = _model_for_path(parts[:i])
+        model = _model_for_path(parts[:i], Scenario)
         if model is not None and part not in model.model_fields:
             options = list(model.model_fields)
             close = difflib.get_close_matches(part, options, n=1)
@@ -62,7 +64,7 @@ def _allowed_from_error(err: dict) -> str:
     ctx = err.get("ctx") or {}
     if typ == "extra_forbidden":
         loc = [str(p) for p in err["loc"][:-1]]
-        model = _model_for_path(loc)
+        model = _model_for_path(loc, Scenario)
         options = list(model.model_fields) if model else []
         close = difflib.get_close_matches(str(err["loc"][-1]), options, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""

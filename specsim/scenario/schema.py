@@ -9,96 +9,21 @@ path, the value (a bounded repr) and what is allowed; the CLI prints it and exit
 
 The sweep is checked here too: swept paths name real fields, no value twice, and at most
 `MAX_SWEEP_ROWS` rows (combinations × replicates), counted without expanding anything.
-Loading (YAML, `--set` overrides) lives in :mod:`specsim.scenario.loading`.
+Shared parts: :mod:`.base` (the error, the Strict base), :mod:`.paths` (dotted paths, sweep
+counting); loading (YAML, `--set` overrides): :mod:`.loading`.
 """
 
 from __future__ import annotations
 
-import difflib
 import math
-import typing
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from specsim.errors import short_repr
-
-#: The most rows (swept combinations × replicates) one scenario may ask for. Each row is at least
-#: one pipeline simulation (plus its baselines), seconds to minutes each: 10,000 rows is already
-#: hours on a workstation. `specsim check` and `specsim show scenario` report the count.
-MAX_SWEEP_ROWS = 10_000
+from specsim.scenario.base import ScenarioError, Strict, _bad, _Raw  # noqa: F401 (re-exported)
+from specsim.scenario.paths import MAX_SWEEP_ROWS, path_problem, sweep_rows  # noqa: F401 (re-exported)
 
 DType = Literal["bf16", "fp16", "fp8", "int8", "fp4", "int4"]
-
-
-class ScenarioError(ValueError):
-    """A bad scenario: `file`, dotted `field`, offending `value`, and what is `allowed`."""
-
-    def __init__(self, file: str | None, field: str, value: Any, allowed: str):
-        self.file, self.field, self.value, self.allowed = file, field, value, allowed
-        super().__init__(self.message())
-
-    def message(self) -> str:
-        where = f"{self.file}: " if self.file else ""
-        v = short_repr(self.value)
-        return f"{where}{self.field}: {self.allowed}, got {v}"
-
-
-_SEP = "\x1f"
-
-
-def _bad(field: str, value: Any, allowed: str) -> ValueError:
-    """A cross-field validation failure that still names one field and its value."""
-    return ValueError(f"{_SEP}{field}{_SEP}{short_repr(value)}{_SEP}{allowed}")
-
-
-class _Raw(str):
-    """A value already rendered with repr()."""
-
-    def __repr__(self) -> str:
-        return str(self)
-
-
-def _number_kind(annotation: Any) -> str | None:
-    """'int' / 'float' when a field's annotation is int / float (optionally `| None`), else None."""
-    args = set(typing.get_args(annotation)) or {annotation}
-    args.discard(type(None))
-    if args == {int}:
-        return "int"
-    if args == {float} or args == {int, float}:
-        return "float"
-    return None
-
-
-class Strict(BaseModel):
-    """Base of every section: unknown keys refused; numbers strict about bools and NaN."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _plain_numbers(cls, data: Any) -> Any:
-        """true/false is not a number (pydantic would read `k: true` as 1), and NaN/inf are refused
-        before any bound is checked (NaN fails every bound with a misleading message)."""
-        if not isinstance(data, dict):
-            return data
-        for name, fld in cls.model_fields.items():
-            if name not in data:
-                continue
-            kind = _number_kind(fld.annotation)
-            v = data[name]
-            if kind is None or v is None:
-                continue
-            if isinstance(v, bool):
-                raise _bad(name, v, f"a {'whole ' if kind == 'int' else ''}number (true/false is not a number)")
-            if isinstance(v, (float, str)):
-                try:
-                    f = float(v)
-                except (TypeError, ValueError, OverflowError):
-                    continue
-                if not math.isfinite(f):
-                    raise _bad(name, v, "a finite number (not NaN or infinity)")
-        return data
 
 
 # ----------------------------------------------------------------------------- sections
@@ -318,14 +243,14 @@ class Scenario(Strict):
     @field_validator("sweep")
     @classmethod
     def _sweep_shape(cls, v):
-        sweep_rows(v)
+        sweep_rows(v, Scenario)
         return v
 
     @field_validator("pipeline", mode="after")
     @classmethod
     def _baseline_paths(cls, v):
         for key in v.baseline:
-            problem = path_problem(str(key))
+            problem = path_problem(str(key), Scenario)
             if problem:
                 raise _bad("baseline", key, problem)
         return v
@@ -345,7 +270,7 @@ class Scenario(Strict):
     @property
     def rows(self) -> int:
         """Rows this scenario's sweep asks for: combinations × replicates."""
-        return sweep_rows(self.sweep)
+        return sweep_rows(self.sweep, Scenario)
 
     @property
     def training_gpus(self) -> int:
@@ -354,112 +279,3 @@ class Scenario(Strict):
     @property
     def total_gpus(self) -> int:
         return self.rollout.gpus + (self.training.gpus if self.pipeline.mode == "async" else 0)
-
-
-
-
-# ----------------------------------------------------------------------------- paths and the sweep
-def _model_for_path(path: list[str]) -> type[BaseModel] | None:
-    model: type[BaseModel] | None = Scenario
-    for part in path:
-        if model is None:
-            return None
-        fld = model.model_fields.get(part)
-        if fld is None:
-            return None
-        ann = fld.annotation
-        nxt = None
-        for cand in getattr(ann, "__args__", ()) + (ann,):
-            if isinstance(cand, type) and issubclass(cand, BaseModel):
-                nxt = cand
-        model = nxt
-    return model
-
-
-def path_problem(path: str) -> str | None:
-    """Why a dotted path does not name a scenario field (None when it does)."""
-    parts = path.split(".")
-    if not all(parts):
-        return "a dotted field path like speculation.k"
-    for i, part in enumerate(parts):
-        model = _model_for_path(parts[:i])
-        if model is None:
-            return None if i else "a dotted field path like speculation.k"
-        if part not in model.model_fields:
-            options = list(model.model_fields)
-            close = difflib.get_close_matches(part, options, n=1)
-            hint = f" (did you mean {'.'.join(parts[:i] + [close[0]])!r}?)" if close else ""
-            return f"a dotted field path; {part!r} is not a field here: allowed {options}{hint}"
-    if parts[0] in ("sweep", "name", "description", "output"):
-        return f"a field that changes the simulation (not {parts[0]})"
-    return None
-
-
-def _value_key(v: Any) -> str:
-    import json
-
-    return json.dumps(v, sort_keys=True, default=str)
-
-
-def sweep_rows(sweep: dict) -> int:
-    """Check a `sweep:` section's shape and count its rows (combinations × replicates) without
-    expanding it. Raises ValueError (shown as a `sweep.<path>` error) on a malformed sweep, a
-    value given twice, or more than MAX_SWEEP_ROWS rows."""
-    if not isinstance(sweep, dict):
-        raise _bad("", sweep, "a mapping of swept field paths to lists of values")
-    reps = sweep.get("replicates", 1)
-    if isinstance(reps, bool) or not isinstance(reps, int) or not 1 <= reps <= MAX_SWEEP_ROWS:
-        raise _bad("replicates", reps, f"a whole number from 1 to {MAX_SWEEP_ROWS:,}")
-    zips = sweep.get("zip", []) or []
-    if not isinstance(zips, list) or not all(isinstance(g, list) and len(g) >= 2 for g in zips):
-        raise _bad("zip", zips, "a list of groups of >= 2 swept field paths")
-    paths = [k for k in sweep if k not in ("replicates", "zip")]
-    for key in paths:
-        values = sweep[key]
-        problem = path_problem(str(key))
-        if problem:
-            raise _bad(str(key), key, f"a swept field: {problem}")
-        if not isinstance(values, list) or not values:
-            raise _bad(str(key), values, "a non-empty list of values")
-    zipped: dict[str, int] = {}
-    sizes: list[int] = []
-    axes: list[tuple[list[str], list]] = []
-    for gi, group in enumerate(zips):
-        lengths = set()
-        for p in group:
-            if not isinstance(p, str) or p not in paths:
-                raise _bad("zip", group, f"zip groups name swept paths (one of {paths}); {p!r} is not swept")
-            if p in zipped:
-                raise _bad("zip", zips, f"each swept path in at most one zip group ({p!r} twice)")
-            zipped[p] = gi
-            lengths.add(len(sweep[p]))
-        if len(lengths) != 1:
-            raise _bad("zip", group, f"zipped paths with lists of one length (these have {sorted(lengths)} values)")
-        sizes.append(lengths.pop())
-        axes.append((list(group), [list(t) for t in zip(*(sweep[p] for p in group))]))
-    for p in paths:
-        if p not in zipped:
-            sizes.append(len(sweep[p]))
-            axes.append(([p], sweep[p]))
-    for group, values in axes:   # a value (a zip group: a tuple of values) swept twice is a duplicate row
-        seen: dict[str, int] = {}
-        for i, x in enumerate(values):
-            k = _value_key(x)
-            if k in seen:
-                where = group[0] if len(group) == 1 else "zip"
-                raise _bad(where, sweep[group[0]] if len(group) == 1 else group,
-                           f"each swept value once ({short_repr(x)} is given twice, at positions {seen[k]} and {i}"
-                           f"{'' if len(group) == 1 else ' of the zipped ' + ', '.join(group)})")
-            seen[k] = i
-    rows = reps
-    for n in sizes:
-        rows *= n
-        if rows > MAX_SWEEP_ROWS:
-            break
-    if rows > MAX_SWEEP_ROWS:
-        total = reps
-        for n in sizes:
-            total *= n
-        raise _bad("", f"{total:,} rows", f"at most {MAX_SWEEP_ROWS:,} rows (combinations × replicates = "
-                                          f"{' × '.join(map(str, sizes + [reps]))}); split the sweep or sweep fewer values")
-    return rows
