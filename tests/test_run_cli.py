@@ -25,6 +25,7 @@ from small_sweep import ROOT, SCEN, SMALL
 from typer.testing import CliRunner
 
 from specsim.cli_run import run, show_scenario
+from specsim.scenario import load_scenario
 
 GOLDEN = ROOT / "tests" / "golden" / "small_async_summary.json"
 
@@ -97,7 +98,11 @@ def test_show_scenario_json_and_table():
     info = json.loads(res.stdout)
     assert info["rows"] == 8 and len(info["points"]) == 8
     assert info["resolved"]["rollout"]["gpus"] == 8
-    assert {p["point_id"] for p in info["points"]} == {p["point_id"] for p in info["points"]}
+    ids = [p["point_id"] for p in info["points"]]
+    assert len(set(ids)) == 8                                   # every point × replicate has its own id
+    from specsim.sweep import expand
+
+    assert ids == [p.point_id for p in expand(load_scenario(SCEN, SMALL))]
     res = CliRunner().invoke(_app(), ["show", "scenario", str(ROOT / "scenarios" / "235b_async.yaml")])
     assert res.exit_code == 0, res.output
     assert "72 points (24 combinations × 3 replicates)" in res.stdout
