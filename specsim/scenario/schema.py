@@ -171,12 +171,6 @@ class SpeculationSection(Strict):
     max_batch: int = Field(default=64, ge=1)
     k_max: int = Field(default=7, ge=1, le=32)
 
-    @field_validator("policy", mode="before")
-    @classmethod
-    def _yaml_off(cls, v):
-        """YAML 1.1 reads a bare `off` as false; the user meant the policy name."""
-        return "off" if v is False else v
-
 
 class PipelineSection(Strict):
     mode: Literal["sync", "async"] = "sync"
