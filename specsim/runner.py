@@ -5,24 +5,30 @@
 The folder (default ``<output.dir>/<scenario>-<UTC timestamp>/``):
 
     resolved.yaml          the scenario after --set overrides (its hash guards resumes)
+    inputs.json            content hashes of the inputs outside the scenario text (profile, catalog,
+                           length files, specsim version): part of every run key
     runs/<key>.json        every pipeline run (points, baselines, sync AR, capacity sizes), durable
-    points/<point_id>.json one finished point: its tidy row and its per-step records
+    points/<point_id>.json one finished point: its tidy row, its per-step records, the runs it used
     points.csv             one row per point × replicate, sorted by point order; stable columns
     points.parquet         the same, when pyarrow is importable
     steps.csv              every RL step of every point, with point_id
     runs.csv               the baseline / sync-AR / capacity runs the points were compared with
+    timeline.csv           the rollout timeline the plots draw (see timeline.py)
     summary.json, summary.md   best k and lag, speedups with 95 % CIs, capacity plan, resolved scenario
     plots/*.png + *.csv    each plot next to the table it was drawn from
 
-Parallelism: jobs > 1 runs a spawn-context process pool, so a *script* that calls run_scenario
-must guard its entry point (``if __name__ == "__main__":``), as for any multiprocessing code;
-`python -c`, the CLI and notebooks need nothing. backend="ray" runs the same tasks on Ray (local,
-or `address=` a cluster whose workers can import specsim).
+Parallelism: jobs > 1 runs a spawn-context process pool (capped at the CPUs; see executors.py),
+so a *script* that calls run_scenario must guard its entry point (``if __name__ == "__main__":``),
+as for any multiprocessing code; `python -c`, the CLI and notebooks need nothing.
+backend="ray" runs the same tasks on Ray (a private local instance, or `address=` a cluster whose
+workers can import specsim).
 
 Every file is written atomically (report/atomic.py). Resume: rerunning into the same folder
-reuses every run already in runs/ (and every finished point), so an interrupted sweep continues
-where it stopped; no point is lost or duplicated. A different resolved scenario in an existing
-folder is refused (ResultsConflict, exit 2) unless force=True, which discards the old runs.
+reuses every run already in runs/ (and every finished point) whose key — scenario and input
+contents — still matches and whose file passes its schema (results_dir.py); anything else is
+recomputed, with a warning in `RunSummary.warnings`. A different resolved scenario in an existing
+folder is refused (ResultsConflict, exit 2) unless force=True, which discards the old runs
+(only files specsim wrote).
 """
 
 from __future__ import annotations
