@@ -588,6 +588,9 @@ def check(
         "policy": world.policy.label, "warnings": warnings,
         "sweep_rows": sc.rows,  # rel (#15 row 2): rows the sweep asks for (limit MAX_SWEEP_ROWS)
     }
+    from specsim.runner import check_points  # rel (#15 row 16): refuse every point `run` would refuse
+
+    info["sweep"] = check_points(sc)
     if fmt is Format.json:
         _emit_json(info)
         return

@@ -64,7 +64,8 @@ from specsim.sweep import (
     sync_ar_of,
 )
 
-__all__ = ["ResultsConflict", "RunSummary", "capacity_sizes", "run_scenario", "show_scenario", "specsim_version"]
+__all__ = ["ResultsConflict", "RunSummary", "capacity_sizes", "check_points", "run_scenario", "show_scenario",
+           "specsim_version"]
 
 
 @dataclass
@@ -169,6 +170,14 @@ def _plan(sc: Scenario, engine: str = "fast") -> _Plan:
                 tasks[t.key] = t
         keys[p.point_id] = (t_run.key, t_base.key, t_sync.key if t_sync else t_base.key)
     return _Plan(sc, points, point_sc, keys, tasks, all_sync_is_base, roles)
+
+
+def check_points(sc: Scenario) -> dict:
+    """What `run` checks before simulating, for `specsim check`: every sweep point and its baseline
+    resolves (fits its GPUs). Raises ScenarioError naming `sweep`; returns the counts."""
+    plan = _plan(sc)
+    return {"rows": len(plan.points), "combinations": len({p.index for p in plan.points}), "runs": len(plan.tasks),
+            "max_rows": MAX_SWEEP_ROWS}
 
 
 def show_scenario(path: str | Path, overrides: Sequence[str] = ()) -> dict:

@@ -354,6 +354,12 @@ def test_row16_messages_for_nan_sweep_case_and_check(tmp_path):
     assert res.exit_code == 2 and "pipeline.baseline" in text and "speculation.k" in text
     res, text = cli("check", path, "--set", "pipeline.baseline={speculation.k: 99}")
     assert res.exit_code == 2 and "pipeline.baseline" in text
+    # a point that cannot run (tp not dividing the heads) is refused by check, as by run, naming sweep
+    res, text = cli("check", path, "--set", "sweep={rollout.tp: [1, 3]}", "--set", "rollout.gpus=3")
+    assert res.exit_code == 2 and "sweep" in text and "rollout.tp" in text
+    res2, text2 = cli("run", path, "--set", "sweep={rollout.tp: [1, 3]}", "--set", "rollout.gpus=3",
+                      "--out", tmp_path / "D")
+    assert res2.exit_code == 2 and text2 == text
 
 
 # ============================================================================ row 17

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from specsim.errors import SpecError, YamlTooLarge, load_yaml_text
+from specsim.errors import SpecError, YamlTooLarge, load_yaml_text, short_repr
 from specsim.scenario.base import _SEP, ScenarioError, _Raw
 from specsim.scenario.paths import _model_for_path
 from specsim.scenario.schema import Scenario
@@ -89,7 +89,7 @@ def _format_validation(exc: ValidationError, file: str | None) -> ScenarioError:
     field = ".".join(loc) or "(scenario)"
     value = err.get("input")
     if isinstance(value, dict) and err.get("type") != "extra_forbidden":
-        value = "{...}" if len(repr(value)) > 80 else value
+        value = "{...}" if len(short_repr(value, 100)) > 80 else value
     more = len(exc.errors()) - 1
     allowed = _allowed_from_error(err)
     if _SEP in allowed:
