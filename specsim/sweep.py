@@ -201,10 +201,9 @@ def inputs_fingerprint(sc: Scenario) -> dict:
     for name in ("response_tokens", "prompt_tokens"):
         spec = getattr(sc.workload, name)
         if spec.kind == "empirical" and spec.path:
-            path = Path(spec.path)
-            if not path.is_absolute() and base is not None and not path.exists():
-                path = base / path     # as resolve.length_distribution looks it up
-            out[f"workload.{name}"] = _file_sha(str(path))
+            path = Path(spec.path)   # both places resolve may look it up: as given, and by the scenario
+            places = [path] if path.is_absolute() or base is None else [path, base / path]
+            out[f"workload.{name}"] = "+".join(_file_sha(str(q)) for q in places if q.exists()) or "missing"
     return out
 
 

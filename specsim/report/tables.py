@@ -6,7 +6,13 @@ Ranking. The best point is the one with the highest mean steady-state E2E speedu
 AR on the same GPUs* — the one reference every point of a sweep shares (an async point's own
 baseline may be async AR at its own lag, which would make speedups of different lags
 incomparable). When sync AR could not be simulated for some point, the ranking falls back to the
-speedup vs each point's baseline.
+speedup vs each point's baseline. Means within TIE_REL (0.5 %) of the leader are a tie, and the
+simpler configuration wins it (smaller k — no SD first — then sweep order): a τ = 1 drafter that
+merely matches AR is never reported as the best choice.
+
+Capacity. `capacity_table` prices each simulated rollout size with and without SD and finds the
+smallest that reaches the target step time; `capacity_notes` flags a step time that rises with
+more GPUs (reported in summary.md, never silently plotted).
 
 Confidence intervals. Each replicate r of a point is a paired comparison (the point and its
 baselines see the same random draws), so a speedup has one value per replicate; the interval is
