@@ -85,7 +85,7 @@ def short_repr(value: Any, limit: int = 120) -> str:
     """repr(value), cut to about `limit` characters; the cost is bounded whatever the value."""
     try:
         text = _REPR.repr(value)
-    except Exception:  # a hostile __repr__: name the type instead
+    except Exception:  # noqa: BLE001 - a hostile __repr__: name the type instead
         text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

@@ -34,7 +34,7 @@ PLOT_STEMS = ("heatmap_e2e_speedup", "speedup_vs_k", "rollout_timeline", "step_b
 _OWNED = {
     "points": re.compile(r"^[0-9a-f]{12}\.json$"),
     "runs": re.compile(r"^[0-9a-f]{16}\.json$"),
-    "plots": re.compile(r"^(?:%s)\.(?:png|csv)$" % "|".join(PLOT_STEMS)),
+    "plots": re.compile(r"^(?:{})\.(?:png|csv)$".format("|".join(PLOT_STEMS))),
 }
 _TEMP = re.compile(r"^\..+\.[^.]+\.tmp$")
 #: steady-state figures every stored run has (floats; NaN allowed).

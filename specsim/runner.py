@@ -39,7 +39,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from specsim import results_dir
 from specsim.capacity import capacity_plan, capacity_sizes

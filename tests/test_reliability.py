@@ -91,7 +91,7 @@ def test_row01_edited_length_file_and_catalog_entry_are_recomputed(tmp_path, mon
     # a changed catalog entry for the model changes every run key
     import dataclasses
 
-    import specsim.model as model
+    from specsim import model
 
     real = model.load_model
     monkeypatch.setattr(model, "load_model", lambda name: dataclasses.replace(real(name), layers=real(name).layers + 1))
@@ -181,7 +181,7 @@ def test_row05_corrupted_result_files_are_recomputed(tmp_path, garbage):
     out = tmp_path / "D"
     run(path, out)
     good = (out / "points.csv").read_bytes()
-    point = sorted((out / "points").glob("*.json"))[0]
+    point = min((out / "points").glob("*.json"))
     runs = sorted((out / "runs").glob("*.json"))
     point.write_text(garbage)
     for f in runs:
@@ -190,7 +190,7 @@ def test_row05_corrupted_result_files_are_recomputed(tmp_path, garbage):
     assert res.computed_runs == len(runs)
     assert (out / "points.csv").read_bytes() == good
     assert any(point.name in w for w in res.warnings) and any("runs/" in w for w in res.warnings)
-    res, text = cli("run", path, "--out", out)
+    res, _ = cli("run", path, "--out", out)
     assert res.exit_code == 0
 
 
@@ -198,7 +198,7 @@ def test_row05_a_point_made_from_other_runs_is_not_reused(tmp_path):
     path = tiny(tmp_path)
     out = tmp_path / "D"
     run(path, out)
-    f = sorted((out / "points").glob("*.json"))[0]
+    f = min((out / "points").glob("*.json"))
     doc = json.loads(f.read_text())
     doc["runs"]["baseline"] = "0" * 16
     f.write_text(json.dumps(doc))
@@ -214,11 +214,11 @@ def test_row06_duplicate_sweep_values_are_refused_naming_sweep(tmp_path):
     res, text = cli("run", path, "--set", "sweep={speculation.k: [0, 3, 3]}", "--out", tmp_path / "D")
     assert res.exit_code == 2 and "sweep.speculation.k" in text and not (tmp_path / "D").exists()
     with pytest.raises(ScenarioError, match=r"sweep\.zip"):
-        load_scenario(path, ["sweep={speculation.k: [1, 1], speculation.k_max: [2, 2], "
-                             "zip: [[speculation.k, speculation.k_max]]}"])
+        load_scenario(path, [("sweep={speculation.k: [1, 1], speculation.k_max: [2, 2], "
+                              "zip: [[speculation.k, speculation.k_max]]}")])
     # zipped lists may repeat a value as long as the tuples differ
-    sc = load_scenario(path, ["sweep={speculation.k: [1, 1], speculation.k_max: [2, 3], "
-                              "zip: [[speculation.k, speculation.k_max]]}"])
+    sc = load_scenario(path, [("sweep={speculation.k: [1, 1], speculation.k_max: [2, 3], "
+                               "zip: [[speculation.k, speculation.k_max]]}")])
     assert sc.rows == 2
 
 

@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 from small_sweep import ROOT, SCEN, SMALL
 
+from specsim.executors import execute
 from specsim.runner import ResultsConflict, run_scenario, show_scenario
 from specsim.scenario import ScenarioError, apply_overrides, load_scenario
-from specsim.executors import execute
 from specsim.sweep import (
     RunTask,
     combinations,
@@ -137,7 +137,7 @@ def full_run(tmp_path_factory):
 
 
 def test_results_folder_contents(full_run):
-    res, out = full_run
+    _, out = full_run
     for f in ("points.csv", "steps.csv", "runs.csv", "summary.json", "summary.md", "resolved.yaml"):
         assert (out / f).is_file(), f
     df = pd.read_csv(out / "points.csv")

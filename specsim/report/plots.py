@@ -16,7 +16,6 @@ backend of a notebook.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 

@@ -22,6 +22,7 @@ summary says so).
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 from typing import Any
@@ -244,7 +245,7 @@ def capacity_notes(rows: list[dict]) -> list[str]:
     for variant, label in (("ar", "AR"), ("sd", "SD")):
         pts = sorted((r["rollout_gpus"], r["step_s"]) for r in rows
                      if r["variant"] == variant and r["step_s"] is not None)
-        for (n0, s0), (n1, s1) in zip(pts, pts[1:]):
+        for (n0, s0), (n1, s1) in itertools.pairwise(pts):
             if s1 > s0 * (1 + RISE_REL):
                 notes.append(f"{label} step time rises from {s0:.1f} s at {n0} to {s1:.1f} s at {n1} rollout GPUs "
                              f"(+{100 * (s1 / s0 - 1):.1f} %): more GPUs are slower here; check which stage grows "

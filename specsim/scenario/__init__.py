@@ -1,6 +1,7 @@
 """The scenario file: its schema (:mod:`.schema`, one class per section) and its loading
 (:mod:`.loading`: YAML, `--set` overrides, errors naming file and field)."""
 
+from specsim.scenario.base import ScenarioError, Strict
 from specsim.scenario.loading import (
     apply_overrides,
     check_derived,
@@ -13,7 +14,6 @@ from specsim.scenario.loading import (
     to_yaml,
     validate_doc,
 )
-from specsim.scenario.base import ScenarioError, Strict
 from specsim.scenario.paths import MAX_SWEEP_ROWS, path_problem, sweep_rows
 from specsim.scenario.schema import (
     CapacitySection,
