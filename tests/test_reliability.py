@@ -362,6 +362,24 @@ def test_row16_messages_for_nan_sweep_case_and_check(tmp_path):
     assert res2.exit_code == 2 and text2 == text
 
 
+def test_row16_values_valid_only_together_are_accepted(tmp_path):
+    path = tiny(tmp_path)
+    zipped = "sweep={drafter.alpha: [null, 0.5], drafter.tau: [2.0, null], zip: [[drafter.alpha, drafter.tau]]}"
+    assert load_scenario(path, [zipped]).rows == 2
+    assert load_scenario(path, ["sweep={drafter.alpha: [0.5], drafter.tau: [null]}"]).rows == 1
+    with pytest.raises(ScenarioError, match=r"sweep\.zip"):
+        load_scenario(path, ["sweep={drafter.alpha: [null, 0.5], drafter.tau: [2.0, 2.5], "
+                             "zip: [[drafter.alpha, drafter.tau]]}"])
+
+
+def test_row03_mixed_type_columns_still_write_parquet(tmp_path):
+    pytest.importorskip("pyarrow")
+    frame = pd.DataFrame({"x": ["off", {"kind": "fixed"}, 3], "y": [1.0, 2.0, 3.0]})
+    atomic.write_parquet(tmp_path / "p.parquet", frame)
+    back = pd.read_parquet(tmp_path / "p.parquet")
+    assert list(back["x"]) == ["off", '{"kind": "fixed"}', "3"] and list(back["y"]) == [1.0, 2.0, 3.0]
+
+
 # ============================================================================ row 17
 def test_row17_strict_ints_names_inside_output_dir_and_address(tmp_path):
     path = tiny(tmp_path)

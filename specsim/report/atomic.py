@@ -108,9 +108,26 @@ def write_parquet(path: str | os.PathLike, frame) -> Path | None:
         import pyarrow  # noqa: F401
     except ImportError:
         return None
+    import pyarrow as pa
+
     buf = io.BytesIO()
-    frame.to_parquet(buf, index=False, engine="pyarrow")
+    try:
+        frame.to_parquet(buf, index=False, engine="pyarrow")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        # a column of mixed types (e.g. a swept field whose values are a name and a mapping):
+        # such columns are stored as JSON text rather than failing the whole results folder
+        buf = io.BytesIO()
+        _mixed_as_text(frame).to_parquet(buf, index=False, engine="pyarrow")
     return write_bytes(path, buf.getvalue())
+
+
+def _mixed_as_text(frame):
+    out = frame.copy()
+    for col in out.columns:
+        if out[col].dtype == object:
+            out[col] = [None if v is None else v if isinstance(v, str) else json.dumps(v, default=str)
+                        for v in out[col]]
+    return out
 
 
 def save_figure(path: str | os.PathLike, fig, **kwargs) -> Path:

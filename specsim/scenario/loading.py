@@ -161,25 +161,48 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
     return sc
 
 
+def _axes(sweep: dict) -> list[list[dict]]:
+    """The sweep's independent axes: each a list of {path: value} changes (a zip group's values
+    change together)."""
+    paths = [k for k in sweep if k not in ("replicates", "zip")]
+    zips = [list(g) for g in (sweep.get("zip") or [])]
+    zipped = {p for g in zips for p in g}
+    axes = [[dict(zip(g, vals)) for vals in zip(*(sweep[p] for p in g))] for g in zips]
+    return axes + [[{p: v} for v in sweep[p]] for p in paths if p not in zipped]
+
+
 def check_derived(sc: Scenario) -> None:
     """What `run` would refuse later, refused now (so `check` refuses it too): the baseline
-    overrides must give a valid scenario, and so must every swept value on its own. Errors name
-    `pipeline.baseline` or `sweep.<path>`. (A combination of values that is only invalid
-    together is reported by the run's planning, also naming `sweep`.)"""
+    overrides must give a valid scenario, and every swept value must give one — on its own, or
+    (values valid only together with another axis's, like drafter.alpha with drafter.tau: null)
+    in the first full point that holds it. Errors name `pipeline.baseline` or `sweep.<path>`.
+    Every other combination is checked by the run's planning (`runner.check_points`), also
+    naming `sweep`."""
     file = source_file(sc)
     try:
         apply_overrides(sc, dict(sc.pipeline.baseline))
     except ScenarioError as exc:
         raise ScenarioError(file, "pipeline.baseline", exc.value,
                             f"overrides giving a valid baseline scenario: {exc.field}: {exc.allowed}") from None
-    for path in [k for k in sc.sweep if k not in ("replicates", "zip")]:
-        for value in sc.sweep[path]:
+    axes = _axes(sc.sweep)
+    for i, axis in enumerate(axes):
+        for change in axis:
             try:
-                apply_overrides(sc, {path: value})
-            except ScenarioError as exc:
-                where = "" if exc.field == path else f" ({exc.field})"
-                raise ScenarioError(file, f"sweep.{path}", value, f"swept values that each give a valid "
-                                                                 f"scenario{where}: {exc.allowed}") from None
+                apply_overrides(sc, change)
+                continue
+            except ScenarioError as alone:
+                first: dict = {}
+                for j, other in enumerate(axes):
+                    first.update(change if j == i else other[0])
+                try:
+                    apply_overrides(sc, first)
+                    continue
+                except ScenarioError:
+                    exc = alone
+            path, value = next(iter(change.items())) if len(change) == 1 else ("zip", change)
+            where = "" if exc.field == path else f" ({exc.field})"
+            raise ScenarioError(file, f"sweep.{path}", value, f"swept values that give a valid "
+                                                             f"scenario{where}: {exc.allowed}") from None
 
 
 def source_file(sc: Scenario) -> str | None:
