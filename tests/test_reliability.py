@@ -368,8 +368,8 @@ def test_row16_values_valid_only_together_are_accepted(tmp_path):
     assert load_scenario(path, [zipped]).rows == 2
     assert load_scenario(path, ["sweep={drafter.alpha: [0.5], drafter.tau: [null]}"]).rows == 1
     with pytest.raises(ScenarioError, match=r"sweep\.zip"):
-        load_scenario(path, ["sweep={drafter.alpha: [null, 0.5], drafter.tau: [2.0, 2.5], "
-                             "zip: [[drafter.alpha, drafter.tau]]}"])
+        load_scenario(path, [("sweep={drafter.alpha: [null, 0.5], drafter.tau: [2.0, 2.5], "
+                              "zip: [[drafter.alpha, drafter.tau]]}")])
 
 
 def test_row03_mixed_type_columns_still_write_parquet(tmp_path):
