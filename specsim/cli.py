@@ -108,11 +108,14 @@ def check(
     """Load and resolve a scenario (schema, catalog names, layout fit); print a summary and warnings."""
     from specsim.doctor import check_report
     from specsim.resolve import resolve
+    from specsim.runner import check_points
 
     sc = _load_scenario(scenario, sets)
     world = resolve(sc)
     info = check_report(world, scenario)
     w, d = sc.workload, sc.drafter
+    info["sweep_rows"] = sc.rows  # rows the sweep asks for (limit MAX_SWEEP_ROWS)
+    info["sweep"] = check_points(sc)  # refuses every point `run` would refuse
     if fmt is Format.json:
         _emit_json(info)
         return
@@ -130,6 +133,7 @@ def check(
                           f"max {w.max_response_tokens} tokens")
     t.add_row("drafter", f"{d.kind}, α0 = {info['alpha0']:.3f}, τ = {info['tau_at_k']['tau']:.2f} at k = {d.tau_at_k}")
     t.add_row("SD policy", world.policy.label)
+    t.add_row("sweep", f"{sc.rows:,} rows (combinations × replicates)")  # rel (#15 row 2)
     con.print(t)
     for msg in info["warnings"]:
         con.print(f"[yellow]warning:[/yellow] {msg}")

@@ -103,6 +103,9 @@ def _resolve_profile_path(name_or_path: str) -> Path:
     candidate = PROFILE_DIR / f"{name_or_path}.yaml"
     if candidate.is_file():
         return candidate
+    lowered = {n.lower(): n for n in list_hardware()}   # rel (#15 row 16): names are case-insensitive
+    if name_or_path.lower() in lowered:
+        return PROFILE_DIR / f"{lowered[name_or_path.lower()]}.yaml"
     names = list_hardware()
     close = difflib.get_close_matches(name_or_path, names, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
