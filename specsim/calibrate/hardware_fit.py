@@ -106,6 +106,12 @@ def fit_hardware(
     column (default eagle3, with a note). loss / f_scale: scipy least_squares robust loss on the
     log residuals ("linear" for plain least squares).
     """
+    if hw.kernel_fit is not None:
+        # trace fits price every op with the scalar efficiencies they fit; a measured-kernel fit
+        # (shape-dependent terms) would hide them, so it is set aside here (and in the written profile)
+        from dataclasses import replace as _replace
+
+        hw = _replace(hw, kernel_fit=None)
     kernel_dfs = _as_list(kernel_df)
     engine_dfs = _as_list(engine_df)
     if not kernel_dfs and not engine_dfs:

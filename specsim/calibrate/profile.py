@@ -61,6 +61,7 @@ def write_calibrated_profile(
                 f"{prev_src} [kept as prior by specsim calibrate on {date}: not fitted ({reason})]".strip()
             )
     doc["efficiency"] = block
+    doc.pop("kernel_fit", None)  # the trace fit's scalar efficiencies replace measured-kernel terms
     summary = fit.residual_summary()
     doc["calibration"] = {
         "tool": "specsim calibrate",
