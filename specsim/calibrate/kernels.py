@@ -20,7 +20,7 @@ from specsim.calibrate import kernel_tables as kt
 from specsim.errors import SpecError
 from specsim.hardware import GemmFit, HardwareSpec, KernelFit, load_hardware
 
-COMMAND = "specsim calibrate --kernels aiconfigurator --system all --backend vllm"
+COMMAND = "specsim calibrate --kernels aiconfigurator --system all --backend vllm --out hardware_profiles"
 
 
 @dataclass
