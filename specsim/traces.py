@@ -104,6 +104,8 @@ class Column:
         what = "a whole number" if self.kind == "int" else "a finite number"
         if self.minimum is not None:
             what += f" {'>' if self.exclusive else '>='} {self.minimum:g}"
+        if self.kind == "int":
+            what += f" and <= {INT_MAX:.0e}"
         if self.unit:
             what += f" ({self.unit})"
         return what
@@ -322,6 +324,11 @@ def _missing(v) -> bool:
         return False
 
 
+#: largest whole number a trace cell may hold (sequences, tokens, GPUs); far above any real
+#: value and far below int64's range, so a typo such as batch=1e20 is an error, not an overflow
+INT_MAX = 1e12
+
+
 def _convert(col: Column, raw, label: str, where):
     """One cell -> python value, or SpecError naming the column, value and line."""
     bad = lambda: _err(col.name, _short(raw), f"{col.allowed()} ({label})", where)
@@ -335,7 +342,7 @@ def _convert(col: Column, raw, label: str, where):
         if not math.isfinite(x):
             raise bad()
         if col.kind == "int":
-            if x != math.floor(x):
+            if x != math.floor(x) or abs(x) > INT_MAX:
                 raise bad()
             x = int(x)
         if col.minimum is not None and (x <= col.minimum if col.exclusive else x < col.minimum):

@@ -87,6 +87,7 @@ def _kernel_groups(
         except SpecError as exc:
             raise SpecError(exc.field, exc.value, exc.allowed, where) from None
         model = _model_cached(models, str(mname), where)
+        _check_layout(layout, model, df, rows, where)
         drafter = None
         if op == "draft":
             drafter = _drafter_cached(drafters, str(dkind), model, where)
@@ -151,6 +152,7 @@ def _engine_groups(
         except SpecError as exc:
             raise SpecError(exc.field, exc.value, exc.allowed, where) from None
         model = _model_cached(models, str(mname), where)
+        _check_layout(layout, model, df, rows, where)
         drafter = _drafter_cached(drafters, str(dkind), model, where) if k > 0 else None
         n = df["active_batch"].to_numpy(dtype=float)[rows]
         ctx = df["total_context_tokens"].to_numpy(dtype=float)[rows]
@@ -172,3 +174,12 @@ def _engine_groups(
         }
     )
     return out, table
+
+
+def _check_layout(layout: ParallelLayout, model: ModelSpec, df: pd.DataFrame, rows: np.ndarray, where: str) -> None:
+    """A trace row's layout must exist for its model (e.g. tp divides the attention heads)."""
+    try:
+        layout.check_fits_model(model, "trace")
+    except SpecError as exc:
+        line = f"row {int(rows[0]) + 1}" + (f" (and {len(rows) - 1} more)" if len(rows) > 1 else "")
+        raise SpecError(exc.field.replace("trace.", ""), exc.value, f"{exc.allowed} ({line})", where) from None

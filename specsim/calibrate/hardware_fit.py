@@ -208,6 +208,10 @@ def fit_hardware(
             "step_overhead + k * draft_overhead is determined"
         )
 
+    if free and len(measured) <= len(free):
+        raise SpecError("trace rows", len(measured),
+                        f"more than the {len(free)} parameters the rows inform ({', '.join(free)}): a fit needs at "
+                        "least one row beyond its parameters to have an error at all", ", ".join(sources or []) or None)
     prior_pred = predict({})
     values, stderr, success, message = {}, {}, True, "nothing to fit"
     while free:
