@@ -118,6 +118,7 @@ class OverheadFit:
     f_prefill: float
     fit_on: str
     rows: pd.DataFrame  # every priced row: role (fit / held-out), measured, predicted, rel_error
+    at_bound: tuple[str, ...] = ()  # parameters the non-negative fit left at 0 (not determined > 0)
 
     def summary(self) -> pd.DataFrame:
         """Median and 90th-percentile |relative error| per system, backend, model and role."""
@@ -146,7 +147,8 @@ def fit_overheads(rows: pd.DataFrame, kernel_s: np.ndarray, prefill_s: np.ndarra
     pred = kernel_s + s0 + s1 * b + f * prefill_s
     out = rows.assign(kernel_s=kernel_s, prefill_s=prefill_s, predicted_s=pred, rel_error=pred / meas - 1.0,
                       role=np.where(fit_mask, "fit", "held-out"))[ok]
-    return OverheadFit(float(s0), float(s1), float(f), fit_on, out.reset_index(drop=True))
+    at = tuple(n for n, v in (("step_overhead_s", s0), ("per_seq_overhead_s", s1), ("f_prefill", f)) if v <= 0)
+    return OverheadFit(float(s0), float(s1), float(f), fit_on, out.reset_index(drop=True), at)
 
 
 def read_silicon(root: Path) -> pd.DataFrame:

@@ -52,7 +52,8 @@ class KernelCalibration:
     def overhead_table(self) -> pd.DataFrame:
         return pd.DataFrame([{"system": s, "backend": b, "step_overhead_ms": o.step_overhead_s * 1e3,
                               "per_seq_overhead_us": o.per_seq_overhead_s * 1e6, "f_prefill": o.f_prefill,
-                              "fit_rows": int((o.rows["role"] == "fit").sum()), "split": o.fit_on}
+                              "fit_rows": int((o.rows["role"] == "fit").sum()),
+                              "at_bound": ", ".join(o.at_bound) or "-", "split": o.fit_on}
                              for (s, b), o in self.overheads.items()])
 
 
@@ -131,6 +132,8 @@ def write_fitted_profile(fit: SystemFit, cal: KernelCalibration, out_dir: Path, 
             "source": f"fitted: all-reduce latency per log2 hop, {pkg} {t['all_reduce'].table}"}
     ov, how = _overhead_for(fit.system, cal)
     if ov is not None:
+        if ov.at_bound:
+            how += f"; at the bound 0 (not determined above 0 by these rows): {', '.join(ov.at_bound)}"
         eff["step_overhead_ms"] = {"value": round(ov.step_overhead_s * 1e3, 4), "source": how}
         eff["per_seq_overhead_us"] = {"value": round(ov.per_seq_overhead_s * 1e6, 4), "source": how}
     eff["train_mfu"]["source"] = "prior (kernel and TPOT tables do not time training): " + \
@@ -145,7 +148,8 @@ def write_fitted_profile(fit: SystemFit, cal: KernelCalibration, out_dir: Path, 
     if ov is not None:
         prov["engine_overhead"] = {"split": ov.fit_on, "how": how,
                                    "fit_rows": int((ov.rows["role"] == "fit").sum()),
-                                   "held_out_rows": int((ov.rows["role"] == "held-out").sum())}
+                                   "held_out_rows": int((ov.rows["role"] == "held-out").sum()),
+                                   "at_bound_zero": list(ov.at_bound)}
     doc["kernel_fit"] = {
         "gemm": {dt: _gemm_yaml(gf) for dt, gf in kf.gemm.items()},
         "decode_attention": {"latency_us": round(kf.attn_latency_s * 1e6, 4),

@@ -82,10 +82,17 @@ def read_table(root: Path, system: str, family: str, backend: str, table: str) -
     return df, str(p.relative_to(root))
 
 
+#: smallest GEMM dimension specsim prices (Qwen2.5-3B's hidden 2048 split 8 ways); smaller
+#: table shapes (n or k of 32..128) are launch-bound toys that would only bend the fit
+GEMM_MIN_DIM = 256
+
+
 def gemm_rows(df: pd.DataFrame, dtype: str) -> pd.DataFrame:
-    """GEMM rows of one math dtype: bf16 = 'bfloat16', fp8 = per-tensor 'fp8' (else 'fp8_block')."""
+    """GEMM rows of one math dtype (bf16 = 'bfloat16', fp8 = per-tensor 'fp8', else 'fp8_block')
+    with n and k >= GEMM_MIN_DIM."""
     if df.empty:
         return df
+    df = df[(df["n"] >= GEMM_MIN_DIM) & (df["k"] >= GEMM_MIN_DIM)]
     if dtype == "bf16":
         return df[df["gemm_dtype"] == "bfloat16"]
     sub = df[df["gemm_dtype"] == "fp8"]
