@@ -180,3 +180,30 @@ def test_unsupported_layouts_are_named():
     assert df["why_not"].str.contains("MoE split").iloc[0]
     assert df["why_not"].iloc[1] == "model not in specsim's catalog"
     assert df["why_not"].iloc[2] == "disaggregated serving"
+
+
+def test_cli_show_hardware_and_calibrate_option_errors():
+    from typer.testing import CliRunner
+
+    from specsim.cli import app
+
+    r = CliRunner().invoke(app, ["show", "hardware", "gb200"])
+    assert r.exit_code == 0, r.output
+    assert "fit quality" in r.output and "still priors" in r.output and "aiconfigurator-core" in r.output
+    r = CliRunner().invoke(app, ["show", "hardware", "gb200", "--format", "json"])
+    assert r.exit_code == 0 and '"fitted_from_kernels": true' in r.output
+    r = CliRunner().invoke(app, ["calibrate", "--kernels", "bogus"])
+    assert r.exit_code == 2 and "aiconfigurator" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(app, ["calibrate"])
+    assert r.exit_code == 2 and "--kernels" in r.output
+
+
+def test_bundled_profiles_carry_kernel_fits_with_provenance():
+    for name in ("h100_sxm", "h200_sxm", "b200", "gb200"):
+        hw = load_hardware(name)
+        assert hw.kernel_fit is not None, name
+        prov = hw.kernel_fit.provenance
+        assert prov["package"].startswith("aiconfigurator-core==0.12.0")
+        assert {"gemm.bf16", "decode_attention", "moe.bf16", "all_reduce"} <= set(prov["terms"])
+        assert all(t["rows"] >= 4 for t in prov["terms"].values())
+        assert "held_out_rows" in prov["engine_overhead"]
