@@ -181,15 +181,43 @@ def validate_cmd(
 @app.command("calibrate")
 @handle_errors
 def calibrate_cmd(
-    traces: Annotated[list[str], typer.Argument(help="Trace files (kernel, engine, lengths, stages; CSV or JSONL).")],
-    hardware: Annotated[str, typer.Option("--hardware", help="Profile whose efficiency factors are fitted.")],
+    traces: Annotated[list[str] | None, typer.Argument(help="Trace files (kernel, engine, lengths, stages; CSV or JSONL).")] = None,
+    hardware: Annotated[str | None, typer.Option("--hardware", help="Profile whose efficiency factors are fitted.")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model of the traces (default: the traces' column).")] = None,
     drafter: Annotated[str | None, typer.Option("--drafter", help="Drafter kind of the SD rows (eagle3, mtp, ...).")] = None,
-    out: Annotated[str | None, typer.Option("--out", help="Write the calibrated profile YAML here.")] = None,
+    out: Annotated[str | None, typer.Option("--out", help="Write the calibrated profile YAML here (--kernels: a folder).")] = None,
     fmt: FormatOpt = Format.table,
+    kernels: Annotated[str | None, typer.Option("--kernels", help="Fit to measured kernel tables instead: aiconfigurator.")] = None,
+    system: Annotated[str, typer.Option("--system", help="With --kernels: h100_sxm, h200_sxm, b200_sxm, gb200 or all.")] = "all",
+    backend: Annotated[str, typer.Option("--backend", help="With --kernels: engine whose kernel tables are fitted.")] = "vllm",
 ) -> None:
     """Fit a hardware profile's efficiency factors (and acceptance, lengths) to traces."""
     from specsim.calibrate import calibrate
+
+    if kernels is not None:  # measured kernel tables (library: specsim.calibrate.describe)
+        from specsim.calibrate.describe import kernel_calibration_info
+
+        info = kernel_calibration_info(kernels, system, backend, out)
+        if fmt is Format.json:
+            _emit_json(info)
+            return
+        con = _console()
+        for title, key in (("kernel-term fits", "residuals"), ("engine overheads (TPOT)", "overheads"),
+                           ("held-out TPOT", "tpot")):
+            recs = info[key]
+            if recs:
+                t = _table(title, *recs[0].keys())
+                for r in recs:
+                    t.add_row(*(f"{v:.4g}" if isinstance(v, float) else str(v) for v in r.values()))
+                con.print(t)
+        for n in info["notes"]:
+            con.print(f"note: {n}")
+        for sysname, path in info["written"].items():
+            con.print(f"{sysname}: wrote {path}")
+        return
+    if not traces or hardware is None:
+        raise _bad_option("--hardware" if traces else "traces", hardware if traces else [],
+                          "trace files and --hardware (or --kernels aiconfigurator)")
 
     report = calibrate(traces, hardware, model=model, out=out, drafter_kind=drafter)
     rows = report.to_rows()

@@ -85,6 +85,38 @@ def show_model(
     con.print(t)
 
 
+@show_app.command("hardware")
+@handle_errors
+def show_hardware(
+    name: Annotated[str, typer.Argument(help="Profile name (specsim list hardware) or YAML path.")],
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Peaks, fitted terms with their fit quality, and what is still a prior."""
+    from specsim.calibrate.describe import hardware_info
+
+    info = hardware_info(name)
+    if fmt is Format.json:
+        _emit_json(info)
+        return
+    con = _console()
+    con.print(f"[bold]{info['name']}[/bold]: {info['description']}   ({info['path']})")
+    for title, key, cols in (("peaks", "peaks", ("quantity", "value", "unit", "source")),
+                             ("efficiency", "efficiency", ("parameter", "value", "unit", "source")),
+                             ("measured-kernel terms", "kernel_fit", ("term", "parameter", "value", "unit")),
+                             ("fit quality", "fit_quality", ("term", "rows", "median_abs_rel_error", "p90_abs_rel_error",
+                                                             "at_bound", "table"))):
+        if info[key]:
+            t = _table(title, *cols)
+            for r in info[key]:
+                t.add_row(*(f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c]) for c in cols))
+            con.print(t)
+    prov = info["provenance"]
+    if prov:
+        con.print(f"fitted from {prov.get('package')} ({prov.get('system')}/{prov.get('backend')}, {prov.get('date')}); "
+                  f"reproduce: {prov.get('command')}")
+    con.print("still priors: " + (", ".join(info["priors"]) or "none"))
+
+
 # ============================================================================ show drafter
 def _parse_steps(text: str) -> list[int]:
     try:
