@@ -207,3 +207,12 @@ def test_bundled_profiles_carry_kernel_fits_with_provenance():
         assert {"gemm.bf16", "decode_attention", "moe.bf16", "all_reduce"} <= set(prov["terms"])
         assert all(t["rows"] >= 4 for t in prov["terms"].values())
         assert "held_out_rows" in prov["engine_overhead"]
+
+
+def test_prior_label_is_not_stacked_by_a_refit():
+    from specsim.calibrate.kernel_report import _label_prior
+
+    entry = {"source": "prior: vLLM overhead, order of magnitude"}
+    for _ in range(3):
+        _label_prior(entry, "prior (no tables): ")
+    assert entry["source"] == "prior (no tables): vLLM overhead, order of magnitude"
