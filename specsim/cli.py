@@ -37,6 +37,7 @@ from rich.table import Table
 
 from specsim import __version__
 from specsim.errors import LayoutError, SpecError
+from specsim.model import drafter_kind, drafter_kind_names
 from specsim.report.tables import jsonable
 from specsim.scenario import ScenarioError
 
@@ -385,7 +386,8 @@ def show_drafter(
     hw = load_hardware(hardware)
     layout = _layout(target, tp=tp, weight_dtype=weight_dtype)
 
-    if kind in ("self_quant", "ngram"):
+    spec = drafter_kind(kind)
+    if not (spec.goes_stale and spec.retrainable):
         for opt, val, default in (("--tau-after", tau_after, None), ("--rate-per-version", rate_per_version, None),
                                   ("--update-every", update_every, 0)):
             if val != default:
@@ -521,7 +523,7 @@ DOCTOR_MIN_MAX_LENGTH_SEQUENCES_IN_KV = 8
 #: plausibly seen to reach: EAGLE-3 heads reach ~4–6 on easy chat at low temperature; native MTP
 #: (one or two heads) ~2–4; a 4-bit self-drafter accepts most tokens but pays a big draft pass;
 #: n-gram / suffix lookup rarely passes ~2–3 outside copy-heavy text.
-DOCTOR_MAX_TAU = {"eagle3": 6.0, "mtp": 4.0, "self_quant": 5.0, "ngram": 3.0}
+DOCTOR_MAX_TAU = {name: drafter_kind(name).plausible_max_tau for name in drafter_kind_names()}  # catalog/drafters.yaml
 
 
 def doctor_warnings(world) -> list[str]:

@@ -40,6 +40,7 @@ import pandas as pd
 
 from specsim.errors import SpecError
 from specsim.hardware import DTYPE_BYTES
+from specsim.model import drafter_kind_names
 
 __all__ = [
     "FORMATS",
@@ -62,7 +63,7 @@ __all__ = [
 
 FILE_FIELD = "(file)"
 KERNEL_OPS = ("decode", "verify", "prefill", "draft")
-DRAFTER_KINDS = ("eagle3", "mtp", "self_quant", "ngram")
+DRAFTER_KINDS = drafter_kind_names()  # the registry, catalog/drafters.yaml
 _JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 _KIND_ALIASES = {
     "kernel": "kernel",
