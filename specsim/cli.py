@@ -347,7 +347,7 @@ def _parse_steps(text: str) -> list[int]:
 @handle_errors
 def show_drafter(
     model: Annotated[str, typer.Option("--model", help="Target (policy) model.")] = "Qwen3-8B",
-    kind: Annotated[str, typer.Option(help="eagle3 | mtp | self_quant | ngram")] = "eagle3",
+    kind: Annotated[str, typer.Option(help=" | ".join(drafter_kind_names()))] = "eagle3",
     tau: Annotated[float | None, typer.Option(help="Fresh mean acceptance length (tokens per verify) at --tau-k.")] = None,
     tau_k: Annotated[int, typer.Option("--tau-k", help="Draft length --tau was measured at.")] = 3,
     alpha: Annotated[float | None, typer.Option(help="Per-token acceptance instead of --tau.")] = None,
@@ -365,6 +365,7 @@ def show_drafter(
     context: Annotated[int, typer.Option(help="Context (tokens) for the batch-1 cost.")] = 1024,
     weight_dtype: Annotated[str, typer.Option(help="Policy weight dtype.")] = "bf16",
     draft_vocab: Annotated[int | None, typer.Option(help="EAGLE-3 draft vocabulary (default: catalog).")] = None,
+    tree: Annotated[str | None, typer.Option(help="Draft tree: children per node at depths 1..D, e.g. 4,2,1.")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """A drafter's acceptance (τ by draft length and over RL steps) and its cost at batch 1."""
@@ -428,6 +429,9 @@ def show_drafter(
             "heterogeneity": acc.concentration, "staleness_rate_per_version": acc.staleness.decay_per_version,
             "floor_alpha": acc.staleness.floor_alpha, "update_every_steps": acc.update_every_steps,
             "tau_by_k": by_k, "k": k, "over_steps": over_steps, "cost_batch1": cost}
+    if tree is not None:  # sd: the tree's expected accepted length (workload/tree.py)
+        from specsim.workload.tree import parse_branching, tree_summary
+        info["tree"] = tree_summary(acc, parse_branching(tree))
     if fmt is Format.json:
         _emit_json(info)
         return
@@ -458,6 +462,11 @@ def show_drafter(
     t.add_row(f"SD step (k={k} drafts + verify, with overheads)", f"{cost[f'sd_step_k{k}_ms']:.3f} ms")
     t.add_row("decode step (with overheads)", f"{cost['decode_step_ms']:.3f} ms")
     con.print(t)
+    if "tree" in info:
+        tr = info["tree"]
+        con.print(f"tree {tr['branching']} ({tr['tree_tokens']} draft tokens, depth {tr['depth']}): expected accepted "
+                  f"length τ = {tr['tau']:.3f} ({tr['expected_accepted_tokens']:.3f} drafts accepted; chain of the "
+                  f"same depth {tr['chain_tau_same_depth']:.3f}; sibling factor {tr['sibling_factor']:g})")
 
 
 # ============================================================================ show lengths

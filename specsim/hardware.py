@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from specsim.cost.sd_costs import SDCosts, load_sd_costs
 from specsim.errors import SpecError, load_yaml_text
 
 PROFILE_DIR = Path(__file__).resolve().parent / "hardware_profiles"
@@ -60,6 +61,7 @@ class HardwareSpec:
     efficiency: Efficiency
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     path: str | None = field(default=None, compare=False)
+    sd_costs: SDCosts = field(default_factory=SDCosts)  # optional `sd_costs:` block (cost/sd_costs.py)
 
     def flops_per_s(self, dtype: str) -> float:
         """Peak dense FLOP/s for a math dtype; 4-bit weights run W4A16 at the bf16 rate."""
@@ -172,6 +174,7 @@ def load_hardware(name_or_path: str) -> HardwareSpec:
         efficiency=Efficiency(**eff),
         sources=sources,
         path=where,
+        sd_costs=load_sd_costs(doc.get("sd_costs"), where),
     )
 
 

@@ -262,9 +262,10 @@ def drafter_arch(kind: str, target: ModelSpec, draft_vocab: int | None = None,
                  draft_ffn: int | None = None) -> DrafterArch:
     """The architecture of a drafter for `target`, by the registry's cost shape.
 
-    head (eagle3): one decoder layer (target's attention shape; dense FFN of `draft_ffn`, default
-      the target's dense FFN or, for MoE targets, top_k·expert_ffn) + a fusion fc
-      (fusion_inputs·h → h) + an LM head over `draft_vocab` tokens (EAGLE-3's reduced vocabulary).
+    head (eagle3): one decoder layer (target's attention shape with a 2h input to q/k/v; dense FFN
+      of `draft_ffn`, default the target's dense FFN or, for MoE targets, top_k·expert_ffn) + a
+      fusion fc (fusion_inputs·h → h) + an LM head over `draft_vocab` tokens (EAGLE-3's reduced
+      vocabulary, 32000; the draft-to-target token map is a lookup).
     mtp: one target-shaped layer (MoE if the target is) + an eh_proj (2h→h) + the full LM head.
     self (self_quant): the target itself at weight_bits-bit weights.
     ngram: no GPU pass.
@@ -278,6 +279,9 @@ def drafter_arch(kind: str, target: ModelSpec, draft_vocab: int | None = None,
         return DrafterArch(kind, replace(target, name=f"{target.name}-w{bits}"), "int4" if bits == 4 else "int8", source)
     fusion = int(spec.fusion_inputs or 1) * target.hidden * target.hidden
     if spec.cost_shape == "head":
+        # EAGLE-3's layer takes [token embedding ; hidden state] (2h) into its q/k/v projections:
+        # h·(n_h·d + 2·n_kv·d) weights on top of a standard attention block
+        fusion += target.hidden * (target.heads + 2 * target.kv_heads) * target.head_dim
         vocab = int(draft_vocab or spec.draft_vocab or target.vocab)
         ffn = int(draft_ffn or target.ffn or (target.moe.top_k * target.moe.expert_ffn))
         if vocab <= 0 or ffn <= 0:

@@ -81,8 +81,8 @@ def acceptance_model(sc: Scenario) -> DrafterAcceptance:
     spec = drafter_kind(d.kind)
     st = d.staleness
     if not spec.goes_stale:
-        for fld, val in (("rate_per_version", st.rate_per_version), ("tau_after", st.tau_after)):
-            if val is not None:
+        for fld, val in (("rate_per_version", st.rate_per_version or None), ("tau_after", st.tau_after)):
+            if val is not None:  # a rate of 0 changes nothing and is allowed
                 raise SpecError(f"drafter.staleness.{fld}", val,
                                 f"omitted for a {d.kind} drafter (it never goes stale; see catalog/drafters.yaml)")
         if st.floor_alpha:
@@ -151,7 +151,9 @@ def resolve(sc: Scenario) -> World:
         acc = acceptance_model(sc)
         resp = length_distribution(w.response_tokens, "workload.response_tokens", base_dir)
         prompt = length_distribution(w.prompt_tokens, "workload.prompt_tokens", base_dir)
-        table = step_cost_table(model, arch if uses_drafter else None, hw, layout, r.max_batch, policy.ks)
+        table = step_cost_table(model, arch if uses_drafter else None, hw, layout, r.max_batch, policy.ks,
+                                first_pass_q={k: acc.tau(k, tree=policy.tree_for(k)) for k in policy.ks if k},
+                                tree_branching=policy.tree.branching if policy.tree else None)
         trainer = training_layout(sc, model, hw)
     except SpecError as exc:
         raise ScenarioError(exc.where or file, exc.field, exc.value, f"must be {exc.allowed}") from None

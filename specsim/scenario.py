@@ -201,6 +201,8 @@ class SpeculationSection(Strict):
     k: int = Field(default=3, ge=0, le=32)
     max_batch: int = Field(default=64, ge=1)
     k_max: int = Field(default=7, ge=1, le=32)
+    tree_branching: list[int] | None = Field(default=None, description="draft tree: children per node at depths 1..k (sd)")
+    tree_sibling_factor: float | None = Field(default=None, ge=0, le=1, description="tree sibling factor rho (sd; default 0.5)")
 
     @field_validator("policy", mode="before")
     @classmethod

@@ -249,16 +249,17 @@ class DrafterAcceptance:
         """Mean alpha at RL step ``step`` (staleness since the last update)."""
         return self.alpha_at_version(self.versions_since_update(step))
 
-    def tau(self, k: int, step: int = 0) -> float:
+    def tau(self, k: int, step: int = 0, tree=None) -> float:
         """tau an engine reports at draft length k and RL step ``step``: tokens / verify steps.
 
         The ratio of sums over every verify step of a rollout, 1 / E[1 / tau(alpha_i)] with
         alpha_i ~ Beta around alpha_at_step(step) (:func:`specsim.workload.population.reported_tau`);
         equals expected_tokens_per_verify(alpha_at_step(step), k, decay) for a homogeneous drafter.
         A configured ``drafter.tau`` round-trips: ``from_tau(kind, tau, k).tau(k) == tau``.
+        `tree` (workload.tree.TreeShape of depth k): the tau of drafting that tree instead of a chain.
         """
         kk = _k_int(k)
-        return reported_tau(float(self.alpha_at_step(step)), kk, self.decay, self.concentration)
+        return reported_tau(float(self.alpha_at_step(step)), kk, self.decay, self.concentration, tree)
 
     def sample_alphas(self, rng: np.random.Generator, n: int, step: int = 0) -> np.ndarray:
         """Per-sequence alphas (n,) at RL step ``step``: Beta around alpha_at_step(step)."""

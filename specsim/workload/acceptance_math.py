@@ -165,15 +165,28 @@ def expected_tokens_per_verify(alpha, k, decay=1.0):
     return _scalar_out(out, scalar)
 
 
-def tokens_per_verify_pmf(alpha, k: int, decay=1.0) -> np.ndarray:
+def _tree_positions(a: np.ndarray, kk: int, decay, tree) -> np.ndarray:
+    """Per-depth acceptance of a token tree (workload/tree.py), shape a.shape + (k,); k must be its depth."""
+    from specsim.workload.tree import tree_depth_acceptance  # tree.py builds on this module
+
+    if tree.depth != kk:
+        raise SpecError("speculation.k", kk, f"the tree's depth {tree.depth} (speculation.tree_branching)")
+    return tree_depth_acceptance(a, tree, float(_decay_array(decay)))
+
+
+def tokens_per_verify_pmf(alpha, k: int, decay=1.0, tree=None) -> np.ndarray:
     """P(emitted = 1), ..., P(emitted = k + 1), shape (..., k + 1) over broadcast alpha and decay.
 
     P(emitted = j + 1) = S_j - S_{j+1} with S_0 = 1, S_{k+1} = 0 and S_j = P(accepted >= j).
+    `tree` (a workload.tree.TreeShape of depth k): S_j is the tree's longest-accepted-path law.
     """
     a = _alpha_array(alpha)
     kk = _k_int(k)
     d = _decay_array(decay)
-    s = _survival(a, np.asarray(kk), d)
+    if tree is not None:
+        s = np.cumprod(_tree_positions(a, kk, decay, tree), axis=-1)
+    else:
+        s = _survival(a, np.asarray(kk), d)
     shape = s.shape[:-1]
     full = np.concatenate([np.ones(shape + (1,)), s, np.zeros(shape + (1,))], axis=-1)
     return np.clip(full[..., :-1] - full[..., 1:], 0.0, 1.0)
@@ -248,18 +261,20 @@ def _check_rng(rng) -> None:
         raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
 
 
-def sample_tokens_per_verify(rng: np.random.Generator, alpha_per_seq, k: int, decay: float = 1.0) -> np.ndarray:
+def sample_tokens_per_verify(rng: np.random.Generator, alpha_per_seq, k: int, decay: float = 1.0,
+                             tree=None) -> np.ndarray:
     """One verify step for each sequence: tokens emitted (int64, 1..k+1), same shape as alpha_per_seq.
 
     Draws k uniforms per sequence (array shape alpha.shape + (k,)); draft position j is accepted
     when u_j < alpha_i d^(j-1); emitted = 1 + number of leading accepts. The caller clips to the
-    tokens a response still has left.
+    tokens a response still has left. `tree` (depth k): depth j is reached when one of the
+    accepted parent's children is accepted, probability beta_j (workload/tree.py).
     """
     _check_rng(rng)
     a = _alpha_array(alpha_per_seq)
     kk = _k_int(k)
     d = float(_decay_array(decay))
     u = rng.random(a.shape + (kk,))
-    alpha_j = a[..., None] * d ** np.arange(kk)
+    alpha_j = a[..., None] * d ** np.arange(kk) if tree is None else _tree_positions(a, kk, d, tree)
     leading = np.cumprod(u < alpha_j, axis=-1).sum(axis=-1)
     return (1 + leading).astype(np.int64)

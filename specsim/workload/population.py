@@ -28,6 +28,7 @@ import numpy as np
 from scipy import optimize, special, stats
 
 from specsim.errors import SpecError
+from specsim.workload.tree import tree_expected_tokens
 from specsim.workload.acceptance_math import (
     _EPS_RTOL,
     _alpha_array,
@@ -64,11 +65,18 @@ def beta_nodes(m: float, c: float | None) -> tuple[np.ndarray, np.ndarray]:
     return np.clip(x, 0.0, 1.0), w
 
 
-def reported_tau(m: float, k: int, d: float = 1.0, c: float | None = None) -> float:
-    """tau an engine reports (ratio of sums, per-verify-step weighting): 1 / E[1 / tau(alpha)]."""
+def reported_tau(m: float, k: int, d: float = 1.0, c: float | None = None, tree=None) -> float:
+    """tau an engine reports (ratio of sums, per-verify-step weighting): 1 / E[1 / tau(alpha)].
+
+    `tree` (a workload.tree.TreeShape of depth k): per-sequence tau is the tree's expected
+    accepted length + 1 instead of the chain's."""
     if k == 0:
         return 1.0
     x, w = beta_nodes(m, c)
+    if tree is not None:
+        if tree.depth != k:
+            raise SpecError("speculation.k", k, f"the tree's depth {tree.depth}")
+        return float(1.0 / np.sum(w / np.atleast_1d(tree_expected_tokens(x, tree, d))))
     if x.size == 1:
         return _tau_scalar(float(x[0]), k, d)
     return float(1.0 / np.sum(w / expected_tokens_per_verify(x, k, d)))
