@@ -100,6 +100,8 @@ def from_section(section) -> SDPolicy:
     `tree_branching` [b_1, ..., b_D] (optional): draft a token tree of depth D = k instead of a
     chain (workload/tree.py); `tree_sibling_factor` its sibling factor rho (default 0.5).
     """
+    if section.policy == "off":  # k and the tree are unused without SD (the baselines set this)
+        return SDPolicy("off")
     branching = getattr(section, "tree_branching", None)
     tree = None
     if branching:
