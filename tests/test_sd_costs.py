@@ -66,12 +66,12 @@ def test_steps_past_the_captured_cuda_graphs_pay_eager_launches():
     sd = GB200.sd_costs
     k = 3
     n_at = sd.cuda_graph_max_tokens // (k + 1)  # verify of exactly max tokens: still captured
-    smooth = lambda n: _t(verify_cost(Q8B, GB200, TP1, n, k), 0.0)  # noqa: E731
-    f = lambda n: _t(step_cost(Q8B, NGRAM, GB200, TP1, float(n), k), 0.0)  # noqa: E731
+    smooth = lambda n: _t(verify_cost(Q8B, GB200, TP1, n, k), 0.0)
+    f = lambda n: _t(step_cost(Q8B, NGRAM, GB200, TP1, float(n), k), 0.0)
     jump = (f(n_at + 1) - f(n_at)) - (smooth(n_at + 1.0) - smooth(float(n_at)))
     assert jump == pytest.approx(Q8B.layers * sd.eager_layer_overhead_s, rel=0.05)
     # a decode step of max_batch 256 sequences stays inside the captured sizes
-    ar = lambda n: _t(step_cost(Q8B, None, GB200, TP1, float(n), 0), 0.0) - _t(decode_cost(Q8B, GB200, TP1, float(n)), 0.0)  # noqa: E731
+    ar = lambda n: _t(step_cost(Q8B, None, GB200, TP1, float(n), 0), 0.0) - _t(decode_cost(Q8B, GB200, TP1, float(n)), 0.0)
     assert ar(256) - ar(255) < 0.5 * Q8B.layers * sd.eager_layer_overhead_s
     assert ar(513) - ar(512) > Q8B.layers * sd.eager_layer_overhead_s  # past 512 a decode runs eagerly too
 

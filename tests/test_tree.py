@@ -5,10 +5,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from engine_helpers import make_config
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine_helpers import make_config
 from specsim.cost.forward import step_cost, tree_step_cost
 from specsim.cost.layout import ParallelLayout
 from specsim.errors import SpecError

@@ -1,7 +1,7 @@
 """Forward-pass time of a batch under TP/EP/PP: prefill, decode (q=1), verify (q=k+1), draft.
 
 A pass over B sequences, sequence i bringing q_i new tokens on top of c_i cached ones, costs per
-layer (per GPU, after TP/EP sharding; see DESIGN.md "Forward pass"):
+layer (per GPU, after TP/EP sharding):
 
 * linear ops: FLOPs 2·T·params, bytes = weights touched (T = Σq_i);
 * MoE: the expected distinct experts hit by T routed tokens, E·(1 − (1 − top_k/E)^T), are read;
@@ -15,7 +15,8 @@ layer (per GPU, after TP/EP sharding; see DESIGN.md "Forward pass"):
 Because the attention-over-cache op is linear in Σc for a fixed q, a pass with uniform q is an
 affine function of the total context C = Σc_i:  t(C) = fixed_s + per_ctx_token_s · C.  The
 engine integrates whole segments of steps in closed form from these two coefficients.
-Fixed per-step overheads (scheduler, sampler, launches) are added by `step_coeffs`, not here.
+Whole engine steps (draft passes + verify, the sampler, the SD overheads, fixed per-step
+overheads) are composed in cost/step.py (`step_cost`, `tree_step_cost`, `step_cost_table`).
 """
 
 from __future__ import annotations

@@ -48,10 +48,10 @@ from specsim.workload.population import mean_alpha_from_tau, reported_tau, sampl
 
 __all__ = [
     "DrafterAcceptance",
-    "reported_tau",
     "Staleness",
     "alpha_from_tau",
     "expected_tokens_per_verify",
+    "reported_tau",
     "sample_sequence_alphas",
     "sample_tokens_per_verify",
     "staleness_from_taus",

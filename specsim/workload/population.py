@@ -28,7 +28,6 @@ import numpy as np
 from scipy import optimize, special, stats
 
 from specsim.errors import SpecError
-from specsim.workload.tree import tree_expected_tokens
 from specsim.workload.acceptance_math import (
     _EPS_RTOL,
     _alpha_array,
@@ -39,6 +38,7 @@ from specsim.workload.acceptance_math import (
     alpha_from_tau,
     expected_tokens_per_verify,
 )
+from specsim.workload.tree import tree_expected_tokens
 
 __all__ = ["beta_nodes", "mean_alpha_from_tau", "plain_mean_tau", "reported_tau", "sample_sequence_alphas"]
 
