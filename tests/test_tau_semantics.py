@@ -85,3 +85,14 @@ def test_check_with_tau_just_above_one_is_no_internal_error():
          "--set", "drafter.tau_at_k=4"], capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
     assert "internal error" not in (proc.stdout + proc.stderr).lower()
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_tau_after_and_general_tau_mean_the_reported_tau_too():
+    from specsim.workload.acceptance import staleness_from_taus
+
+    st_ = staleness_from_taus(3.32, 2.2, 50, 3, concentration=4.0)
+    acc = DrafterAcceptance.from_tau("eagle3", 3.32, 3, concentration=4.0, staleness=st_)
+    assert acc.tau(3, 0) == pytest.approx(3.32, abs=1e-9)
+    assert acc.tau(3, 50) == pytest.approx(2.2, abs=1e-9)
+    stale = DrafterAcceptance("eagle3", float(acc.alpha_at_step(50)), concentration=4.0)
+    assert _measured_tau(stale, 3) == pytest.approx(2.2, rel=0.01)
