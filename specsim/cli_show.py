@@ -12,6 +12,7 @@ import typer
 
 from specsim import cli_common as common
 from specsim.cli_common import Format, FormatOpt, HardwareOpt, SetOpt, handle_errors, option_errors
+from specsim.model import drafter_kind, drafter_kind_names
 
 # the command bodies' short names for the shared helpers
 _bad_option, _b, _console, _emit_json = common.bad_option, common.billions, common.console, common.emit_json
@@ -132,7 +133,7 @@ def _parse_steps(text: str) -> list[int]:
 @handle_errors
 def show_drafter(
     model: Annotated[str, typer.Option("--model", help="Target (policy) model.")] = "Qwen3-8B",
-    kind: Annotated[str, typer.Option(help="eagle3 | mtp | self_quant | ngram")] = "eagle3",
+    kind: Annotated[str, typer.Option(help=" | ".join(drafter_kind_names()))] = "eagle3",
     tau: Annotated[float | None, typer.Option(help="Fresh mean acceptance length (tokens per verify) at --tau-k.")] = None,
     tau_k: Annotated[int, typer.Option("--tau-k", help="Draft length --tau was measured at.")] = 3,
     alpha: Annotated[float | None, typer.Option(help="Per-token acceptance instead of --tau.")] = None,
@@ -150,12 +151,13 @@ def show_drafter(
     context: Annotated[int, typer.Option(help="Context (tokens) for the batch-1 cost.")] = 1024,
     weight_dtype: Annotated[str, typer.Option(help="Policy weight dtype.")] = "bf16",
     draft_vocab: Annotated[int | None, typer.Option(help="EAGLE-3 draft vocabulary (default: catalog).")] = None,
+    tree: Annotated[str | None, typer.Option(help="Draft tree: children per node at depths 1..D, e.g. 4,2,1.")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """A drafter's acceptance (τ by draft length and over RL steps) and its cost at batch 1."""
     from specsim.hardware import load_hardware
     from specsim.model import drafter_arch, load_model
-    from specsim.show import STALE_FREE_KINDS, drafter_acceptance, drafter_report, model_layout
+    from specsim.show import drafter_acceptance, drafter_report, model_layout, tree_report
 
     if (tau is None) == (alpha is None):
         raise _bad_option("--tau/--alpha", {"tau": tau, "alpha": alpha}, "exactly one of --tau (with --tau-k) or --alpha")
@@ -169,7 +171,8 @@ def show_drafter(
     hw = load_hardware(hardware)
     with option_errors():
         layout = model_layout(target, tp=tp, weight_dtype=weight_dtype)
-    if kind in STALE_FREE_KINDS:
+    spec = drafter_kind(kind)
+    if not (spec.goes_stale and spec.retrainable):
         for opt, val, default in (("--tau-after", tau_after, None), ("--rate-per-version", rate_per_version, None),
                                   ("--update-every", update_every, 0)):
             if val != default:
@@ -182,6 +185,8 @@ def show_drafter(
                              tau_after=tau_after, after_versions=after_versions, rate_per_version=rate_per_version,
                              floor_alpha=floor_alpha, update_every=update_every)
     info = drafter_report(acc, arch, target, hw, layout, k=k, steps=step_list, context=context)
+    if tree is not None:
+        info["tree"] = tree_report(acc, tree)
     cost = info["cost_batch1"]
     if fmt is Format.json:
         _emit_json(info)
@@ -213,6 +218,11 @@ def show_drafter(
     t.add_row(f"SD step (k={k} drafts + verify, with overheads)", f"{cost[f'sd_step_k{k}_ms']:.3f} ms")
     t.add_row("decode step (with overheads)", f"{cost['decode_step_ms']:.3f} ms")
     con.print(t)
+    if "tree" in info:
+        tr = info["tree"]
+        con.print(f"tree {tr['branching']} ({tr['tree_tokens']} draft tokens, depth {tr['depth']}): expected accepted "
+                  f"length τ = {tr['tau']:.3f} ({tr['expected_accepted_tokens']:.3f} drafts accepted; chain of the "
+                  f"same depth {tr['chain_tau_same_depth']:.3f}; sibling factor {tr['sibling_factor']:g})")
 
 
 # ============================================================================ show lengths

@@ -8,6 +8,8 @@ and checked. Warnings never fail a scenario; bad input fails earlier, in the loa
 
 from __future__ import annotations
 
+from specsim.model import drafter_kind, drafter_kind_names
+
 #: Documented heuristics (not physics, not fitted): warn — never fail — when a scenario leaves the
 #: range where the models were built and checked.
 #: Draft lengths beyond 8 are rarely useful: acceptance compounds, so τ saturates while the verify
@@ -21,7 +23,7 @@ DOCTOR_MIN_MAX_LENGTH_SEQUENCES_IN_KV = 8
 #: plausibly seen to reach: EAGLE-3 heads reach ~4–6 on easy chat at low temperature; native MTP
 #: (one or two heads) ~2–4; a 4-bit self-drafter accepts most tokens but pays a big draft pass;
 #: n-gram / suffix lookup rarely passes ~2–3 outside copy-heavy text.
-DOCTOR_MAX_TAU = {"eagle3": 6.0, "mtp": 4.0, "self_quant": 5.0, "ngram": 3.0}
+DOCTOR_MAX_TAU = {name: drafter_kind(name).plausible_max_tau for name in drafter_kind_names()}  # catalog/drafters.yaml
 
 
 def max_length_sequences_in_kv(world) -> int:

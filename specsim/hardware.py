@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from specsim.cost.sd_costs import SDCosts, load_sd_costs
 from specsim.errors import SpecError, load_yaml_text
 
 PROFILE_DIR = Path(__file__).resolve().parent / "hardware_profiles"
@@ -110,6 +111,7 @@ class HardwareSpec:
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     path: str | None = field(default=None, compare=False)
     kernel_fit: KernelFit | None = None
+    sd_costs: SDCosts = field(default_factory=SDCosts)  # optional `sd_costs:` block (cost/sd_costs.py)
 
     def flops_per_s(self, dtype: str) -> float:
         """Peak dense FLOP/s for a math dtype; 4-bit weights run W4A16 at the bf16 rate."""
@@ -226,6 +228,7 @@ def load_hardware(name_or_path: str) -> HardwareSpec:
         sources=sources,
         path=where,
         kernel_fit=_kernel_fit(doc.get("kernel_fit"), where),
+        sd_costs=load_sd_costs(doc.get("sd_costs"), where),
     )
 
 

@@ -22,10 +22,6 @@ from specsim.model import DrafterArch, ModelSpec
 
 GB = 1e9
 
-#: Drafter kinds that never go stale and are never retrained: a 4-bit copy of the policy follows
-#: every policy update for free, and an n-gram lookup has no weights.
-STALE_FREE_KINDS = ("self_quant", "ngram")
-
 #: Draft lengths of the "τ by draft length" table.
 TABLE_DRAFT_LENGTHS = range(1, 9)
 
@@ -54,7 +50,8 @@ def model_report(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, *, 
     whether batch·(context+1) tokens fit the replica's KV capacity. Raises LayoutError when the
     weights do not fit.
     """
-    from specsim.cost.forward import decode_cost, math_dtype, step_cost, verify_cost
+    from specsim.cost.forward import decode_cost, math_dtype, verify_cost
+    from specsim.cost.step import step_cost
     from specsim.cost.memory import memory_plan
     from specsim.cost.roofline import ridge_point
     from specsim.hardware import DTYPE_BYTES
@@ -114,7 +111,8 @@ def drafter_report(acc, arch: DrafterArch, target: ModelSpec, hw: HardwareSpec, 
     `k` at each RL step of `steps`; and batch-1 costs at `context` tokens: the draft pass, the
     policy's decode pass, their ratio c, an SD step (k drafts + verify, with overheads) and an AR
     decode step."""
-    from specsim.cost.forward import decode_cost, draft_cost, step_cost
+    from specsim.cost.forward import decode_cost, draft_cost
+    from specsim.cost.step import step_cost
     from specsim.cost.memory import drafter_weight_bytes_per_gpu
 
     by_k = [{"k": kk, "tau": acc.tau(kk, 0)} for kk in TABLE_DRAFT_LENGTHS]
@@ -164,3 +162,10 @@ def lengths_report(sc, *, samples: int | None = None, step: int = 0) -> dict:
             "group_correlation": w.group_correlation, "step": step,
             "growth": float(growth_factor(step, w.length_growth_per_step)), "seed": sc.seed,
             "summary": length_summary(lengths, w.max_response_tokens)}
+
+
+def tree_report(acc, branching: str) -> dict:
+    """A draft tree's expected accepted length under `acc` (workload/tree.py), for `show drafter --tree`."""
+    from specsim.workload.tree import parse_branching, tree_summary
+
+    return tree_summary(acc, parse_branching(branching))

@@ -8,6 +8,7 @@ from typing import Any
 
 from specsim.errors import SpecError
 from specsim.hardware import DTYPE_BYTES
+from specsim.model import drafter_kind_names
 
 
 #: largest whole number a trace cell may hold (sequences, tokens, GPUs); far above any real
@@ -17,7 +18,7 @@ INT_MAX = 1e12
 
 FILE_FIELD = "(file)"
 KERNEL_OPS = ("decode", "verify", "prefill", "draft")
-DRAFTER_KINDS = ("eagle3", "mtp", "self_quant", "ngram")
+DRAFTER_KINDS = drafter_kind_names()  # the registry, catalog/drafters.yaml
 _JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 _KIND_ALIASES = {
     "kernel": "kernel",

@@ -13,9 +13,9 @@ from specsim.cost.forward import (
     expected_experts_hit,
     forward_time_s,
     pass_cost,
-    step_cost,
     verify_cost,
 )
+from specsim.cost.step import step_cost
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.memory import memory_plan, weight_bytes_per_gpu
 from specsim.cost.roofline import ridge_point

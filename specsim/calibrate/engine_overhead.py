@@ -29,7 +29,8 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
-from specsim.cost.forward import prefill_time_s, step_cost
+from specsim.cost.forward import prefill_time_s
+from specsim.cost.step import step_cost
 from specsim.cost.layout import ParallelLayout
 from specsim.errors import SpecError
 from specsim.hardware import HardwareSpec

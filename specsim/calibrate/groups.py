@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specsim.cost.forward import draft_cost, pass_cost, step_cost
+from specsim.cost.forward import draft_cost, pass_cost
+from specsim.cost.step import step_cost
 from specsim.cost.layout import ParallelLayout
 from specsim.errors import SpecError
 from specsim.hardware import HardwareSpec

@@ -355,7 +355,7 @@ def drafter_update_s(drafter: DrafterArch, hw: HardwareSpec, tl: TrainingLayout,
     `hidden_states_cached=False` a policy forward (2·N·f·ΣL + 4·layers·n_h·d·f·ΣL²/2 FLOPs,
     at the same MFU) is added. eagle3's model has its draft vocabulary; mtp's the full LM head.
     Not for self_quant (see requantize_s) or ngram (0)."""
-    if drafter.model is None or drafter.kind == "self_quant":
+    if drafter.model is None or not drafter.spec.retrainable:
         return 0.0
     L = np.asarray(seq_tokens, dtype=float)
     f = float(token_fraction)
@@ -372,7 +372,7 @@ def requantize_s(model: ModelSpec, hw: HardwareSpec, rollout: ParallelLayout, dr
     weights (a memory-bound pass: read the rollout-dtype shard, write the quantized one):
         t = (shard bytes in the rollout dtype + shard bytes in the drafter dtype) / (HBM bw · eff)
     The absmax/scale arithmetic is a few FLOPs per weight, far below the ridge point."""
-    if drafter.kind != "self_quant" or drafter.model is None:
+    if not drafter.spec.requantized_at_sync or drafter.model is None:
         return 0.0
     read = weight_bytes_per_gpu(model, rollout)
     write = weight_bytes_per_gpu(model, rollout, drafter.weight_dtype or rollout.weight_dtype)

@@ -22,6 +22,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from specsim.scenario.base import ScenarioError, Strict, _bad, _Raw  # noqa: F401 (re-exported)
 from specsim.scenario.paths import MAX_SWEEP_ROWS, path_problem, sweep_rows  # noqa: F401 (re-exported)
+from specsim.model import drafter_kind_names
 
 DType = Literal["bf16", "fp16", "fp8", "int8", "fp4", "int4"]
 
@@ -135,7 +136,7 @@ class DrafterSection(Strict):
     (tokens per verify, as vLLM/NeMo-RL report it) measured at draft length `tau_at_k`, or the
     per-token acceptance `alpha` directly."""
 
-    kind: Literal["eagle3", "mtp", "self_quant", "ngram"] = "eagle3"
+    kind: Literal[drafter_kind_names()] = "eagle3"  # the registry, catalog/drafters.yaml
     tau: float | None = Field(default=None, ge=1, le=33)
     tau_at_k: int = Field(default=3, ge=1, le=32)
     alpha: float | None = Field(default=None, ge=0, lt=1)
@@ -153,8 +154,9 @@ class DrafterSection(Strict):
 
     @model_validator(mode="after")
     def _acceptance_given(self):
-        if (self.tau is None) == (self.alpha is None):
-            raise _bad("tau", self.tau, "give exactly one of tau (with tau_at_k) or alpha")
+        has_tau = self.tau is not None or (self.init == "general" and self.general_tau is not None)
+        if has_tau == (self.alpha is not None):
+            raise _bad("tau", self.tau, "give exactly one of tau (with tau_at_k) or alpha (init: general: general_tau)")
         if self.tau is not None and self.tau > self.tau_at_k + 1:
             raise _bad("tau", self.tau, f"must be <= tau_at_k + 1 = {self.tau_at_k + 1} (at most k accepted + 1 bonus token per verify)")
         if self.init == "general" and self.general_tau is None and self.tau is not None:
@@ -170,6 +172,8 @@ class SpeculationSection(Strict):
     k: int = Field(default=3, ge=0, le=32)
     max_batch: int = Field(default=64, ge=1)
     k_max: int = Field(default=7, ge=1, le=32)
+    tree_branching: list[int] | None = Field(default=None, description="draft tree: children per node at depths 1..k")
+    tree_sibling_factor: float | None = Field(default=None, ge=0, le=1, description="tree sibling factor rho (default 0.5)")
 
 
 class PipelineSection(Strict):

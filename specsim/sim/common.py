@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specsim.cost.forward import StepCostTable
+from specsim.cost.step import StepCostTable
 from specsim.errors import InvariantError
 from specsim.speculation import PolicyContext, SDPolicy
 

@@ -50,12 +50,12 @@ class _StepLaw:
     skew1: np.ndarray
 
 
-def _step_law(alphas: np.ndarray, k: int, decay: float) -> _StepLaw:
+def _step_law(alphas: np.ndarray, k: int, decay: float, tree=None) -> _StepLaw:
     if k == 0:
         one = np.ones_like(alphas, dtype=float)
         zero = np.zeros_like(one)
         return _StepLaw(one, one, zero, zero, zero)
-    pmf = tokens_per_verify_pmf(alphas, k, decay)
+    pmf = tokens_per_verify_pmf(alphas, k, decay, tree=tree)
     x = np.arange(1, k + 2, dtype=float)
     mu = pmf @ x
     dev = x[None, :] - mu[:, None]
@@ -209,7 +209,7 @@ def run_fast(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator) -> E
 
     def law(kk: int) -> _StepLaw:
         if kk not in laws:
-            laws[kk] = _step_law(work.alphas.astype(float), kk, cfg.position_decay)
+            laws[kk] = _step_law(work.alphas.astype(float), kk, cfg.position_decay, cfg.policy.tree_for(kk))
         return laws[kk]
 
     def scalar_law(kk: int) -> tuple[list, ...]:

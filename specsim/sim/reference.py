@@ -107,7 +107,7 @@ def run_reference(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator,
         ctx = float((P[idx] + gen[idx]).sum())
         dt = cfg.table.step_s(k, nb, ctx)
         if k > 0:
-            emitted = sample_tokens_per_verify(rng, work.alphas[idx], k, cfg.position_decay)
+            emitted = sample_tokens_per_verify(rng, work.alphas[idx], k, cfg.position_decay, cfg.policy.tree_for(k))
         else:
             emitted = np.ones(nb, dtype=np.int64)
         emitted = np.minimum(emitted, L[idx] - gen[idx])

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from specsim.cost.forward import draft_cost, pass_cost, step_cost
+from specsim.cost.forward import draft_cost, pass_cost
+from specsim.cost.step import step_cost
 from specsim.cost.layout import ParallelLayout
 from specsim.hardware import HardwareSpec, load_hardware
 from specsim.model import drafter_arch, load_model
