@@ -174,6 +174,27 @@ def test_row04_billion_laughs_fails_fast_with_a_bounded_message(tmp_path):
     assert len(str(ScenarioError("f", "rollout", v, "a mapping"))) < 300
 
 
+def test_row04_ordinary_anchors_aliases_and_merge_keys_still_work(tmp_path):
+    body = yaml.safe_dump({k: v for k, v in TINY.items() if k not in ("workload", "sweep")}, sort_keys=False)
+    text = body + """
+workload:
+  prompts: 2
+  group_size: 2
+  max_response_tokens: 128
+  prompt_tokens: &short {kind: fixed, tokens: 32}
+  response_tokens:
+    <<: {kind: lognormal, median: 40}
+    p99: 120
+sweep: {workload.prompt_tokens: [*short, {kind: fixed, tokens: 16}]}
+"""
+    path = tmp_path / "anchors.yaml"
+    path.write_text(text)
+    sc = load_scenario(path)
+    assert sc.workload.response_tokens.p99 == 120 and sc.rows == 2
+    res, _ = cli("check", path)
+    assert res.exit_code == 0
+
+
 # ============================================================================ row 5
 @pytest.mark.parametrize("garbage", ["{}", "[]", "null", '{"key": "x"}', "not json"])
 def test_row05_corrupted_result_files_are_recomputed(tmp_path, garbage):
