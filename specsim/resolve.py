@@ -15,12 +15,13 @@ from pathlib import Path
 from specsim.cost.forward import StepCostTable, prefill_batches_s, step_cost_table
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.memory import MemoryPlan, memory_plan
-from specsim.cost.training import check_training_fits, training_layout
+from specsim.cost.training import check_training_fits
 from specsim.errors import LayoutError, SpecError
 from specsim.hardware import HardwareSpec, load_hardware
 from specsim.model import DrafterArch, ModelSpec, drafter_arch, load_model
 from specsim.scenario import Scenario, ScenarioError, source_file
 from specsim.speculation import SDPolicy, from_section
+from specsim.trainer import training_layout
 from specsim.workload.acceptance import DrafterAcceptance, Staleness, staleness_from_taus, temperature_alpha
 from specsim.workload.lengths import LengthDistribution
 

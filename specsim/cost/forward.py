@@ -1,7 +1,7 @@
 """Forward-pass time of a batch under TP/EP/PP: prefill, decode (q=1), verify (q=k+1), draft.
 
 A pass over B sequences, sequence i bringing q_i new tokens on top of c_i cached ones, costs per
-layer (per GPU, after TP/EP sharding; see DESIGN.md "Forward pass"):
+layer (per GPU, after TP/EP sharding; see docs/design.md "Forward pass"):
 
 * linear ops: FLOPs 2·T·params, bytes = weights touched (T = Σq_i);
 * MoE: the expected distinct experts hit by T routed tokens, E·(1 − (1 − top_k/E)^T), are read;
@@ -26,7 +26,7 @@ import numpy as np
 
 from specsim.cost import comm
 from specsim.cost.layout import ParallelLayout
-from specsim.cost.roofline import compute_time_s, memory_time_s
+from specsim.cost.roofline import compute_time_s, decode_attention_fixed_s, gemm_op_s, memory_time_s
 from specsim.hardware import DTYPE_BYTES, HardwareSpec
 from specsim.model import DrafterArch, ModelSpec
 
@@ -126,23 +126,29 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
     mem_rate = hw.hbm_bw_bytes_per_s * hw.efficiency.memory
     op = _roofline_op(hw.flops_per_s(mdt) * hw.efficiency.compute, mem_rate)
     op_bf16 = _roofline_op(hw.flops_per_s("bf16") * hw.efficiency.compute, mem_rate)
+    def gop(flops, nbytes, m_tokens, n_kernels, kernel="gemm"):
+        # GEMM at the profile's fitted shape-dependent rates (== `op` for a profile without a kernel fit)
+        return gemm_op_s(flops, nbytes, hw, mdt, m_tokens, n_kernels, kernel)
+
     per_layer = []  # (time, compute, memory) of each fixed op per layer
-    per_layer.append(op(2 * tokens_attn * model.attn_params_per_layer / tp, model.attn_params_per_layer * wb / tp))
+    per_layer.append(gop(2 * tokens_attn * model.attn_params_per_layer / tp, model.attn_params_per_layer * wb / tp,
+                         tokens_attn, 2))  # qkv + o projections
     extra = model.extra_params_per_layer + model.norm_params_per_layer
     per_layer.append(op(2 * tokens_attn * extra / tp, extra * wb / tp))
     if model.ffn:
         p = model.dense_ffn_params_per_layer
-        per_layer.append(op(2 * tokens_attn * p / tp, p * wb / tp))
+        per_layer.append(gop(2 * tokens_attn * p / tp, p * wb / tp, tokens_attn, 2))  # gate_up + down
     if model.moe:
         moe = model.moe
         routed = tokens_engine * moe.top_k
         hit = expected_experts_hit(moe.experts, moe.top_k, tokens_engine)
-        per_layer.append(op(2 * routed * model.expert_params / shards, hit * model.expert_params * wb / shards))
+        per_layer.append(gop(2 * routed * model.expert_params / shards, hit * model.expert_params * wb / shards,
+                             routed / moe.experts, 1, "moe"))  # grouped GEMM, m = tokens per expert
         router = model.router_params_per_layer
-        per_layer.append(op(2 * tokens_attn * router, router * wb))
+        per_layer.append(gop(2 * tokens_attn * router, router * wb, tokens_attn, 1))
         if model.shared_expert_params_per_layer:
             p = model.shared_expert_params_per_layer
-            per_layer.append(op(2 * tokens_attn * p / tp, p * wb / tp))
+            per_layer.append(gop(2 * tokens_attn * p / tp, p * wb / tp, tokens_attn, 2))
 
     kv_heads_local = float(-(-model.kv_heads // tp))
     kv_bytes_tok_layer = 2 * kv_heads_local * model.head_dim * layout.kv_bytes
@@ -150,6 +156,8 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
     # causal attention among the new tokens, and writing their KV
     per_layer.append(op_bf16(4 * heads_local * model.head_dim * (n / dp) * q * (q + 1) / 2,
                               (n / dp) * q * kv_bytes_tok_layer))
+    attn_fixed = decode_attention_fixed_s(hw, n / dp)  # fitted launch + per-sequence attention time
+    per_layer.append((attn_fixed, 0.0 * attn_fixed, 0.0 * attn_fixed))  # a latency: neither roofline side
 
     layer_time = sum(t for t, _, _ in per_layer)
     layer_comp = sum(c for _, c, _ in per_layer)
@@ -167,15 +175,15 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
             layer_comm = layer_comm + comm.all_reduce_s(act_msg, tp, hw)
 
     head_tokens = n * logits / dp
-    head_t, head_c, head_m = op(2 * head_tokens * model.hidden * model.vocab / tp,
-                                model.hidden * model.vocab * wb / tp)
+    head_t, head_c, head_m = gop(2 * head_tokens * model.hidden * model.vocab / tp,
+                                 model.hidden * model.vocab * wb / tp, head_tokens, 1)
     pp_comm = (layout.pp - 1) * comm.p2p_s(act_msg, hw, across_domain=False) if layout.pp > 1 else 0.0
 
     L = model.layers
     fixed = L * (layer_time + layer_comm) + head_t + pp_comm
     # attention over the cache, per context token (C = Σ c_i over the whole engine)
     ctx_c = L * compute_time_s(4 * heads_local * model.head_dim * q / dp, hw, "bf16")
-    ctx_m = L * memory_time_s(kv_bytes_tok_layer / dp, hw)
+    ctx_m = L * memory_time_s(kv_bytes_tok_layer / dp, hw, stream="kv")
     scalar = isinstance(n, float) and isinstance(q, float)
     ones = 1.0 if scalar else np.ones(np.broadcast(n, q).shape)
     per_ctx = (max(ctx_c, ctx_m) if scalar else np.maximum(ctx_c, ctx_m)) * ones
@@ -242,7 +250,7 @@ def ragged_pass_times_s(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayo
     ragged_new = compute_time_s(attn_flops * (np.asarray(sum_q_sq, dtype=float) + sq) / 2, hw)
     new_adj = L * (np.maximum(ragged_new, mem_new) - np.maximum(uniform_new, mem_new))
     ctx_c = L * compute_time_s(attn_flops * np.asarray(sum_qc, dtype=float), hw)
-    ctx_m = L * memory_time_s(np.asarray(sum_c, dtype=float) * kv_local, hw)
+    ctx_m = L * memory_time_s(np.asarray(sum_c, dtype=float) * kv_local, hw, stream="kv")
     return np.asarray(base.fixed_s + new_adj + np.maximum(ctx_c, ctx_m), dtype=float)
 
 

@@ -49,6 +49,7 @@ from specsim.errors import SpecError
 from specsim.resolve import World, resolve
 from specsim.scenario import Scenario, apply_overrides, source_file, spec_error_to_scenario
 from specsim.sim.cluster import GenerationResult, draw_step, simulate_generation
+from specsim.trainer import training_layout  # house: until World carries the trainer layout (async)
 
 
 @dataclass
@@ -156,11 +157,11 @@ class _Costs:
     def __init__(self, world: World):
         sc = world.scenario
         self.world = world
-        self.tl = tc.training_layout(sc, world.model, world.hw)
+        self.tl = training_layout(sc, world.model, world.hw)
         colocated = sc.pipeline.mode == "sync"
         tc.check_training_fits(world.model, world.hw, self.tl,
                                gpu_memory_utilization=sc.rollout.gpu_memory_utilization if colocated else None)
-        self.reward = tc.reward_s(sc)
+        self.reward = float(sc.pipeline.reward_s)
         self.sync = tc.weight_sync_s(world.model, world.hw, world.layout, sc.rollout.gpus, self.tl.gpus,
                                      method=sc.training.weight_sync, colocated=colocated)
         self.uses_drafter = world.policy.kind != "off" and world.drafter.model is not None

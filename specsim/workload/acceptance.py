@@ -1,6 +1,6 @@
 """Drafter acceptance: tokens emitted per verify step, heterogeneity, temperature and staleness.
 
-Model (DESIGN.md, "Speculative step" and "Drafters"). With draft length k, draft position j
+Model (docs/design.md, "Speculative step" and "Drafters"). With draft length k, draft position j
 (j = 1..k) is accepted with conditional probability
 
     alpha_j = alpha * d^(j - 1),        d in (0, 1] the position decay (d = 1: constant alpha),
