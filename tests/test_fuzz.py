@@ -343,8 +343,8 @@ def test_fuzz_corrupted_result_files(runner, tmp_path_factory, finished, data):
 
 
 @settings(max_examples=15, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(field=st.sampled_from(["hbm_tbps: {value: 3.35", "compute: {value: 0.80", "memory: {value: 0.85",
-                              "step_overhead_ms: {value: 4.0"]), factor=st.sampled_from([0.5, 0.9, 1.1, 2.0]))
+@given(field=st.sampled_from([("hbm_tbps",), ("efficiency", "compute"), ("efficiency", "memory"),
+                              ("efficiency", "step_overhead_ms")]), factor=st.sampled_from([0.5, 0.9, 1.1, 2.0]))
 def test_fuzz_changed_inputs(runner, tmp_path_factory, field, factor):
     """An edited hardware profile between two runs into one folder: nothing is reused."""
     from specsim.runner import run_scenario
@@ -356,11 +356,16 @@ def test_fuzz_changed_inputs(runner, tmp_path_factory, field, factor):
     doc = {**copy.deepcopy(BASE), "hardware": str(prof)}
     scen = _write(folder, doc)
     first = run_scenario(scen, [], out=folder / "out", jobs=1, progress=False)
-    key, old = field.split("{value: ")
-    new = float(old) * factor
-    if "compute" in key or "memory" in key:
-        new = min(new, 1.0)
-    prof.write_text(text.replace(field, f"{key}{{value: {new}"))
+    profile = yaml.safe_load(text)
+    entry = profile
+    for part in field:
+        entry = entry[part]
+    old = float(entry["value"])
+    new = old * factor if old > 0 else factor
+    entry["value"] = min(new, 1.0) if field[-1] in ("compute", "memory") and new != old else new
+    if entry["value"] == old:
+        entry["value"] = old * 0.5
+    prof.write_text(yaml.safe_dump(profile, sort_keys=False))
     res = runner.invoke(app, ["run", str(scen), "--out", str(folder / "out"), "--jobs", "1", "--no-progress",
                               "--format", "json"])
     _no_traceback(res.output)

@@ -70,7 +70,9 @@ def test_row01_edited_profile_is_recomputed_not_reused(tmp_path):
     before = first.points()
     again = run(path, tmp_path / "D")
     assert again.computed_runs == 0 and again.warnings == []
-    prof.write_text(prof.read_text().replace("hbm_tbps: {value: 3.35", "hbm_tbps: {value: 1.0"))
+    doc = yaml.safe_load(prof.read_text())
+    doc["hbm_tbps"]["value"] = doc["hbm_tbps"]["value"] / 3.35   # a third of the bandwidth
+    prof.write_text(yaml.safe_dump(doc, sort_keys=False))
     edited = run(path, tmp_path / "D")
     assert edited.reused_runs == 0 and edited.computed_runs == first.computed_runs
     assert any("hardware" in w for w in edited.warnings)
