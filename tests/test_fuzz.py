@@ -358,11 +358,13 @@ def test_fuzz_changed_inputs(runner, tmp_path_factory, field, factor):
     first = run_scenario(scen, [], out=folder / "out", jobs=1, progress=False)
     profile = yaml.safe_load(text)
     entry = profile
-    for key in field:
-        entry = entry[key]
+    for part in field:
+        entry = entry[part]
     old = float(entry["value"])
-    entry["value"] = min(old * factor, 1.0) if field[-1] in ("compute", "memory") else old * factor
-    assert entry["value"] != old
+    new = old * factor if old > 0 else factor
+    entry["value"] = min(new, 1.0) if field[-1] in ("compute", "memory") and new != old else new
+    if entry["value"] == old:
+        entry["value"] = old * 0.5
     prof.write_text(yaml.safe_dump(profile, sort_keys=False))
     res = runner.invoke(app, ["run", str(scen), "--out", str(folder / "out"), "--jobs", "1", "--no-progress",
                               "--format", "json"])

@@ -70,7 +70,9 @@ def test_row01_edited_profile_is_recomputed_not_reused(tmp_path):
     before = first.points()
     again = run(path, tmp_path / "D")
     assert again.computed_runs == 0 and again.warnings == []
-    prof.write_text(prof.read_text().replace("hbm_tbps: {value: 3.35", "hbm_tbps: {value: 1.0"))
+    doc = yaml.safe_load(prof.read_text())
+    doc["hbm_tbps"]["value"] = doc["hbm_tbps"]["value"] / 3.35   # a third of the bandwidth
+    prof.write_text(yaml.safe_dump(doc, sort_keys=False))
     edited = run(path, tmp_path / "D")
     assert edited.reused_runs == 0 and edited.computed_runs == first.computed_runs
     assert any("hardware" in w for w in edited.warnings)
@@ -172,6 +174,27 @@ def test_row04_billion_laughs_fails_fast_with_a_bounded_message(tmp_path):
     t0 = time.perf_counter()
     assert len(short_repr(v)) <= 120 and time.perf_counter() - t0 < 0.1
     assert len(str(ScenarioError("f", "rollout", v, "a mapping"))) < 300
+
+
+def test_row04_ordinary_anchors_aliases_and_merge_keys_still_work(tmp_path):
+    body = yaml.safe_dump({k: v for k, v in TINY.items() if k not in ("workload", "sweep")}, sort_keys=False)
+    text = body + """
+workload:
+  prompts: 2
+  group_size: 2
+  max_response_tokens: 128
+  prompt_tokens: &short {kind: fixed, tokens: 32}
+  response_tokens:
+    <<: {kind: lognormal, median: 40}
+    p99: 120
+sweep: {workload.prompt_tokens: [*short, {kind: fixed, tokens: 16}]}
+"""
+    path = tmp_path / "anchors.yaml"
+    path.write_text(text)
+    sc = load_scenario(path)
+    assert sc.workload.response_tokens.p99 == 120 and sc.rows == 2
+    res, _ = cli("check", path)
+    assert res.exit_code == 0
 
 
 # ============================================================================ row 5
