@@ -1,31 +1,27 @@
 """`specsim run` and `specsim show scenario`: typer command functions that only parse options, call
 :mod:`specsim.runner` and print (rich tables, or JSON with ``--format json``).
 
-They are registered in :mod:`specsim.cli`::
+:mod:`specsim.cli` registers them on its app::
 
-    from specsim.cli_run import run as run_cmd, show_scenario as show_scenario_cmd
-    app.command("run")(run_cmd)
-    show_app.command("scenario")(show_scenario_cmd)
+    app.command("run")(cli_run.run)
+    show_app.command("scenario")(cli_run.show_scenario)
 
-Errors go through ``specsim.cli.user_errors`` (imported when a command runs, so either module may
-be imported first): bad input prints one ``error: ...`` paragraph and exits 2.
+This module imports :mod:`specsim.cli_common` (the error wrapper and shared options), never
+:mod:`specsim.cli`, so there is no import cycle. Bad input prints one ``error: ...`` paragraph and
+exits 2.
 """
 
 from __future__ import annotations
 
-import functools
-import json
-import sys
-from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from specsim.report.tables import jsonable
+from specsim.cli_common import Format, FormatOpt, SetOpt, console, emit_json, handle_errors
 
-__all__ = ["Backend", "OutFormat", "run", "show_scenario"]
+__all__ = ["Backend", "run", "show_scenario"]
 
 
 class Backend(str, Enum):
@@ -33,36 +29,7 @@ class Backend(str, Enum):
     ray = "ray"
 
 
-class OutFormat(str, Enum):
-    table = "table"
-    json = "json"
-
-
 ScenarioArg = Annotated[str, typer.Argument(help="Scenario YAML (see scenarios/).")]
-SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", "-s", metavar="PATH=VALUE",
-    help="Override a scenario field, e.g. --set speculation.k=5 or --set 'sweep.speculation.k=[0,3]' (repeatable).")]
-FormatOpt = Annotated[OutFormat, typer.Option("--format", "-f", help="Output format.")]
-
-
-def _errors(fn: Callable) -> Callable:
-    """Run the command inside specsim.cli.user_errors (exit 2 on bad input, 1 on a bug)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        from specsim.cli import user_errors
-
-        with user_errors():
-            return fn(*args, **kwargs)
-
-    return wrapper
-
-
-def _console():
-    from rich.console import Console
-
-    out = sys.stdout
-    return Console(file=out, width=None if out.isatty() else 160, soft_wrap=False, highlight=False)
 
 
 def _short_values(values: dict) -> str:
@@ -80,7 +47,7 @@ def _ci(m: dict | None, digits: int = 3) -> str:
 
 
 # ============================================================================ specsim run
-@_errors
+@handle_errors
 def run(
     scenario: ScenarioArg,
     sets: SetOpt = None,
@@ -93,16 +60,16 @@ def run(
                                                    "default: a local Ray instance.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite results of a different scenario in --out.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar on stderr.")] = False,
-    fmt: FormatOpt = OutFormat.table,
+    fmt: FormatOpt = Format.table,
 ) -> None:
     """Run a scenario's sweep (every point, its baselines, the capacity plan) into a results folder:
     points.csv, steps.csv, summary.md/json and plots. Resumable."""
     from specsim.runner import run_scenario
 
     res = run_scenario(scenario, list(sets or ()), out=out, jobs=jobs, backend=backend.value, address=address,
-                       progress=not no_progress and fmt is OutFormat.table, force=force)
-    if fmt is OutFormat.json:
-        typer.echo(json.dumps(jsonable({**res.to_dict(), "summary": res.summary}), indent=2))
+                       progress=not no_progress and fmt is Format.table, force=force)
+    if fmt is Format.json:
+        emit_json({**res.to_dict(), "summary": res.summary})
         return
     _print_run(res)
 
@@ -111,7 +78,7 @@ def _print_run(res) -> None:
     from rich.table import Table
 
     s = res.summary
-    con = _console()
+    con = console()
     con.print(f"[bold]{s['scenario']}[/bold]: {s['model']} on {s['hardware']} — {res.rows} rows "
               f"({res.combinations} points × {res.replicates} replicates); {res.computed_runs} runs simulated, "
               f"{res.reused_runs} reused; {res.wall_s:.1f} s")
@@ -153,15 +120,17 @@ def _print_run(res) -> None:
                       + (" — the smallest size simulated" if smallest else f", ≈{m['interpolated']} interpolated"))
         elif m and cap.get("target_step_s"):
             con.print(f"capacity: {label}, no simulated rollout size reaches the {cap['target_step_s']:.1f} s target")
+    for note in cap.get("notes", []) + list(res.warnings):   # rel (#15 rows 1, 5, 7, 18): notes and warnings
+        con.print(f"[yellow]note:[/yellow] {note}")
     con.print(f"summary: {Path(res.out_dir) / 'summary.md'}")
 
 
 # ============================================================================ specsim show scenario
-@_errors
+@handle_errors
 def show_scenario(
     scenario: ScenarioArg,
     sets: SetOpt = None,
-    fmt: FormatOpt = OutFormat.table,
+    fmt: FormatOpt = Format.table,
 ) -> None:
     """The resolved scenario (after --set) and the points its sweep will run. Simulates nothing."""
     import yaml
@@ -170,10 +139,10 @@ def show_scenario(
     from specsim import runner
 
     info = runner.show_scenario(scenario, list(sets or ()))
-    if fmt is OutFormat.json:
-        typer.echo(json.dumps(jsonable(info), indent=2))
+    if fmt is Format.json:
+        emit_json(info)
         return
-    con = _console()
+    con = console()
     con.print(f"[bold]{info['scenario']}[/bold] ({info['file']}): {info['model']} on {info['hardware']}; "
               f"resolved sha256 {info['resolved_sha256'][:12]}")
     con.print(yaml.safe_dump(info["resolved"], sort_keys=False).rstrip(), markup=False)

@@ -12,8 +12,10 @@ import difflib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
 import yaml
 
+from specsim.cost.sd_costs import SDCosts, load_sd_costs
 from specsim.errors import SpecError, load_yaml_text
 
 PROFILE_DIR = Path(__file__).resolve().parent / "hardware_profiles"
@@ -44,6 +46,54 @@ class Efficiency:
 
 
 @dataclass(frozen=True)
+class GemmFit:
+    """Achieved GEMM rates fitted to measured kernels of one math dtype (see KernelFit).
+
+    t(m, n, k) = latency_s + max(2mnk / (peak · flops_eff(m)), bytes / (hbm_bw · weight_bw_eff)),
+    flops_eff(m) = flops_eff_max · m / (m + m_half_tokens): small-m GEMMs stream weights and
+    leave the tensor cores idle; large-m GEMMs approach the plateau flops_eff_max.
+    """
+
+    latency_s: float
+    flops_eff_max: float
+    m_half_tokens: float
+    weight_bw_eff: float
+
+    def flops_eff(self, m):
+        m = np.maximum(np.asarray(m, dtype=float) if np.ndim(m) else float(m), 1.0)
+        return self.flops_eff_max * m / (m + self.m_half_tokens)
+
+
+@dataclass(frozen=True)
+class KernelFit:
+    """Shape-dependent achieved rates fitted to measured kernel tables (`specsim calibrate
+    --kernels`), each term physically named; None in a profile means the scalar efficiencies rule.
+
+    gemm: math dtype (bf16, fp8) -> GemmFit.
+    attn_latency_s, attn_per_seq_s, attn_kv_bw_eff: decode attention over a KV cache of B
+      sequences, t = attn_latency_s + attn_per_seq_s · B + kv_bytes / (hbm_bw · attn_kv_bw_eff).
+    moe: math dtype -> GemmFit of the grouped expert GEMMs, with m = routed tokens per expert.
+    provenance: free-form mapping (package, version, tables, rows, residuals) shown by `show hardware`.
+    """
+
+    gemm: dict[str, GemmFit]
+    attn_latency_s: float
+    attn_per_seq_s: float
+    attn_kv_bw_eff: float
+    moe: dict[str, GemmFit] = field(default_factory=dict)
+    provenance: dict = field(default_factory=dict, compare=False)
+
+    def gemm_for(self, math_dtype: str) -> GemmFit:
+        """The GemmFit of a math dtype (fp8 falls back to bf16 when only bf16 was fitted)."""
+        return self.gemm.get(math_dtype) or self.gemm.get("bf16") or next(iter(self.gemm.values()))
+
+    def moe_for(self, math_dtype: str) -> GemmFit:
+        if self.moe:
+            return self.moe.get(math_dtype) or self.moe.get("bf16") or next(iter(self.moe.values()))
+        return self.gemm_for(math_dtype)
+
+
+@dataclass(frozen=True)
 class HardwareSpec:
     """One GPU type and its interconnect. Bandwidths are per GPU; NVLink per direction."""
 
@@ -60,6 +110,8 @@ class HardwareSpec:
     efficiency: Efficiency
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     path: str | None = field(default=None, compare=False)
+    kernel_fit: KernelFit | None = None
+    sd_costs: SDCosts = field(default_factory=SDCosts)  # optional `sd_costs:` block (cost/sd_costs.py)
 
     def flops_per_s(self, dtype: str) -> float:
         """Peak dense FLOP/s for a math dtype; 4-bit weights run W4A16 at the bf16 rate."""
@@ -103,6 +155,9 @@ def _resolve_profile_path(name_or_path: str) -> Path:
     candidate = PROFILE_DIR / f"{name_or_path}.yaml"
     if candidate.is_file():
         return candidate
+    lowered = {n.lower(): n for n in list_hardware()}   # rel (#15 row 16): names are case-insensitive
+    if name_or_path.lower() in lowered:
+        return PROFILE_DIR / f"{lowered[name_or_path.lower()]}.yaml"
     names = list_hardware()
     close = difflib.get_close_matches(name_or_path, names, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -172,7 +227,59 @@ def load_hardware(name_or_path: str) -> HardwareSpec:
         efficiency=Efficiency(**eff),
         sources=sources,
         path=where,
+        kernel_fit=_kernel_fit(doc.get("kernel_fit"), where),
+        sd_costs=load_sd_costs(doc.get("sd_costs"), where),
     )
+
+
+def _pos(block: dict, key: str, where: str, field_prefix: str, upper: float | None = None) -> float:
+    v = block.get(key) if isinstance(block, dict) else None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
+        raise SpecError(f"{field_prefix}.{key}", v, "a finite number >= 0", where)
+    if upper is not None and v > upper:
+        raise SpecError(f"{field_prefix}.{key}", v, f"<= {upper}", where)
+    return float(v)
+
+
+def _gemm_fits(block, where: str, prefix: str) -> dict[str, GemmFit]:
+    if block is None:
+        return {}
+    if not isinstance(block, dict):
+        raise SpecError(prefix, block, "a mapping of math dtype -> fitted GEMM terms", where)
+    out = {}
+    for dt, b in block.items():
+        p = f"{prefix}.{dt}"
+        if dt not in DTYPE_BYTES:
+            raise SpecError(prefix, dt, f"math dtypes among {sorted(DTYPE_BYTES)}", where)
+        out[str(dt)] = GemmFit(latency_s=_pos(b, "latency_us", where, p) * 1e-6,
+                               flops_eff_max=_pos(b, "flops_eff_max", where, p, 1.0),
+                               m_half_tokens=_pos(b, "m_half_tokens", where, p),
+                               weight_bw_eff=_pos(b, "weight_bw_eff", where, p, 1.0))
+        if out[str(dt)].flops_eff_max <= 0 or out[str(dt)].weight_bw_eff <= 0:
+            raise SpecError(p, b, "flops_eff_max and weight_bw_eff in (0, 1]", where)
+    return out
+
+
+def _kernel_fit(doc, where: str) -> KernelFit | None:
+    """Parse the optional `kernel_fit:` block (written by `specsim calibrate --kernels`)."""
+    if doc is None:
+        return None
+    if not isinstance(doc, dict):
+        raise SpecError("kernel_fit", doc, "a mapping (gemm, decode_attention, moe, provenance)", where)
+    gemm = _gemm_fits(doc.get("gemm"), where, "kernel_fit.gemm")
+    if not gemm:
+        raise SpecError("kernel_fit.gemm", doc.get("gemm"), "at least one fitted math dtype (bf16)", where)
+    att = doc.get("decode_attention")
+    if not isinstance(att, dict):
+        raise SpecError("kernel_fit.decode_attention", att, "a mapping with latency_us, per_seq_us, kv_bw_eff", where)
+    bw = _pos(att, "kv_bw_eff", where, "kernel_fit.decode_attention", 1.0)
+    if bw <= 0:
+        raise SpecError("kernel_fit.decode_attention.kv_bw_eff", bw, "in (0, 1]", where)
+    prov = doc.get("provenance") or {}
+    return KernelFit(gemm=gemm, attn_latency_s=_pos(att, "latency_us", where, "kernel_fit.decode_attention") * 1e-6,
+                     attn_per_seq_s=_pos(att, "per_seq_us", where, "kernel_fit.decode_attention") * 1e-6,
+                     attn_kv_bw_eff=bw, moe=_gemm_fits(doc.get("moe"), where, "kernel_fit.moe"),
+                     provenance=prov if isinstance(prov, dict) else {"note": str(prov)})
 
 
 def efficiency_to_yaml_dict(eff: Efficiency, source: str) -> dict:

@@ -143,13 +143,71 @@ class ModelSpec:
         return 2.0 * self.matmul_params_per_token + 4.0 * self.layers * self.heads * self.head_dim * context_tokens
 
 
+COST_SHAPES = ("head", "mtp", "self", "ngram")
+
+
+@dataclass(frozen=True)
+class DrafterKind:
+    """One drafter kind from the registry `catalog/drafters.yaml` (the only place kinds are defined).
+
+    cost_shape: head (small head: one layer + feature fusion + draft-vocab LM head), mtp (native
+    MTP layer + full LM head), self (the quantized policy, every layer), ngram (CPU lookup, no GPU
+    pass). goes_stale: the policy drifts away from it; retrainable: online updates apply;
+    requantized_at_sync: re-derived from the policy at every weight sync. layers / fusion_inputs /
+    draft_vocab / weight_bits: architecture defaults (None where they do not apply);
+    plausible_max_tau: doctor heuristic (see the YAML's header).
+    """
+
+    name: str
+    cost_shape: str
+    goes_stale: bool
+    retrainable: bool
+    requantized_at_sync: bool
+    source: str = ""
+    layers: int | None = None
+    fusion_inputs: int | None = None
+    draft_vocab: int | None = None
+    weight_bits: int | None = None
+    plausible_max_tau: float | None = None
+
+    @property
+    def gpu_pass(self) -> bool:
+        """Does a draft pass run on the GPU (everything but n-gram lookup)?"""
+        return self.cost_shape != "ngram"
+
+
+@lru_cache(maxsize=1)
+def _drafter_registry() -> dict[str, DrafterKind]:
+    text = resources.files("specsim.catalog").joinpath("drafters.yaml").read_text()
+    out = {}
+    for name, doc in load_yaml_text(text)["drafters"].items():
+        kind = DrafterKind(name=name, **doc)
+        if kind.cost_shape not in COST_SHAPES:
+            raise SpecError(f"drafters.{name}.cost_shape", kind.cost_shape, f"one of {COST_SHAPES}", "catalog/drafters.yaml")
+        out[name] = kind
+    return out
+
+
+def drafter_kind_names() -> tuple[str, ...]:
+    """Every drafter kind the registry defines, in file order."""
+    return tuple(_drafter_registry())
+
+
+def drafter_kind(name: str, fld: str = "drafter.kind") -> DrafterKind:
+    """The registry entry of drafter kind `name`; unknown names get a did-you-mean naming `fld`."""
+    reg = _drafter_registry()
+    if name not in reg:
+        names = list(reg)
+        raise SpecError(fld, name, f"one of {names}{_suggest(str(name), names)}")
+    return reg[name]
+
+
 @dataclass(frozen=True)
 class DrafterArch:
     """What one draft pass costs, as a model spec the forward-cost functions can price.
 
-    kind: eagle3 | mtp | self_quant | ngram. `model` is None for ngram (no GPU pass).
-    `weight_dtype` overrides the policy's weight dtype (self_quant: int4).
-    `shares_target_kv`: the drafter reads the target's KV (self_quant keeps its own full KV).
+    kind: a registry name (see :class:`DrafterKind`). `model` is None when the kind has no GPU
+    pass (ngram). `weight_dtype` overrides the policy's weight dtype (self: int4).
     """
 
     kind: str
@@ -161,8 +219,13 @@ class DrafterArch:
     def kv_layers(self) -> int:
         return self.model.layers if self.model else 0
 
+    @property
+    def spec(self) -> DrafterKind:
+        """The registry entry of this drafter's kind."""
+        return drafter_kind(self.kind)
 
-DRAFTER_KINDS = ("eagle3", "mtp", "self_quant", "ngram")
+
+DRAFTER_KINDS = drafter_kind_names()
 
 
 @lru_cache(maxsize=1)
@@ -197,32 +260,35 @@ def load_model(name: str) -> ModelSpec:
 
 def drafter_arch(kind: str, target: ModelSpec, draft_vocab: int | None = None,
                  draft_ffn: int | None = None) -> DrafterArch:
-    """The architecture of a drafter for `target`.
+    """The architecture of a drafter for `target`, by the registry's cost shape.
 
-    eagle3: one decoder layer (target's attention shape; dense FFN of `draft_ffn`, default the
-      target's dense FFN or, for MoE targets, top_k·expert_ffn) + a fusion fc (3h→h) + an LM head
-      over `draft_vocab` tokens (EAGLE-3's reduced draft vocabulary).
+    head (eagle3): one decoder layer (target's attention shape with a 2h input to q/k/v; dense FFN
+      of `draft_ffn`, default the target's dense FFN or, for MoE targets, top_k·expert_ffn) + a
+      fusion fc (fusion_inputs·h → h) + an LM head over `draft_vocab` tokens (EAGLE-3's reduced
+      vocabulary, 32000; the draft-to-target token map is a lookup).
     mtp: one target-shaped layer (MoE if the target is) + an eh_proj (2h→h) + the full LM head.
-    self_quant: the target itself at 4-bit weights.
+    self (self_quant): the target itself at weight_bits-bit weights.
     ngram: no GPU pass.
     """
-    spec = _catalog()["drafters"].get(kind)
-    if spec is None:
-        raise SpecError("drafter.kind", kind, f"one of {list(DRAFTER_KINDS)}{_suggest(kind, list(DRAFTER_KINDS))}")
-    source = spec.get("source", "")
-    if kind == "ngram":
+    spec = drafter_kind(kind)
+    source = spec.source
+    if spec.cost_shape == "ngram":
         return DrafterArch(kind, None, None, source)
-    if kind == "self_quant":
-        bits = spec.get("weight_bits", 4)
+    if spec.cost_shape == "self":
+        bits = spec.weight_bits or 4
         return DrafterArch(kind, replace(target, name=f"{target.name}-w{bits}"), "int4" if bits == 4 else "int8", source)
-    if kind == "eagle3":
-        vocab = int(draft_vocab or spec["draft_vocab"])
+    fusion = int(spec.fusion_inputs or 1) * target.hidden * target.hidden
+    if spec.cost_shape == "head":
+        # EAGLE-3's layer takes [token embedding ; hidden state] (2h) into its q/k/v projections:
+        # h·(n_h·d + 2·n_kv·d) weights on top of a standard attention block
+        fusion += target.hidden * (target.heads + 2 * target.kv_heads) * target.head_dim
+        vocab = int(draft_vocab or spec.draft_vocab or target.vocab)
         ffn = int(draft_ffn or target.ffn or (target.moe.top_k * target.moe.expert_ffn))
         if vocab <= 0 or ffn <= 0:
             raise SpecError("drafter.draft_vocab", vocab, "> 0")
-        model = replace(target, name=f"{target.name}-eagle3", layers=int(spec["layers"]), ffn=ffn, moe=None,
-                        vocab=vocab, tied_embeddings=True, extra_params_per_layer=3 * target.hidden * target.hidden)
+        model = replace(target, name=f"{target.name}-{kind}", layers=int(spec.layers or 1), ffn=ffn, moe=None,
+                        vocab=vocab, tied_embeddings=True, extra_params_per_layer=fusion)
         return DrafterArch(kind, model, None, source)
-    model = replace(target, name=f"{target.name}-mtp", layers=int(spec["layers"]), tied_embeddings=True,
-                    extra_params_per_layer=2 * target.hidden * target.hidden)
+    model = replace(target, name=f"{target.name}-{kind}", layers=int(spec.layers or 1), tied_embeddings=True,
+                    extra_params_per_layer=fusion)
     return DrafterArch(kind, model, None, source)

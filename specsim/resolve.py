@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specsim.cost.forward import step_cost_table
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.memory import memory_plan
-from specsim.cost.training import check_training_fits, training_layout
+from specsim.cost.step import step_cost_table
+from specsim.cost.training import check_training_fits
 from specsim.errors import LayoutError, SpecError
 from specsim.hardware import load_hardware
-from specsim.model import drafter_arch, load_model
+from specsim.model import drafter_arch, drafter_kind, load_model
 from specsim.scenario import Scenario, ScenarioError, source_file
 from specsim.speculation import from_section
+from specsim.trainer import training_layout
 from specsim.workload.acceptance import DrafterAcceptance, Staleness, staleness_from_taus, temperature_alpha
 from specsim.workload.lengths import LengthDistribution
 from specsim.world import PipelineSpec, RolloutSpec, TrainerSpec, WorkloadSpec, World
@@ -44,25 +45,53 @@ def length_distribution(spec, field_path: str, base_dir: Path | None) -> LengthD
 
 
 def acceptance_model(sc: Scenario) -> DrafterAcceptance:
+    """The drafter's acceptance model, every configured τ meaning what an engine reports.
+
+    Nothing configured is dropped silently: staleness or online updates given for a kind the
+    registry says never goes stale / is never retrained are errors (the same rule `show drafter`
+    applies). `init: general` means the fresh drafter is the general-domain one: its τ is
+    `general_tau`, and `tau` (the in-domain τ) is then not used by anything, so giving a `tau`
+    that differs from `general_tau`, or `alpha`, is an error rather than ignored. A τ measured at
+    another temperature (`tau_temperature`) is moved to the workload's temperature through
+    :func:`temperature_alpha` (the configured τ holds at `tau_temperature`).
+    """
     d = sc.drafter
     conc = d.heterogeneity
-    if d.kind in ("self_quant", "ngram"):
+    spec = drafter_kind(d.kind)
+    st = d.staleness
+    if not spec.goes_stale:
+        for fld, val in (("rate_per_version", st.rate_per_version or None), ("tau_after", st.tau_after)):
+            if val is not None:  # a rate of 0 changes nothing and is allowed
+                raise SpecError(f"drafter.staleness.{fld}", val,
+                                f"omitted for a {d.kind} drafter (it never goes stale; see catalog/drafters.yaml)")
+        if st.floor_alpha:
+            raise SpecError("drafter.staleness.floor_alpha", st.floor_alpha,
+                            f"0 (omitted) for a {d.kind} drafter (it never goes stale)")
+    if not spec.retrainable and d.update_every_steps:
+        raise SpecError("drafter.update_every_steps", d.update_every_steps,
+                        f"0 (omitted) for a {d.kind} drafter (it is never retrained online)")
+    if d.init == "general":
+        if d.alpha is not None:
+            raise SpecError("drafter.alpha", d.alpha, "omitted with init: general (the fresh τ is general_tau)")
+        if d.tau is not None and d.general_tau is not None and d.tau != d.general_tau:
+            raise SpecError("drafter.tau", d.tau,
+                            f"equal to general_tau ({d.general_tau:g}) or omitted with init: general: the fresh "
+                            "drafter's τ is general_tau and nothing else would use tau")
+    tau_fresh = d.general_tau if d.init == "general" else d.tau
+    if not spec.goes_stale:
         stale = Staleness.never()
-    elif d.staleness.tau_after is not None:
-        tau_fresh = d.general_tau if (d.init == "general" and d.general_tau) else d.tau
+    elif st.tau_after is not None:
         if tau_fresh is None:
-            raise SpecError("drafter.staleness.tau_after", d.staleness.tau_after, "used together with drafter.tau")
-        stale = staleness_from_taus(tau_fresh, d.staleness.tau_after, d.staleness.after_versions, d.tau_at_k,
-                                    d.staleness.floor_alpha, d.position_decay, conc)
+            raise SpecError("drafter.staleness.tau_after", st.tau_after, "used together with drafter.tau")
+        stale = staleness_from_taus(tau_fresh, st.tau_after, st.after_versions, d.tau_at_k,
+                                    st.floor_alpha, d.position_decay, conc)
     else:
-        stale = Staleness(d.staleness.floor_alpha, d.staleness.rate_per_version or 0.0)
-    update = d.update_every_steps if d.kind not in ("self_quant", "ngram") else 0
+        stale = Staleness(st.floor_alpha, st.rate_per_version or 0.0)
     if d.alpha is not None:
-        acc = DrafterAcceptance(d.kind, d.alpha, d.position_decay, conc, stale, update)
+        acc = DrafterAcceptance(d.kind, d.alpha, d.position_decay, conc, stale, d.update_every_steps)
     else:
-        tau = d.general_tau if (d.init == "general" and d.general_tau) else d.tau
-        acc = DrafterAcceptance.from_tau(d.kind, tau, d.tau_at_k, decay=d.position_decay, concentration=conc,
-                                         staleness=stale, update_every_steps=update)
+        acc = DrafterAcceptance.from_tau(d.kind, tau_fresh, d.tau_at_k, decay=d.position_decay, concentration=conc,
+                                         staleness=stale, update_every_steps=d.update_every_steps)
     t_meas = d.tau_temperature if d.tau_temperature is not None else sc.workload.temperature
     if t_meas != sc.workload.temperature:
         a0 = float(temperature_alpha(acc.alpha0, sc.workload.temperature, t_meas))
@@ -101,7 +130,9 @@ def resolve(sc: Scenario) -> World:
         acc = acceptance_model(sc)
         resp = length_distribution(w.response_tokens, "workload.response_tokens", base_dir)
         prompt = length_distribution(w.prompt_tokens, "workload.prompt_tokens", base_dir)
-        table = step_cost_table(model, arch if uses_drafter else None, hw, layout, r.max_batch, policy.ks)
+        table = step_cost_table(model, arch if uses_drafter else None, hw, layout, r.max_batch, policy.ks,
+                                first_pass_q={k: acc.tau(k, tree=policy.tree_for(k)) for k in policy.ks if k},
+                                tree_branching=policy.tree.branching if policy.tree else None)
         trainer = training_layout(sc, model, hw)
     except SpecError as exc:
         raise ScenarioError(exc.where or file, exc.field, exc.value, f"must be {exc.allowed}") from None

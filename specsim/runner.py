@@ -5,62 +5,66 @@
 The folder (default ``<output.dir>/<scenario>-<UTC timestamp>/``):
 
     resolved.yaml          the scenario after --set overrides (its hash guards resumes)
+    inputs.json            content hashes of the inputs outside the scenario text (profile, catalog,
+                           length files, specsim version): part of every run key
     runs/<key>.json        every pipeline run (points, baselines, sync AR, capacity sizes), durable
-    points/<point_id>.json one finished point: its tidy row and its per-step records
+    points/<point_id>.json one finished point: its tidy row, its per-step records, the runs it used
     points.csv             one row per point × replicate, sorted by point order; stable columns
     points.parquet         the same, when pyarrow is importable
     steps.csv              every RL step of every point, with point_id
     runs.csv               the baseline / sync-AR / capacity runs the points were compared with
+    timeline.csv           the rollout timeline the plots draw (see timeline.py)
     summary.json, summary.md   best k and lag, speedups with 95 % CIs, capacity plan, resolved scenario
     plots/*.png + *.csv    each plot next to the table it was drawn from
 
-Parallelism: jobs > 1 runs a spawn-context process pool, so a *script* that calls run_scenario
-must guard its entry point (``if __name__ == "__main__":``), as for any multiprocessing code;
-`python -c`, the CLI and notebooks need nothing. backend="ray" runs the same tasks on Ray (local,
-or `address=` a cluster whose workers can import specsim).
+Parallelism: jobs > 1 runs a spawn-context process pool (capped at the CPUs; see executors.py),
+so a *script* that calls run_scenario must guard its entry point (``if __name__ == "__main__":``),
+as for any multiprocessing code; `python -c`, the CLI and notebooks need nothing.
+backend="ray" runs the same tasks on Ray (a private local instance, or `address=` a cluster whose
+workers can import specsim).
 
 Every file is written atomically (report/atomic.py). Resume: rerunning into the same folder
-reuses every run already in runs/ (and every finished point), so an interrupted sweep continues
-where it stopped; no point is lost or duplicated. A different resolved scenario in an existing
-folder is refused (ResultsConflict, exit 2) unless force=True, which discards the old runs.
+reuses every run already in runs/ (and every finished point) whose key — scenario and input
+contents — still matches and whose file passes its schema (results_dir.py); anything else is
+recomputed, with a warning in `RunSummary.warnings`. A different resolved scenario in an existing
+folder is refused (ResultsConflict, exit 2) unless force=True, which discards the old runs
+(only files specsim wrote).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from specsim import results_dir
+from specsim.capacity import capacity_plan, capacity_sizes
+from specsim.executors import check_backend, run_tasks
 from specsim.report import atomic, projection
-from specsim.scenario import Scenario, ScenarioError, apply_overrides, load_scenario, source_file, to_yaml
+from specsim.report.progress import Progress
+from specsim.results_dir import ResultsConflict, sha
+from specsim.scenario import MAX_SWEEP_ROWS, Scenario, ScenarioError, load_scenario, source_file, to_yaml
 from specsim.sweep import (
     RunTask,
     SweepPoint,
     baseline_of,
     expand,
-    is_ar,
+    inputs_fingerprint,
     k_of,
     point_row,
     point_scenario,
     replicates,
     row_columns,
-    run_tasks,
     step_rows,
     swept_paths,
     sync_ar_of,
 )
 
-__all__ = ["ResultsConflict", "RunSummary", "run_scenario", "show_scenario", "specsim_version"]
-
-
-class ResultsConflict(ScenarioError):
-    """The output folder holds results of a different scenario (a user error: exit 2)."""
+__all__ = ["ResultsConflict", "RunSummary", "capacity_sizes", "check_points", "run_scenario", "show_scenario",
+           "specsim_version"]
 
 
 @dataclass
@@ -78,6 +82,7 @@ class RunSummary:
     best: dict
     summary: dict
     files: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def points(self):
         """points.csv as a pandas DataFrame."""
@@ -95,7 +100,7 @@ class RunSummary:
         return {"out_dir": str(self.out_dir), "scenario": self.scenario, "rows": self.rows,
                 "combinations": self.combinations, "replicates": self.replicates,
                 "computed_runs": self.computed_runs, "reused_runs": self.reused_runs, "wall_s": self.wall_s,
-                "best": self.best, "files": self.files}
+                "best": self.best, "files": self.files, "warnings": self.warnings}
 
 
 def specsim_version() -> str:
@@ -113,10 +118,6 @@ def specsim_version() -> str:
         return version("specsim")
     except PackageNotFoundError:  # pragma: no cover - running from a source tree
         return "unknown"
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 # ============================================================================ planning
@@ -143,11 +144,15 @@ def _plan(sc: Scenario, engine: str = "fast") -> _Plan:
     all_sync_is_base = True
     for p in points:
         if p.index not in per_index:
-            psc = point_scenario(sc, p)
-            base = baseline_of(psc)
-            sync = sync_ar_of(psc)
-            resolve(psc)      # fail fast (exit 2) on a point that cannot exist
-            resolve(base)
+            try:
+                psc = point_scenario(sc, p)
+                base = baseline_of(psc)
+                sync = sync_ar_of(psc)
+                resolve(psc)      # fail fast (exit 2) on a point that cannot exist
+                resolve(base)
+            except ScenarioError as exc:
+                raise ScenarioError(source_file(sc), "sweep", p.label(),
+                                    f"points that can run ({exc.field}: {exc.allowed})") from None
             same = sync.model_dump() == base.model_dump()
             all_sync_is_base &= same
             per_index[p.index] = (psc, base, None if same else sync)
@@ -166,6 +171,14 @@ def _plan(sc: Scenario, engine: str = "fast") -> _Plan:
     return _Plan(sc, points, point_sc, keys, tasks, all_sync_is_base, roles)
 
 
+def check_points(sc: Scenario) -> dict:
+    """What `run` checks before simulating, for `specsim check`: every sweep point and its baseline
+    resolves (fits its GPUs). Raises ScenarioError naming `sweep`; returns the counts."""
+    plan = _plan(sc)
+    return {"rows": len(plan.points), "combinations": len({p.index for p in plan.points}), "runs": len(plan.tasks),
+            "max_rows": MAX_SWEEP_ROWS}
+
+
 def show_scenario(path: str | Path, overrides: Sequence[str] = ()) -> dict:
     """The resolved scenario and the points its sweep will run (nothing is simulated)."""
     sc = load_scenario(path, list(overrides))
@@ -173,10 +186,10 @@ def show_scenario(path: str | Path, overrides: Sequence[str] = ()) -> dict:
     base = baseline_of(sc)
     return {
         "scenario": sc.name, "file": str(path), "model": sc.model, "hardware": sc.hardware,
-        "resolved": sc.model_dump(mode="json"), "resolved_sha256": _sha(to_yaml(sc)),
+        "resolved": sc.model_dump(mode="json"), "resolved_sha256": sha(to_yaml(sc)),
         "swept": {p: sc.sweep[p] for p in swept_paths(sc)}, "zip": sc.sweep.get("zip", []),
         "replicates": replicates(sc), "combinations": len({p.index for p in plan.points}),
-        "rows": len(plan.points),
+        "rows": len(plan.points), "max_rows": MAX_SWEEP_ROWS,
         "baseline": {"overrides": dict(sc.pipeline.baseline), "mode": base.pipeline.mode,
                      "sync_ar_is_baseline": plan.sync_ar_is_baseline},
         "runs": len(plan.tasks),
@@ -185,48 +198,11 @@ def show_scenario(path: str | Path, overrides: Sequence[str] = ()) -> dict:
     }
 
 
-# ============================================================================ the folder
 def _default_out(sc: Scenario) -> Path:
+    """<output.dir>/<name>-<UTC stamp>: the name is one plain path component (the schema says so),
+    so the folder is always inside output.dir."""
     stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S")
     return Path(sc.output.dir) / f"{sc.name}-{stamp}"
-
-
-def _prepare_dir(out_dir: Path, resolved_text: str, force: bool) -> None:
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ResultsConflict(str(out_dir), "--out", str(out_dir), "a folder (this path is a file)")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic.remove_stale_temporaries(out_dir)  # a run killed mid-write leaves its temp file
-    f = out_dir / "resolved.yaml"
-    if f.exists():
-        old = f.read_text(encoding="utf-8")
-        if old != resolved_text:
-            if not force:
-                raise ResultsConflict(
-                    str(out_dir), "resolved.yaml", f"sha256 {_sha(resolved_text)[:12]}",
-                    f"the scenario these results were made from (sha256 {_sha(old)[:12]}); the scenario or its "
-                    "--set overrides changed: rerun with --force to discard the old results, or choose another --out")
-            for sub in ("points", "runs", "plots"):
-                shutil.rmtree(out_dir / sub, ignore_errors=True)
-    elif (out_dir / "points").exists() or (out_dir / "runs").exists():
-        if not force:
-            raise ResultsConflict(str(out_dir), "resolved.yaml", None,
-                                  "present next to points/ and runs/ (cannot tell which scenario made them): "
-                                  "rerun with --force or choose another --out")
-        for sub in ("points", "runs", "plots"):
-            shutil.rmtree(out_dir / sub, ignore_errors=True)
-    atomic.write_text(f, resolved_text)
-
-
-def _load_json_dir(folder: Path) -> dict[str, dict]:
-    out: dict[str, dict] = {}
-    if not folder.is_dir():
-        return out
-    for f in sorted(folder.glob("*.json")):
-        try:
-            out[f.stem] = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue   # a torn file cannot exist (atomic writes); anything unreadable is recomputed
-    return out
 
 
 # ============================================================================ the run
@@ -235,32 +211,28 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
                  *, engine: str = "fast", plots: bool | None = None) -> RunSummary:
     """Load, expand the sweep, run every point (and its baselines, once), write the results folder."""
     from specsim.report import tables
+    from specsim.report.summary import summary_dict, summary_markdown
 
     t0 = time.perf_counter()
     sc = load_scenario(path, list(overrides))
-    if backend not in ("local", "ray"):
-        from specsim.errors import SpecError
-
-        raise SpecError("--backend", backend, "'local' or 'ray'", where="command line")
-    if jobs < 1:
-        from specsim.errors import SpecError
-
-        raise SpecError("--jobs", jobs, ">= 1", where="command line")
-    if backend == "ray":
-        from specsim.sweep import _ray
-
-        _ray()  # clear error before anything is written
+    workers = check_backend(backend, jobs, address)   # clear errors before anything is written
+    warnings: list[str] = []
+    if workers < jobs and backend == "local":
+        warnings.append(f"--jobs {jobs} capped at {workers}: this process may use {workers} CPU(s)")
     plan = _plan(sc, engine)
     out_dir = Path(out) if out is not None else _default_out(sc)
     resolved_text = to_yaml(sc)
-    _prepare_dir(out_dir, resolved_text, force)
+    results_dir.prepare(out_dir, resolved_text, force)
+    inputs = inputs_fingerprint(sc)
+    changed = results_dir.inputs_changes(out_dir, inputs)
+    if changed:
+        warnings.append(f"inputs changed since the last run into this folder ({', '.join(changed)}): the runs "
+                        "that depend on them are recomputed, none is reused")
     runs_dir, points_dir = out_dir / "runs", out_dir / "points"
-    runs = _load_json_dir(runs_dir)
-    done_points = _load_json_dir(points_dir)
     cols = row_columns(swept_paths(sc))
+    runs = results_dir.load_runs(runs_dir, warnings)
+    done_points = results_dir.load_points(points_dir, plan.keys, cols, warnings)
     order = {p.point_id: i for i, p in enumerate(plan.points)}
-    by_id = {p.point_id: p for p in plan.points}
-    done_points = {pid: d for pid, d in done_points.items() if pid in by_id}
     on_disk = set(runs)   # runs a previous (interrupted) run into this folder finished
     reused = sum(1 for k in plan.tasks if k in on_disk)
     computed = 0
@@ -283,8 +255,10 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
         done_points[p.point_id] = json.loads(json.dumps(rec, sort_keys=True))   # what a resume reads back
         return True
 
-    prog = _Progress(progress, len(plan.points))
+    prog = Progress(progress, len(plan.points))
     with prog:
+        for w in warnings:
+            prog.warn(w)
         prog.points.advance(0)
         for p in plan.points:
             finalize(p)
@@ -314,7 +288,7 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
                 write_points_csv()
                 prog.set_points(len(done_points))
 
-        run_tasks(pending, on_result, jobs=jobs, backend=backend, address=address)
+        run_tasks(pending, on_result, jobs=workers, backend=backend, address=address)
         missing = [p.label() for p in plan.points if p.point_id not in done_points]
         if missing:  # pragma: no cover - every task either finished or raised
             raise RuntimeError(f"points not finished: {missing}")
@@ -324,7 +298,7 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
         analysis = tables.analyse(sc, rows, cols)
 
         # ---- capacity plan: best SD config and its AR counterpart at several rollout sizes
-        cap_plan = _capacity_plan(sc, plan, analysis, engine)
+        cap_plan = capacity_plan(sc, plan, analysis, engine)
         cap_pending = [t for t in cap_plan["tasks"].values() if t.key not in runs]
         reused += sum(1 for k in cap_plan["tasks"] if k in on_disk and k not in plan.tasks)
         prog.add_runs(len(cap_pending))
@@ -336,7 +310,7 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
             computed += 1
             prog.runs_done()
 
-        run_tasks(cap_pending, on_cap, jobs=jobs, backend=backend, address=address)
+        run_tasks(cap_pending, on_cap, jobs=workers, backend=backend, address=address)
     capacity = tables.capacity_table(cap_plan, runs)
 
     # ---- tables
@@ -351,135 +325,31 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
     tables.write_runs_csv(out_dir / "runs.csv", plan, cap_plan, runs)
     files.append("runs.csv")
 
-    # ---- plots
+    # ---- plots (drawn from what the run persisted: points, runs, capacity, timeline.csv)
     do_plots = sc.output.plots if plots is None else plots
     plot_files: dict[str, str] = {}
     if do_plots:
         from specsim.report import plots as P
+        from specsim.timeline import write_timeline
 
-        plot_files = P.all_plots(out_dir / "plots", sc, plan, analysis, frame, capacity, runs, engine=engine)
+        timeline = write_timeline(out_dir, plan, analysis, runs, engine)
+        if timeline is not None:
+            files.append("timeline.csv")
+        plot_files = P.all_plots(out_dir / "plots", sc, plan, analysis, frame, capacity, runs, timeline)
         plot_files.update(projection.projection_plots(out_dir / "plots", sc, frame))  # scale / k x tau
         files += [f"plots/{Path(v).name}" for v in plot_files.values()]
         files += [f"plots/{Path(v).with_suffix('.csv').name}" for v in plot_files.values()]
 
     # ---- summary
     wall = time.perf_counter() - t0
-    summary = tables.summary_dict(sc, plan, analysis, capacity, resolved_text=resolved_text,
-                                  version=specsim_version(), plots=plot_files)
+    summary = summary_dict(sc, plan, analysis, capacity, resolved_text=resolved_text,
+                           version=specsim_version(), plots=plot_files)
     summary["inverse"] = projection.inverse_answers(sc, frame)
     summary["run"] = {"wall_s": wall, "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-                      "computed_runs": computed, "reused_runs": reused, "jobs": jobs, "backend": backend,
-                      "out_dir": str(out_dir)}
+                      "computed_runs": computed, "reused_runs": reused, "jobs": workers, "backend": backend,
+                      "out_dir": str(out_dir), "warnings": warnings, "inputs": inputs}
     atomic.write_json(out_dir / "summary.json", summary)
-    atomic.write_text(out_dir / "summary.md", tables.summary_markdown(summary)
-                      + projection.inverse_markdown(summary["inverse"]))
-    files += ["summary.json", "summary.md", "resolved.yaml"]
+    atomic.write_text(out_dir / "summary.md", summary_markdown(summary) + projection.inverse_markdown(summary["inverse"]))
+    files += ["summary.json", "summary.md", "resolved.yaml", "inputs.json"]
     return RunSummary(out_dir, sc.name, len(rows), len({p.index for p in plan.points}), replicates(sc), computed,
-                      reused, wall, summary.get("best", {}), summary, files)
-
-
-# ============================================================================ capacity
-def capacity_sizes(sc: Scenario, gpus_per_engine: int) -> list[int]:
-    """output.capacity.rollout_gpus, or ×0.25, 0.5, 1, 2 of the rollout GPUs in whole engines."""
-    if sc.output.capacity.rollout_gpus:
-        return sorted({int(n) for n in sc.output.capacity.rollout_gpus})
-    base = sc.rollout.gpus
-    out = set()
-    for m in (0.25, 0.5, 1.0, 2.0):
-        n = max(1, round(m * base / gpus_per_engine)) * gpus_per_engine
-        out.add(int(n))
-    return sorted(out)
-
-
-def _capacity_plan(sc: Scenario, plan: _Plan, analysis: dict, engine: str) -> dict:
-    """Tasks for the capacity plot: the best SD point (best k) and the same with SD off, at each size."""
-    best_sd = analysis.get("best_sd")
-    ref_index = best_sd["point"] if best_sd else analysis["best"]["point"]
-    ref = plan.point_sc[ref_index]
-    r = ref.rollout
-    per_engine = max(r.tp, r.ep) * r.pp
-    sizes = sorted(set(capacity_sizes(sc, per_engine)) | {r.gpus})
-    tasks: dict[str, RunTask] = {}
-    entries = []
-    errors = []
-    for n in sizes:
-        for variant in (("sd", "ar") if best_sd else ("ar",)):
-            changes: dict[str, Any] = {"rollout.gpus": n}
-            if variant == "ar":
-                changes["speculation.policy"] = "off"
-            try:
-                s = apply_overrides(ref, changes)
-                if n % per_engine:
-                    raise ScenarioError(source_file(sc), "output.capacity.rollout_gpus", n,
-                                        f"multiples of the {per_engine} GPUs of one engine")
-                from specsim.resolve import resolve
-
-                resolve(s)
-            except ScenarioError as exc:
-                errors.append({"rollout_gpus": n, "variant": variant, "error": str(exc)})
-                continue
-            t = RunTask.of(s, 0, "capacity", engine)
-            tasks.setdefault(t.key, t)
-            entries.append({"rollout_gpus": n, "variant": variant, "key": t.key,
-                            "total_gpus": s.total_gpus})
-    return {"reference_point": ref_index, "k": k_of(ref), "sd_policy": ref.speculation.policy,
-            "has_sd": bool(best_sd), "sizes": sizes, "scenario_rollout_gpus": r.gpus, "gpus_per_engine": per_engine,
-            "target_step_s": sc.output.capacity.target_step_s, "entries": entries, "errors": errors, "tasks": tasks,
-            "is_ar_reference": is_ar(ref)}
-
-
-# ============================================================================ progress
-class _Progress:
-    """A rich progress display on stderr: points done/total with ETA, and simulation runs."""
-
-    def __init__(self, enabled: bool, n_points: int):
-        self.enabled = enabled
-        self._p = None
-        self.points = _NullTask()
-        if enabled:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self._p = Progress(TextColumn("{task.description:<16}"), BarColumn(), MofNCompleteColumn(),
-                               TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                               console=Console(stderr=True), transient=False)
-            self._points = self._p.add_task("points", total=n_points)
-            self._runs = self._p.add_task("simulation runs", total=0)
-
-    def __enter__(self):
-        if self._p is not None:
-            self._p.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        if self._p is not None:
-            self._p.__exit__(*exc)
-
-    def set_points(self, n: int) -> None:
-        if self._p is not None:
-            self._p.update(self._points, completed=n)
-
-    def set_runs(self, total: int) -> None:
-        if self._p is not None:
-            self._p.update(self._runs, total=total, completed=0)
-
-    def add_runs(self, n: int) -> None:
-        if self._p is not None:
-            t = self._p.tasks[self._runs]
-            self._p.update(self._runs, total=(t.total or 0) + n)
-
-    def runs_done(self) -> None:
-        if self._p is not None:
-            self._p.advance(self._runs)
-
-
-class _NullTask:
-    def advance(self, n: int) -> None:
-        pass
+                      reused, wall, summary.get("best", {}), summary, files, warnings)

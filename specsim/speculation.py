@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.cost.forward import StepCostTable
+from specsim.cost.step import StepCostTable
 from specsim.errors import SpecError
 from specsim.workload.acceptance import expected_tokens_per_verify
+from specsim.workload.tree import DEFAULT_SIBLING_FACTOR, TreeShape
 
 
 @dataclass(frozen=True)
@@ -33,12 +34,24 @@ class SDPolicy:
     k: int = 0
     max_batch: int = 0
     k_max: int = 0
+    tree: TreeShape | None = None
 
     def __post_init__(self):
         if self.kind not in ("off", "always", "threshold", "adaptive"):
             raise SpecError("speculation.policy", self.kind, "one of off, always, threshold, adaptive")
         if self.k < 0 or self.k_max < 0:
             raise SpecError("speculation.k", self.k, ">= 0")
+        if self.tree is not None:
+            if self.kind not in ("always", "threshold"):
+                raise SpecError("speculation.tree_branching", list(self.tree.branching),
+                                "only with policy always or threshold (a fixed tree), not " + self.kind)
+            if self.k != self.tree.depth:
+                raise SpecError("speculation.k", self.k,
+                                f"the tree's depth {self.tree.depth} (len(speculation.tree_branching))")
+
+    def tree_for(self, k: int) -> TreeShape | None:
+        """The draft tree a step at draft length k verifies (None: a chain of k drafts)."""
+        return self.tree if self.tree is not None and k == self.tree.depth and k > 0 else None
 
     @property
     def ks(self) -> tuple[int, ...]:
@@ -51,8 +64,9 @@ class SDPolicy:
 
     @property
     def label(self) -> str:
-        return {"off": "off", "always": f"always(k={self.k})",
-                "threshold": f"threshold(k={self.k}, max_batch={self.max_batch})",
+        k = f"tree={list(self.tree.branching)}" if self.tree is not None else f"k={self.k}"
+        return {"off": "off", "always": f"always({k})",
+                "threshold": f"threshold({k}, max_batch={self.max_batch})",
                 "adaptive": f"adaptive(k<={self.k_max})"}[self.kind]
 
 
@@ -81,7 +95,20 @@ def choose_k(policy: SDPolicy, ctx: PolicyContext, n_active: int, total_ctx_toke
 
 
 def from_section(section) -> SDPolicy:
-    """Build a policy from the scenario's `speculation` section."""
-    if section.policy == "always" and section.k == 0:
+    """Build a policy from the scenario's `speculation` section.
+
+    `tree_branching` [b_1, ..., b_D] (optional): draft a token tree of depth D = k instead of a
+    chain (workload/tree.py); `tree_sibling_factor` its sibling factor rho (default 0.5).
+    """
+    if section.policy == "off":  # k and the tree are unused without SD (the baselines set this)
         return SDPolicy("off")
-    return SDPolicy(section.policy, k=section.k, max_batch=section.max_batch, k_max=section.k_max)
+    branching = getattr(section, "tree_branching", None)
+    tree = None
+    if branching:
+        rho = getattr(section, "tree_sibling_factor", None)
+        tree = TreeShape(tuple(branching), DEFAULT_SIBLING_FACTOR if rho is None else rho)
+    if section.policy == "always" and section.k == 0:
+        if tree is not None:
+            raise SpecError("speculation.k", 0, f"the tree's depth {tree.depth} (a tree needs k = depth)")
+        return SDPolicy("off")
+    return SDPolicy(section.policy, k=section.k, max_batch=section.max_batch, k_max=section.k_max, tree=tree)

@@ -13,9 +13,11 @@ are keyed by `run_key` — a hash of the scenario with everything that cannot ch
 normalised away (name, description, sweep, output, the baseline overrides; the draft-length knobs
 when SD is off; the policy lag when the pipeline is sync) — so a point that *is* its baseline (k=0
 in a sync scenario) and every point sharing a baseline reuse one run: baselines are computed once
-per (baseline scenario, replicate), never per point. Runs execute in-process (`jobs=1`), in local
-spawn-safe processes (`concurrent.futures.ProcessPoolExecutor`) or on Ray (`backend="ray"`, lazy
-import; `pip install 'specsim[ray]'`).
+per (baseline scenario, replicate), never per point. The key also holds the *content* of every
+input the scenario names (`inputs_fingerprint`: the hardware profile file, the model's and the
+drafter's catalog entries, empirical length files, the specsim version), so editing any of them
+gives new keys and a resumed folder recomputes instead of reusing stale runs. Runs execute in
+:mod:`specsim.executors`.
 
 Rows. `point_row` turns a point's run plus its baseline run and its sync-AR run into one flat
 dict: every swept field, replicate, seed, steady-state stage times, speedups vs the baseline and
@@ -30,15 +32,14 @@ import hashlib
 import itertools
 import json
 import math
-import multiprocessing
-import os
-from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from specsim.errors import SpecError
-from specsim.scenario import Scenario, ScenarioError, apply_overrides, source_file, validate_doc
+from specsim.scenario import Scenario, ScenarioError, apply_overrides, source_file
 
 RESERVED = ("replicates", "zip")
 STAGES = ("reward_s", "logprob_s", "train_s", "weight_sync_s", "drafter_update_s")
@@ -171,15 +172,57 @@ def run_doc(sc: Scenario) -> dict:
 def run_key(sc: Scenario, replicate: int, engine: str = "fast") -> str:
     """Stable 16-hex-digit key of one pipeline run."""
     payload = {"scenario": run_doc(sc), "replicate": int(replicate), "engine": engine,
-               "file": _data_file_marker(sc)}
+               "inputs": inputs_fingerprint(sc)}
     return hashlib.sha256(_canonical(payload).encode()).hexdigest()[:16]
 
 
-def _data_file_marker(sc: Scenario) -> str | None:
-    """Empirical length files are read relative to the scenario file: it is part of the key."""
-    uses_file = any(getattr(s, "kind", None) == "empirical"
-                    for s in (sc.workload.response_tokens, sc.workload.prompt_tokens))
-    return source_file(sc) if uses_file else None
+def inputs_fingerprint(sc: Scenario) -> dict:
+    """sha256 (12 hex digits) of the content of every input outside the scenario text: the
+    hardware profile file, the model's catalog entry, the drafter's architecture, each empirical
+    length file; plus the specsim version. An input that cannot be read is marked (resolve
+    reports it properly)."""
+    from specsim import __version__
+    from specsim.hardware import _resolve_profile_path
+    from specsim.model import drafter_arch, load_model
+
+    out: dict[str, Any] = {"specsim": __version__}
+    try:
+        out["hardware"] = _file_sha(str(_resolve_profile_path(sc.hardware)))
+    except (SpecError, OSError):
+        out["hardware"] = f"unreadable:{sc.hardware}"
+    try:
+        target = load_model(sc.model)
+        out["model"] = _sha12(repr(target))
+        d = sc.drafter
+        out["drafter"] = _sha12(repr(drafter_arch(d.kind, target, d.draft_vocab, d.draft_ffn)))
+    except (SpecError, KeyError, TypeError, ValueError):
+        out["model"] = f"unknown:{sc.model}"
+    base = Path(source_file(sc)).parent if source_file(sc) else None
+    for name in ("response_tokens", "prompt_tokens"):
+        spec = getattr(sc.workload, name)
+        if spec.kind == "empirical" and spec.path:
+            path = Path(spec.path)   # both places resolve may look it up: as given, and by the scenario
+            places = [path] if path.is_absolute() or base is None else [path, base / path]
+            out[f"workload.{name}"] = "+".join(_file_sha(str(q)) for q in places if q.exists()) or "missing"
+    return out
+
+
+def _sha12(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _file_sha(path: str) -> str:
+    p = Path(path)
+    try:
+        st = p.stat()
+        return _file_sha_cached(str(p.resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:
+        return f"unreadable:{path}"
+
+
+@lru_cache(maxsize=256)
+def _file_sha_cached(path: str, mtime_ns: int, size: int) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
 
 
 @dataclass(frozen=True)
@@ -197,99 +240,6 @@ class RunTask:
     def of(cls, sc: Scenario, replicate: int, role: str, engine: str = "fast") -> RunTask:
         return cls(run_key(sc, replicate, engine), sc.model_dump(mode="json"), source_file(sc), int(replicate),
                    engine, role)
-
-
-def execute(task: RunTask | dict) -> dict:
-    """Run one pipeline (in any process). Returns {"key", "steady", "steps", "meta"} or, for a
-    scenario that cannot run (does not fit, bad layout), {"key", "error"} with the message."""
-    from specsim.errors import LayoutError
-    from specsim.resolve import resolve
-    from specsim.sim.pipeline import run_pipeline
-
-    t = task if isinstance(task, RunTask) else RunTask(**task)
-    try:
-        sc = validate_doc(t.doc, t.file)
-        sc._source_file = t.file
-        world = resolve(sc)
-        res = run_pipeline(world, engine=t.engine, replicate=t.replicate)
-    except (ScenarioError, SpecError, LayoutError) as exc:
-        return {"key": t.key, "error": f"{exc.__class__.__name__}: {exc}"}
-    steady = {k: float(v) for k, v in res.steady().items()}
-    steps = [{k: (float(v) if isinstance(v, float) else int(v)) for k, v in asdict(r).items()} for r in res.records]
-    meta = {"scenario": sc.name, "mode": sc.pipeline.mode, "policy": world.policy.label, "engines": world.engines,
-            "gpus_per_engine": world.layout.gpus, "rollout_gpus": sc.rollout.gpus,
-            "training_gpus": sc.training_gpus, "total_gpus": sc.total_gpus, "replicate": t.replicate,
-            "warmup_steps": res.warmup_steps, "role": t.role}
-    return {"key": t.key, "steady": steady, "steps": steps, "meta": meta}
-
-
-# ============================================================================ executors
-def _ray():
-    try:
-        import ray
-    except ImportError:
-        raise SpecError("--backend", "ray", "'local', or 'ray' with Ray installed (install specsim[ray]: "
-                        "pip install 'specsim[ray]')", where="command line") from None
-    return ray
-
-
-def run_tasks(tasks: list[RunTask], on_result: Callable[[RunTask, dict], None], *, jobs: int = 2,
-              backend: str = "local", address: str | None = None) -> None:
-    """Execute `tasks`, calling `on_result(task, result)` in this thread as each finishes.
-
-    backend="local": jobs <= 1 runs in this process; otherwise a spawn-context process pool of
-    `jobs` workers. backend="ray": `ray.init(address=...)` when an address is given (a running
-    cluster), else a local Ray instance with `jobs` CPUs (shut down afterwards)."""
-    if backend not in ("local", "ray"):
-        raise SpecError("--backend", backend, "'local' or 'ray'", where="command line")
-    if jobs < 1:
-        raise SpecError("--jobs", jobs, ">= 1", where="command line")
-    if backend == "ray":
-        ray = _ray()
-    if not tasks:
-        return
-    if backend == "ray":
-        _run_ray(ray, tasks, on_result, jobs, address)
-        return
-    if jobs == 1 or len(tasks) == 1:
-        for t in tasks:
-            on_result(t, execute(t))
-        return
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx) as pool:
-        pending = {pool.submit(execute, t): t for t in tasks}
-        try:
-            while pending:
-                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
-                for fut in done:
-                    t = pending.pop(fut)
-                    on_result(t, fut.result())
-        except BaseException:
-            for fut in pending:
-                fut.cancel()
-            raise
-
-
-def _run_ray(ray, tasks: list[RunTask], on_result, jobs: int, address: str | None) -> None:
-    started = False
-    if not ray.is_initialized():
-        kwargs = {"ignore_reinit_error": True, "log_to_driver": False, "include_dashboard": False}
-        if address:
-            ray.init(address=address, **kwargs)
-        else:
-            ray.init(num_cpus=jobs, **kwargs)
-            started = True
-    try:
-        remote = ray.remote(num_cpus=1)(execute)
-        refs = {remote.remote(asdict(t)): t for t in tasks}
-        pending = list(refs)
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            for ref in done:
-                on_result(refs[ref], ray.get(ref))
-    finally:
-        if started:
-            ray.shutdown()
 
 
 # ============================================================================ baselines
@@ -411,7 +361,3 @@ def step_rows(point: SweepPoint, run: dict) -> list[dict]:
 
 def describe_points(points: Iterable[SweepPoint]) -> list[dict]:
     return [p.as_dict() for p in points]
-
-
-def default_jobs() -> int:
-    return max(1, min(2, os.cpu_count() or 1))

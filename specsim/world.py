@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from specsim.cost.forward import StepCostTable, prefill_batches_s
+from specsim.cost.forward import prefill_batches_s
+from specsim.cost.step import StepCostTable
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.memory import MemoryPlan
 from specsim.cost.training import TrainingLayout

@@ -6,7 +6,8 @@ from functools import partial
 
 import numpy as np
 
-from specsim.cost.forward import prefill_batches_s, step_cost_table
+from specsim.cost.forward import prefill_batches_s
+from specsim.cost.step import step_cost_table
 from specsim.cost.layout import ParallelLayout
 from specsim.hardware import load_hardware
 from specsim.model import drafter_arch, load_model

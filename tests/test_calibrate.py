@@ -337,3 +337,46 @@ def test_target_files_format():
     for t in share:
         lo, hi = t["measured"] * (1 - t["tolerance"]), t["measured"] * (1 + t["tolerance"])
         assert lo <= 0.65 and hi >= 0.72
+
+
+# ----------------------------------------------------------------------------- hostile input (#15 row 12)
+def _kernel_rows(tmp_path, name, lines):
+    src = (SYN / "h200_qwen3_8b_kernel.csv").read_text().splitlines()
+    header = [ln for ln in src if ln.startswith("#")] + [next(ln for ln in src if ln.startswith("op,"))]
+    p = tmp_path / name
+    p.write_text("\n".join(header + lines) + "\n")
+    return p
+
+
+def test_fit_with_no_more_rows_than_parameters_is_refused(tmp_path):
+    p = _kernel_rows(tmp_path, "one.csv", ["decode,Qwen3-8B,1,1,1,1,1,512.0,0.0041,bf16,bf16,,h200_sxm,x"])
+    with pytest.raises(SpecError, match="more than the 1 parameters"):
+        calibrate([p], "h200_sxm")
+
+
+def test_layout_that_cannot_exist_for_the_model_is_refused(tmp_path):
+    p = _kernel_rows(tmp_path, "tp3.csv", ["decode,Qwen3-8B,3,1,1,1,1,512.0,0.004,bf16,bf16,,h200_sxm,x",
+                                           "decode,Qwen3-8B,3,1,1,1,1,4096.0,0.0042,bf16,bf16,,h200_sxm,x"])
+    with pytest.raises(SpecError, match="divisor of the 32 attention heads") as e:
+        calibrate([p], "h200_sxm")
+    assert e.value.field == "tp" and str(p) in str(e.value)
+
+
+def test_absurd_batch_is_an_error_not_an_overflow(tmp_path):
+    from typer.testing import CliRunner
+
+    from specsim.cli import app
+
+    p = _kernel_rows(tmp_path, "big.csv", ["decode,Qwen3-8B,1,1,1,1e20,1,512.0,0.004,bf16,bf16,,h200_sxm,x",
+                                           "decode,Qwen3-8B,1,1,1,1,1,4096.0,0.0042,bf16,bf16,,h200_sxm,x"])
+    res = CliRunner().invoke(app, ["calibrate", str(p), "--hardware", "h200_sxm"])
+    assert res.exit_code == 2, res.output
+    assert "batch" in res.output and "1e20" in res.output and "Traceback" not in res.output
+
+
+def test_fit_at_a_bound_is_flagged(synthetic):
+    kernel, _ = synthetic
+    slow = kernel.copy()
+    slow["time_s"] = slow["time_s"] * 30  # no physical efficiency explains it: memory runs into its lower bound
+    fit = fit_hardware(HW, slow)
+    assert any("at its bound" in n for n in fit.notes), fit.notes

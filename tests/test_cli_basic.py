@@ -9,7 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from specsim import __version__
-from specsim.cli import app, doctor_warnings
+from specsim.cli import app
+from specsim.doctor import doctor_warnings
 from specsim.resolve import resolve
 from specsim.scenario import load_scenario
 
@@ -71,7 +72,8 @@ def test_show_model_json():
     assert [r["batch"] for r in rows] == [2**i for i in range(11)]
     assert rows[0]["bound"] == "memory" and rows[-1]["bound"] == "compute"
     assert info["kv_bytes_per_token"] == 147_456 and info["kv_capacity_tokens"] > 0
-    assert 9.0 < rows[0]["step_ms"] < 10.0
+    # fitted h100 profile: ~5.5 ms weight streaming + ~0.9 ms kernel launch floors + ~4.9 ms engine overhead
+    assert 10.5 < rows[0]["step_ms"] < 12.0
     steps = [r["step_ms"] for r in rows]
     assert steps == sorted(steps)
     assert rows[0]["verify_k3_over_decode"] < 1.15 and rows[-1]["verify_k3_over_decode"] > 3
@@ -225,11 +227,11 @@ def test_show_lengths_bad_inputs():
 def test_python_m_specsim_exit_codes_and_no_traceback(tmp_path):
     p = tmp_path / "broken.yaml"
     p.write_text("rollout: {gpus: 0}\n")
-    r = subprocess.run([sys.executable, "-m", "specsim", "check", str(p)], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "specsim", "check", str(p)], capture_output=True, text=True, check=False,
                        cwd=ROOT, timeout=120)
     assert r.returncode == 2
     assert "Traceback" not in r.stdout + r.stderr
     assert r.stderr.startswith(f"error: {p}: ") and r.stderr.count("\n") == 1
-    r = subprocess.run([sys.executable, "-m", "specsim", "list", "models"], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "specsim", "list", "models"], capture_output=True, text=True, check=False,
                        cwd=ROOT, timeout=120)
     assert r.returncode == 0 and "Qwen3-8B" in r.stdout

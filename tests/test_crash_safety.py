@@ -95,3 +95,63 @@ def test_ctrl_c_mid_sweep_exits_130_cleanly_and_resumes(tmp_path):
     assert "interrupted" in err and "resume" in err and "Traceback" not in err
     assert _run(scenario, out).wait(timeout=300) == 0
     assert (clean / "points.csv").read_bytes() == (out / "points.csv").read_bytes()
+
+
+# ============================================================================ workers die with their parent
+def _children(pid: int) -> dict[int, str]:
+    """Live child processes of `pid`: {pid: command line}."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killed_parent_leaves_no_orphaned_workers(tmp_path, sig):
+    """#15 row 10: SIGKILL or SIGTERM of `specsim run --jobs 2`: every worker (and multiprocessing's
+    resource tracker) is gone within a few seconds."""
+    from specsim.executors import available_cpus
+
+    if available_cpus() < 2:
+        pytest.skip("a pool needs 2 CPUs")
+    scenario = tmp_path / "killme.yaml"
+    big = {**SCENARIO, "sweep": {"speculation.k": [0, 1, 2, 3, 4, 5, 6, 7], "replicates": 20}}
+    scenario.write_text(yaml.safe_dump(big))
+    cmd = [sys.executable, "-m", "specsim", "run", str(scenario), "--out", str(tmp_path / "out"), "--jobs", "2",
+           "--no-progress", "--format", "json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    workers: dict[int, str] = {}
+    while len([c for c in workers.values() if "spawn_main" in c]) < 2:
+        assert proc.poll() is None, "the run ended before its workers started"
+        assert time.monotonic() < deadline, "workers never started"
+        time.sleep(0.05)
+        workers = _children(proc.pid)
+    time.sleep(0.3)
+    workers = _children(proc.pid)
+    proc.send_signal(sig)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = {p: c for p, c in workers.items() if _alive(p)}
+    for p in left:   # do not leave them behind if the test fails
+        os.kill(p, signal.SIGKILL)
+    assert not left, f"orphaned after {sig.name}: {left}"

@@ -348,3 +348,17 @@ def test_distribution_is_frozen_and_hashable():
     assert hash(LOGN) == hash(LengthDistribution.lognormal_from_median_p99(2000, 16000))
     e = LengthDistribution.empirical(list(range(1, 10_001)))
     assert "values" not in repr(e)  # a long trace does not flood logs
+
+
+# --------------------------------------------------------------------------- the split modules
+@pytest.mark.parametrize("first", ["length_fit", "length_dist", "length_checks", "lengths"])
+def test_split_modules_import_in_any_order(first):
+    """workload/lengths.py re-exports the split modules; each imports first without a cycle."""
+    import subprocess
+    import sys
+
+    code = (f"import specsim.workload.{first}; from specsim.workload import lengths as L; "
+            "from specsim.workload.length_fit import fit; from specsim.workload.length_dist import LengthDistribution; "
+            "assert L.fit is fit and L.LengthDistribution is LengthDistribution")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr

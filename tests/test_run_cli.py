@@ -25,6 +25,7 @@ from small_sweep import ROOT, SCEN, SMALL
 from typer.testing import CliRunner
 
 from specsim.cli_run import run, show_scenario
+from specsim.scenario import load_scenario
 
 GOLDEN = ROOT / "tests" / "golden" / "small_async_summary.json"
 
@@ -91,13 +92,16 @@ def test_bad_override_exits_2(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-def test_show_scenario_json_and_table():
+def test_show_scenario_json_and_table(cli_run):
     res = CliRunner().invoke(_app(), ["show", "scenario", SCEN, *_sets(), "--format", "json"])
     assert res.exit_code == 0, res.output
     info = json.loads(res.stdout)
     assert info["rows"] == 8 and len(info["points"]) == 8
     assert info["resolved"]["rollout"]["gpus"] == 8
-    assert {p["point_id"] for p in info["points"]} == {p["point_id"] for p in info["points"]}
+    # the points `show scenario` announces are the very points `run` wrote: one distinct id per row
+    ids = [p["point_id"] for p in info["points"]]
+    assert len(set(ids)) == 8
+    assert ids == pd.read_csv(cli_run[1] / "points.csv", dtype={"point_id": str})["point_id"].tolist()
     res = CliRunner().invoke(_app(), ["show", "scenario", str(ROOT / "scenarios" / "235b_async.yaml")])
     assert res.exit_code == 0, res.output
     assert "40 points (20 combinations × 2 replicates)" in res.stdout

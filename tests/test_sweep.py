@@ -14,12 +14,12 @@ import pandas as pd
 import pytest
 from small_sweep import ROOT, SCEN, SMALL
 
+from specsim.executors import execute
 from specsim.runner import ResultsConflict, run_scenario, show_scenario
 from specsim.scenario import ScenarioError, apply_overrides, load_scenario
 from specsim.sweep import (
     RunTask,
     combinations,
-    execute,
     expand,
     point_id,
     point_row,
@@ -68,14 +68,13 @@ def test_zip_groups_vary_together():
 
 
 def test_zip_errors_name_the_field():
+    """Refused when the scenario is validated (so `check` refuses them too), naming sweep.zip."""
     sc = load_scenario(ROOT / "scenarios" / "efficient_rollout_h100.yaml")
-    bad = apply_overrides(sc, {"sweep": {"speculation.policy": ["always", "threshold"], "speculation.max_batch": [8],
-                                         "zip": [["speculation.policy", "speculation.max_batch"]]}})
-    with pytest.raises(ScenarioError, match="sweep.zip"):
-        expand(bad)
-    bad2 = apply_overrides(sc, {"sweep": {"speculation.k": [1, 2], "zip": [["speculation.k", "rollout.gpus"]]}})
-    with pytest.raises(ScenarioError, match="not swept"):
-        expand(bad2)
+    with pytest.raises(ScenarioError, match="sweep.zip.*one length"):
+        apply_overrides(sc, {"sweep": {"speculation.policy": ["always", "threshold"], "speculation.max_batch": [8],
+                                       "zip": [["speculation.policy", "speculation.max_batch"]]}})
+    with pytest.raises(ScenarioError, match="sweep.zip.*not swept"):
+        apply_overrides(sc, {"sweep": {"speculation.k": [1, 2], "zip": [["speculation.k", "rollout.gpus"]]}})
 
 
 def test_no_sweep_is_one_point():
@@ -138,7 +137,7 @@ def full_run(tmp_path_factory):
 
 
 def test_results_folder_contents(full_run):
-    res, out = full_run
+    _, out = full_run
     for f in ("points.csv", "steps.csv", "runs.csv", "summary.json", "summary.md", "resolved.yaml"):
         assert (out / f).is_file(), f
     df = pd.read_csv(out / "points.csv")
@@ -160,7 +159,7 @@ def test_results_folder_contents(full_run):
 def test_resume_after_interruption_gives_same_rows(full_run, tmp_path, monkeypatch):
     _, ref_out = full_run
     out = tmp_path / "res"
-    import specsim.sweep as sw
+    import specsim.executors as sw
 
     real = sw.execute
     calls = {"n": 0}

@@ -13,6 +13,7 @@ from specsim.errors import LayoutError, SpecError
 from specsim.hardware import load_hardware
 from specsim.model import drafter_arch, load_model
 from specsim.scenario import apply_overrides, load_scenario
+from specsim.trainer import training_layout
 
 ROOT = Path(__file__).resolve().parents[1]
 SCEN = ROOT / "scenarios" / "8b_rl_think_sync.yaml"
@@ -30,7 +31,8 @@ def model():
 
 @pytest.fixture(scope="module")
 def hw():
-    return load_hardware("gb200")
+    # scalar roofline: training.py prices logprob passes with efficiency.compute, not the measured-kernel terms
+    return replace(load_hardware("gb200"), kernel_fit=None)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +45,7 @@ def seqs():
 
 def _tl(sc, model, hw, **over):
     s = apply_overrides(sc, over) if over else sc
-    return tc.training_layout(s, model, hw)
+    return training_layout(s, model, hw)
 
 
 def test_layout_definition(sc, model, hw):
@@ -55,9 +57,9 @@ def test_layout_definition(sc, model, hw):
     assert (tl.replica_gpus, tl.dp, tl.mfu) == (8, 4, 0.5)
     # async: the training pool's own GPUs
     a = apply_overrides(sc, {"pipeline.mode": "async", "training.gpus": 16})
-    assert tc.training_layout(a, model, hw).gpus == 16
+    assert training_layout(a, model, hw).gpus == 16
     with pytest.raises(SpecError, match="training.gpus"):
-        tc.training_layout(apply_overrides(a, {"training.tp": 32, "training.gpus": 48}), model, hw)
+        training_layout(apply_overrides(a, {"training.tp": 32, "training.gpus": 48}), model, hw)
     with pytest.raises(SpecError, match="training.ep"):
         _tl(sc, model, hw, **{"training.ep": 2})
     with pytest.raises(SpecError, match="training.tp"):
@@ -192,3 +194,29 @@ def test_requantize_is_a_memory_bound_pass(model, hw):
     t = tc.requantize_s(model, hw, layout, sq)
     assert t == pytest.approx(model.weight_bytes(2.5) / (hw.hbm_bw_bytes_per_s * hw.efficiency.memory), rel=1e-6)
     assert tc.requantize_s(model, hw, layout, drafter_arch("eagle3", model)) == 0.0
+
+
+def test_training_layout_is_consistent_by_construction():
+    """A TrainingLayout's GPUs are dp replicas of max(tp, ep)·pp GPUs; anything else is refused."""
+    par = ParallelLayout(tp=2, pp=2, weight_dtype="bf16")
+    assert tc.TrainingLayout(gpus=16, parallel=par, dp=4, micro_batch_tokens=8192, mfu=0.4).replica_gpus == 4
+    for bad in ({"gpus": 16, "dp": 3}, {"gpus": 0, "dp": 0}):
+        with pytest.raises(SpecError, match="gpus"):
+            tc.TrainingLayout(parallel=par, micro_batch_tokens=8192, mfu=0.4, **bad)
+    with pytest.raises(SpecError, match="mfu"):
+        tc.TrainingLayout(gpus=4, parallel=par, dp=1, micro_batch_tokens=8192, mfu=1.5)
+    with pytest.raises(SpecError, match="micro_batch_tokens"):
+        tc.TrainingLayout(gpus=4, parallel=par, dp=1, micro_batch_tokens=0, mfu=0.4)
+
+
+def test_cost_training_reads_no_scenario():
+    """cost/training.py takes plain specs: it imports only the cost layer and its specs, never a scenario."""
+    import ast
+
+    tree = ast.parse((ROOT / "specsim" / "cost" / "training.py").read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    allowed = {"__future__", "dataclasses", "numpy", "specsim.cost", "specsim.errors", "specsim.hardware",
+               "specsim.model"}
+    assert {m for m in imported if not any(m == a or m.startswith(a + ".") for a in allowed)} == set()
+    assert not any(isinstance(n, ast.arg) and n.arg in ("sc", "scenario") for n in ast.walk(tree))

@@ -1,7 +1,7 @@
 """Forward-pass time of a batch under TP/EP/PP: prefill, decode (q=1), verify (q=k+1), draft.
 
 A pass over B sequences, sequence i bringing q_i new tokens on top of c_i cached ones, costs per
-layer (per GPU, after TP/EP sharding; see DESIGN.md "Forward pass"):
+layer (per GPU, after TP/EP sharding; see docs/design.md "Forward pass"):
 
 * linear ops: FLOPs 2·T·params, bytes = weights touched (T = Σq_i);
 * MoE: the expected distinct experts hit by T routed tokens, E·(1 − (1 − top_k/E)^T), are read;
@@ -15,18 +15,20 @@ layer (per GPU, after TP/EP sharding; see DESIGN.md "Forward pass"):
 Because the attention-over-cache op is linear in Σc for a fixed q, a pass with uniform q is an
 affine function of the total context C = Σc_i:  t(C) = fixed_s + per_ctx_token_s · C.  The
 engine integrates whole segments of steps in closed form from these two coefficients.
-Fixed per-step overheads (scheduler, sampler, launches) are added by `step_coeffs`, not here.
+Whole engine steps (draft passes + verify, the sampler, the SD overheads, fixed per-step
+overheads) are composed in cost/step.py (`step_cost`, `tree_step_cost`, `step_cost_table`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from specsim.cost import comm
 from specsim.cost.layout import ParallelLayout
-from specsim.cost.roofline import compute_time_s, memory_time_s
+from specsim.cost.roofline import compute_time_s, decode_attention_fixed_s, gemm_op_s, memory_time_s
+from specsim.cost.sd_costs import sampler_bytes
 from specsim.hardware import DTYPE_BYTES, HardwareSpec
 from specsim.model import DrafterArch, ModelSpec
 
@@ -126,23 +128,29 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
     mem_rate = hw.hbm_bw_bytes_per_s * hw.efficiency.memory
     op = _roofline_op(hw.flops_per_s(mdt) * hw.efficiency.compute, mem_rate)
     op_bf16 = _roofline_op(hw.flops_per_s("bf16") * hw.efficiency.compute, mem_rate)
+    def gop(flops, nbytes, m_tokens, n_kernels, kernel="gemm"):
+        # GEMM at the profile's fitted shape-dependent rates (== `op` for a profile without a kernel fit)
+        return gemm_op_s(flops, nbytes, hw, mdt, m_tokens, n_kernels, kernel)
+
     per_layer = []  # (time, compute, memory) of each fixed op per layer
-    per_layer.append(op(2 * tokens_attn * model.attn_params_per_layer / tp, model.attn_params_per_layer * wb / tp))
+    per_layer.append(gop(2 * tokens_attn * model.attn_params_per_layer / tp, model.attn_params_per_layer * wb / tp,
+                         tokens_attn, 2))  # qkv + o projections
     extra = model.extra_params_per_layer + model.norm_params_per_layer
     per_layer.append(op(2 * tokens_attn * extra / tp, extra * wb / tp))
     if model.ffn:
         p = model.dense_ffn_params_per_layer
-        per_layer.append(op(2 * tokens_attn * p / tp, p * wb / tp))
+        per_layer.append(gop(2 * tokens_attn * p / tp, p * wb / tp, tokens_attn, 2))  # gate_up + down
     if model.moe:
         moe = model.moe
         routed = tokens_engine * moe.top_k
         hit = expected_experts_hit(moe.experts, moe.top_k, tokens_engine)
-        per_layer.append(op(2 * routed * model.expert_params / shards, hit * model.expert_params * wb / shards))
+        per_layer.append(gop(2 * routed * model.expert_params / shards, hit * model.expert_params * wb / shards,
+                             routed / moe.experts, 1, "moe"))  # grouped GEMM, m = tokens per expert
         router = model.router_params_per_layer
-        per_layer.append(op(2 * tokens_attn * router, router * wb))
+        per_layer.append(gop(2 * tokens_attn * router, router * wb, tokens_attn, 1))
         if model.shared_expert_params_per_layer:
             p = model.shared_expert_params_per_layer
-            per_layer.append(op(2 * tokens_attn * p / tp, p * wb / tp))
+            per_layer.append(gop(2 * tokens_attn * p / tp, p * wb / tp, tokens_attn, 2))
 
     kv_heads_local = float(-(-model.kv_heads // tp))
     kv_bytes_tok_layer = 2 * kv_heads_local * model.head_dim * layout.kv_bytes
@@ -150,6 +158,8 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
     # causal attention among the new tokens, and writing their KV
     per_layer.append(op_bf16(4 * heads_local * model.head_dim * (n / dp) * q * (q + 1) / 2,
                               (n / dp) * q * kv_bytes_tok_layer))
+    attn_fixed = decode_attention_fixed_s(hw, n / dp)  # fitted launch + per-sequence attention time
+    per_layer.append((attn_fixed, 0.0 * attn_fixed, 0.0 * attn_fixed))  # a latency: neither roofline side
 
     layer_time = sum(t for t, _, _ in per_layer)
     layer_comp = sum(c for _, c, _ in per_layer)
@@ -167,15 +177,15 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
             layer_comm = layer_comm + comm.all_reduce_s(act_msg, tp, hw)
 
     head_tokens = n * logits / dp
-    head_t, head_c, head_m = op(2 * head_tokens * model.hidden * model.vocab / tp,
-                                model.hidden * model.vocab * wb / tp)
+    head_t, head_c, head_m = gop(2 * head_tokens * model.hidden * model.vocab / tp,
+                                 model.hidden * model.vocab * wb / tp, head_tokens, 1)
     pp_comm = (layout.pp - 1) * comm.p2p_s(act_msg, hw, across_domain=False) if layout.pp > 1 else 0.0
 
     L = model.layers
     fixed = L * (layer_time + layer_comm) + head_t + pp_comm
     # attention over the cache, per context token (C = Σ c_i over the whole engine)
     ctx_c = L * compute_time_s(4 * heads_local * model.head_dim * q / dp, hw, "bf16")
-    ctx_m = L * memory_time_s(kv_bytes_tok_layer / dp, hw)
+    ctx_m = L * memory_time_s(kv_bytes_tok_layer / dp, hw, stream="kv")
     scalar = isinstance(n, float) and isinstance(q, float)
     ones = 1.0 if scalar else np.ones(np.broadcast(n, q).shape)
     per_ctx = (max(ctx_c, ctx_m) if scalar else np.maximum(ctx_c, ctx_m)) * ones
@@ -191,34 +201,45 @@ def decode_cost(model, hw, layout, n_seqs) -> PassCost:
 
 
 def verify_cost(model, hw, layout, n_seqs, k: int) -> PassCost:
-    """SD verify: q = k+1 tokens per sequence, all of them need logits."""
+    """SD verify: q = k+1 query tokens per sequence, all of them need logits. The KV cache is read
+    once per layer (pass_cost's per-context term), GEMMs and MoE see B·(k+1) tokens, and the KV of
+    all k+1 slots is written, the ones rejection sampling later discards included."""
     return pass_cost(model, hw, layout, n_seqs, k + 1, k + 1)
 
 
-def draft_cost(drafter: DrafterArch, hw, layout, n_seqs) -> PassCost:
-    """One draft pass (q=1 per sequence) of the drafter; zero for n-gram drafting."""
+def _zero_cost(n_seqs) -> PassCost:
+    z = np.zeros_like(np.asarray(n_seqs, dtype=float))
+    return PassCost(z, z, z, z, z, z, z)
+
+
+def draft_cost(drafter: DrafterArch, hw, layout, n_seqs, q_per_seq: float = 1.0, first: bool = True,
+               logits_per_seq: float = 1.0) -> PassCost:
+    """One draft pass of the drafter over q_per_seq tokens per sequence (`logits_per_seq` rows
+    through its LM head); zero for n-gram drafting (no GPU pass; its CPU proposer is priced in
+    `step_cost`).
+
+    The first draft pass of a step runs over the tokens the verify just accepted (q = accepted
+    + 1 per sequence); later passes over the token(s) drafted before (q = 1 for a chain, the
+    previous depth's nodes for a tree). A `head` drafter (EAGLE-3) fuses the target's hidden
+    states (fusion_inputs·h → h fc) only in its first pass; later passes feed its own hidden
+    state, so that fc is left out of them (its weights still count in memory)."""
     if drafter.model is None:
-        z = np.zeros_like(np.asarray(n_seqs, dtype=float))
-        return PassCost(z, z, z, z, z, z, z)
-    return pass_cost(drafter.model, hw, layout, n_seqs, 1, 1, weight_dtype=drafter.weight_dtype)
+        return _zero_cost(n_seqs)
+    dm = drafter.model
+    spec = drafter.spec
+    if not first and spec.cost_shape == "head" and spec.fusion_inputs:
+        dm = replace(dm, extra_params_per_layer=dm.extra_params_per_layer - spec.fusion_inputs * dm.hidden ** 2)
+    return pass_cost(dm, hw, layout, n_seqs, q_per_seq, logits_per_seq, weight_dtype=drafter.weight_dtype)
 
 
-def step_cost(model: ModelSpec, drafter: DrafterArch | None, hw: HardwareSpec, layout: ParallelLayout,
-              n_seqs, k: int) -> PassCost:
-    """One engine step for a batch of n sequences: decode (k=0) or k draft passes + one verify,
-    plus the fixed step overhead, a per-sequence overhead and a per-draft-pass overhead.
-
-    The draft passes are priced at the context of the verify (the +j·n tokens drafted so far are
-    a second-order term)."""
-    n = np.asarray(n_seqs, dtype=float)
-    eff = hw.efficiency
-    if k == 0 or drafter is None:
-        cost = decode_cost(model, hw, layout, n)
-    else:
-        cost = verify_cost(model, hw, layout, n, k) + draft_cost(drafter, hw, layout, n).scaled(k)
-        if drafter.model is not None:
-            cost = cost.plus_overhead(k * eff.draft_overhead_s)
-    return cost.plus_overhead(eff.step_overhead_s + eff.per_seq_overhead_s * n)
+def sampler_cost(model: ModelSpec, hw, n_seqs, rows_per_seq: float, draft_rows_per_seq: float = 0.0,
+                 draft_vocab: int = 0) -> PassCost:
+    """The sampler's HBM traffic (cost/sd_costs.sampler_bytes): decode samples n rows; SD's
+    rejection sampler n·(k+1) target rows over the full vocabulary plus the draft probabilities."""
+    nbytes = sampler_bytes(n_seqs, rows_per_seq, model.vocab, hw.sd_costs, draft_rows_per_seq, draft_vocab)
+    t = memory_time_s(nbytes, hw)
+    z = np.zeros_like(np.asarray(t, dtype=float))
+    return PassCost(t, z, z, t, z, z, z)
 
 
 def ragged_pass_times_s(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs, sum_q, sum_q_sq,
@@ -242,7 +263,7 @@ def ragged_pass_times_s(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayo
     ragged_new = compute_time_s(attn_flops * (np.asarray(sum_q_sq, dtype=float) + sq) / 2, hw)
     new_adj = L * (np.maximum(ragged_new, mem_new) - np.maximum(uniform_new, mem_new))
     ctx_c = L * compute_time_s(attn_flops * np.asarray(sum_qc, dtype=float), hw)
-    ctx_m = L * memory_time_s(np.asarray(sum_c, dtype=float) * kv_local, hw)
+    ctx_m = L * memory_time_s(np.asarray(sum_c, dtype=float) * kv_local, hw, stream="kv")
     return np.asarray(base.fixed_s + new_adj + np.maximum(ctx_c, ctx_m), dtype=float)
 
 
@@ -275,38 +296,3 @@ def prefill_time_s(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, p
     q = np.asarray(prompt_tokens, dtype=float)
     c = np.zeros_like(q) if cached_tokens is None else np.asarray(cached_tokens, dtype=float)
     return forward_time_s(model, hw, layout, q, c, logits_per_seq=1.0)
-
-
-@dataclass(frozen=True)
-class StepCostTable:
-    """Affine step-cost coefficients for every batch size 0..max_batch and draft length in `ks`.
-
-    step time for n sequences at draft length k and total context C:
-        fixed_s[i, n] + per_ctx_s[i, n] · C,  i = ks.index(k)
-    Row n=0 is zero. Built once per engine configuration; the engines and the adaptive SD policy
-    read it instead of re-pricing passes.
-    """
-
-    ks: tuple[int, ...]
-    fixed_s: np.ndarray
-    per_ctx_s: np.ndarray
-
-    def index(self, k: int) -> int:
-        return self.ks.index(k)
-
-    def step_s(self, k: int, n: int, total_ctx_tokens: float) -> float:
-        i = self.ks.index(k)
-        return float(self.fixed_s[i, n] + self.per_ctx_s[i, n] * total_ctx_tokens)
-
-
-def step_cost_table(model: ModelSpec, drafter: DrafterArch | None, hw: HardwareSpec, layout: ParallelLayout,
-                    max_batch: int, ks) -> StepCostTable:
-    ks = tuple(sorted({int(k) for k in ks} | {0}))
-    n = np.arange(max_batch + 1, dtype=float)
-    fixed = np.zeros((len(ks), max_batch + 1))
-    per_ctx = np.zeros((len(ks), max_batch + 1))
-    for i, k in enumerate(ks):
-        c = step_cost(model, drafter, hw, layout, n[1:], k)
-        fixed[i, 1:] = c.fixed_s
-        per_ctx[i, 1:] = c.per_ctx_token_s
-    return StepCostTable(ks, fixed, per_ctx)

@@ -2,8 +2,18 @@
 
     t = max(flops / (peak_flops · eff_compute), bytes / (hbm_bw · eff_memory))
 
-Vectorized: any argument may be a numpy array (the result broadcasts) or a plain float (the
-result is a float — the engines price single prefill passes this way, cheaply).
+With a profile fitted to measured kernels (`hw.kernel_fit`, see hardware.KernelFit) the rates
+depend on the op's shape, and each kernel launch has a floor:
+
+    GEMM    t = n_kernels · latency_s + max(2mnk / (peak · flops_eff(m)), W / (hbm_bw · weight_bw_eff))
+            flops_eff(m) = flops_eff_max · m / (m + m_half_tokens)          (m = tokens in the GEMM)
+    MoE     the same form with the grouped-GEMM terms, m = routed tokens per expert
+    decode attention over a KV cache of B sequences
+            t = attn_latency_s + attn_per_seq_s · B + kv_bytes / (hbm_bw · attn_kv_bw_eff)
+
+Without a kernel fit (or without a shape: `m_tokens=None`, `stream=None`) the scalar efficiencies
+of the profile apply, exactly as before. Vectorized: any argument may be a numpy array (the
+result broadcasts) or a plain float (the result is a float).
 """
 
 from __future__ import annotations
@@ -13,12 +23,58 @@ import numpy as np
 from specsim.hardware import HardwareSpec
 
 
-def compute_time_s(flops, hw: HardwareSpec, math_dtype: str = "bf16"):
-    return flops / (hw.flops_per_s(math_dtype) * hw.efficiency.compute)
+def _fit(hw: HardwareSpec, kernel: str, math_dtype: str):
+    kf = hw.kernel_fit
+    if kf is None:
+        return None
+    return kf.moe_for(math_dtype) if kernel == "moe" else kf.gemm_for(math_dtype)
 
 
-def memory_time_s(nbytes, hw: HardwareSpec):
-    return nbytes / (hw.hbm_bw_bytes_per_s * hw.efficiency.memory)
+def compute_time_s(flops, hw: HardwareSpec, math_dtype: str = "bf16", m_tokens=None, kernel: str = "gemm"):
+    """Math time. With a kernel fit and `m_tokens`: at the fitted shape-dependent GEMM (kernel
+    'gemm') or grouped-GEMM (kernel 'moe', m = tokens per expert) efficiency."""
+    g = _fit(hw, kernel, math_dtype) if m_tokens is not None else None
+    eff = hw.efficiency.compute if g is None else g.flops_eff(m_tokens)
+    return flops / (hw.flops_per_s(math_dtype) * eff)
+
+
+def memory_time_s(nbytes, hw: HardwareSpec, stream: str | None = None, math_dtype: str = "bf16"):
+    """HBM time. `stream`: None (scalar efficiency.memory), 'weights' (GEMM weight streaming),
+    'moe' (expert weights), 'kv' (decode attention reading the KV cache) -- fitted where the
+    profile has a kernel fit."""
+    kf = hw.kernel_fit
+    if kf is None or stream is None:
+        eff = hw.efficiency.memory
+    elif stream == "kv":
+        eff = kf.attn_kv_bw_eff
+    else:
+        eff = _fit(hw, "moe" if stream == "moe" else "gemm", math_dtype).weight_bw_eff
+    return nbytes / (hw.hbm_bw_bytes_per_s * eff)
+
+
+def kernel_latency_s(hw: HardwareSpec, kernel: str = "gemm", math_dtype: str = "bf16", n_kernels: float = 1.0) -> float:
+    """Fixed time of `n_kernels` launches of a fitted kernel (0 without a kernel fit)."""
+    g = _fit(hw, kernel, math_dtype)
+    return 0.0 if g is None else float(n_kernels) * g.latency_s
+
+
+def decode_attention_fixed_s(hw: HardwareSpec, n_seqs):
+    """Per-layer decode-attention time that does not scale with KV bytes:
+    attn_latency_s + attn_per_seq_s · n (0 without a kernel fit)."""
+    kf = hw.kernel_fit
+    if kf is None:
+        return 0.0 * n_seqs
+    return kf.attn_latency_s + kf.attn_per_seq_s * n_seqs
+
+
+def gemm_op_s(flops, nbytes, hw: HardwareSpec, math_dtype: str, m_tokens, n_kernels: float = 1.0,
+              kernel: str = "gemm"):
+    """(time, compute side, memory side) of a (possibly fused) GEMM op of `n_kernels` launches."""
+    c = compute_time_s(flops, hw, math_dtype, m_tokens, kernel)
+    m = memory_time_s(nbytes, hw, "moe" if kernel == "moe" else "weights", math_dtype)
+    lat = kernel_latency_s(hw, kernel, math_dtype, n_kernels)
+    t = (max(c, m) if isinstance(c, float) and isinstance(m, float) else np.maximum(c, m)) + lat
+    return t, c, m
 
 
 def op_time_s(flops, nbytes, hw: HardwareSpec, math_dtype: str = "bf16"):

@@ -1,19 +1,19 @@
 """Trainer-side costs of one RL step: reward, logprob, train (fwd+bwd), weight sync, drafter update.
 
-Pure functions of the same specs the rollout side uses (ModelSpec, HardwareSpec, layouts) and of
-the step's sequence lengths (prompt + response tokens of every response). Every function states
-its formula; all are per-step scalars.
+Pure functions of plain specs (ModelSpec, HardwareSpec, ParallelLayout, TrainingLayout) and of the
+step's sequence lengths (prompt + response tokens of every response); nothing here reads a scenario
+(specsim/trainer.py resolves a scenario's training section into a TrainingLayout). Every function
+states its formula; all are per-step scalars. The reward stage is a set constant of the pipeline
+(`pipeline.reward_s`), not priced here.
 
-Training layout (`TrainingLayout`). The trainer runs on `Scenario.training_gpus` GPUs (the rollout
-GPUs in sync/colocated mode, `training.gpus` in async mode). One model replica spans
+Training layout (`TrainingLayout`). The trainer runs on `gpus` GPUs. One model replica spans
 max(tp, ep)·pp GPUs exactly as a rollout replica does (cost/layout.ParallelLayout: tp shards
 attention/dense FFN/LM head, ep spreads whole experts with attention data-parallel over ep/tp
 groups, pp splits layers). dp = gpus / (max(tp, ep)·pp) replicas; params, grads and optimizer
 state are additionally sharded ZeRO-3/FSDP-style over the dp replicas. Each replica processes
-1/dp of the step's sequences, packed into micro-batches of `micro_batch_tokens` tokens
-(default max(max prompt + max response, rollout.max_batched_tokens): one micro-batch holds at
-least one full-length sequence); packing is taken as ideal (m = ⌈replica tokens / budget⌉
-micro-batches of equal size); one optimizer step per RL step unless `optimizer_steps` says more.
+1/dp of the step's sequences, packed into micro-batches of `micro_batch_tokens` tokens; packing
+is taken as ideal (m = ⌈replica tokens / budget⌉ micro-batches of equal size); one optimizer
+step per RL step unless `optimizer_steps` says more.
 
 Model-state bytes per parameter. `training.optimizer_bytes_per_param` (default 16) is read as the
 whole mixed-precision Adam state per parameter in ZeRO's accounting: bf16 weight (2) + bf16 grad
@@ -72,34 +72,17 @@ class TrainingLayout:
         """GPUs of one model replica: max(tp, ep)·pp."""
         return self.parallel.gpus
 
+    def __post_init__(self):
+        if self.dp < 1 or self.gpus != self.dp * self.parallel.gpus:
+            raise SpecError("gpus", self.gpus, f"dp · replica GPUs = {self.dp} · {self.parallel.gpus}")
+        if not 0 < self.mfu <= 1:
+            raise SpecError("mfu", self.mfu, "in (0, 1]")
+        if self.micro_batch_tokens < 1 or self.optimizer_steps < 1:
+            raise SpecError("micro_batch_tokens/optimizer_steps", (self.micro_batch_tokens, self.optimizer_steps),
+                            ">= 1 each")
+
     def describe(self) -> str:
         return f"{self.parallel.degrees} DP={self.dp} on {self.gpus} GPUs"
-
-
-def training_layout(sc, model: ModelSpec, hw: HardwareSpec, *, micro_batch_tokens: int | None = None,
-                    optimizer_steps: int = 1) -> TrainingLayout:
-    """The TrainingLayout of a scenario (`sc.training`, GPUs = `sc.training_gpus`).
-
-    Raises SpecError naming the training field when the layout cannot exist (ep on a dense model,
-    tp not dividing the heads, pp above the layers, replicas not dividing the GPUs)."""
-    t = sc.training
-    gpus = int(sc.training_gpus)
-    gpu_field = "training.gpus" if sc.pipeline.mode == "async" else "rollout.gpus"
-    try:
-        par = ParallelLayout(tp=t.tp, pp=t.pp, ep=t.ep, weight_dtype=TRAIN_DTYPE, kv_dtype=TRAIN_DTYPE)
-    except SpecError as exc:
-        raise SpecError(f"training.{exc.field}", exc.value, exc.allowed) from None
-    par.check_fits_model(model, "training")
-    if gpus % par.gpus:
-        raise SpecError(gpu_field, gpus, f"a multiple of the {par.gpus} GPUs of one training replica "
-                                         f"(training.tp={t.tp}, pp={t.pp}, ep={t.ep})")
-    w = sc.workload
-    mbt = int(micro_batch_tokens or max(w.max_prompt_tokens + w.max_response_tokens, sc.rollout.max_batched_tokens))
-    mfu = float(t.mfu if t.mfu is not None else hw.efficiency.train_mfu)
-    return TrainingLayout(gpus=gpus, parallel=par, dp=gpus // par.gpus, micro_batch_tokens=mbt, mfu=mfu,
-                          optimizer_bytes_per_param=float(t.optimizer_bytes_per_param),
-                          reference_logprob=bool(t.reference_logprob), weight_sync=t.weight_sync,
-                          optimizer_steps=int(optimizer_steps))
 
 
 def sequence_tokens(prompt_tokens, response_tokens) -> np.ndarray:
@@ -128,12 +111,6 @@ def _collective_s(nbytes, n: int, span_gpus: int, hw: HardwareSpec, factor: floa
         return 0.0
     bw, lat = comm.link(hw, span_gpus)
     return float(lat * np.ceil(np.log2(n)) + factor * float(nbytes) / bw)
-
-
-# ----------------------------------------------------------------------------- reward
-def reward_s(scenario) -> float:
-    """Reward computation (rule-based verifiers, mostly CPU): `pipeline.reward_s`, a set constant."""
-    return float(scenario.pipeline.reward_s)
 
 
 # ----------------------------------------------------------------------------- logprob
@@ -378,7 +355,7 @@ def drafter_update_s(drafter: DrafterArch, hw: HardwareSpec, tl: TrainingLayout,
     `hidden_states_cached=False` a policy forward (2·N·f·ΣL + 4·layers·n_h·d·f·ΣL²/2 FLOPs,
     at the same MFU) is added. eagle3's model has its draft vocabulary; mtp's the full LM head.
     Not for self_quant (see requantize_s) or ngram (0)."""
-    if drafter.model is None or drafter.kind == "self_quant":
+    if drafter.model is None or not drafter.spec.retrainable:
         return 0.0
     L = np.asarray(seq_tokens, dtype=float)
     f = float(token_fraction)
@@ -395,7 +372,7 @@ def requantize_s(model: ModelSpec, hw: HardwareSpec, rollout: ParallelLayout, dr
     weights (a memory-bound pass: read the rollout-dtype shard, write the quantized one):
         t = (shard bytes in the rollout dtype + shard bytes in the drafter dtype) / (HBM bw · eff)
     The absmax/scale arithmetic is a few FLOPs per weight, far below the ridge point."""
-    if drafter.kind != "self_quant" or drafter.model is None:
+    if not drafter.spec.requantized_at_sync or drafter.model is None:
         return 0.0
     read = weight_bytes_per_gpu(model, rollout)
     write = weight_bytes_per_gpu(model, rollout, drafter.weight_dtype or rollout.weight_dtype)

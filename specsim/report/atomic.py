@@ -1,6 +1,7 @@
 """Atomic file writes: a temp file in the destination's directory, flushed and fsync'ed, then
 `os.replace`d over the destination. A reader (or a rerun after a crash) sees the old file or the
-new one, never half of one.
+new one, never half of one. The file gets the permissions an ordinary `open()` would give it
+(0666 minus the umask: 0644 under umask 022), not mkstemp's private 0600.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[io.IOBase
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, mode, **({"encoding": "utf-8", "newline": ""} if mode == "w" else {})) as fh:
             yield fh
             fh.flush()
@@ -36,6 +38,21 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[io.IOBase
             os.unlink(tmp)
         raise
     _fsync_dir(dest.parent)
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where /proc allows (thread-safe), else by
+    setting and restoring it."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -91,9 +108,26 @@ def write_parquet(path: str | os.PathLike, frame) -> Path | None:
         import pyarrow  # noqa: F401
     except ImportError:
         return None
+    import pyarrow as pa
+
     buf = io.BytesIO()
-    frame.to_parquet(buf, index=False, engine="pyarrow")
+    try:
+        frame.to_parquet(buf, index=False, engine="pyarrow")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        # a column of mixed types (e.g. a swept field whose values are a name and a mapping):
+        # such columns are stored as JSON text rather than failing the whole results folder
+        buf = io.BytesIO()
+        _mixed_as_text(frame).to_parquet(buf, index=False, engine="pyarrow")
     return write_bytes(path, buf.getvalue())
+
+
+def _mixed_as_text(frame):
+    out = frame.copy()
+    for col in out.columns:
+        if out[col].dtype == object:
+            out[col] = [None if v is None else v if isinstance(v, str) else json.dumps(v, default=str)
+                        for v in out[col]]
+    return out
 
 
 def save_figure(path: str | os.PathLike, fig, **kwargs) -> Path:

@@ -4,6 +4,7 @@
     heatmap_e2e_speedup    (a) E2E speedup vs sync AR over k × policy lag, annotated cells
     speedup_vs_k           (b) generation and E2E speedup vs k, τ on a second axis
     rollout_timeline       (c) active batch and tokens/s over one step's generation, slowest engine, AR vs SD
+                           (from timeline.csv, which the run persisted: plots never simulate)
     step_breakdown         (d) stacked stage times, sync AR vs best AR vs best SD, exposed generation marked
     capacity_plan          (e) step time and GPU-hours per 1,000 steps vs rollout GPUs, with/without SD
 
@@ -15,7 +16,6 @@ backend of a notebook.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -156,34 +156,15 @@ def speedup_vs_k(stem: Path, sc, frame: pd.DataFrame, analysis: dict) -> str | N
 
 
 # ============================================================================ (c) rollout timeline
-def timeline_frame(sc_sd, sc_ar, step: int, replicate: int, versions_since_update: float,
-                   engine: str = "fast") -> tuple[pd.DataFrame, dict]:
-    """Simulate one step's generation AR and SD on the same draws; the timeline of the engine that
-    is slowest under AR, for both."""
-    from specsim.resolve import resolve
-    from specsim.sim.cluster import draw_step, simulate_generation
-
-    out = []
-    info: dict[str, Any] = {"step": step, "replicate": replicate}
-    w_ar = resolve(sc_ar)
-    w_sd = resolve(sc_sd)
-    g_ar = simulate_generation(w_ar, draw_step(w_ar, step, replicate), versions_since_update, engine=engine)
-    g_sd = simulate_generation(w_sd, draw_step(w_sd, step, replicate), versions_since_update, engine=engine)
-    slow = g_ar.slowest.name
-    info["engine"] = slow
-    for label, g in (("AR", g_ar), ("SD", g_sd)):
-        e = next(x for x in g.engines if x.name == slow)
-        tl = e.timeline
-        info[f"{label}_rollout_s"] = e.rollout_s
-        info[f"{label}_policy"] = g.policy_label
-        for i in range(len(tl["t_s"])):
-            out.append({"variant": label, "engine": slow, "t_s": float(tl["t_s"][i]), "active": float(tl["active"][i]),
-                        "tokens_per_s": float(tl["tokens_per_s"][i]), "k": int(tl["k"][i]),
-                        "kv_tokens": float(tl["kv_tokens"][i])})
-    return pd.DataFrame(out), info
-
-
-def rollout_timeline(stem: Path, sc, data: pd.DataFrame, info: dict) -> str:
+def rollout_timeline(stem: Path, sc, data: pd.DataFrame) -> str | None:
+    """From timeline.csv (specsim/timeline.py): AR and SD on the same draws, one engine."""
+    if data is None or data.empty:
+        return None
+    info: dict[str, Any] = {"engine": data["engine"].iloc[0], "step": int(data["step"].iloc[0])}
+    for label in ("AR", "SD"):
+        d = data[data["variant"] == label]
+        info[f"{label}_policy"] = d["policy"].iloc[0] if len(d) else label
+        info[f"{label}_rollout_s"] = float(d["rollout_s"].iloc[0]) if len(d) else float("nan")
     fig = Figure(figsize=(7.6, 6.4), layout="constrained")
     a1, a2, a3 = fig.subplots(3, 1, sharex=True, gridspec_kw={"height_ratios": [1.0, 1.0, 0.45]})
     styles = {"AR": {"ls": "--", "color": "black", "lw": 1.3}, "SD": {"ls": "-", "color": "0.35", "lw": 1.6}}
@@ -345,10 +326,9 @@ def capacity_plan(stem: Path, sc, capacity: dict) -> str | None:
 
 # ============================================================================ all
 def all_plots(folder: Path, sc, plan, analysis: dict, frame: pd.DataFrame, capacity: dict, runs: dict,
-              engine: str = "fast") -> dict[str, str]:
-    """Draw every plot that the sweep supports; returns {name: png path}."""
-    from specsim.scenario import apply_overrides
-
+              timeline: pd.DataFrame | None) -> dict[str, str]:
+    """Draw every plot the sweep supports from the run's persisted data (points, stored runs,
+    the capacity table, timeline.csv); simulates nothing. Returns {name: png path}."""
     out: dict[str, str] = {}
 
     def add(name, path):
@@ -357,25 +337,7 @@ def all_plots(folder: Path, sc, plan, analysis: dict, frame: pd.DataFrame, capac
 
     add("heatmap_e2e_speedup", heatmap_e2e_speedup(folder / "heatmap_e2e_speedup", sc, frame, analysis))
     add("speedup_vs_k", speedup_vs_k(folder / "speedup_vs_k", sc, frame, analysis))
-    ref = analysis["best_sd"]
-    if ref is not None:
-        sc_sd = plan.point_sc[ref["point"]]
-        sc_ar = apply_overrides(sc_sd, {"speculation.policy": "off"})
-        step = sc_sd.pipeline.warmup_steps
-        pid = ref["point_ids"][0]
-        rows = frame[(frame["point_id"] == pid)]
-        rep = int(rows["replicate"].iloc[0]) if len(rows) else 0
-        vsu = _vsu(runs, plan.keys[pid][0], step)
-        data, info = timeline_frame(sc_sd, sc_ar, step, rep, vsu, engine)
-        add("rollout_timeline", rollout_timeline(folder / "rollout_timeline", sc, data, info))
+    add("rollout_timeline", rollout_timeline(folder / "rollout_timeline", sc, timeline))
     add("step_breakdown", step_breakdown(folder / "step_breakdown", sc, breakdown_bars(plan, analysis, frame, runs)))
     add("capacity_plan", capacity_plan(folder / "capacity_plan", sc, capacity))
     return out
-
-
-def _vsu(runs: dict, key: str, step: int) -> float:
-    for rec in runs.get(key, {}).get("steps", []):
-        if rec["step"] == step:
-            v = rec.get("versions_since_update", 0.0)
-            return float(v) if v is not None and math.isfinite(v) else 0.0
-    return 0.0

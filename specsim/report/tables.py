@@ -6,7 +6,13 @@ Ranking. The best point is the one with the highest mean steady-state E2E speedu
 AR on the same GPUs* — the one reference every point of a sweep shares (an async point's own
 baseline may be async AR at its own lag, which would make speedups of different lags
 incomparable). When sync AR could not be simulated for some point, the ranking falls back to the
-speedup vs each point's baseline.
+speedup vs each point's baseline. Means within TIE_REL (0.5 %) of the leader are a tie, and the
+simpler configuration wins it (smaller k — no SD first — then sweep order): a τ = 1 drafter that
+merely matches AR is never reported as the best choice.
+
+Capacity. `capacity_table` prices each simulated rollout size with and without SD and finds the
+smallest that reaches the target step time; `capacity_notes` flags a step time that rises with
+more GPUs (reported in summary.md, never silently plotted).
 
 Confidence intervals. Each replicate r of a point is a paired comparison (the point and its
 baselines see the same random draws), so a speedup has one value per replicate; the interval is
@@ -16,6 +22,7 @@ summary says so).
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 from typing import Any
@@ -31,6 +38,14 @@ METRICS = ("e2e_speedup_vs_sync_ar", "e2e_speedup", "generation_speedup", "gener
            "tokens_per_s_per_gpu", "generation_share")
 #: Columns describing a point (identical over its replicates).
 DESCRIBE = ("mode", "sd_policy", "k", "policy_lag", "rollout_gpus", "training_gpus", "total_gpus")
+
+#: Two points whose mean ranking speedups differ by less than this fraction are a tie; the simpler
+#: configuration (smaller k, no SD first; then sweep order) is reported as best. A 0.5 % step-time
+#: difference is below what the calibration can resolve. (The 95 % intervals are reported, not
+#: used here: with 2 replicates they span most of the sweep.)
+TIE_REL = 0.005
+#: A step time that grows by more than this fraction when the rollout pool grows is flagged.
+RISE_REL = 0.005
 
 NO_CI_NOTE = ("n=1 replicate: no confidence interval (set sweep.replicates: N, N >= 2, for 95 % t-intervals "
               "over paired replicates)")
@@ -104,6 +119,11 @@ def mean_ci(values) -> dict:
     return {"n": n, "mean": mean, "sd": sd, "ci95": [mean - half, mean + half]}
 
 
+def tie_tolerance(m: dict) -> float:
+    """Ranking tolerance around a leader's mean: TIE_REL of it."""
+    return TIE_REL * abs(m["mean"])
+
+
 def _clean(v: Any) -> Any:
     if isinstance(v, (np.integer,)):
         return int(v)
@@ -139,7 +159,9 @@ def analyse(sc, rows: list[dict], cols: list[str]) -> dict:
         cand = [e for e in entries if e[rank]["mean"] is not None]
         if not cand:
             return None
-        return max(cand, key=lambda e: (e[rank]["mean"], -e["point"]))
+        top = max(cand, key=lambda e: (e[rank]["mean"], -e["point"]))
+        tied = [e for e in cand if e[rank]["mean"] >= top[rank]["mean"] - tie_tolerance(top[rank])]
+        return min(tied, key=lambda e: (e["k"], e["point"]))   # the simpler configuration wins a tie
 
     best = best_of(agg)
     best_sd = best_of([e for e in agg if e["k"] > 0])
@@ -210,8 +232,25 @@ def capacity_table(cap_plan: dict, runs: dict) -> dict:
         if pts:
             minimum[variant] = _min_gpus(sorted(pts), target, cap_plan["gpus_per_engine"])
     return {"rows": rows, "target_step_s": target, "target_source": target_source, "minimum": minimum,
+            "notes": capacity_notes(rows),
             "k": cap_plan["k"], "has_sd": cap_plan["has_sd"], "reference_point": cap_plan["reference_point"],
             "gpus_per_engine": cap_plan["gpus_per_engine"], "sizes": cap_plan["sizes"]}
+
+
+def capacity_notes(rows: list[dict]) -> list[str]:
+    """Flags for a capacity plan a reader should not take at face value: a step time that rises
+    when the rollout pool grows (more GPUs should never be slower; it points at a per-step cost
+    that grows with the pool, e.g. weight sync or a smaller per-engine batch, worth checking)."""
+    notes = []
+    for variant, label in (("ar", "AR"), ("sd", "SD")):
+        pts = sorted((r["rollout_gpus"], r["step_s"]) for r in rows
+                     if r["variant"] == variant and r["step_s"] is not None)
+        for (n0, s0), (n1, s1) in itertools.pairwise(pts):
+            if s1 > s0 * (1 + RISE_REL):
+                notes.append(f"{label} step time rises from {s0:.1f} s at {n0} to {s1:.1f} s at {n1} rollout GPUs "
+                             f"(+{100 * (s1 / s0 - 1):.1f} %): more GPUs are slower here; check which stage grows "
+                             "(steps.csv / runs.csv) before sizing on it")
+    return notes
 
 
 def _min_gpus(pts: list[tuple[int, float]], target: float | None, per_engine: int) -> dict:
@@ -237,54 +276,6 @@ def _min_gpus(pts: list[tuple[int, float]], target: float | None, per_engine: in
         out["note"] = (f"the smallest simulated size ({n_ok} GPUs) already reaches the target: the minimum is "
                        f"{n_ok} GPUs or fewer (add smaller sizes to output.capacity.rollout_gpus)")
     return out
-
-
-# ============================================================================ summary
-def _point_public(e: dict | None) -> dict | None:
-    if e is None:
-        return None
-    return {k: v for k, v in e.items()}
-
-
-def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str, version: str,
-                 plots: dict[str, str]) -> dict:
-    from specsim.sweep import baseline_of, is_sync_ar
-
-    base = baseline_of(sc)
-    reps = analysis["replicates"]
-    best = analysis["best"]
-    summary = {
-        "scenario": sc.name, "description": sc.description, "model": sc.model, "hardware": sc.hardware,
-        "seed": sc.seed, "specsim_version": version, "file": _source(sc),
-        "combinations": len(analysis["points"]), "replicates": reps, "rows": len(analysis["frame"]),
-        "swept": {p: sc.sweep[p] for p in analysis["swept"]}, "zip": sc.sweep.get("zip", []),
-        "baseline": {"overrides": dict(sc.pipeline.baseline), "mode": base.pipeline.mode,
-                     "is_sync_ar": is_sync_ar(base)},
-        "sync_ar": {"definition": "pipeline.mode=sync, speculation.policy=off on the point's total GPUs "
-                                  "(an async point's training GPUs join the colocated pool)",
-                    "is_baseline": plan.sync_ar_is_baseline},
-        "rank_by": analysis["rank_by"],
-        "ci": ("95 % t-interval over paired replicates" if reps >= 2 else NO_CI_NOTE),
-        "best": _point_public(best), "best_sd": _point_public(analysis["best_sd"]),
-        "best_ar": _point_public(analysis["best_ar"]),
-        "sd_gain_over_best_ar": analysis.get("sd_gain_over_best_ar"),
-        "points": analysis["points"],
-        "capacity": capacity,
-        "plots": {k: Path(v).name for k, v in plots.items()},
-        "resolved_scenario": sc.model_dump(mode="json"),
-    }
-    if best is not None:
-        point_sc = plan.point_sc[best["point"]]
-        summary["best"]["k"] = best["k"]
-        summary["best"]["policy_lag"] = point_sc.pipeline.policy_lag if point_sc.pipeline.mode == "async" else 0
-        summary["best"]["speculation"] = point_sc.speculation.model_dump(mode="json")
-    return jsonable(summary)
-
-
-def _source(sc) -> str | None:
-    from specsim.scenario import source_file
-
-    return source_file(sc)
 
 
 def jsonable(obj: Any) -> Any:
@@ -314,103 +305,3 @@ def fmt_ci(m: dict | None, digits: int = 3, unit: str = "") -> str:
         lo, hi = m["ci95"]
         s += f" [{lo:.{digits}f}, {hi:.{digits}f}]"
     return s
-
-
-def _values_text(values: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in values.items()) or "(no sweep)"
-
-
-def summary_markdown(s: dict) -> str:
-    """summary.md: what a design review reads first."""
-    L: list[str] = []
-    L.append(f"# {s['scenario']}: speculative decoding in RL rollouts")
-    L.append("")
-    L.append(f"{s['description']}")
-    L.append("")
-    L.append(f"- model **{s['model']}** on **{s['hardware']}**; seed {s['seed']}; specsim {s['specsim_version']}")
-    L.append(f"- {s['combinations']} sweep point(s) × {s['replicates']} replicate(s) = {s['rows']} rows")
-    swept = ", ".join(f"`{k}` ∈ {v}" for k, v in s["swept"].items()) or "nothing swept"
-    L.append(f"- swept: {swept}")
-    b = s["baseline"]
-    L.append(f"- baseline: the point with {b['overrides']} ({b['mode']}"
-             f"{', = sync AR' if b['is_sync_ar'] else ''}); sync AR: {s['sync_ar']['definition']}"
-             f"{' — the baseline itself' if s['sync_ar']['is_baseline'] else ''}")
-    L.append(f"- speedups are steady-state (warm-up steps excluded) step-time ratios; intervals: {s['ci']}")
-    L.append("")
-    best = s.get("best")
-    if best:
-        L.append("## Best configuration")
-        L.append("")
-        L.append(f"Ranked by mean `{s['rank_by']}`. Best point #{best['point']}: {_values_text(best['values'])} "
-                 f"— {best['sd_policy']}, k = {best['k']}, policy lag = {best['policy_lag']} ({best['mode']}).")
-        L.append("")
-        L.append("| quantity | value |")
-        L.append("|---|---|")
-        L.append(f"| E2E speedup vs sync AR | {fmt_ci(best['e2e_speedup_vs_sync_ar'])}× |")
-        L.append(f"| E2E speedup vs baseline | {fmt_ci(best['e2e_speedup'])}× |")
-        L.append(f"| generation speedup vs baseline | {fmt_ci(best['generation_speedup'])}× |")
-        L.append(f"| step time | {fmt_ci(best['step_s'], 1)} s |")
-        L.append(f"| generation time | {fmt_ci(best['generation_s'], 1)} s |")
-        L.append(f"| exposed generation | {fmt_ci(best['exposed_generation_s'], 1)} s |")
-        L.append(f"| τ (tokens per verify) | {fmt_ci(best['tau'], 2)} |")
-        L.append(f"| GPU-hours per step | {fmt_ci(best['gpu_hours_per_step'], 2)} |")
-        L.append("")
-    if s.get("best_ar") and s.get("best_sd"):
-        ar, sd = s["best_ar"], s["best_sd"]
-        L.append(f"Best AR point #{ar['point']} ({_values_text(ar['values'])}): step "
-                 f"{fmt_ci(ar['step_s'], 1)} s. Best SD point #{sd['point']} ({_values_text(sd['values'])}): step "
-                 f"{fmt_ci(sd['step_s'], 1)} s. **SD gain over the best AR configuration: "
-                 f"{fmt_ci(s.get('sd_gain_over_best_ar'))}×**.")
-        L.append("")
-    L.append("## All points (means over replicates; 95 % CI where n ≥ 2)")
-    L.append("")
-    L.append("| # | point | policy | E2E vs sync AR | E2E vs baseline | generation vs baseline | step s | τ |")
-    L.append("|---|---|---|---|---|---|---|---|")
-    for e in s["points"]:
-        L.append(f"| {e['point']} | {_values_text(e['values'])} | {e['sd_policy']} | "
-                 f"{fmt_ci(e['e2e_speedup_vs_sync_ar'])} | {fmt_ci(e['e2e_speedup'])} | "
-                 f"{fmt_ci(e['generation_speedup'])} | {fmt_ci(e['step_s'], 1)} | {fmt_ci(e['tau'], 2)} |")
-    L.append("")
-    cap = s.get("capacity") or {}
-    if cap.get("rows"):
-        L.append("## Capacity plan")
-        L.append("")
-        sd_label = f"SD (k = {cap['k']}, best SD point #{cap['reference_point']})" if cap["has_sd"] else "SD: none"
-        L.append(f"Rollout cluster sizes {cap['sizes']} (whole engines of {cap['gpus_per_engine']} GPUs), replicate 0, "
-                 f"AR vs {sd_label}. Target step time: "
-                 + (f"{cap['target_step_s']:.1f} s ({cap['target_source']})." if cap.get("target_step_s") else "n/a."))
-        L.append("")
-        for v, label in (("ar", "without SD"), ("sd", "with SD")):
-            m = cap["minimum"].get(v)
-            if m is None:
-                continue
-            if m.get("simulated") is None:
-                L.append(f"- {label}: {m.get('note', 'target not reached')}")
-            else:
-                L.append(f"- minimum rollout GPUs reaching the target {label}: **{m['simulated']}** simulated "
-                         f"(≈ {m['interpolated']} interpolated log-log between simulated sizes)"
-                         + (f"; {m['note']}" if m.get("note") else ""))
-        L.append("")
-        L.append("| variant | rollout GPUs | total GPUs | step s | GPU-hours / 1,000 steps | note |")
-        L.append("|---|---|---|---|---|---|")
-        for r in cap["rows"]:
-            step = f"{r['step_s']:.1f}" if r["step_s"] is not None else "—"
-            gh = f"{r['gpu_hours_per_1000_steps']:,.0f}" if r["gpu_hours_per_1000_steps"] is not None else "—"
-            L.append(f"| {r['variant'].upper()} | {r['rollout_gpus']} | {r['total_gpus'] or '—'} | {step} | {gh} | "
-                     f"{(r['error'] or '')[:120]} |")
-        L.append("")
-    if s.get("plots"):
-        L.append("## Plots")
-        L.append("")
-        for name, f in s["plots"].items():
-            L.append(f"- {name}: `plots/{f}` (data: `plots/{Path(f).with_suffix('.csv').name}`)")
-        L.append("")
-    L.append("## Resolved scenario")
-    L.append("")
-    L.append("```yaml")
-    import yaml
-
-    L.append(yaml.safe_dump(s["resolved_scenario"], sort_keys=False).rstrip())
-    L.append("```")
-    L.append("")
-    return "\n".join(L)

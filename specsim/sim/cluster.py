@@ -184,7 +184,7 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
 
 def with_policy(world: World, policy: SDPolicy) -> World:
     """The same world under another SD policy (cost table extended to its draft lengths)."""
-    from specsim.cost.forward import step_cost_table
+    from specsim.cost.step import step_cost_table
     ks = tuple(sorted(set(world.table.ks) | set(policy.ks)))
     table = world.table if ks == world.table.ks else step_cost_table(
         world.model, world.drafter, world.hw, world.layout, world.rollout.max_batch, ks)

@@ -1,6 +1,6 @@
 """What an engine simulation takes in and gives back, shared by the fast and reference engines.
 
-Semantics both engines implement (DESIGN.md "Engine"):
+Semantics both engines implement (docs/design.md "Engine"):
 * the queue is served in order; a response is admitted at a step boundary while the batch is
   below `max_batch` and its KV blocks fit; the n responses of a GRPO group share the prompt's
   KV blocks (prefix caching), which stay allocated while any member is active;
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specsim.cost.forward import StepCostTable
+from specsim.cost.step import StepCostTable
 from specsim.errors import InvariantError
 from specsim.speculation import PolicyContext, SDPolicy
 

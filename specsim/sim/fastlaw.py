@@ -25,12 +25,12 @@ class StepLaw:
     skew1: np.ndarray
 
 
-def step_law(alphas: np.ndarray, k: int, decay: float) -> StepLaw:
+def step_law(alphas: np.ndarray, k: int, decay: float, tree=None) -> StepLaw:
     if k == 0:
         one = np.ones_like(alphas, dtype=float)
         zero = np.zeros_like(one)
         return StepLaw(one, one, zero, zero, zero)
-    pmf = tokens_per_verify_pmf(alphas, k, decay)
+    pmf = tokens_per_verify_pmf(alphas, k, decay, tree=tree)
     x = np.arange(1, k + 2, dtype=float)
     mu = pmf @ x
     dev = x[None, :] - mu[:, None]

@@ -149,7 +149,7 @@ class _Costs:
                                      method=world.trainer.weight_sync, colocated=colocated)
         self.uses_drafter = world.policy.kind != "off" and world.drafter.model is not None
         self.requant = tc.requantize_s(world.model, world.hw, world.layout, world.drafter) if self.uses_drafter else 0.0
-        self.online = (self.uses_drafter and world.drafter.kind in ("eagle3", "mtp")
+        self.online = (self.uses_drafter and world.drafter.spec.retrainable
                        and world.acceptance.update_every_steps > 0)
         self._cache: dict[int, tuple[float, float, float]] = {}
 
@@ -170,7 +170,7 @@ class _Costs:
 
 
 def _never_stale(world: World) -> bool:
-    return world.drafter.kind in ("self_quant", "ngram")
+    return not world.drafter.spec.goes_stale
 
 
 # ----------------------------------------------------------------------------- the run

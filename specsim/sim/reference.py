@@ -182,7 +182,7 @@ class ReferenceEngine:
         nb = len(idx)
         dt = cfg.table.step_s(k, nb, float((P[idx] + gen[idx]).sum()))
         if k > 0:
-            emitted = sample_tokens_per_verify(self.rng, self.alphas[idx], k, cfg.position_decay)
+            emitted = sample_tokens_per_verify(self.rng, self.alphas[idx], k, cfg.position_decay, cfg.policy.tree_for(k))
         else:
             emitted = np.ones(nb, dtype=np.int64)
         emitted = np.minimum(emitted, L[idx] - gen[idx])

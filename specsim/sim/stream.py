@@ -101,7 +101,8 @@ class StreamCluster:
         alphas = sequence_alpha_fn(mean_alpha, self.world.acceptance.concentration)(np.concatenate(tails))
         laws = {}
         if self.fast:
-            laws = {k: step_law(alphas, k, self.world.acceptance.decay) for k in self.world.policy.ks}
+            pol = self.world.policy
+            laws = {k: step_law(alphas, k, self.world.acceptance.decay, pol.tree_for(k)) for k in pol.ks}
         offsets = np.cumsum([0] + [len(x) for x in tails])
         for eng, lo, a, b in zip(self.engines, los, offsets[:-1], offsets[1:]):
             part = {k: StepLaw(*(x[a:b] for x in (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1)))

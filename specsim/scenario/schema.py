@@ -1,60 +1,30 @@
-"""The scenario file: pydantic schema, YAML loading, dotted overrides, and errors with file/field.
+"""The scenario schema: one pydantic section class per scenario section, and the errors they raise.
 
 A scenario says what to simulate: hardware and model, the rollout and training layouts, the
 workload (prompts, GRPO group size, length distributions), the drafter and its acceptance, the SD
 policy, the RL pipeline, an optional sweep, output options and the seed. Every section forbids
-unknown keys (with a did-you-mean). Every error is a `ScenarioError` naming the file, the dotted
-field path, the value and what is allowed; the CLI prints it and exits 2.
+unknown keys (with a did-you-mean), refuses true/false for numbers (YAML `k: true` is not k = 1)
+and NaN/inf for any number. Every error is a `ScenarioError` naming the file, the dotted field
+path, the value (a bounded repr) and what is allowed; the CLI prints it and exits 2.
+
+The sweep is checked here too: swept paths name real fields, no value twice, and at most
+`MAX_SWEEP_ROWS` rows (combinations × replicates), counted without expanding anything.
+Shared parts: :mod:`.base` (the error, the Strict base), :mod:`.paths` (dotted paths, sweep
+counting); loading (YAML, `--set` overrides): :mod:`.loading`.
 """
 
 from __future__ import annotations
 
-import copy
-import difflib
 import math
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from specsim.errors import SpecError, load_yaml_text
+from specsim.scenario.base import ScenarioError, Strict, _bad, _Raw  # noqa: F401 (re-exported)
+from specsim.scenario.paths import MAX_SWEEP_ROWS, path_problem, sweep_rows  # noqa: F401 (re-exported)
+from specsim.model import drafter_kind_names
 
 DType = Literal["bf16", "fp16", "fp8", "int8", "fp4", "int4"]
-
-
-class ScenarioError(ValueError):
-    """A bad scenario: `file`, dotted `field`, offending `value`, and what is `allowed`."""
-
-    def __init__(self, file: str | None, field: str, value: Any, allowed: str):
-        self.file, self.field, self.value, self.allowed = file, field, value, allowed
-        super().__init__(self.message())
-
-    def message(self) -> str:
-        where = f"{self.file}: " if self.file else ""
-        v = repr(self.value)
-        if len(v) > 120:
-            v = v[:117] + "..."
-        return f"{where}{self.field}: {self.allowed}, got {v}"
-
-
-_SEP = "\x1f"
-
-
-def _bad(field: str, value: Any, allowed: str) -> ValueError:
-    """A cross-field validation failure that still names one field and its value."""
-    return ValueError(f"{_SEP}{field}{_SEP}{value!r}{_SEP}{allowed}")
-
-
-class _Raw(str):
-    """A value already rendered with repr()."""
-
-    def __repr__(self) -> str:
-        return str(self)
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
 
 # ----------------------------------------------------------------------------- sections
@@ -85,6 +55,8 @@ class LengthSpec(Strict):
             if not self.components:
                 raise _bad("components", self.components, "mixture needs components: [{weight, median, p99}, ...]")
             for c in self.components:
+                if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in c.values()):
+                    raise _bad("components", c, "finite numbers for weight, median, p99")
                 if set(c) - {"weight", "median", "p99"} or not {"weight", "median", "p99"} <= set(c):
                     raise _bad("components", c, "each mixture component has exactly weight, median, p99")
                 if c["weight"] < 0 or c["median"] <= 0 or c["p99"] <= c["median"]:
@@ -164,7 +136,7 @@ class DrafterSection(Strict):
     (tokens per verify, as vLLM/NeMo-RL report it) measured at draft length `tau_at_k`, or the
     per-token acceptance `alpha` directly."""
 
-    kind: Literal["eagle3", "mtp", "self_quant", "ngram"] = "eagle3"
+    kind: Literal[drafter_kind_names()] = "eagle3"  # the registry, catalog/drafters.yaml
     tau: float | None = Field(default=None, ge=1, le=33)
     tau_at_k: int = Field(default=3, ge=1, le=32)
     alpha: float | None = Field(default=None, ge=0, lt=1)
@@ -182,8 +154,9 @@ class DrafterSection(Strict):
 
     @model_validator(mode="after")
     def _acceptance_given(self):
-        if (self.tau is None) == (self.alpha is None):
-            raise _bad("tau", self.tau, "give exactly one of tau (with tau_at_k) or alpha")
+        has_tau = self.tau is not None or (self.init == "general" and self.general_tau is not None)
+        if has_tau == (self.alpha is not None):
+            raise _bad("tau", self.tau, "give exactly one of tau (with tau_at_k) or alpha (init: general: general_tau)")
         if self.tau is not None and self.tau > self.tau_at_k + 1:
             raise _bad("tau", self.tau, f"must be <= tau_at_k + 1 = {self.tau_at_k + 1} (at most k accepted + 1 bonus token per verify)")
         if self.init == "general" and self.general_tau is None and self.tau is not None:
@@ -199,12 +172,8 @@ class SpeculationSection(Strict):
     k: int = Field(default=3, ge=0, le=32)
     max_batch: int = Field(default=64, ge=1)
     k_max: int = Field(default=7, ge=1, le=32)
-
-    @field_validator("policy", mode="before")
-    @classmethod
-    def _yaml_off(cls, v):
-        """YAML 1.1 reads a bare `off` as false; the user meant the policy name."""
-        return "off" if v is False else v
+    tree_branching: list[int] | None = Field(default=None, description="draft tree: children per node at depths 1..k")
+    tree_sibling_factor: float | None = Field(default=None, ge=0, le=1, description="tree sibling factor rho (default 0.5)")
 
 
 class PipelineSection(Strict):
@@ -251,18 +220,37 @@ class Scenario(Strict):
     output: OutputSection = OutputSection()
     _source_file: str | None = PrivateAttr(default=None)
 
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, v: str) -> str:
+        """The name becomes a folder under output.dir: one plain path component."""
+        if (not v or len(v) > 200 or "/" in v or "\\" in v or "\x00" in v or v.startswith(".")
+                or any(ord(ch) < 32 for ch in v)):
+            raise ValueError("a plain name of 1-200 characters without /, \\, control characters "
+                             "or a leading '.' (it names the results folder inside output.dir)")
+        return v
+
+    @field_validator("hardware")
+    @classmethod
+    def _hardware_name(cls, v: str) -> str:
+        """Bundled profile names are case-insensitive (GB200 = gb200); paths are kept as written."""
+        if "/" in v or "\\" in v or v.lower().endswith((".yaml", ".yml")):
+            return v
+        return v.lower()
+
     @field_validator("sweep")
     @classmethod
     def _sweep_shape(cls, v):
-        for key, values in v.items():
-            if key == "replicates":
-                if isinstance(values, bool) or not isinstance(values, int) or values < 1:
-                    raise ValueError("replicates must be a whole number >= 1")
-            elif key == "zip":
-                if not isinstance(values, list) or not all(isinstance(g, list) and len(g) >= 2 for g in values):
-                    raise ValueError("zip must be a list of groups of >= 2 swept field paths")
-            elif not isinstance(values, list) or not values:
-                raise ValueError(f"sweep.{key} must be a non-empty list of values")
+        sweep_rows(v, Scenario)
+        return v
+
+    @field_validator("pipeline", mode="after")
+    @classmethod
+    def _baseline_paths(cls, v):
+        for key in v.baseline:
+            problem = path_problem(str(key), Scenario)
+            if problem:
+                raise _bad("baseline", key, problem)
         return v
 
     @model_validator(mode="after")
@@ -278,187 +266,14 @@ class Scenario(Strict):
         return self
 
     @property
+    def rows(self) -> int:
+        """Rows this scenario's sweep asks for: combinations × replicates."""
+        return sweep_rows(self.sweep, Scenario)
+
+    @property
     def training_gpus(self) -> int:
         return self.training.gpus if self.pipeline.mode == "async" else self.rollout.gpus
 
     @property
     def total_gpus(self) -> int:
         return self.rollout.gpus + (self.training.gpus if self.pipeline.mode == "async" else 0)
-
-
-# ----------------------------------------------------------------------------- loading
-def parse_override(text: str) -> tuple[str, Any]:
-    """`path=value` → (path, YAML-parsed value)."""
-    if "=" not in text:
-        raise ScenarioError(None, "--set", text, "expected path=value, e.g. speculation.k=3")
-    path, raw = text.split("=", 1)
-    path = path.strip()
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    return path, value
-
-
-def _model_for_path(path: list[str]) -> type[BaseModel] | None:
-    model: type[BaseModel] | None = Scenario
-    for part in path:
-        if model is None:
-            return None
-        fld = model.model_fields.get(part)
-        if fld is None:
-            return None
-        ann = fld.annotation
-        nxt = None
-        for cand in getattr(ann, "__args__", ()) + (ann,):
-            if isinstance(cand, type) and issubclass(cand, BaseModel):
-                nxt = cand
-        model = nxt
-    return model
-
-
-def set_dotted(doc: dict, path: str, value: Any, file: str | None = None) -> dict:
-    """Set `a.b.c` in a nested dict (copying), checking every part names a real field."""
-    parts = path.split(".")
-    if not all(parts):
-        raise ScenarioError(file, path, path, "a dotted field path like speculation.k")
-    out = copy.deepcopy(doc)
-    cur = out
-    for i, part in enumerate(parts):
-        model = _model_for_path(parts[:i])
-        if model is not None and part not in model.model_fields:
-            options = list(model.model_fields)
-            close = difflib.get_close_matches(part, options, n=1)
-            hint = f" (did you mean {'.'.join(parts[:i] + [close[0]])!r}?)" if close else ""
-            raise ScenarioError(file, path, value, f"unknown field {part!r}; allowed here: {options}{hint}")
-        if i == len(parts) - 1:
-            cur[part] = value
-        else:
-            nxt = cur.get(part)
-            if not isinstance(nxt, dict):
-                nxt = {}
-                cur[part] = nxt
-            cur = nxt
-    return out
-
-
-def _allowed_from_error(err: dict) -> str:
-    typ = err.get("type", "")
-    ctx = err.get("ctx") or {}
-    if typ == "extra_forbidden":
-        loc = [str(p) for p in err["loc"][:-1]]
-        model = _model_for_path(loc)
-        options = list(model.model_fields) if model else []
-        close = difflib.get_close_matches(str(err["loc"][-1]), options, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        return f"unknown field; allowed here: {options}{hint}"
-    if typ == "missing":
-        return "required field is missing"
-    if typ == "literal_error":
-        return f"must be one of {ctx.get('expected', '')}"
-    if typ in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        sym = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}[typ]
-        bound = next(iter(ctx.values()), "")
-        return f"must be {sym} {bound}"
-    if typ.startswith(("int_", "float_", "bool_", "string_", "dict_", "list_", "model_")):
-        return err.get("msg", "wrong type").replace("Input should be", "must be")
-    msg = str(err.get("msg", ""))
-    return msg.removeprefix("Value error, ")
-
-
-def _format_validation(exc: ValidationError, file: str | None) -> ScenarioError:
-    err = exc.errors(include_url=False)[0]
-    loc = [str(p) for p in err["loc"] if not str(p).startswith(("function-after", "function-before"))]
-    field = ".".join(loc) or "(scenario)"
-    value = err.get("input")
-    if isinstance(value, dict) and err.get("type") != "extra_forbidden":
-        value = "{...}" if len(repr(value)) > 80 else value
-    more = len(exc.errors()) - 1
-    allowed = _allowed_from_error(err)
-    if _SEP in allowed:
-        _, sub, val, allowed = allowed.split(_SEP, 3)
-        field = ".".join(loc + [sub]) if not sub.startswith("training.") else sub
-        value = _Raw(val)
-    if more:
-        allowed += f" (and {more} more problem{'s' if more > 1 else ''})"
-    return ScenarioError(file, field, value, allowed)
-
-
-def read_yaml(path: str | Path) -> dict:
-    p = Path(path)
-    file = str(path)
-    if not p.is_file():
-        raise ScenarioError(file, "(file)", file, "an existing scenario YAML file")
-    try:
-        raw = p.read_bytes()
-        text = raw.decode("utf-8")
-        doc = load_yaml_text(text)
-    except UnicodeDecodeError:
-        raise ScenarioError(file, "(file)", "<binary>", "a UTF-8 YAML text file") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or exc.__class__.__name__
-        raise ScenarioError(file, "(file)", "<unparseable>", f"valid YAML ({problem}{where})") from None
-    except (OSError, RecursionError) as exc:
-        raise ScenarioError(file, "(file)", file, f"a readable YAML file ({exc.__class__.__name__})") from None
-    if not isinstance(doc, dict):
-        raise ScenarioError(file, "(scenario)", doc, "a YAML mapping with sections hardware, model, rollout, workload, drafter, ...")
-    return doc
-
-
-def validate_doc(doc: dict, file: str | None = None) -> Scenario:
-    try:
-        sc = Scenario.model_validate(doc)
-    except ValidationError as exc:
-        raise _format_validation(exc, file) from None
-    except (RecursionError, OverflowError, TypeError) as exc:
-        raise ScenarioError(file, "(scenario)", "<value>", f"plain YAML values ({exc.__class__.__name__})") from None
-    _check_numbers(sc, file)
-    return sc
-
-
-def _check_numbers(sc: Scenario, file: str | None) -> None:
-    def walk(obj, prefix):
-        if isinstance(obj, BaseModel):
-            for name in type(obj).model_fields:
-                walk(getattr(obj, name), f"{prefix}.{name}" if prefix else name)
-        elif isinstance(obj, float) and not math.isfinite(obj):
-            raise ScenarioError(file, prefix, obj, "must be a finite number")
-    walk(sc, "")
-
-
-def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
-    """Load, apply `--set path=value` overrides, validate. Raises ScenarioError."""
-    file = str(path)
-    doc = read_yaml(path)
-    for text in overrides:
-        key, value = parse_override(text)
-        doc = set_dotted(doc, key, value, file)
-    sc = validate_doc(doc, file)
-    sc._source_file = file
-    return sc
-
-
-def source_file(sc: Scenario) -> str | None:
-    """The file a scenario was loaded from (for error messages and relative paths)."""
-    return sc._source_file
-
-
-def apply_overrides(sc: Scenario, changes: dict[str, Any]) -> Scenario:
-    """A new scenario with dotted-path changes applied and re-validated."""
-    file = source_file(sc)
-    doc = sc.model_dump(mode="python")
-    for key, value in changes.items():
-        doc = set_dotted(doc, key, value, file)
-    new = validate_doc(doc, file)
-    new._source_file = file
-    return new
-
-
-def to_yaml(sc: Scenario) -> str:
-    return yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False)
-
-
-def spec_error_to_scenario(exc: SpecError, file: str | None) -> ScenarioError:
-    return ScenarioError(file or exc.where, exc.field, exc.value, f"must be {exc.allowed}")

@@ -1,0 +1,150 @@
+"""Fit the roofline's shape-dependent terms to measured kernel tables (one function per term).
+
+Each fit is a bounded robust least squares (scipy `least_squares`, soft-L1 loss, 10 % scale) on
+the log residual ln(predicted / measured) of every row; forms (hardware.GemmFit, KernelFit):
+
+    GEMM        t = lat + max(2mnk / (P · e_max · m/(m + m_half)), (kn·wb + (mk + mn)·ab) / (B · bw))
+    decode attn t = lat + per_seq · batch + batch · kv_tokens · 2 · kv_heads · head_dim · kvb / (B · bw)
+    MoE (rank)  t = lat + max(2 · T·topk/ep · 3·h·i/tp / (P · e(T·topk/E)), hit · 3·h·i/tp · wb / (B · bw))
+                hit = E/ep · (1 − (1 − topk/E)^T)   (expected distinct local experts of T tokens)
+    all-reduce  t = lat · ⌈log2 n⌉ + 2(n−1)/n · bytes / (nvlink_bw · bw)      (cost/comm.py)
+
+P: the profile's peak dense FLOP/s of the math dtype, B: its HBM bandwidth. Guards (#15 row 12):
+a fit with fewer rows than parameters is refused; a parameter that ends at a bound is flagged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy import optimize
+
+from specsim.errors import SpecError
+from specsim.hardware import DTYPE_BYTES, HardwareSpec
+
+_DT = {"bf16": ("bf16", 2.0), "fp8": ("fp8", 1.0)}
+
+
+@dataclass(frozen=True)
+class TermFit:
+    """One fitted term: parameter values (in the YAML's units), fit quality and flags."""
+
+    term: str
+    params: dict[str, float]
+    rows: int
+    table: str
+    median_abs_rel_error: float
+    p90_abs_rel_error: float
+    at_bound: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    residuals: pd.DataFrame = field(default=None, repr=False, compare=False)
+
+    def quality(self) -> dict:
+        return {"rows": self.rows, "table": self.table, "median_abs_rel_error": round(self.median_abs_rel_error, 4),
+                "p90_abs_rel_error": round(self.p90_abs_rel_error, 4), "at_bound": list(self.at_bound)}
+
+
+def _fit(term: str, table: str, names, x0, lo, hi, predict, meas, frame: pd.DataFrame) -> TermFit:
+    """Robust bounded fit of log(predict(x)/meas); refuses under-determined fits, flags bounds."""
+    meas = np.asarray(meas, dtype=float)
+    if len(meas) < len(names):
+        raise SpecError(f"{term} rows", len(meas), f">= {len(names)} (one per fitted parameter: {', '.join(names)})",
+                        table or "<kernel table>")
+    lo, hi = np.asarray(lo, float), np.asarray(hi, float)
+    x0 = np.clip(np.asarray(x0, float), lo + 1e-9 * (hi - lo), hi - 1e-9 * (hi - lo))
+    res = optimize.least_squares(lambda x: np.log(predict(x) / meas), x0, bounds=(lo, hi), loss="soft_l1",
+                                 f_scale=0.1, x_scale="jac", max_nfev=400)
+    pred = predict(res.x)
+    rel = pred / meas - 1.0
+    span = hi - lo
+    at = tuple(n for n, v, a, b, s in zip(names, res.x, lo, hi, span)
+               if np.isfinite(s) and (v - a < 1e-3 * s or b - v < 1e-3 * s))
+    resid = frame.assign(measured_s=meas, predicted_s=pred, rel_error=rel)
+    return TermFit(term, {n: float(v) for n, v in zip(names, res.x)}, len(meas), table,
+                   float(np.median(np.abs(rel))), float(np.quantile(np.abs(rel), 0.9)), at, (), resid)
+
+
+def fit_gemm(rows: pd.DataFrame, hw: HardwareSpec, dtype: str, table: str = "gemm_perf") -> TermFit:
+    """Achieved GEMM FLOP/s vs m (saturating), weight-streaming bandwidth and a launch floor."""
+    mdt, wb = _DT[dtype]
+    m, n, k = (rows[c].to_numpy(float) for c in ("m", "n", "k"))
+    flops = 2 * m * n * k
+    nbytes = k * n * wb + (m * k + m * n) * 2.0
+    peak, bw = hw.flops_per_s(mdt), hw.hbm_bw_bytes_per_s
+
+    def predict(x):
+        lat_us, e_max, log_mh, w = x
+        eff = e_max * m / (m + 10**log_mh)
+        return lat_us * 1e-6 + np.maximum(flops / (peak * eff), nbytes / (bw * w))
+
+    f = _fit(f"gemm.{dtype}", table, ("latency_us", "flops_eff_max", "log10_m_half", "weight_bw_eff"),
+             (5.0, 0.7, 2.0, 0.8), (0.0, 0.05, 0.0, 0.05), (100.0, 1.0, 5.0, 1.0), predict, rows["time_s"],
+             rows[["m", "n", "k"]])
+    p = dict(f.params)
+    p["m_half_tokens"] = 10 ** p.pop("log10_m_half")
+    return TermFit(f.term, p, f.rows, f.table, f.median_abs_rel_error, f.p90_abs_rel_error,
+                   tuple(a.replace("log10_m_half", "m_half_tokens") for a in f.at_bound), f.notes, f.residuals)
+
+
+def fit_decode_attention(rows: pd.DataFrame, hw: HardwareSpec, table: str = "generation_attention_perf") -> TermFit:
+    """Achieved HBM bandwidth of decode attention vs KV length and batch, plus fixed costs."""
+    b = rows["batch_size"].to_numpy(float)
+    kv_bytes = b * rows["kv_tokens"].to_numpy(float) * 2 * rows["num_key_value_heads"].to_numpy(float) \
+        * rows["head_dim"].to_numpy(float) * 2.0
+    bw = hw.hbm_bw_bytes_per_s
+
+    def predict(x):
+        lat_us, seq_us, e = x
+        return lat_us * 1e-6 + seq_us * 1e-6 * b + kv_bytes / (bw * e)
+
+    return _fit("decode_attention", table, ("latency_us", "per_seq_us", "kv_bw_eff"), (5.0, 0.01, 0.7),
+                (0.0, 0.0, 0.05), (100.0, 10.0, 1.0), predict, rows["time_s"],
+                rows[["batch_size", "kv_tokens", "num_heads", "num_key_value_heads", "head_dim"]])
+
+
+def fit_moe(rows: pd.DataFrame, hw: HardwareSpec, dtype: str, table: str = "moe_perf") -> TermFit:
+    """Grouped-GEMM efficiency vs routed tokens per expert, expert-weight bandwidth, launch floor."""
+    mdt, wb = _DT[dtype]
+    t, h, i, topk, e, tp, ep = (rows[c].to_numpy(float) for c in
+                                ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
+                                 "moe_ep_size"))
+    per_expert = 3 * h * i / tp
+    flops = 2 * t * topk / ep * per_expert
+    hit = e / ep * (1 - np.power(1 - topk / e, t))
+    nbytes = hit * per_expert * wb
+    tpe = t * topk / e
+    peak, bw = hw.flops_per_s(mdt), hw.hbm_bw_bytes_per_s
+
+    def predict(x):
+        lat_us, e_max, log_h, w = x
+        eff = e_max * tpe / (tpe + 10**log_h)
+        return lat_us * 1e-6 + np.maximum(flops / (peak * eff), nbytes / (bw * w))
+
+    f = _fit(f"moe.{dtype}", table, ("latency_us", "flops_eff_max", "log10_m_half", "weight_bw_eff"),
+             (20.0, 0.5, 1.5, 0.6), (0.0, 0.02, -1.0, 0.02), (300.0, 1.0, 5.0, 1.0), predict, rows["time_s"],
+             rows[["num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"]])
+    p = dict(f.params)
+    p["m_half_tokens"] = 10 ** p.pop("log10_m_half")
+    return TermFit(f.term, p, f.rows, f.table, f.median_abs_rel_error, f.p90_abs_rel_error,
+                   tuple(a.replace("log10_m_half", "m_half_tokens") for a in f.at_bound), f.notes, f.residuals)
+
+
+def fit_allreduce(rows: pd.DataFrame, hw: HardwareSpec, table: str = "custom_allreduce_perf+nccl_perf") -> TermFit:
+    """NVLink all-reduce: per-hop latency and achieved share of the per-direction link bandwidth."""
+    n = rows["num_gpus"].to_numpy(float)
+    nbytes = rows["nbytes"].to_numpy(float)
+    hops = np.ceil(np.log2(np.maximum(n, 2)))
+    bw = hw.nvlink_bw_bytes_per_s
+
+    def predict(x):
+        lat_us, e = x
+        return lat_us * 1e-6 * hops + 2 * (n - 1) / n * nbytes / (bw * e)
+
+    return _fit("all_reduce", table, ("latency_us", "bw_eff"), (8.0, 0.5), (0.1, 0.02), (200.0, 1.0), predict,
+                rows["time_s"], rows[["num_gpus", "nbytes"]])
+
+
+def dtype_bytes(name: str) -> float:
+    return DTYPE_BYTES[name]

@@ -1,0 +1,188 @@
+"""Run the measured-kernel calibration end to end: fit, check held out, write profiles, report.
+
+`calibrate_from_kernels` is what `specsim calibrate --kernels aiconfigurator` runs:
+
+1. per system, `kernels.fit_system` fits the roofline's kernel terms to the kernel tables;
+2. per (system, backend) with TPOT rows of a supported model, `engine_overhead.fit_overheads`
+   fits the engine overheads on the *fit split* and predicts the *held-out split*:
+   fit on Llama-3.1-8B rows, hold out every Qwen3-235B-A22B row (another model, another size
+   class, dense vs MoE) -- nothing of the held-out model enters any fit;
+3. the profile gets the kernel fit, and the overheads of the vLLM fit (specsim simulates vLLM):
+   from that system's own vLLM rows where they exist, else transferred from the h200 vLLM fit
+   (labelled so in the profile: CPU-side costs, same engine);
+4. residual and held-out tables are returned (and printed by the CLI, pasted into the README).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from specsim.calibrate import engine_overhead as eo
+from specsim.calibrate import kernel_tables as kt
+from specsim.calibrate.kernels import SystemFit, fit_system, provenance
+from specsim.errors import SpecError
+from specsim.hardware import PROFILE_DIR, load_hardware
+from specsim.report.atomic import write_text
+
+FIT_MODEL = "Llama-3.1-8B"
+SPLIT = f"fit on {FIT_MODEL} rows, held out: every other supported model's rows (Qwen3-235B-A22B)"
+
+
+@dataclass
+class KernelCalibration:
+    """Per-system kernel fits, per-(system, backend) overhead fits, and where profiles went."""
+
+    fits: dict[str, SystemFit]
+    overheads: dict[tuple[str, str], eo.OverheadFit] = field(default_factory=dict)
+    written: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def residual_table(self) -> pd.DataFrame:
+        return pd.DataFrame([r for f in self.fits.values() for r in f.residual_rows()])
+
+    def tpot_table(self) -> pd.DataFrame:
+        parts = [o.summary() for o in self.overheads.values()]
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+    def overhead_table(self) -> pd.DataFrame:
+        return pd.DataFrame([{"system": s, "backend": b, "step_overhead_ms": o.step_overhead_s * 1e3,
+                              "per_seq_overhead_us": o.per_seq_overhead_s * 1e6, "f_prefill": o.f_prefill,
+                              "fit_rows": int((o.rows["role"] == "fit").sum()),
+                              "at_bound": ", ".join(o.at_bound) or "-", "split": o.fit_on}
+                             for (s, b), o in self.overheads.items()])
+
+
+def _fit_tpot(fit: SystemFit, silicon: pd.DataFrame) -> dict[tuple[str, str], eo.OverheadFit]:
+    rows = silicon[(silicon["why_not"] == "") & (silicon["system"] == fit.system)].reset_index(drop=True)
+    out = {}
+    if rows.empty:
+        return out
+    ks, pre = eo.kernel_tpot_s(rows, fit.hw)
+    for backend in sorted(rows["backend"].unique()):
+        m = (rows["backend"] == backend).to_numpy()
+        sub = rows[m].reset_index(drop=True)
+        fm = (sub["model"] == FIT_MODEL).to_numpy()
+        if fm.sum() < 3:
+            continue
+        out[(fit.system, backend)] = eo.fit_overheads(sub, ks[m], pre[m], fm, f"{fit.system}/{backend}: {SPLIT}")
+    return out
+
+
+def calibrate_from_kernels(systems: list[str] | str = "all", backend: str = "vllm", root=None,
+                           out_dir: str | Path | None = None, date: str | None = None) -> KernelCalibration:
+    """Fit every named system (or 'all'); write fitted profiles into `out_dir` when given."""
+    names = list(kt.SYSTEMS) if systems in ("all", ["all"]) else ([systems] if isinstance(systems, str) else systems)
+    for s in names:
+        if s not in kt.SYSTEMS:
+            raise SpecError("--system", s, f"one of {list(kt.SYSTEMS)} or 'all'")
+    data = kt.data_root(root)
+    cal = KernelCalibration(fits={s: fit_system(s, backend, root=data) for s in names})
+    try:
+        silicon = eo.supported_rows(eo.read_silicon(data))
+    except SpecError as exc:
+        silicon = None
+        cal.notes.append(f"no TPOT rows ({exc}); engine overheads keep their priors")
+    if silicon is not None:
+        for s in kt.SYSTEMS:  # h200 vLLM overheads may be transferred, so fit every system with rows
+            f = cal.fits.get(s) or (fit_system(s, backend, root=data) if (silicon["system"] == s).any() else None)
+            if f is not None:
+                cal.overheads.update(_fit_tpot(f, silicon))
+    if out_dir is not None:
+        for s, f in cal.fits.items():
+            cal.written[s] = str(write_fitted_profile(f, cal, Path(out_dir), date))
+    return cal
+
+
+def _overhead_for(system: str, cal: KernelCalibration):
+    own = cal.overheads.get((system, "vllm"))
+    if own is not None:
+        return own, f"fitted to {system} vLLM TPOT rows of silicon_sample.csv ({own.fit_on})"
+    h200 = cal.overheads.get(("h200_sxm", "vllm"))
+    if h200 is not None:
+        return h200, ("transferred from the h200_sxm vLLM TPOT fit (no vLLM TPOT rows of a supported model on "
+                      f"{system}; CPU-side engine cost, same engine)")
+    return None, ""
+
+
+def write_fitted_profile(fit: SystemFit, cal: KernelCalibration, out_dir: Path, date: str | None = None) -> Path:
+    """The bundled profile with fitted values (each with its source) and a `kernel_fit` block."""
+    name = kt.PROFILE_OF[fit.system]
+    src = Path(fit.hw.path or PROFILE_DIR / f"{name}.yaml")
+    text = src.read_text()
+    header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
+    doc = yaml.safe_load(text)
+    pkg = f"{kt.PACKAGE}=={kt.package_version()}"
+    t = fit.terms
+    eff = doc["efficiency"]
+    g = fit.kernel_fit.gemm_for("bf16")
+    eff["compute"] = {"value": round(g.flops_eff_max, 4),
+                      "source": f"fitted: bf16 GEMM plateau efficiency, {pkg} {t['gemm.bf16'].table}"}
+    eff["memory"] = {"value": round(g.weight_bw_eff, 4),
+                     "source": f"fitted: bf16 GEMM weight-streaming bandwidth share, {pkg} {t['gemm.bf16'].table}"}
+    if "all_reduce" in t:
+        eff["comm"] = {"value": round(t["all_reduce"].params["bw_eff"], 4),
+                       "source": f"fitted: NVLink all-reduce bandwidth share, {pkg} {t['all_reduce'].table}"}
+        doc.setdefault("collective_latency_us", {})["nvlink"] = {
+            "value": round(t["all_reduce"].params["latency_us"], 3),
+            "source": f"fitted: all-reduce latency per log2 hop, {pkg} {t['all_reduce'].table}"}
+    ov, how = _overhead_for(fit.system, cal)
+    if ov is not None:
+        if ov.at_bound:
+            how += f"; at the bound 0 (not determined above 0 by these rows): {', '.join(ov.at_bound)}"
+        eff["step_overhead_ms"] = {"value": round(ov.step_overhead_s * 1e3, 4), "source": how}
+        eff["per_seq_overhead_us"] = {"value": round(ov.per_seq_overhead_s * 1e6, 4), "source": how}
+    _label_prior(eff["train_mfu"], "prior (kernel and TPOT tables do not time training): ")
+    _label_prior(eff["draft_overhead_ms"], "prior (no SD rows in the tables; fitted on EAGLE-3 rows elsewhere): ")
+    lat = doc.get("collective_latency_us", {})
+    if "scaleout" in lat:
+        _label_prior(lat["scaleout"], "prior (no scale-out tables): ")
+    kf = fit.kernel_fit
+    prov = provenance(fit, date)
+    if ov is not None:
+        prov["engine_overhead"] = {"split": ov.fit_on, "how": how,
+                                   "fit_rows": int((ov.rows["role"] == "fit").sum()),
+                                   "held_out_rows": int((ov.rows["role"] == "held-out").sum()),
+                                   "at_bound_zero": list(ov.at_bound)}
+    doc["kernel_fit"] = {
+        "gemm": {dt: _gemm_yaml(gf) for dt, gf in kf.gemm.items()},
+        "decode_attention": {"latency_us": round(kf.attn_latency_s * 1e6, 4),
+                             "per_seq_us": round(kf.attn_per_seq_s * 1e6, 5), "kv_bw_eff": round(kf.attn_kv_bw_eff, 4)},
+        "moe": {dt: _gemm_yaml(gf) for dt, gf in kf.moe.items()},
+        "provenance": prov,
+    }
+    out = out_dir / f"{name}.yaml"
+    write_text(out, header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120))
+    load_hardware(str(out))  # the written profile must load
+    return out
+
+
+def _label_prior(entry: dict, label: str) -> None:
+    """Prefix `entry['source']` with `label` once: rerunning the fit must not stack the label."""
+    src = str(entry.get("source", ""))
+    while True:
+        stripped = src.removeprefix(label).removeprefix("prior: ")
+        if stripped == src:
+            break
+        src = stripped
+    entry["source"] = label + src
+
+
+def _gemm_yaml(g) -> dict:
+    return {"latency_us": round(g.latency_s * 1e6, 4), "flops_eff_max": round(g.flops_eff_max, 4),
+            "m_half_tokens": round(g.m_half_tokens, 3), "weight_bw_eff": round(g.weight_bw_eff, 4)}
+
+
+def markdown(df: pd.DataFrame, floatfmt: str = ".3f") -> str:
+    """A GitHub table of a frame (no tabulate dependency)."""
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for r in df.itertuples(index=False):
+        lines.append("| " + " | ".join(format(v, floatfmt) if isinstance(v, (float, np.floating)) else str(v)
+                                       for v in r) + " |")
+    return "\n".join(lines)
+

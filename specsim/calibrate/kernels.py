@@ -1,0 +1,111 @@
+"""`specsim calibrate --kernels aiconfigurator`: fit a profile's roofline terms to measured kernels.
+
+One call per system fits (kernel_fit.py): GEMM efficiency vs m and weight-streaming bandwidth for
+bf16 and fp8 math, decode-attention KV bandwidth vs KV length and batch, MoE grouped-GEMM
+efficiency vs tokens per expert, and NVLink all-reduce latency + bandwidth. The profile's scalar
+efficiencies follow from them (compute = bf16 GEMM plateau, memory = bf16 weight-streaming
+bandwidth, comm = all-reduce bandwidth share, collective_latency_us.nvlink = all-reduce hop
+latency). The engine overheads are fitted to TPOT rows afterwards (engine_overhead.py). What stays
+a prior, and why, is written into each value's `source`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specsim.calibrate import kernel_fit as kf
+from specsim.calibrate import kernel_tables as kt
+from specsim.errors import SpecError
+from specsim.hardware import GemmFit, HardwareSpec, KernelFit, load_hardware
+
+COMMAND = "specsim calibrate --kernels aiconfigurator --system all --backend vllm --out hardware_profiles"
+
+
+@dataclass
+class SystemFit:
+    """Every term fitted for one system: TermFits by name, the KernelFit and the fitted profile."""
+
+    system: str
+    backend: str
+    terms: dict[str, kf.TermFit]
+    kernel_fit: KernelFit
+    hw: HardwareSpec
+    notes: list[str] = field(default_factory=list)
+
+    def residual_rows(self) -> list[dict]:
+        out = []
+        for name, t in self.terms.items():
+            out.append({"system": self.system, "term": name, "rows": t.rows,
+                        "median_abs_rel_error": t.median_abs_rel_error, "p90_abs_rel_error": t.p90_abs_rel_error,
+                        "at_bound": ",".join(t.at_bound) or "-", "table": t.table})
+        return out
+
+
+def _gemm_fit(t: kf.TermFit) -> GemmFit:
+    p = t.params
+    return GemmFit(latency_s=p["latency_us"] * 1e-6, flops_eff_max=p["flops_eff_max"],
+                   m_half_tokens=p["m_half_tokens"], weight_bw_eff=p["weight_bw_eff"])
+
+
+def fit_system(system: str, backend: str = "vllm", hw: HardwareSpec | None = None,
+               root: str | Path | None = None) -> SystemFit:
+    """Fit every kernel term of `system` from its `backend` tables (NCCL from the nccl folder)."""
+    if system not in kt.SYSTEMS:
+        raise SpecError("--system", system, f"one of {list(kt.SYSTEMS)} or 'all'")
+    data = kt.data_root(root)
+    hw = hw or load_hardware(kt.PROFILE_OF[system])
+    terms: dict[str, kf.TermFit] = {}
+    notes: list[str] = []
+    gemm, src = kt.read_table(data, system, "gemm", backend, "gemm_perf")
+    if gemm.empty:
+        raise SpecError("--backend", backend, f"a backend with a gemm_perf table for {system}", str(data / system))
+    for dt in ("bf16", "fp8"):
+        rows = kt.gemm_rows(gemm, dt)
+        if len(rows):
+            terms[f"gemm.{dt}"] = kf.fit_gemm(rows, hw, dt, src)
+    att, src = kt.read_table(data, system, "attention", backend, "generation_attention_perf")
+    terms["decode_attention"] = kf.fit_decode_attention(kt.decode_attention_rows(att), hw, src)
+    moe, src = kt.read_table(data, system, "moe", backend, "moe_perf")
+    for dt in ("bf16", "fp8"):
+        rows = kt.moe_rows(moe, dt)
+        if len(rows):
+            terms[f"moe.{dt}"] = kf.fit_moe(rows, hw, dt, src)
+    custom, src_c = kt.read_table(data, system, "comm", backend, "custom_allreduce_perf")
+    nccl, src_n = kt.read_table(data, system, "comm", "nccl", "nccl_perf")
+    ar = kt.allreduce_rows(custom, nccl)
+    if len(ar):
+        terms["all_reduce"] = kf.fit_allreduce(ar, hw, " + ".join(s for s in (src_c, src_n) if s))
+        gpus = sorted(int(g) for g in ar["num_gpus"].unique())
+        if max(gpus) < hw.nvlink_domain_gpus:
+            notes.append(f"all-reduce measured on {gpus} GPUs only; larger NVLink groups extrapolate the fitted "
+                         f"per-hop latency and bandwidth share")
+    for name, t in terms.items():
+        if t.at_bound:
+            notes.append(f"{name}: {', '.join(t.at_bound)} at a bound of the fit (value not determined by the data)")
+    a = terms["decode_attention"].params
+    kfit = KernelFit(gemm={k.split(".")[1]: _gemm_fit(t) for k, t in terms.items() if k.startswith("gemm.")},
+                     attn_latency_s=a["latency_us"] * 1e-6, attn_per_seq_s=a["per_seq_us"] * 1e-6,
+                     attn_kv_bw_eff=a["kv_bw_eff"],
+                     moe={k.split(".")[1]: _gemm_fit(t) for k, t in terms.items() if k.startswith("moe.")})
+    g = kfit.gemm_for("bf16")
+    changes = {"compute": g.flops_eff_max, "memory": g.weight_bw_eff}
+    if "all_reduce" in terms:
+        changes["comm"] = terms["all_reduce"].params["bw_eff"]
+    from dataclasses import replace
+
+    fitted = replace(hw.with_efficiency(**changes), kernel_fit=kfit)
+    if "all_reduce" in terms:
+        fitted = replace(fitted, nvlink_latency_s=terms["all_reduce"].params["latency_us"] * 1e-6)
+    return SystemFit(system, backend, terms, kfit, fitted, notes)
+
+
+def provenance(fit: SystemFit, date: str | None = None) -> dict:
+    """The `kernel_fit.provenance` block: package, version, tables, rows and residuals per term."""
+    return {
+        "package": f"{kt.PACKAGE}=={kt.package_version()}", "system": fit.system, "backend": fit.backend,
+        "date": date or _dt.date.today().isoformat(), "command": COMMAND,
+        "terms": {name: t.quality() for name, t in fit.terms.items()},
+        "notes": list(fit.notes),
+    }

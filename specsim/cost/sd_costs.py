@@ -1,0 +1,132 @@
+"""SD costs the serving engine pays besides the draft and verify passes (vLLM V1 semantics).
+
+The passes themselves are priced by cost/forward.py (`step_cost`): k sequential draft passes (the
+first over the tokens just accepted, q = accepted + 1 per sequence, with EAGLE-3's feature
+fusion; the rest q = 1 without it), one verify pass over k + 1 query tokens per sequence (KV read
+once, GEMMs and MoE over B·(k+1) tokens, KV written for all k + 1 slots, rejected ones included).
+This module holds the rest, each term derived from the work it does:
+
+* rejection sampling (:func:`rejection_sampling_bytes`): vLLM's rejection sampler turns the
+  target logits of all B·(k+1) positions into probabilities and compares them with the draft's:
+  about ``sampler_passes`` streaming passes over B·(k+1)·V fp32 values (softmax read/write, the
+  accept/resample read), plus the draft probabilities (B·k·V_draft fp32, one pass). Plain
+  decoding pays the same for B rows (its sampler), so the two are priced alike.
+* the n-gram proposer (:func:`ngram_cpu_s_per_ctx_token`): vLLM's NgramProposer searches each
+  running sequence's whole token history (prompt + output, a KMP pass over the reversed ids) on
+  the CPU every step, before the verify pass can launch: t = Σ context / rate, affine in the
+  total context C like every other step term.
+* CUDA graphs (:func:`eager_overhead_s`): vLLM captures graphs for batches up to
+  ``cuda_graph_max_tokens`` tokens (default capture sizes up to 512). A pass with more tokens
+  runs eagerly and pays a launch overhead per layer that is not hidden; a verify pass of
+  256 sequences at k = 3 (1024 tokens) is such a pass, a decode step of 256 sequences is not.
+
+Two SD-overhead parameters are FITTABLE (calibration may fit them, on the two EAGLE-3 k = 3
+rows only); everything else here is derived or a documented prior that no fit touches:
+
+1. ``sd_step_overhead_s`` (this block): fixed CPU time of one SD step beyond a decode step's
+   (proposer input preparation, spec-decode metadata, accepted-token bookkeeping).
+2. ``efficiency.draft_overhead_s`` (the profile's efficiency block, already there): fixed time
+   of one draft pass (its launches and the proposal bookkeeping).
+
+Profiles carry an optional ``sd_costs:`` block (units in the key names, each value with its
+source); absent keys take the priors below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specsim.errors import SpecError
+
+#: fp32 probabilities in the sampler
+PROB_BYTES = 4.0
+
+
+@dataclass(frozen=True)
+class SDCosts:
+    """SD terms of one hardware profile (seconds, tokens, passes). See the module docstring.
+
+    sd_step_overhead_s: FITTABLE, per SD step. Prior 1 ms: vLLM's V1 SD step adds a proposer
+      call and metadata preparation of the order of a decode step's own CPU time.
+    sampler_passes: streaming passes over the fp32 probabilities of every sampled row (3:
+      softmax read + write, accept/resample read).
+    ngram_cpu_tokens_per_s: context tokens the CPU n-gram proposer searches per second (prior
+      1e9: a numba-jitted KMP loop does about one compare per token per ns on one core).
+    cuda_graph_max_tokens: largest captured batch (vLLM default capture sizes end at 512).
+    eager_layer_overhead_s: launch time per layer of a pass that runs eagerly (prior 20 µs:
+      ~5-10 kernels of a decoder layer at a few µs of CPU launch each, not hidden behind
+      short kernels).
+    """
+
+    sd_step_overhead_s: float = 1.0e-3
+    sampler_passes: float = 3.0
+    ngram_cpu_tokens_per_s: float = 1.0e9
+    cuda_graph_max_tokens: int = 512
+    eager_layer_overhead_s: float = 20e-6
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+
+#: YAML key -> (attribute, scale to SI)
+SD_COST_KEYS = {
+    "sd_step_overhead_ms": ("sd_step_overhead_s", 1e-3),
+    "sampler_passes": ("sampler_passes", 1.0),
+    "ngram_cpu_tokens_per_s": ("ngram_cpu_tokens_per_s", 1.0),
+    "cuda_graph_max_tokens": ("cuda_graph_max_tokens", 1.0),
+    "eager_layer_overhead_us": ("eager_layer_overhead_s", 1e-6),
+}
+
+#: the two SD-overhead parameters a calibration may fit (profile keys)
+FITTABLE = ("sd_costs.sd_step_overhead_ms", "efficiency.draft_overhead_ms")
+
+
+def load_sd_costs(doc, where: str | None = None) -> SDCosts:
+    """An `SDCosts` from a profile's optional `sd_costs:` block (None: all priors)."""
+    if doc is None:
+        return SDCosts()
+    if not isinstance(doc, dict):
+        raise SpecError("sd_costs", doc, f"a mapping with keys among {sorted(SD_COST_KEYS)}", where)
+    unknown = sorted(set(doc) - set(SD_COST_KEYS))
+    if unknown:
+        raise SpecError(f"sd_costs.{unknown[0]}", doc[unknown[0]], f"one of {sorted(SD_COST_KEYS)}", where)
+    values, sources = {}, {}
+    for key, (attr, scale) in SD_COST_KEYS.items():
+        if key not in doc:
+            continue
+        entry = doc[key]
+        value, source = (entry.get("value"), str(entry.get("source", ""))) if isinstance(entry, dict) else (entry, "")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
+            raise SpecError(f"sd_costs.{key}", value, "a finite number >= 0 (as `value:` with a `source:`)", where)
+        if key in ("ngram_cpu_tokens_per_s", "cuda_graph_max_tokens", "sampler_passes") and value <= 0:
+            raise SpecError(f"sd_costs.{key}", value, "> 0", where)
+        values[attr] = int(value) if attr == "cuda_graph_max_tokens" else float(value) * scale
+        sources[f"sd_costs.{key}"] = source
+    return SDCosts(**values, sources=sources)
+
+
+def sd_costs_to_yaml_dict(sd: SDCosts, source: str) -> dict:
+    """Inverse of :func:`load_sd_costs`, in the YAML's units, every value with `source`."""
+    return {key: {"value": float(round(getattr(sd, attr) / scale, 9)), "source": source}
+            for key, (attr, scale) in SD_COST_KEYS.items()}
+
+
+def sampler_bytes(n_seqs, rows_per_seq: float, vocab: int, sd: SDCosts, draft_rows_per_seq: float = 0.0,
+                  draft_vocab: int = 0):
+    """HBM bytes the sampler streams for n sequences: target rows n·rows·V·4·passes (+ draft
+    probabilities n·draft_rows·V_draft·4, one pass). Decode: rows = 1; SD verify: rows = k + 1."""
+    n = np.asarray(n_seqs, dtype=float)
+    return n * (rows_per_seq * vocab * PROB_BYTES * sd.sampler_passes + draft_rows_per_seq * draft_vocab * PROB_BYTES)
+
+
+def ngram_cpu_s_per_ctx_token(sd: SDCosts) -> float:
+    """CPU seconds per context token per step of the n-gram proposer (it scans every running
+    sequence's whole history each step): 1 / ngram_cpu_tokens_per_s."""
+    return 1.0 / sd.ngram_cpu_tokens_per_s
+
+
+def eager_overhead_s(pass_tokens, layers: int, sd: SDCosts):
+    """Launch overhead of a pass of `pass_tokens` tokens: layers·eager_layer_overhead_s when it
+    exceeds the largest captured CUDA graph, else 0 (vectorised over pass_tokens)."""
+    t = np.asarray(pass_tokens, dtype=float)
+    return np.where(t > sd.cuda_graph_max_tokens, layers * sd.eager_layer_overhead_s, 0.0)

@@ -1,0 +1,139 @@
+"""One engine step's cost: decode, SD (chain or tree) and the step-cost table the engines read.
+
+A step composes the passes of cost/forward.py with the SD terms of cost/sd_costs.py (rejection
+sampling, the n-gram CPU proposer, eager launches past the captured CUDA graphs, the two fittable
+SD overheads) and the efficiency block's fixed per-step and per-sequence overheads. Every step
+is affine in the batch's total context C, so the engines integrate segments of steps in closed
+form from the table's two coefficients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.cost.forward import PassCost, decode_cost, draft_cost, pass_cost, sampler_cost
+from specsim.cost.layout import ParallelLayout
+from specsim.cost.sd_costs import eager_overhead_s, ngram_cpu_s_per_ctx_token
+from specsim.hardware import HardwareSpec
+from specsim.model import DrafterArch, ModelSpec
+
+__all__ = ["StepCostTable", "step_cost", "step_cost_table", "tree_step_cost"]
+
+
+def _sd_step(model: ModelSpec, drafter: DrafterArch, hw: HardwareSpec, layout: ParallelLayout, n: np.ndarray,
+             passes: list[tuple[float, float]], draft_tokens: float) -> PassCost:
+    """Draft passes (q, logits per sequence; the first is the fused one), one verify over
+    draft_tokens + 1 per sequence, rejection sampling, eager launches, the SD overheads."""
+    eff, sd = hw.efficiency, hw.sd_costs
+    dp = layout.attn_dp
+    q_verify = draft_tokens + 1.0
+    cost = pass_cost(model, hw, layout, n, q_verify, q_verify)
+    cost = cost.plus_overhead(eager_overhead_s(n * q_verify / dp, model.layers, sd))
+    dm = drafter.model
+    if dm is not None:
+        for i, (q, logits) in enumerate(passes):
+            one = draft_cost(drafter, hw, layout, n, q, first=(i == 0), logits_per_seq=logits)
+            cost = cost + one.plus_overhead(eager_overhead_s(n * q / dp, dm.layers, sd))
+        cost = cost + sampler_cost(model, hw, n, q_verify, draft_tokens, dm.vocab)
+        cost = cost.plus_overhead(len(passes) * eff.draft_overhead_s)
+    else:
+        cost = cost + sampler_cost(model, hw, n, q_verify)
+        cpu = ngram_cpu_s_per_ctx_token(sd)
+        cost = PassCost(cost.fixed_s, cost.per_ctx_token_s + cpu, cost.compute_s, cost.memory_s, cost.comm_s,
+                        cost._ctx_compute, cost._ctx_memory)
+    return cost.plus_overhead(sd.sd_step_overhead_s + eff.step_overhead_s + eff.per_seq_overhead_s * n)
+
+
+def _first_q(first_pass_q, most: float) -> float:
+    q1 = 1.0 if first_pass_q is None else float(first_pass_q)
+    if not 1.0 <= q1 <= most:
+        raise ValueError(f"first_pass_q must be in [1, {most:g}], got {q1}")
+    return q1
+
+
+def step_cost(model: ModelSpec, drafter: DrafterArch | None, hw: HardwareSpec, layout: ParallelLayout,
+              n_seqs, k: int, first_pass_q: float | None = None) -> PassCost:
+    """One engine step for a batch of n sequences, as vLLM runs it, plus the fixed step overhead
+    and a per-sequence overhead (efficiency block).
+
+    k = 0: one decode pass + its sampler (+ eager launches past the captured CUDA-graph sizes).
+    k > 0: k sequential draft passes (the first over `first_pass_q` tokens per sequence: the
+    expected tokens emitted per step, τ at k, which resolve passes; default 1) + one verify pass
+    over k+1 tokens + rejection sampling over n·(k+1) full-vocabulary rows + eager launches for
+    any pass over more tokens than the largest captured graph + the two fittable SD overheads
+    (k·draft_overhead_s, sd_step_overhead_s) + for an n-gram drafter its CPU proposer,
+    Σ context / ngram_cpu_tokens_per_s. Draft passes are priced at the verify's context (the
+    +j·n tokens drafted so far are a second-order term). Sources: cost/sd_costs.py.
+    """
+    n = np.asarray(n_seqs, dtype=float)
+    eff, sd = hw.efficiency, hw.sd_costs
+    if k == 0 or drafter is None:
+        cost = decode_cost(model, hw, layout, n) + sampler_cost(model, hw, n, 1.0)
+        cost = cost.plus_overhead(eager_overhead_s(n / layout.attn_dp, model.layers, sd))
+        return cost.plus_overhead(eff.step_overhead_s + eff.per_seq_overhead_s * n)
+    q1 = _first_q(first_pass_q, k + 1.0)
+    return _sd_step(model, drafter, hw, layout, n, [(q1, 1.0)] + [(1.0, 1.0)] * (k - 1), float(k))
+
+
+def tree_step_cost(model: ModelSpec, drafter: DrafterArch, hw: HardwareSpec, layout: ParallelLayout,
+                   n_seqs, branching, first_pass_q: float | None = None) -> PassCost:
+    """One tree-drafting step (workload/tree.py's shape b_1..b_D): D sequential draft passes --
+    the first over the accepted tokens (one logit row per sequence, whose top b_1 are the first
+    depth), pass j >= 2 over the N_{j-1} = b_1...b_{j-1} nodes of the previous depth (each its own
+    logit row) -- then one verify over the T + 1 tree tokens per sequence with a tree attention
+    mask (priced as causal attention among the new tokens, a slight over-estimate), rejection
+    sampling over T + 1 rows, eager launches and the SD overheads as in `step_cost`. A chain
+    (all b = 1) costs exactly `step_cost` at k = D."""
+    b = [int(x) for x in branching]
+    if drafter.model is None:
+        raise ValueError("tree drafting needs a drafter with a GPU pass (not n-gram)")
+    nodes = np.cumprod(b).astype(float)
+    q1 = _first_q(first_pass_q, len(b) + 1.0)
+    passes = [(q1, 1.0)] + [(float(nodes[j - 1]), float(nodes[j - 1])) for j in range(1, len(b))]
+    return _sd_step(model, drafter, hw, layout, np.asarray(n_seqs, dtype=float), passes, float(nodes.sum()))
+
+
+@dataclass(frozen=True)
+class StepCostTable:
+    """Affine step-cost coefficients for every batch size 0..max_batch and draft length in `ks`.
+
+    step time for n sequences at draft length k and total context C:
+        fixed_s[i, n] + per_ctx_s[i, n] · C,  i = ks.index(k)
+    Row n=0 is zero. Built once per engine configuration; the engines and the adaptive SD policy
+    read it instead of re-pricing passes.
+    """
+
+    ks: tuple[int, ...]
+    fixed_s: np.ndarray
+    per_ctx_s: np.ndarray
+
+    def index(self, k: int) -> int:
+        return self.ks.index(k)
+
+    def step_s(self, k: int, n: int, total_ctx_tokens: float) -> float:
+        i = self.ks.index(k)
+        return float(self.fixed_s[i, n] + self.per_ctx_s[i, n] * total_ctx_tokens)
+
+
+def step_cost_table(model: ModelSpec, drafter: DrafterArch | None, hw: HardwareSpec, layout: ParallelLayout,
+                    max_batch: int, ks, first_pass_q: dict[int, float] | None = None,
+                    tree_branching=None) -> StepCostTable:
+    """The table for every k in `ks` (and 0). `first_pass_q[k]`: tokens per sequence of the first
+    draft pass at draft length k (the expected tokens emitted per step, τ at k; default 1).
+    `tree_branching` (b_1..b_D): the row k = D prices that tree (`tree_step_cost`) instead of a chain."""
+    ks = tuple(sorted({int(k) for k in ks} | {0}))
+    q1 = first_pass_q or {}
+    tree = tuple(int(b) for b in tree_branching) if tree_branching else None
+    n = np.arange(max_batch + 1, dtype=float)
+    fixed = np.zeros((len(ks), max_batch + 1))
+    per_ctx = np.zeros((len(ks), max_batch + 1))
+    for i, k in enumerate(ks):
+        if tree is not None and k == len(tree) and drafter is not None:
+            c = tree_step_cost(model, drafter, hw, layout, n[1:], tree, q1.get(k))
+        else:
+            c = step_cost(model, drafter, hw, layout, n[1:], k, q1.get(k))
+        fixed[i, 1:] = c.fixed_s
+        per_ctx[i, 1:] = c.per_ctx_token_s
+    return StepCostTable(ks, fixed, per_ctx)

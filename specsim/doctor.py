@@ -1,0 +1,86 @@
+"""`specsim check` as data: the summary of a resolved scenario and its plausibility warnings.
+
+:func:`check_report` summarises a :class:`specsim.resolve.World` (engines, layout, KV capacity,
+memory per GPU, workload, drafter, SD policy) as the dict ``specsim check --format json`` prints;
+:func:`doctor_warnings` lists the ways a valid scenario leaves the range where the models were built
+and checked. Warnings never fail a scenario; bad input fails earlier, in the loader and resolver.
+"""
+
+from __future__ import annotations
+
+from specsim.model import drafter_kind, drafter_kind_names
+
+#: Documented heuristics (not physics, not fitted): warn — never fail — when a scenario leaves the
+#: range where the models were built and checked.
+#: Draft lengths beyond 8 are rarely useful: acceptance compounds, so τ saturates while the verify
+#: pass grows with k+1 (NeMo-RL found k=5 and k=7 already worse than k=3 for RL-Think).
+DOCTOR_MAX_DRAFT_LENGTH = 8
+#: Async pipelines run 1 (NeMo-RL) to 2–8 (AReaL) versions off-policy; beyond 8 is unusual.
+DOCTOR_MAX_POLICY_LAG = 8
+#: A KV budget that holds fewer than 8 longest (prompt + response) sequences preempts constantly.
+DOCTOR_MIN_MAX_LENGTH_SEQUENCES_IN_KV = 8
+#: The largest fresh τ (tokens per verify at the scenario's tau_at_k) a drafter of each kind is
+#: plausibly seen to reach: EAGLE-3 heads reach ~4–6 on easy chat at low temperature; native MTP
+#: (one or two heads) ~2–4; a 4-bit self-drafter accepts most tokens but pays a big draft pass;
+#: n-gram / suffix lookup rarely passes ~2–3 outside copy-heavy text.
+DOCTOR_MAX_TAU = {name: drafter_kind(name).plausible_max_tau for name in drafter_kind_names()}  # catalog/drafters.yaml
+
+
+def max_length_sequences_in_kv(world) -> int:
+    """How many longest sequences (max prompt + max response tokens) one engine's KV budget holds."""
+    w = world.scenario.workload
+    return world.kv_capacity_tokens // (w.max_prompt_tokens + w.max_response_tokens)
+
+
+def doctor_warnings(world) -> list[str]:
+    """Plausibility warnings for a resolved scenario (a `specsim.resolve.World`); empty when all is usual.
+
+    Heuristic thresholds are the DOCTOR_* constants above. Never raises for a valid world.
+    """
+    sc = world.scenario
+    out: list[str] = []
+    if world.policy.kind != "off":
+        k_top = max(world.policy.ks)
+        if k_top > DOCTOR_MAX_DRAFT_LENGTH:
+            field = "speculation.k_max" if world.policy.kind == "adaptive" else "speculation.k"
+            out.append(f"{field} = {k_top} is above {DOCTOR_MAX_DRAFT_LENGTH}: acceptance compounds, so longer "
+                       "drafts rarely pay for the larger verify pass")
+    if sc.pipeline.mode == "async" and sc.pipeline.policy_lag > DOCTOR_MAX_POLICY_LAG:
+        out.append(f"pipeline.policy_lag = {sc.pipeline.policy_lag} is above {DOCTOR_MAX_POLICY_LAG}: "
+                   "far more off-policy than NeMo-RL (1) or AReaL (2-8) run")
+    w = sc.workload
+    fit = max_length_sequences_in_kv(world)
+    if fit < DOCTOR_MIN_MAX_LENGTH_SEQUENCES_IN_KV:
+        out.append(f"the KV budget of {world.kv_capacity_tokens:,} tokens per engine holds only {fit} max-length "
+                   f"sequences ({w.max_prompt_tokens} prompt + {w.max_response_tokens} response tokens), fewer than "
+                   f"{DOCTOR_MIN_MAX_LENGTH_SEQUENCES_IN_KV}: expect heavy preemption (raise tp or gpu_memory_utilization)")
+    d = sc.drafter
+    limit = DOCTOR_MAX_TAU.get(d.kind)
+    if limit is not None:
+        taus = [("drafter.tau", d.tau), ("drafter.general_tau", d.general_tau)]
+        if d.alpha is not None:
+            taus.append(("drafter.alpha (as τ)", float(world.acceptance.tau(d.tau_at_k, 0))))
+        for field, value in taus:
+            if value is not None and value > limit:
+                out.append(f"{field} = {value:g} at k = {d.tau_at_k} is above what {d.kind} drafters are seen to "
+                           f"reach (<= {limit:g}, a documented heuristic)")
+    return out
+
+
+def check_report(world, file: str) -> dict:
+    """The summary ``specsim check`` prints for a resolved scenario loaded from `file`, with its
+    doctor warnings; ``tau_at_k`` is the fresh drafter's τ at the scenario's ``drafter.tau_at_k``."""
+    sc = world.scenario
+    w, d = sc.workload, sc.drafter
+    return {
+        "ok": True, "scenario": sc.name, "file": file, "model": world.model.name, "hardware": world.hw.name,
+        "engines": world.engines, "layout": world.layout.describe(), "gpus_per_engine": world.layout.gpus,
+        "rollout_gpus": sc.rollout.gpus, "training_gpus": sc.training_gpus, "pipeline": sc.pipeline.mode,
+        "kv_capacity_tokens_per_engine": world.kv_capacity_tokens,
+        "max_length_sequences_in_kv": max_length_sequences_in_kv(world),
+        "memory_gb_per_gpu": {label: v for label, v in world.memory.table()},
+        "responses_per_step": w.prompts * w.group_size, "max_response_tokens": w.max_response_tokens,
+        "drafter": d.kind, "alpha0": world.acceptance.alpha0,
+        "tau_at_k": {"k": d.tau_at_k, "tau": float(world.acceptance.tau(d.tau_at_k, 0))},
+        "policy": world.policy.label, "warnings": doctor_warnings(world),
+    }

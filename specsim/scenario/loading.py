@@ -1,0 +1,229 @@
+"""Loading scenarios: YAML files (the bounded safe loader of specsim.errors), `--set path=value`
+overrides on dotted paths, pydantic errors turned into one `ScenarioError` naming file, field,
+value and what is allowed, and the checks that need a whole scenario (baseline, swept values)."""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from specsim.errors import SpecError, YamlTooLarge, load_yaml_text, short_repr
+from specsim.scenario.base import _SEP, ScenarioError, _Raw
+from specsim.scenario.paths import _model_for_path
+from specsim.scenario.schema import Scenario
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`path=value` → (path, YAML-parsed value)."""
+    if "=" not in text:
+        raise ScenarioError(None, "--set", text, "expected path=value, e.g. speculation.k=3")
+    path, raw = text.split("=", 1)
+    path = path.strip()
+    try:
+        value = load_yaml_text(raw) if raw.strip() else ""
+    except YamlTooLarge as exc:
+        raise ScenarioError(None, "--set", path, f"a plain value: {exc}") from None
+    except yaml.YAMLError:
+        value = raw
+    return path, value
+
+
+def set_dotted(doc: dict, path: str, value: Any, file: str | None = None) -> dict:
+    """Set `a.b.c` in a nested dict (copying), checking every part names a real field."""
+    parts = path.split(".")
+    if not all(parts):
+        raise ScenarioError(file, path, path, "a dotted field path like speculation.k")
+    out = copy.deepcopy(doc)
+    cur = out
+    for i, part in enumerate(parts):
+        model = _model_for_path(parts[:i], Scenario)
+        if model is not None and part not in model.model_fields:
+            options = list(model.model_fields)
+            close = difflib.get_close_matches(part, options, n=1)
+            hint = f" (did you mean {'.'.join(parts[:i] + [close[0]])!r}?)" if close else ""
+            raise ScenarioError(file, path, value, f"unknown field {part!r}; allowed here: {options}{hint}")
+        if i == len(parts) - 1:
+            cur[part] = value
+        else:
+            nxt = cur.get(part)
+            if not isinstance(nxt, dict):
+                nxt = {}
+                cur[part] = nxt
+            cur = nxt
+    return out
+
+
+def _allowed_from_error(err: dict) -> str:
+    typ = err.get("type", "")
+    ctx = err.get("ctx") or {}
+    if typ == "extra_forbidden":
+        loc = [str(p) for p in err["loc"][:-1]]
+        model = _model_for_path(loc, Scenario)
+        options = list(model.model_fields) if model else []
+        close = difflib.get_close_matches(str(err["loc"][-1]), options, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"unknown field; allowed here: {options}{hint}"
+    if typ == "missing":
+        return "required field is missing"
+    if typ == "literal_error":
+        return f"must be one of {ctx.get('expected', '')}"
+    if typ in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        sym = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}[typ]
+        bound = next(iter(ctx.values()), "")
+        return f"must be {sym} {bound}"
+    if typ.startswith(("int_", "float_", "bool_", "string_", "dict_", "list_", "model_")):
+        return err.get("msg", "wrong type").replace("Input should be", "must be")
+    msg = str(err.get("msg", ""))
+    return msg.removeprefix("Value error, ")
+
+
+def _format_validation(exc: ValidationError, file: str | None) -> ScenarioError:
+    err = exc.errors(include_url=False)[0]
+    loc = [str(p) for p in err["loc"] if not str(p).startswith(("function-after", "function-before"))]
+    field = ".".join(loc) or "(scenario)"
+    value = err.get("input")
+    if isinstance(value, dict) and err.get("type") != "extra_forbidden":
+        value = "{...}" if len(short_repr(value, 100)) > 80 else value
+    more = len(exc.errors()) - 1
+    allowed = _allowed_from_error(err)
+    if _SEP in allowed:
+        _, sub, val, allowed = allowed.split(_SEP, 3)
+        field = (".".join(loc + [sub]) if not sub.startswith("training.") else sub) if sub else ".".join(loc)
+        value = _Raw(val)
+    if more:
+        allowed += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return ScenarioError(file, field, value, allowed)
+
+
+def read_yaml(path: str | Path) -> dict:
+    p = Path(path)
+    file = str(path)
+    if not p.is_file():
+        raise ScenarioError(file, "(file)", file, "an existing scenario YAML file")
+    try:
+        raw = p.read_bytes()
+        text = raw.decode("utf-8")
+        doc = load_yaml_text(text)
+    except UnicodeDecodeError:
+        raise ScenarioError(file, "(file)", "<binary>", "a UTF-8 YAML text file") from None
+    except YamlTooLarge as exc:
+        raise ScenarioError(file, "(file)", "<aliases>", f"a YAML document of plain values: {exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or exc.__class__.__name__
+        raise ScenarioError(file, "(file)", "<unparseable>", f"valid YAML ({problem}{where})") from None
+    except (OSError, RecursionError) as exc:
+        raise ScenarioError(file, "(file)", file, f"a readable YAML file ({exc.__class__.__name__})") from None
+    if not isinstance(doc, dict):
+        raise ScenarioError(file, "(scenario)", doc, "a YAML mapping with sections hardware, model, rollout, workload, drafter, ...")
+    return doc
+
+
+def validate_doc(doc: dict, file: str | None = None) -> Scenario:
+    try:
+        sc = Scenario.model_validate(doc)
+    except ValidationError as exc:
+        raise _format_validation(exc, file) from None
+    except (RecursionError, OverflowError, TypeError) as exc:
+        raise ScenarioError(file, "(scenario)", "<value>", f"plain YAML values ({exc.__class__.__name__})") from None
+    _check_numbers(sc, file)
+    return sc
+
+
+def _check_numbers(sc: Scenario, file: str | None) -> None:
+    def walk(obj, prefix):
+        if isinstance(obj, BaseModel):
+            for name in type(obj).model_fields:
+                walk(getattr(obj, name), f"{prefix}.{name}" if prefix else name)
+        elif isinstance(obj, float) and not math.isfinite(obj):
+            raise ScenarioError(file, prefix, obj, "must be a finite number")
+    walk(sc, "")
+
+
+def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
+    """Load, apply `--set path=value` overrides, validate (with the baseline overrides and every
+    swept value). Raises ScenarioError."""
+    file = str(path)
+    doc = read_yaml(path)
+    for text in overrides:
+        key, value = parse_override(text)
+        doc = set_dotted(doc, key, value, file)
+    sc = validate_doc(doc, file)
+    sc._source_file = file
+    check_derived(sc)
+    return sc
+
+
+def _axes(sweep: dict) -> list[list[dict]]:
+    """The sweep's independent axes: each a list of {path: value} changes (a zip group's values
+    change together)."""
+    paths = [k for k in sweep if k not in ("replicates", "zip")]
+    zips = [list(g) for g in (sweep.get("zip") or [])]
+    zipped = {p for g in zips for p in g}
+    axes = [[dict(zip(g, vals)) for vals in zip(*(sweep[p] for p in g))] for g in zips]
+    return axes + [[{p: v} for v in sweep[p]] for p in paths if p not in zipped]
+
+
+def check_derived(sc: Scenario) -> None:
+    """What `run` would refuse later, refused now (so `check` refuses it too): the baseline
+    overrides must give a valid scenario, and every swept value must give one — on its own, or
+    (values valid only together with another axis's, like drafter.alpha with drafter.tau: null)
+    in the first full point that holds it. Errors name `pipeline.baseline` or `sweep.<path>`.
+    Every other combination is checked by the run's planning (`runner.check_points`), also
+    naming `sweep`."""
+    file = source_file(sc)
+    try:
+        apply_overrides(sc, dict(sc.pipeline.baseline))
+    except ScenarioError as exc:
+        raise ScenarioError(file, "pipeline.baseline", exc.value,
+                            f"overrides giving a valid baseline scenario: {exc.field}: {exc.allowed}") from None
+    axes = _axes(sc.sweep)
+    for i, axis in enumerate(axes):
+        for change in axis:
+            try:
+                apply_overrides(sc, change)
+                continue
+            except ScenarioError as alone:
+                first: dict = {}
+                for j, other in enumerate(axes):
+                    first.update(change if j == i else other[0])
+                try:
+                    apply_overrides(sc, first)
+                    continue
+                except ScenarioError:
+                    exc = alone
+            path, value = next(iter(change.items())) if len(change) == 1 else ("zip", change)
+            where = "" if exc.field == path else f" ({exc.field})"
+            raise ScenarioError(file, f"sweep.{path}", value, f"swept values that give a valid "
+                                                             f"scenario{where}: {exc.allowed}") from None
+
+
+def source_file(sc: Scenario) -> str | None:
+    """The file a scenario was loaded from (for error messages and relative paths)."""
+    return sc._source_file
+
+
+def apply_overrides(sc: Scenario, changes: dict[str, Any]) -> Scenario:
+    """A new scenario with dotted-path changes applied and re-validated."""
+    file = source_file(sc)
+    doc = sc.model_dump(mode="python")
+    for key, value in changes.items():
+        doc = set_dotted(doc, key, value, file)
+    new = validate_doc(doc, file)
+    new._source_file = file
+    return new
+
+
+def to_yaml(sc: Scenario) -> str:
+    return yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False)
+
+
+def spec_error_to_scenario(exc: SpecError, file: str | None) -> ScenarioError:
+    return ScenarioError(file or exc.where, exc.field, exc.value, f"must be {exc.allowed}")

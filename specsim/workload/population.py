@@ -1,0 +1,123 @@
+"""Acceptance over a population of sequences: the tau an engine reports, and its back-solve.
+
+An inference engine reports the mean acceptance length as a ratio of sums over everything it
+ran (vLLM's spec-decode metrics: 1 + accepted draft tokens / drafts; the simulator's engines:
+emitted tokens / sequence-verify-steps, the same "+1 convention", see
+:mod:`specsim.workload.acceptance_math`). Give sequence i the per-token acceptance alpha_i and
+length L_i. It needs about L_i / tau(alpha_i) verify steps, so
+
+    tau_reported = sum_i L_i / sum_i (L_i / tau(alpha_i))  ->  1 / E[1 / tau(alpha)]
+
+when lengths are drawn independently of acceptance (they are: SD never changes the response).
+Every verify step counts once: long responses weigh by their length, and sequences with a high
+alpha finish in fewer steps, so they weigh *less* than in the plain average E[tau(alpha)]. The
+reported tau is the harmonic mean of per-sequence tau, below the plain mean by Jensen's
+inequality (about 5 % for a Beta concentration of a few). A configured ``drafter.tau`` is this
+reported value, so the mean alpha is back-solved from it (:func:`mean_alpha_from_tau`).
+
+alpha_i ~ Beta(m c, (1 - m) c) (mean m, concentration c; None = every sequence has m). The
+expectation is taken by Gauss-Jacobi quadrature (64 nodes, exact for polynomials of degree 127;
+1/tau is analytic on [0, 1], so it converges geometrically); for extreme Beta shapes (a shape
+parameter below 1e-3 or above 1e4, where the Jacobi recurrence over/underflows) by
+Gauss-Legendre quadrature over the quantile function, the way the cluster draws alphas.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import optimize, special, stats
+
+from specsim.errors import SpecError
+from specsim.workload.acceptance_math import (
+    _EPS_RTOL,
+    _alpha_array,
+    _check_rng,
+    _check_tau,
+    _concentration,
+    _tau_scalar,
+    alpha_from_tau,
+    expected_tokens_per_verify,
+)
+from specsim.workload.tree import tree_expected_tokens
+
+__all__ = ["beta_nodes", "mean_alpha_from_tau", "plain_mean_tau", "reported_tau", "sample_sequence_alphas"]
+
+_JACOBI_NODES = 64
+_LEGENDRE_NODES = 256
+
+
+def beta_nodes(m: float, c: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """Quadrature nodes x and weights w (summing to 1) with E[f(alpha)] ~ sum w f(x), alpha ~ Beta(mc, (1-m)c).
+
+    c None (homogeneous) or m at 0/1: the single node m.
+    """
+    if c is None or m <= 0.0 or m >= 1.0:
+        return np.array([float(m)]), np.array([1.0])
+    a, b = m * c, (1.0 - m) * c
+    if 1e-3 <= min(a, b) and max(a, b) <= 1e4:
+        with np.errstate(invalid="ignore", divide="ignore"):  # a masked 0/0 inside scipy's recurrence
+            t, w = special.roots_jacobi(_JACOBI_NODES, b - 1.0, a - 1.0)  # weight (1-t)^(b-1) (1+t)^(a-1)
+        x = (1.0 + t) / 2.0
+    else:
+        u, w = np.polynomial.legendre.leggauss(_LEGENDRE_NODES)
+        x = stats.beta.ppf((u + 1.0) / 2.0, a, b)
+    w = w / w.sum()
+    return np.clip(x, 0.0, 1.0), w
+
+
+def reported_tau(m: float, k: int, d: float = 1.0, c: float | None = None, tree=None) -> float:
+    """tau an engine reports (ratio of sums, per-verify-step weighting): 1 / E[1 / tau(alpha)].
+
+    `tree` (a workload.tree.TreeShape of depth k): per-sequence tau is the tree's expected
+    accepted length + 1 instead of the chain's."""
+    if k == 0:
+        return 1.0
+    x, w = beta_nodes(m, c)
+    if tree is not None:
+        if tree.depth != k:
+            raise SpecError("speculation.k", k, f"the tree's depth {tree.depth}")
+        return float(1.0 / np.sum(w / np.atleast_1d(tree_expected_tokens(x, tree, d))))
+    if x.size == 1:
+        return _tau_scalar(float(x[0]), k, d)
+    return float(1.0 / np.sum(w / expected_tokens_per_verify(x, k, d)))
+
+
+def plain_mean_tau(m: float, k: int, d: float = 1.0, c: float | None = None) -> float:
+    """E[tau(alpha)], the plain average of per-sequence tau (NOT what an engine reports; diagnostics)."""
+    x, w = beta_nodes(m, c)
+    return float(np.sum(w * expected_tokens_per_verify(x, k, d)))
+
+
+def mean_alpha_from_tau(tau, k: int, d: float, c: float | None, fld: str = "drafter.tau") -> float:
+    """Mean alpha m whose population reports ``tau`` (see :func:`reported_tau`) at draft length k.
+
+    reported_tau is strictly increasing in m for a fixed concentration, so scipy's brentq finds
+    the root on [0, 1]. Homogeneous (c None): :func:`alpha_from_tau`.
+    """
+    if c is None:
+        return alpha_from_tau(tau, k, d)
+    t, tau_max = _check_tau(tau, k, d, fld)
+    if t == 1.0:
+        return 0.0
+    if t == tau_max:
+        return 1.0
+    return float(optimize.brentq(lambda x: reported_tau(x, k, d, c) - t, 0.0, 1.0,
+                                 xtol=1e-15, rtol=_EPS_RTOL, maxiter=500))
+
+
+def sample_sequence_alphas(rng: np.random.Generator, n: int, mean_alpha: float, concentration) -> np.ndarray:
+    """Per-sequence acceptance alpha_i ~ Beta(mean c, (1 - mean) c), shape (n,).
+
+    Some responses are predictable (boilerplate, repeated derivations), some are not; c is the
+    Beta concentration (variance mean (1 - mean) / (1 + c)). concentration None or inf: every
+    sequence gets exactly the mean and nothing is drawn from ``rng``; mean 0 likewise.
+    """
+    _check_rng(rng)
+    if isinstance(n, bool) or int(n) != n or n < 0:
+        raise SpecError("n", n, "an integer >= 0")
+    m = float(_alpha_array(mean_alpha, "drafter.alpha", closed=False))
+    c = _concentration(concentration)
+    if c is None or m == 0.0:
+        return np.full(int(n), m)
+    return rng.beta(m * c, (1.0 - m) * c, size=int(n))
+

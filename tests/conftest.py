@@ -1,0 +1,18 @@
+"""Shared pytest set-up: a deterministic hypothesis profile.
+
+Property tests must not fail "sometimes": the `ci` profile (loaded by default) derandomizes
+hypothesis (examples derived from each test's source, the same on every run and machine),
+keeps no example database between runs, and prints the reproduction blob of any failure.
+`HYPOTHESIS_PROFILE=dev pytest` explores fresh random examples locally.
+"""
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", derandomize=True, database=None, print_blob=True, deadline=None,
+    suppress_health_check=(HealthCheck.too_slow,),
+)
+settings.register_profile("dev", derandomize=False, print_blob=True, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -1,0 +1,120 @@
+"""SD step costs as the serving engine pays them (cost/forward.step_cost, cost/sd_costs.py)."""
+
+import numpy as np
+import pytest
+
+from specsim.cost.forward import decode_cost, draft_cost, sampler_cost, verify_cost
+from specsim.cost.step import step_cost, step_cost_table
+from specsim.cost.layout import ParallelLayout
+from specsim.cost.roofline import memory_time_s
+from specsim.cost.sd_costs import FITTABLE, SD_COST_KEYS, SDCosts, load_sd_costs, sd_costs_to_yaml_dict
+from specsim.errors import SpecError
+from specsim.hardware import load_hardware
+from specsim.model import drafter_arch, load_model
+
+Q8B = load_model("Qwen3-8B")
+GB200 = load_hardware("gb200")
+TP1 = ParallelLayout(tp=1)
+EAGLE = drafter_arch("eagle3", Q8B)
+NGRAM = drafter_arch("ngram", Q8B)
+SELF = drafter_arch("self_quant", Q8B)
+
+
+def _t(cost, ctx):
+    return np.asarray(cost.time_s(ctx), dtype=float)
+
+
+def test_sd_step_is_the_sum_of_its_terms():
+    n, k, q1, ctx = 64.0, 3, 2.77, 64 * 3000.0
+    sd, eff = GB200.sd_costs, GB200.efficiency
+    expect = (_t(verify_cost(Q8B, GB200, TP1, n, k), ctx)
+              + _t(draft_cost(EAGLE, GB200, TP1, n, q1), ctx)
+              + (k - 1) * _t(draft_cost(EAGLE, GB200, TP1, n, 1.0, first=False), ctx)
+              + memory_time_s(n * ((k + 1) * Q8B.vocab * 4 * sd.sampler_passes + k * 32000 * 4), GB200)
+              + k * eff.draft_overhead_s + sd.sd_step_overhead_s + eff.step_overhead_s + eff.per_seq_overhead_s * n)
+    assert n * (k + 1) <= sd.cuda_graph_max_tokens  # no eager term here
+    assert _t(step_cost(Q8B, EAGLE, GB200, TP1, n, k, q1), ctx) == pytest.approx(expect, rel=1e-12)
+
+
+def test_first_draft_pass_runs_over_accepted_tokens_and_fuses_features():
+    first_1 = _t(draft_cost(EAGLE, GB200, TP1, 256.0, 1.0), 0.0)
+    first_3 = _t(draft_cost(EAGLE, GB200, TP1, 256.0, 3.0), 0.0)
+    later = _t(draft_cost(EAGLE, GB200, TP1, 256.0, 1.0, first=False), 0.0)
+    assert first_3 > first_1 > later  # more tokens cost more; the fusion fc only in the first pass
+    lo = _t(step_cost(Q8B, EAGLE, GB200, TP1, 256.0, 3, 1.0), 1e5)
+    hi = _t(step_cost(Q8B, EAGLE, GB200, TP1, 256.0, 3, 3.5), 1e5)
+    assert hi > lo
+    with pytest.raises(ValueError):
+        step_cost(Q8B, EAGLE, GB200, TP1, 8.0, 3, 4.5)
+
+
+def test_rejection_sampling_scales_with_rows_and_full_vocab():
+    a = _t(sampler_cost(Q8B, GB200, 128.0, 4.0), 0.0)
+    b = _t(sampler_cost(Q8B, GB200, 128.0, 1.0), 0.0)
+    assert a == pytest.approx(4 * b, rel=1e-12)
+    assert b == pytest.approx(128 * Q8B.vocab * 4 * 3 / (GB200.hbm_bw_bytes_per_s * GB200.efficiency.memory), rel=1e-12)
+
+
+def test_ngram_pays_a_cpu_proposer_per_context_token_and_no_gpu_draft():
+    n, k = np.array([16.0, 256.0]), 3
+    ng = step_cost(Q8B, NGRAM, GB200, TP1, n, k)
+    ver = verify_cost(Q8B, GB200, TP1, n, k)
+    np.testing.assert_allclose(ng.per_ctx_token_s - ver.per_ctx_token_s, 1.0 / GB200.sd_costs.ngram_cpu_tokens_per_s)
+    assert np.all(_t(draft_cost(NGRAM, GB200, TP1, n), 1e4) == 0.0)
+
+
+def test_steps_past_the_captured_cuda_graphs_pay_eager_launches():
+    sd = GB200.sd_costs
+    k = 3
+    n_at = sd.cuda_graph_max_tokens // (k + 1)  # verify of exactly max tokens: still captured
+    smooth = lambda n: _t(verify_cost(Q8B, GB200, TP1, n, k), 0.0)
+    f = lambda n: _t(step_cost(Q8B, NGRAM, GB200, TP1, float(n), k), 0.0)
+    jump = (f(n_at + 1) - f(n_at)) - (smooth(n_at + 1.0) - smooth(float(n_at)))
+    assert jump == pytest.approx(Q8B.layers * sd.eager_layer_overhead_s, rel=0.05)
+    # a decode step of max_batch 256 sequences stays inside the captured sizes
+    ar = lambda n: _t(step_cost(Q8B, None, GB200, TP1, float(n), 0), 0.0) - _t(decode_cost(Q8B, GB200, TP1, float(n)), 0.0)
+    assert ar(256) - ar(255) < 0.5 * Q8B.layers * sd.eager_layer_overhead_s
+    assert ar(513) - ar(512) > Q8B.layers * sd.eager_layer_overhead_s  # past 512 a decode runs eagerly too
+
+
+def test_self_drafter_pays_full_depth_quantized_passes():
+    d = _t(draft_cost(SELF, GB200, TP1, 1.0), 0.0)
+    dec = _t(decode_cost(Q8B, GB200, TP1, 1.0), 0.0)
+    assert 0.2 * dec < d < 0.6 * dec  # 4-bit weights: about a quarter of the bf16 weight stream, plus KV/head
+
+
+def test_table_takes_first_pass_tokens_per_k():
+    t1 = step_cost_table(Q8B, EAGLE, GB200, TP1, 64, (3,), first_pass_q={3: 1.0})
+    t3 = step_cost_table(Q8B, EAGLE, GB200, TP1, 64, (3,), first_pass_q={3: 3.0})
+    assert np.all(t3.fixed_s[1, 1:] > t1.fixed_s[1, 1:])
+    np.testing.assert_array_equal(t3.fixed_s[0], t1.fixed_s[0])
+
+
+def test_sd_costs_block_loads_with_units_and_sources():
+    doc = {"sd_step_overhead_ms": {"value": 2.5, "source": "fit"}, "cuda_graph_max_tokens": 1024,
+           "eager_layer_overhead_us": 10}
+    sd = load_sd_costs(doc, "x.yaml")
+    assert sd.sd_step_overhead_s == pytest.approx(2.5e-3)
+    assert sd.cuda_graph_max_tokens == 1024 and isinstance(sd.cuda_graph_max_tokens, int)
+    assert sd.eager_layer_overhead_s == pytest.approx(1e-5)
+    assert sd.ngram_cpu_tokens_per_s == SDCosts().ngram_cpu_tokens_per_s  # prior kept
+    assert sd.sources["sd_costs.sd_step_overhead_ms"] == "fit"
+    back = load_sd_costs(sd_costs_to_yaml_dict(sd, "round trip"))
+    assert back == sd
+    assert load_sd_costs(None) == SDCosts()
+    assert set(FITTABLE) == {"sd_costs.sd_step_overhead_ms", "efficiency.draft_overhead_ms"}
+    assert "sd_step_overhead_ms" in SD_COST_KEYS
+
+
+@pytest.mark.parametrize("doc,field", [
+    ({"sd_step_overhead_ms": -1}, "sd_costs.sd_step_overhead_ms"),
+    ({"ngram_cpu_tokens_per_s": 0}, "sd_costs.ngram_cpu_tokens_per_s"),
+    ({"cuda_graph_max_token": 512}, "sd_costs.cuda_graph_max_token"),
+    ({"sampler_passes": "three"}, "sd_costs.sampler_passes"),
+    ([1, 2], "sd_costs"),
+])
+def test_bad_sd_costs_name_the_field(doc, field):
+    with pytest.raises(SpecError) as e:
+        load_sd_costs(doc, "prof.yaml")
+    assert e.value.field == field
+    assert "prof.yaml" in str(e.value)
