@@ -104,7 +104,7 @@ def test_show_scenario_json_and_table(cli_run):
     assert ids == pd.read_csv(cli_run[1] / "points.csv", dtype={"point_id": str})["point_id"].tolist()
     res = CliRunner().invoke(_app(), ["show", "scenario", str(ROOT / "scenarios" / "235b_async.yaml")])
     assert res.exit_code == 0, res.output
-    assert "40 points (20 combinations × 2 replicates)" in res.stdout
+    assert "45 points (15 combinations × 3 replicates)" in res.stdout
 
 
 # ============================================================================ golden
