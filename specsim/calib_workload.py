@@ -19,7 +19,8 @@ Residuals are ln(simulated / measured) per row (scale-free: a 5 % miss weighs th
 2 s and a 130 s stage). `scipy.optimize.least_squares` (trust-region reflective, bounded) from the
 priors, forward differences with a relative step of 2 % (the simulator is deterministic under a
 fixed seed but piecewise in the token counts, so tiny steps see noise). Reported per parameter:
-fitted value, standard error from the Jacobian (σ_res²·(JᵀJ)⁻¹), whether it sits at a bound; per
+fitted value, standard error from the Jacobian (s²·(JᵀJ)⁻¹, s the residual scale floored at a
+1 % measurement noise), whether it sits at a bound; per
 row: simulated, residual. A stage with more parameters than rows, or whose Jacobian has rank below
 its parameter count (a direction no row constrains), is refused with the reason.
 """
@@ -43,6 +44,7 @@ from specsim.validate import Target, _Runs, load_targets, simulate_target
 from specsim.validate_targets import REPO_ROOT, load_target_file, resolve_scenario_path
 
 Z99 = 2.3263478740408408   # standard normal 99th percentile
+MEASUREMENT_REL_NOISE = 0.01   # floor of the residual scale used for standard errors (see _fit_stage)
 
 
 class _Strict(BaseModel):
@@ -242,7 +244,9 @@ def _fit_stage(stage: FitStage, targets: list[Target], applier: _Applier, fixed:
     J = sol.jac
     rank = int(np.linalg.matrix_rank(J, tol=1e-6 * max(1.0, float(np.abs(J).max()))))
     dof = max(1, len(rows) - len(ps))
-    s2 = float(sol.fun @ sol.fun) / dof
+    # residual variance, floored at (1 %)²: published stage times are rounded to 0.1 s and vary
+    # run to run; an exact fit (as many independent rows as parameters) would otherwise claim ±0
+    s2 = max(float(sol.fun @ sol.fun) / dof, MEASUREMENT_REL_NOISE ** 2)
     try:
         cov = np.linalg.inv(J.T @ J) * s2
         se_x = np.sqrt(np.maximum(np.diag(cov), 0.0))
