@@ -19,7 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specsim.calib_workload import field_comments, fit_file, write_scenarios  # noqa: E402
+from specsim.calib_workload import fit_file  # noqa: E402
+from specsim.calib_write import field_comments, write_profile_values, write_scenarios  # noqa: E402
 from specsim.errors import SpecError  # noqa: E402
 from specsim.scenario import ScenarioError  # noqa: E402
 
@@ -30,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--targets", default=str(DEFAULT), help="target file with a `fit:` block")
     ap.add_argument("--dry-run", action="store_true", help="do not write the scenarios")
+    ap.add_argument("--write-profile", action="store_true",
+                    help="also write fitted hardware.* parameters (the SD overheads) into the scenarios' profile")
     ap.add_argument("--max-nfev", type=int, default=40, help="simulations per stage at most (least_squares)")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
@@ -51,6 +54,18 @@ def main(argv: list[str] | None = None) -> int:
         comment = field_comments(a.targets, res, "python calibration/fit_8b.py")
         for f in write_scenarios(a.targets, res, comment):
             print(f"wrote {f}")
+    hw_params = {q.path for s in res.stages for q in s.params if q.path.startswith("hardware.")}
+    if hw_params and a.write_profile and not a.dry_run:
+        from specsim.hardware import load_hardware
+        from specsim.scenario import load_scenario
+
+        profiles = {load_hardware(load_scenario(f).hardware).path for s in res.stages for q in s.params
+                    if q.path.startswith("hardware.") for f in q.scenarios}
+        for prof in sorted(profiles):
+            done = write_profile_values(a.targets, res, prof, "python calibration/fit_8b.py --write-profile")
+            print(f"wrote {prof}: {done}")
+    elif hw_params:
+        print(f"hardware parameters {sorted(hw_params)} reported only (--write-profile writes them)")
     print(f"\n{time.perf_counter() - t0:.0f} s")
     return 0
 

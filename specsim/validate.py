@@ -23,7 +23,6 @@ Metrics (what is simulated for each):
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,7 +34,7 @@ from specsim.scenario import ScenarioError, load_scenario
 from specsim.sim.cluster import engine_config
 from specsim.sim.common import EngineWork
 from specsim.sim.engine import run_fast
-from specsim.sim.pipeline import baseline_scenario, compare, run_pipeline
+from specsim.sim.pipeline import baseline_scenario, run_pipeline
 from specsim.speculation import SDPolicy
 from specsim.validate_targets import (
     DEFAULT_TARGET_DIR, METRICS, TargetRow, check_tolerance, load_target_file, resolve_scenario_path, target_files,

@@ -14,7 +14,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from specsim.calib_workload import fit_file, rewrite_yaml_fields, scenario_updates
+from specsim.calib_workload import fit_file
+from specsim.calib_write import rewrite_yaml_fields, scenario_updates
 from specsim.cli import app
 from specsim.errors import SpecError
 from specsim.scenario import load_scenario
@@ -240,3 +241,37 @@ def test_rewrite_yaml_fields_changes_only_the_addressed_lines():
     with pytest.raises(SpecError):
         rewrite_yaml_fields(text, {"workload.prompt_tokens.tokens": 3}, "x")
     assert math.isfinite(yaml.safe_load(out)["training"]["mfu"])
+
+
+def test_sd_overhead_parameters_go_through_a_profile_copy_and_back(tmp_path):
+    """A `hardware.efficiency.*` fit parameter is applied through a temporary copy of the profile
+    (a different value changes the SD run) and --write-profile writes it into the profile's block."""
+    import shutil
+
+    from specsim.calib_workload import FitParameter, FitResult, StageResult, _Applier
+    from specsim.calib_write import write_profile_values
+    from specsim.hardware import load_hardware
+
+    prof = tmp_path / "gb200_copy.yaml"
+    shutil.copy(load_hardware("gb200").path, prof)
+    scen = tmp_path / "s.yaml"
+    scen.write_text(Path(S8B).read_text().replace("hardware: gb200", f"hardware: {prof}"))
+    p = {"name": "draft_ms", "path": "hardware.efficiency.draft_overhead_ms", "scenarios": [str(scen)],
+         "prior": 1.0, "bounds": [0.0, 20.0]}
+    rows = [{"id": "sdgen", "scenario": str(scen), "overrides": SMALL, "metric": "stage_s",
+             "params": {"stage": "generation", "run": "sd"}, "measured": 5.0, "role": "fit", "pins": ["draft_ms"],
+             "source": "[S] synthetic"}]
+    f = _fit_doc(tmp_path, [p], rows)
+    ap = _Applier([FitParameter(**p)], Path(f), tmp_path)
+    from specsim.validate import load_targets as lt
+    from specsim.calib_workload import simulate_rows
+
+    t = lt([f])
+    slow, fast = (simulate_rows(t, ap.overrides({"draft_ms": v}))[0] for v in (10.0, 0.0))
+    assert slow > fast
+    res = FitResult(f, [StageResult("s", [FitParameter(**p)], {"draft_ms": 2.5}, {}, {},
+                                    [{"target": "sdgen", "pins": "draft_ms"}], 1, 1)])
+    done = write_profile_values(f, res, prof, "cmd")
+    assert done == {"efficiency.draft_overhead_ms": 2.5}
+    assert load_hardware(str(prof)).efficiency.draft_overhead_s == pytest.approx(2.5e-3)
+    assert "fitted by `cmd` to sdgen" in prof.read_text()
