@@ -30,11 +30,11 @@ import yaml
 
 from specsim.errors import SpecError
 from specsim.resolve import resolve
-from specsim.scenario import ScenarioError, load_scenario
+from specsim.scenario import ScenarioError, apply_overrides, load_scenario
 from specsim.sim.cluster import engine_config
 from specsim.sim.common import EngineWork
 from specsim.sim.engine import run_fast
-from specsim.sim.pipeline import baseline_scenario, run_pipeline
+from specsim.sim.pipeline import run_pipeline
 from specsim.speculation import SDPolicy
 from specsim.validate_targets import (
     DEFAULT_TARGET_DIR, METRICS, TargetRow, check_tolerance, load_target_file, resolve_scenario_path, target_files,
@@ -117,7 +117,8 @@ class ValidationRow:
         """The same row rounded for a table."""
         d = self.as_dict()
         out = {k: str(v) for k, v in d.items()}
-        out["params"] = yaml.safe_dump(d["params"], default_flow_style=True, width=10**6).strip() if d["params"] else ""
+        out["params"] = yaml.safe_dump(d["params"], default_flow_style=True, width=10**6).strip() \
+            if d["params"] and not self.ordinal else ""   # an ordinal row's claim is in `measured`
         if not self.ordinal:
             out.update(simulated=f"{self.simulated:.4g}", error_pct=f"{100 * self.error:+.1f}",
                        tolerance_pct=f"{100 * self.target.tolerance:.1f}")
@@ -173,8 +174,8 @@ class _Runs:
         key = (scenario, tuple(overrides), run)
         if key not in self._cache:
             sc = load_scenario(scenario, overrides)
-            if run == "ar":
-                sc = baseline_scenario(sc)
+            if run == "ar":   # the scenario's own baseline overrides (default: speculation.policy=off)
+                sc = apply_overrides(sc, dict(sc.pipeline.baseline))
             self._cache[key] = run_pipeline(resolve(sc)).steady()
         return self._cache[key]
 
