@@ -275,3 +275,23 @@ def test_sd_overhead_parameters_go_through_a_profile_copy_and_back(tmp_path):
     assert done == {"efficiency.draft_overhead_ms": 2.5}
     assert load_hardware(str(prof)).efficiency.draft_overhead_s == pytest.approx(2.5e-3)
     assert "fitted by `cmd` to sdgen" in prof.read_text()
+
+
+def test_bundled_8b_fit_block_is_determined_and_every_parameter_pinned():
+    """The 8B fit's parameters (without running it): each pinned by fit rows that are AR stage
+    rows (or the k=3 SD generation rows for stage `sd`), never more parameters than rows."""
+    from specsim.calib_workload import load_fit_block
+
+    f = DEFAULT_TARGET_DIR / "nemo_rl_8b.yaml"
+    block = load_fit_block(f)
+    targets = load_targets([str(f)])
+    assert len(block.stages) == 2 and block.stages[1].name == "sd" and len(block.stages[1].parameters) <= 2
+    for stage in block.stages:
+        names = {p.name for p in stage.parameters}
+        rows = [t for t in targets if t.role == "fit" and names & set(t.row.pins)]
+        assert len(rows) >= len(names)
+        assert names <= {n for t in rows for n in t.row.pins}
+        for t in rows:
+            run = t.row.params["run"]
+            assert t.metric == "stage_s" and (run == "ar" if stage.name != "sd" else
+                                              (run == "sd" and t.row.params["stage"] == "generation"))
