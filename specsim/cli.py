@@ -162,15 +162,16 @@ def validate_cmd(
     write_csv(folder / "validation.csv", frame)
     cols = ["target", "metric", "params", "role", "measured", "simulated", "error_pct", "tolerance_pct", "result"]
     md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    md += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in frame.to_dict("records")]
+    shown = [r.display() for r in rows]   # rounded for reading; CSV/JSON keep full precision
+    md += ["| " + " | ".join(r[c] for c in cols) + " |" for r in shown]
     write_text(folder / "validation.md", "# specsim validate\n\n" + "\n".join(md) + "\n")
     failed = int((frame["result"] != "pass").sum())
     if fmt is Format.json:
-        _emit_json({"rows": frame.to_dict("records"), "failed": failed, "out": str(folder)})
+        _emit_json({"rows": [r.as_dict() for r in rows], "failed": failed, "out": str(folder)})
     else:
         t = _table("measured vs simulated", *cols, right_from=4)
-        for r in frame.to_dict("records"):
-            t.add_row(*(str(r[c]) for c in cols))
+        for r in shown:
+            t.add_row(*(r[c] for c in cols))
         con = _console()
         con.print(t)
         con.print(f"{len(frame) - failed} of {len(frame)} rows within tolerance; written to {folder}/validation.csv, .md")

@@ -49,4 +49,4 @@ def training_layout(sc, model: ModelSpec, hw: HardwareSpec, *, micro_batch_token
                           mfu=float(t.mfu if t.mfu is not None else hw.efficiency.train_mfu),
                           optimizer_bytes_per_param=float(t.optimizer_bytes_per_param),
                           reference_logprob=bool(t.reference_logprob), weight_sync=t.weight_sync,
-                          optimizer_steps=int(optimizer_steps))
+                          optimizer_steps=int(optimizer_steps), logprob_efficiency=t.logprob_efficiency)

@@ -1,26 +1,28 @@
 """Validation: published measurements vs what the simulator predicts for the same setup.
 
-Each target file in calibration/targets/ names a source, a hardware profile and rows of
+Target files (schema: specsim/validate_targets.py) name a source, a hardware profile and rows of
 (scenario, overrides, metric, params, measured, tolerance, role). `validate` runs each row's
-scenario with the hardware profile as calibrated — one parameter set per profile, nothing per
-target — and reports measured, simulated, relative error and pass/fail. Published numbers are
-only ever read here, as the `measured` column; the simulator never sees them.
+scenario as calibrated — one parameter set per profile and workload, nothing per target — and
+reports measured, simulated, relative error and pass/fail. Published numbers are only ever read
+here, as the `measured` column; the simulator never sees them.
 
 Metrics (what is simulated for each):
-  generation_speedup, e2e_speedup, generation_share  steady-state means of `compare(scenario)`
-  ar_generation_s, sd_generation_s, ar_step_s, sd_step_s   baseline / variant steady means
+  generation_speedup, e2e_speedup, generation_share   steady means of compare(scenario)
   rollout_time_reduction, e2e_time_reduction   1 − SD/AR generation (step) time
-  tau                     the drafter's mean acceptance length at RL step `params.step` and the
-                          scenario's draft length (acceptance model, as engines measure it)
-  engine_speedup_at_batch a fixed batch of `params.batch` sequences (prompt `params.prompt`,
-                          default 128, response `params.tokens`, default 512) decoding to the
-                          end on one engine: AR time / SD time with the scenario's SD policy
+  stage_s {stage, run}     steady stage time of the AR baseline or SD variant; prepare = weight sync
+  simulated_tau            the SD run's steady mean acceptance length (tokens ÷ verify steps)
+  tau {step}               the acceptance model's τ at RL step `step` and the scenario's k
+  engine_speedup_at_batch {batch, prompt, tokens}   a fixed batch decoding to the end on one
+                           engine: AR time / SD time with the scenario's SD policy
+  exposed_generation_s {run}, effective_step_s {run}   async: generation the trainer waits for,
+                           and the steady step period (`effective_step_s` from the pipeline when
+                           it reports one, else the steady step_s — the same quantity)
+  ordinal {quantity, slower, faster}   passes when `slower` simulates slower than `faster`
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -28,89 +30,125 @@ import yaml
 
 from specsim.errors import SpecError
 from specsim.resolve import resolve
-from specsim.scenario import ScenarioError, load_scenario
+from specsim.scenario import ScenarioError, apply_overrides, load_scenario
 from specsim.sim.cluster import engine_config
 from specsim.sim.common import EngineWork
 from specsim.sim.engine import run_fast
-from specsim.comparison import compare
+from specsim.sim.pipeline import run_pipeline
 from specsim.speculation import SDPolicy
+from specsim.validate_targets import (
+    DEFAULT_TARGET_DIR, METRICS, TargetRow, check_tolerance, load_target_file, resolve_scenario_path, target_files,
+)
 
-METRICS = ("generation_speedup", "e2e_speedup", "generation_share", "ar_generation_s", "sd_generation_s",
-           "ar_step_s", "sd_step_s", "tau", "engine_speedup_at_batch", "rollout_time_reduction",
-           "e2e_time_reduction")
-DEFAULT_TARGET_DIR = Path("calibration/targets")
+__all__ = ["METRICS", "DEFAULT_TARGET_DIR", "Target", "ValidationRow", "load_targets", "validate", "simulate_target"]
+
+STAGE_FIELD = {"generation": "generation_s", "logprob": "logprob_s", "training": "train_s",
+               "prepare": "weight_sync_s", "step": "step_s"}
 
 
 @dataclass(frozen=True)
 class Target:
-    id: str
+    """A target row with where it came from (file, the file's source and hardware)."""
+
+    row: TargetRow
     file: str
-    source: str
+    file_source: str
     hardware: str
-    scenario: str
-    overrides: dict
-    metric: str
-    params: dict
-    measured: float
+    scenario_path: str
     tolerance: float
-    role: str
+
+    @property
+    def id(self) -> str:
+        return self.row.id
+
+    @property
+    def metric(self) -> str:
+        return self.row.metric
+
+    @property
+    def role(self) -> str:
+        return self.row.role
+
+    @property
+    def measured(self) -> float | None:
+        return self.row.measured
 
 
 @dataclass(frozen=True)
 class ValidationRow:
     target: Target
     simulated: float
+    slower_s: float | None = None    # ordinal rows: the two simulated values
+    faster_s: float | None = None
+
+    @property
+    def ordinal(self) -> bool:
+        return self.target.metric == "ordinal"
 
     @property
     def error(self) -> float:
+        if self.ordinal:
+            return float("nan")
         return (self.simulated - self.target.measured) / self.target.measured
 
     @property
     def passed(self) -> bool:
+        if self.ordinal:
+            return bool(np.isfinite(self.slower_s) and np.isfinite(self.faster_s) and self.slower_s > self.faster_s)
         return bool(np.isfinite(self.simulated)) and abs(self.error) <= self.target.tolerance
 
     def as_dict(self) -> dict[str, Any]:
+        """Full-precision values (JSON/CSV); `params` stays an object."""
         t = self.target
-        return {"target": t.id, "metric": t.metric, "params": yaml.safe_dump(t.params, default_flow_style=True).strip()
-                if t.params else "", "hardware": t.hardware, "role": t.role, "measured": t.measured,
-                "simulated": round(self.simulated, 4), "error_pct": round(100 * self.error, 2),
-                "tolerance_pct": round(100 * t.tolerance, 1), "result": "pass" if self.passed else "FAIL",
-                "source": t.source, "file": t.file}
+        d: dict[str, Any] = {"target": t.id, "metric": t.metric, "params": dict(t.row.params), "hardware": t.hardware,
+                             "role": t.role, "pins": list(t.row.pins), "measured": t.measured}
+        if self.ordinal:
+            p = t.row.params
+            d.update(simulated=f"slower {self.slower_s:.4g} s vs faster {self.faster_s:.4g} s",
+                     simulated_slower_s=self.slower_s, simulated_faster_s=self.faster_s,
+                     error_pct=None, tolerance_pct=None,
+                     measured=f"{p['slower']['run']}{_ov(p['slower'])} > {p['faster']['run']}{_ov(p['faster'])}")
+        else:
+            d.update(simulated=self.simulated, error_pct=100 * self.error, tolerance_pct=100 * t.tolerance)
+        d.update(result="pass" if self.passed else "FAIL", source=t.row.source, file=t.file)
+        return d
+
+    def display(self) -> dict[str, str]:
+        """The same row rounded for a table."""
+        d = self.as_dict()
+        out = {k: str(v) for k, v in d.items()}
+        out["params"] = yaml.safe_dump(d["params"], default_flow_style=True, width=10**6).strip() \
+            if d["params"] and not self.ordinal else ""   # an ordinal row's claim is in `measured`
+        if not self.ordinal:
+            out.update(simulated=f"{self.simulated:.4g}", error_pct=f"{100 * self.error:+.1f}",
+                       tolerance_pct=f"{100 * self.target.tolerance:.1f}")
+        return out
+
+
+def _ov(arm: dict) -> str:
+    ov = arm.get("overrides") or {}
+    return "(" + ", ".join(f"{k}={v}" for k, v in ov.items()) + ")" if ov else ""
 
 
 def load_targets(paths: list[str] | None = None) -> list[Target]:
-    """Read target files (default: every calibration/targets/*.yaml)."""
-    files = [Path(p) for p in paths] if paths else sorted(DEFAULT_TARGET_DIR.glob("*.yaml"))
-    if not files:
-        raise SpecError("targets", str(DEFAULT_TARGET_DIR), "a folder or list of target YAML files")
+    """Read target files (default: the bundled calibration/targets/*.yaml); ids must be unique."""
     out: list[Target] = []
-    for f in files:
-        if not f.is_file():
-            raise SpecError("targets", str(f), "an existing target YAML file")
-        try:
-            doc = yaml.safe_load(f.read_text())
-        except yaml.YAMLError:
-            raise SpecError("(file)", str(f), "valid YAML", str(f)) from None
-        if not isinstance(doc, dict) or not isinstance(doc.get("targets"), list):
-            raise SpecError("targets", type(doc).__name__, "a mapping with a `targets:` list", str(f))
-        for i, row in enumerate(doc["targets"]):
-            where = f"targets[{i}]"
-            if not isinstance(row, dict):
-                raise SpecError(where, row, "a mapping", str(f))
-            metric = row.get("metric")
-            if metric not in METRICS:
-                raise SpecError(f"{where}.metric", metric, f"one of {list(METRICS)}", str(f))
-            measured = row.get("measured")
-            if isinstance(measured, bool) or not isinstance(measured, (int, float)) or measured == 0:
-                raise SpecError(f"{where}.measured", measured, "a non-zero number", str(f))
-            tol = row.get("tolerance", 0.10)
-            if isinstance(tol, bool) or not isinstance(tol, (int, float)) or tol <= 0:
-                raise SpecError(f"{where}.tolerance", tol, "a relative tolerance > 0", str(f))
-            out.append(Target(str(row.get("id", f"{f.stem}[{i}]")), str(f), str(row.get("source", doc.get("source", ""))),
-                              str(doc.get("hardware", "")), str(row.get("scenario", "")), dict(row.get("overrides") or {}),
-                              metric, dict(row.get("params") or {}), float(measured), float(tol),
-                              str(row.get("role", "held_out"))))
+    seen: dict[str, str] = {}
+    for f in target_files(paths):
+        doc = load_target_file(f)
+        for i, row in enumerate(doc.targets):
+            if row.id in seen:
+                raise SpecError(f"targets[{i}].id", row.id, f"unique (also in {seen[row.id]})", str(f))
+            seen[row.id] = str(f)
+            scen = resolve_scenario_path(row.scenario, f)
+            out.append(Target(row, str(f), doc.source, doc.hardware, str(scen), row.tol))
     return out
+
+
+# ----------------------------------------------------------------------------- simulation
+def _overrides(d: dict) -> list[str]:
+    return [f"{k}={yaml.safe_dump(v, default_flow_style=True, width=10**6).strip().removesuffix(chr(10) + '...')}"
+            for k, v in d.items()]
 
 
 def _engine_speedup_at_batch(world, batch: int, prompt: int, tokens: int) -> float:
@@ -119,50 +157,87 @@ def _engine_speedup_at_batch(world, batch: int, prompt: int, tokens: int) -> flo
     n = int(batch)
     work = EngineWork(np.arange(n), np.arange(n), np.full(n, prompt, dtype=np.int64),
                       np.full(n, tokens, dtype=np.int64), np.full(n, alpha))
-    sd_pol = world.policy
     ar = run_fast(engine_config(world, "ar", alpha, SDPolicy("off"), record_timeline=False),
                   work, np.random.default_rng(0)).rollout_s
-    sd = run_fast(engine_config(world, "sd", alpha, sd_pol, record_timeline=False),
+    sd = run_fast(engine_config(world, "sd", alpha, world.policy, record_timeline=False),
                   work, np.random.default_rng(0)).rollout_s
     return ar / sd
 
 
-def simulate_target(t: Target, cache: dict) -> float:
-    overrides = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}" for k, v in t.overrides.items()]
-    key = (t.scenario, tuple(overrides))
-    if t.metric == "tau":
-        sc = load_scenario(t.scenario, overrides)
-        world = resolve(sc)
-        step = int(t.params.get("step", 0))
+class _Runs:
+    """Steady pipeline results, simulated once per (scenario, overrides, run)."""
+
+    def __init__(self):
+        self._cache: dict = {}
+
+    def steady(self, scenario: str, overrides: list[str], run: str) -> dict[str, float]:
+        key = (scenario, tuple(overrides), run)
+        if key not in self._cache:
+            sc = load_scenario(scenario, overrides)
+            if run == "ar":   # the scenario's own baseline overrides (default: speculation.policy=off)
+                sc = apply_overrides(sc, dict(sc.pipeline.baseline))
+            self._cache[key] = run_pipeline(resolve(sc)).steady()
+        return self._cache[key]
+
+
+def _effective_step(s: dict[str, float]) -> float:
+    return s.get("effective_step_s", s["step_s"])
+
+
+def simulate_target(t: Target, runs: _Runs) -> tuple[float, float | None, float | None]:
+    """(simulated value, slower_s, faster_s) of one target; the last two only for ordinal rows."""
+    row, scen = t.row, t.scenario_path
+    ov = _overrides(row.overrides)
+    p = row.parsed_params
+    m = row.metric
+    if m == "tau":
+        sc = load_scenario(scen, ov)
         k = sc.speculation.k if sc.speculation.policy != "adaptive" else sc.speculation.k_max
-        return float(world.acceptance.tau(k, step))
-    if t.metric == "engine_speedup_at_batch":
-        sc = load_scenario(t.scenario, overrides + [f"rollout.max_batch={int(t.params['batch'])}"])
-        return _engine_speedup_at_batch(resolve(sc), int(t.params["batch"]), int(t.params.get("prompt", 128)),
-                                        int(t.params.get("tokens", 512)))
-    if key not in cache:
-        cache[key] = compare(load_scenario(t.scenario, overrides))
-    cmp = cache[key]
-    b, v = cmp.baseline.steady(), cmp.variant.steady()
-    return float({
-        "generation_speedup": cmp.generation_speedup, "e2e_speedup": cmp.e2e_speedup,
-        "generation_share": cmp.generation_share, "ar_generation_s": b["generation_s"],
-        "sd_generation_s": v["generation_s"], "ar_step_s": b["step_s"], "sd_step_s": v["step_s"],
-        "rollout_time_reduction": 1 - v["generation_s"] / b["generation_s"],
-        "e2e_time_reduction": 1 - v["step_s"] / b["step_s"],
-    }[t.metric])
+        return float(resolve(sc).acceptance.tau(k, p.step)), None, None
+    if m == "engine_speedup_at_batch":
+        sc = load_scenario(scen, ov + [f"rollout.max_batch={p.batch}"])
+        return _engine_speedup_at_batch(resolve(sc), p.batch, p.prompt, p.tokens), None, None
+    if m == "ordinal":
+        slow = runs.steady(scen, ov + _overrides(p.slower.overrides), p.slower.run)[p.quantity]
+        fast = runs.steady(scen, ov + _overrides(p.faster.overrides), p.faster.run)[p.quantity]
+        return float("nan"), float(slow), float(fast)
+    b, v = runs.steady(scen, ov, "ar"), runs.steady(scen, ov, "sd")
+    if m in ("stage_s", "exposed_generation_s", "effective_step_s"):
+        s = b if p.run == "ar" else v
+        if m == "stage_s":
+            return float(s[STAGE_FIELD[p.stage]]), None, None
+        return float(s["exposed_generation_s"] if m == "exposed_generation_s" else _effective_step(s)), None, None
+    value = {
+        "generation_speedup": lambda: b["generation_s"] / v["generation_s"],
+        "e2e_speedup": lambda: _effective_step(b) / _effective_step(v),
+        "generation_share": lambda: b["generation_s"] / b["step_s"],
+        "rollout_time_reduction": lambda: 1 - v["generation_s"] / b["generation_s"],
+        "e2e_time_reduction": lambda: 1 - _effective_step(v) / _effective_step(b),
+        "simulated_tau": lambda: v["tau"],
+    }[m]()
+    return float(value), None, None
 
 
-def validate(paths: list[str] | None = None, tolerance: float | None = None) -> list[ValidationRow]:
+def validate(paths: list[str] | None = None, tolerance: float | None = None,
+             only: list[str] | None = None) -> list[ValidationRow]:
+    """Simulate every target (or those whose id is in `only`); `tolerance` overrides every row's."""
+    tol = check_tolerance(tolerance)
     targets = load_targets(paths)
-    cache: dict = {}
+    if only is not None:
+        unknown = sorted(set(only) - {t.id for t in targets})
+        if unknown:
+            raise SpecError("--only", unknown, "ids of loaded targets")
+        targets = [t for t in targets if t.id in set(only)]
+    runs = _Runs()
     rows = []
     for t in targets:
-        if tolerance is not None:
-            t = Target(**{**t.__dict__, "tolerance": tolerance})
+        if tol is not None and t.row.metric != "ordinal":
+            t = replace(t, tolerance=tol)
         try:
-            sim = simulate_target(t, cache)
+            sim, slow, fast = simulate_target(t, runs)
         except ScenarioError as exc:
             raise ScenarioError(exc.file, exc.field, exc.value, f"{exc.allowed} (target {t.id} in {t.file})") from None
-        rows.append(ValidationRow(t, sim))
+        except SpecError as exc:
+            raise SpecError(exc.field, exc.value, f"{exc.allowed} (target {t.id})", exc.where or t.file) from None
+        rows.append(ValidationRow(t, sim, slow, fast))
     return rows

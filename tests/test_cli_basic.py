@@ -203,14 +203,17 @@ def test_show_lengths():
 
 
 def test_show_lengths_json_samples_and_growth():
-    a = json.loads(ok("show", "lengths", SCENARIO, "--samples", "2000", "-f", "json"))
-    b = json.loads(ok("show", "lengths", SCENARIO, "--samples", "2000", "-f", "json"))
+    # the scenario's lengths are fitted (calibration/fit_8b.py): pin a known workload here
+    pin = ("--set", "workload.response_tokens={kind: lognormal, median: 4500, p99: 20000}",
+           "--set", "workload.max_response_tokens=16384")
+    a = json.loads(ok("show", "lengths", SCENARIO, "--samples", "2000", "-f", "json", *pin))
+    b = json.loads(ok("show", "lengths", SCENARIO, "--samples", "2000", "-f", "json", *pin))
     assert a == b  # seeded from the scenario
     s = a["summary"]
     assert s["n"] == 2000 and s["max_tokens"] <= 16384
     assert s["p50_tokens"] == pytest.approx(4500, rel=0.15)
     assert 0 < s["truncated_share"] < 0.1 and 0.05 < s["top5pct_token_share"] < 0.3
-    g = json.loads(ok("show", "lengths", SCENARIO, "--samples", "2000", "--step", "5", "-f", "json",
+    g = json.loads(ok("show", "lengths", SCENARIO, "--samples", "2000", "--step", "5", "-f", "json", *pin,
                       "--set", "workload.length_growth_per_step=0.05"))
     assert g["growth"] > 1 and g["summary"]["mean_tokens"] > s["mean_tokens"]
 

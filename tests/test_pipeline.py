@@ -43,7 +43,7 @@ def test_sync_step_is_the_sum_of_its_stages(small):
         assert r.train_start_s == pytest.approx(r.gen_end_s, abs=1e-9)
         assert r.exposed_generation_s == r.generation_s
         assert r.policy_version == r.step
-        assert min(r.reward_s, r.logprob_s, r.train_s, r.weight_sync_s) > 0
+        assert min(r.logprob_s, r.train_s, r.weight_sync_s) > 0 and r.reward_s == small.pipeline.reward_s
         prev = r.step_end_s
     assert res.total_s == pytest.approx(sum(r.step_s for r in res.records), rel=1e-12)
     df = res.steps_frame()

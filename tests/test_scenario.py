@@ -36,7 +36,7 @@ def test_loads_the_8b_scenario():
     assert sc.model == "Qwen3-8B" and sc.hardware == "gb200"
     assert sc.rollout.gpus == 32 and sc.rollout.tp == 1
     assert sc.workload.prompts == 512 and sc.workload.group_size == 16
-    assert sc.drafter.kind == "eagle3" and sc.drafter.tau == pytest.approx(2.47)
+    assert sc.drafter.kind == "eagle3" and sc.drafter.tau == pytest.approx(2.77)
     assert sc.speculation.policy == "always" and sc.speculation.k == 3
     assert sc.pipeline.mode == "sync"
     assert source_file(sc) == str(SCENARIO)
@@ -47,7 +47,7 @@ def test_the_8b_scenario_resolves():
     assert world.engines == 32
     assert world.kv_capacity_tokens > world.scenario.workload.max_response_tokens
     assert world.drafter.kind == "eagle3"
-    assert world.acceptance.tau(3) == pytest.approx(2.47, rel=1e-6)
+    assert world.acceptance.tau(3) == pytest.approx(2.77, rel=1e-6)
 
 
 # ----------------------------------------------------------------------------- overrides

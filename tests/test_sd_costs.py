@@ -80,7 +80,9 @@ def test_steps_past_the_captured_cuda_graphs_pay_eager_launches():
 def test_self_drafter_pays_full_depth_quantized_passes():
     d = _t(draft_cost(SELF, GB200, TP1, 1.0), 0.0)
     dec = _t(decode_cost(Q8B, GB200, TP1, 1.0), 0.0)
-    assert 0.2 * dec < d < 0.6 * dec  # 4-bit weights: about a quarter of the bf16 weight stream, plus KV/head
+    # 4-bit weights: a quarter of the bf16 weight stream, plus KV, the head and the per-kernel launch floors of
+    # the measured-kernel fit, which do not shrink with the weights: well under a decode, well over a quarter
+    assert 0.25 * dec < d < 0.8 * dec
 
 
 def test_table_takes_first_pass_tokens_per_k():

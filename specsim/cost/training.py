@@ -23,7 +23,7 @@ total, not an addition to them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -54,6 +54,7 @@ class TrainingLayout:
     reference_logprob: bool = True
     weight_sync: str = "broadcast"
     optimizer_steps: int = 1
+    logprob_efficiency: float | None = None   # GEMM efficiency of the logprob passes (None: the profile's compute)
 
     @property
     def tp(self) -> int:
@@ -144,8 +145,13 @@ def forward_pass_s(model: ModelSpec, hw: HardwareSpec, tl: TrainingLayout, seq_t
 def logprob_s(model: ModelSpec, hw: HardwareSpec, tl: TrainingLayout, seq_tokens) -> float:
     """Policy logprob (and reference-policy logprob when training.reference_logprob) over all
     prompt+response tokens: (1 + reference) · forward_pass_s(...). Priced at the hardware
-    profile's GEMM efficiency (efficiency.compute), as a forward pass of the same kernels."""
+    profile's kernels (measured-kernel fit where the profile has one), as a forward pass of the
+    same kernels, unless the trainer's own `logprob_efficiency` (fitted from measured logprob stage
+    times) replaces them: then every op runs at that fraction of peak on the scalar roofline (the
+    trainer's framework, not the inference engine's kernels, runs these passes)."""
     passes = 2 if tl.reference_logprob else 1
+    if tl.logprob_efficiency is not None:
+        hw = replace(hw, kernel_fit=None).with_efficiency(compute=float(tl.logprob_efficiency))
     return passes * forward_pass_s(model, hw, tl, seq_tokens)
 
 

@@ -99,6 +99,8 @@ class TrainingSection(Strict):
     weight_sync: Literal["broadcast", "reshard"] = "broadcast"
     optimizer_bytes_per_param: float = Field(default=16.0, gt=0, le=1024)
     mfu: float | None = Field(default=None, gt=0, le=1, description="override the profile's train_mfu")
+    logprob_efficiency: float | None = Field(default=None, gt=0, le=1,
+                                             description="GEMM efficiency of the logprob passes (default: the profile's compute)")
 
 
 class WorkloadSection(Strict):

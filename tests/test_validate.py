@@ -1,0 +1,297 @@
+"""`specsim validate` and its target schema; the workload fit (specsim/calib_workload.py).
+
+Bad target files and options exit 2 with one error naming file, field and value (issue 15 row 13);
+defaults are found from the package, not the cwd; JSON keeps params as objects and values at full
+precision; ordinal rows report both simulated values; the fit recovers a known parameter and
+refuses an under-determined stage."""
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from specsim.calib_workload import fit_file
+from specsim.calib_write import rewrite_yaml_fields, scenario_updates
+from specsim.cli import app
+from specsim.errors import SpecError
+from specsim.scenario import load_scenario
+from specsim.validate import load_targets, validate
+from specsim.validate_targets import DEFAULT_TARGET_DIR
+
+ROOT = Path(__file__).resolve().parents[1]
+S7B = str(ROOT / "scenarios" / "7b_h100_sync.yaml")
+S8B = str(ROOT / "scenarios" / "8b_rl_zero_sync.yaml")
+# a small 8B workload: a few hundred sequences, short responses (each pipeline run well under a second)
+SMALL = {"workload.prompts": 16, "workload.group_size": 4, "pipeline.steps": 2, "pipeline.warmup_steps": 1,
+         "rollout.gpus": 4, "workload.max_response_tokens": 2048,
+         "workload.response_tokens": {"kind": "lognormal", "median": 300, "p99": 1500}}
+runner = CliRunner()
+
+
+def tau_row(**kw):
+    row = {"id": "r1", "scenario": S7B, "metric": "tau", "params": {"step": 37}, "measured": 3.0,
+           "tolerance": 0.5, "role": "prediction", "source": "[P] test"}
+    row.update(kw)
+    return row
+
+
+def write(tmp_path, rows, name="t.yaml", **top):
+    doc = {"source": "test", "hardware": "h100_sxm", "targets": rows, **top}
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return str(p)
+
+
+def bad(*args):
+    r = runner.invoke(app, list(args))
+    assert r.exit_code == 2, (r.exit_code, r.output, r.exception)
+    assert "Traceback" not in r.output
+    err = r.stderr.strip()
+    assert err.startswith("error: ") and "\n" not in err, err
+    return err
+
+
+# ----------------------------------------------------------------------------- schema errors
+@pytest.mark.parametrize("change, needles", [
+    ({"metric": "engine_speedup_at_batch", "params": {}}, ["params.batch", "engine_speedup_at_batch"]),
+    ({"params": {"stepp": 1}}, ["params.stepp"]),
+    ({"role": "bogus"}, ["role", "bogus"]),
+    ({"role": "held_out"}, ["role", "held_out"]),
+    ({"role": "fit"}, ["pins"]),
+    ({"pins": ["x"]}, ["prediction pins no parameters"]),
+    ({"metric": "nope"}, ["metric", "nope"]),
+    ({"measured": 0}, ["measured"]),
+    ({"measured": float("nan")}, ["measured"]),
+    ({"measured": True}, ["measured"]),
+    ({"tolerance": 1e309}, ["tolerance"]),
+    ({"tolerance": -0.1}, ["tolerance"]),
+    ({"source": ""}, ["source"]),
+    ({"extra_field": 1}, ["extra_field"]),
+    ({"metric": "ordinal", "params": {"slower": {"run": "sd"}, "faster": {"run": "ar"}}}, ["ordinal", "measured"]),
+    ({"metric": "stage_s", "params": {"stage": "reward", "run": "ar"}}, ["params.stage"]),
+    ({"scenario": "no/such/scenario.yaml"}, ["scenario", "no/such/scenario.yaml"]),
+])
+def test_bad_target_rows_exit_2_naming_file_and_field(tmp_path, change, needles):
+    f = write(tmp_path, [tau_row(**change)])
+    err = bad("validate", f, "--out", str(tmp_path / "out"))
+    assert f in err
+    for n in needles:
+        assert n in err, (n, err)
+
+
+def test_empty_targets_and_non_mapping_files_are_refused(tmp_path):
+    f = write(tmp_path, [])
+    assert "targets" in bad("validate", f, "--out", str(tmp_path / "o"))
+    p = tmp_path / "list.yaml"
+    p.write_text("[1, 2]\n")
+    assert str(p) in bad("validate", str(p), "--out", str(tmp_path / "o"))
+    p.write_bytes(b"\xff\xfe bad")
+    assert str(p) in bad("validate", str(p), "--out", str(tmp_path / "o"))
+
+
+def test_duplicate_ids_refused_within_and_across_files(tmp_path):
+    f = write(tmp_path, [tau_row(), tau_row()])
+    err = bad("validate", f, "--out", str(tmp_path / "o"))
+    assert "r1" in err and "unique" in err
+    a = write(tmp_path, [tau_row()], "a.yaml")
+    b = write(tmp_path, [tau_row()], "b.yaml")
+    err = bad("validate", a, b, "--out", str(tmp_path / "o"))
+    assert "r1" in err and a in err and b in err
+
+
+@pytest.mark.parametrize("tol", ["1e309", "inf", "nan", "0", "-1", "11"])
+def test_tolerance_override_must_be_finite_and_bounded(tmp_path, tol):
+    f = write(tmp_path, [tau_row()])
+    err = bad("validate", f, "--tolerance", tol, "--out", str(tmp_path / "o"))
+    assert "--tolerance" in err
+
+
+# ----------------------------------------------------------------------------- defaults and output
+def test_defaults_found_from_another_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    targets = load_targets()
+    assert DEFAULT_TARGET_DIR.is_dir() and {Path(t.file).parent for t in targets} == {DEFAULT_TARGET_DIR}
+    assert all(Path(t.scenario_path).is_file() for t in targets)
+    ids = [t.id for t in targets]
+    assert len(ids) == len(set(ids))
+
+
+def test_bundled_targets_have_roles_and_fit_rows_name_their_parameters():
+    targets = load_targets()
+    fit_block = yaml.safe_load((DEFAULT_TARGET_DIR / "nemo_rl_8b.yaml").read_text())["fit"]
+    fitted = {p["name"] for s in fit_block["stages"] for p in s["parameters"]}
+    for t in targets:
+        assert t.role in ("fit", "prediction")
+        if t.role == "fit" and Path(t.file).name == "nemo_rl_8b.yaml" and t.metric == "stage_s":
+            assert set(t.row.pins) <= fitted and t.row.params["run"] == "ar", t.id
+    # SD rows other than the named k=3 SD-overhead fit are predictions; so is every async row
+    for t in targets:
+        if "async" in t.id or "ngram" in t.id or "_k5_" in t.id or "_k7_" in t.id:
+            assert t.role == "prediction", t.id
+    # the corrected EAGLE-3 acceptance lengths are the scenarios' inputs
+    assert load_scenario(ROOT / "scenarios" / "8b_rl_think_sync.yaml").drafter.tau == 2.77
+    assert load_scenario(ROOT / "scenarios" / "8b_rl_zero_sync.yaml").drafter.tau == 3.32
+
+
+def test_json_keeps_params_as_objects_and_full_precision(tmp_path):
+    # relative scenario path, resolved from the target file's folder upwards; run from elsewhere
+    sub = tmp_path / "calibration" / "targets"
+    sub.mkdir(parents=True)
+    (tmp_path / "scenarios").mkdir()
+    (tmp_path / "scenarios" / "s.yaml").write_text(Path(S7B).read_text())
+    f = write(sub, [tau_row(scenario="scenarios/s.yaml")])
+    cwd = os.getcwd()
+    os.chdir(tmp_path.parent)
+    try:
+        r = runner.invoke(app, ["validate", f, "--format", "json", "--out", str(tmp_path / "o")])
+    finally:
+        os.chdir(cwd)
+    assert r.exit_code in (0, 1), r.output
+    row = json.loads(r.stdout)["rows"][0]
+    assert row["params"] == {"step": 37}
+    exact = validate([f])[0].simulated          # the library's value, bit for bit
+    assert row["simulated"] == exact and round(exact, 4) != exact
+    assert row["error_pct"] == pytest.approx(100 * (exact - 3.0) / 3.0, rel=1e-12)
+    assert (tmp_path / "o" / "validation.csv").is_file()
+
+
+def test_ordinal_row_reports_both_values_and_its_verdict(tmp_path):
+    ov = dict(SMALL)
+    rows = [
+        {"id": "sd_slower_than_ar", "scenario": S8B, "overrides": ov, "metric": "ordinal", "role": "prediction",
+         "params": {"slower": {"run": "sd"}, "faster": {"run": "ar"}}, "source": "[S] test"},
+        {"id": "ar_slower_than_sd", "scenario": S8B, "overrides": ov, "metric": "ordinal", "role": "prediction",
+         "params": {"slower": {"run": "ar"}, "faster": {"run": "sd"}}, "source": "[S] test"},
+    ]
+    out = validate([write(tmp_path, rows)])
+    a, b = out
+    assert a.slower_s == b.faster_s and a.faster_s == b.slower_s and a.slower_s != a.faster_s
+    assert a.passed != b.passed                 # exactly one of two opposite claims holds
+    d = a.as_dict()
+    assert d["simulated_slower_s"] == a.slower_s and d["simulated_faster_s"] == a.faster_s
+    assert d["result"] in ("pass", "FAIL") and d["error_pct"] is None
+
+
+# ----------------------------------------------------------------------------- the workload fit
+def _fit_doc(tmp_path, params, rows):
+    return write(tmp_path, rows, "fit.yaml", fit={"stages": [{"name": "s", "parameters": params}]})
+
+
+def test_fit_recovers_a_known_trainer_efficiency(tmp_path):
+    from specsim.validate import Target, _Runs, simulate_target
+    from specsim.validate_targets import TargetRow
+
+    true_ov = {**SMALL, "training.mfu": 0.3}
+    row = TargetRow(id="x", scenario=S8B, overrides=true_ov, metric="stage_s", params={"stage": "training", "run": "ar"},
+                    measured=1.0, role="prediction", source="[S] synthetic")
+    truth = simulate_target(Target(row, "", "", "gb200", S8B, 0.1), _Runs())[0]
+    rows = [{"id": "train", "scenario": S8B, "overrides": SMALL, "metric": "stage_s",
+             "params": {"stage": "training", "run": "ar"}, "measured": truth, "role": "fit", "pins": ["mfu"],
+             "source": "[S] synthetic: simulated with training.mfu = 0.3"}]
+    params = [{"name": "mfu", "path": "training.mfu", "scenarios": [S8B], "prior": 0.5, "bounds": [0.05, 0.9],
+               "log": True}]
+    f = _fit_doc(tmp_path, params, rows)
+    res = fit_file(f, max_nfev=30)
+    assert res.values()["mfu"] == pytest.approx(0.3, rel=0.01)
+    st = res.stages[0]
+    assert st.rank == 1 and not st.at_bound["mfu"] and abs(st.rows[0]["residual_pct"]) < 1
+    assert scenario_updates(f, res)[S8B] == {"training.mfu": res.values()["mfu"]}
+
+
+def test_fit_refuses_under_determined_and_unpinned_stages(tmp_path):
+    rows = [{"id": "train", "scenario": S8B, "overrides": SMALL, "metric": "stage_s",
+             "params": {"stage": "training", "run": "ar"}, "measured": 3.0, "role": "fit", "pins": ["mfu", "lp"],
+             "source": "[S] synthetic"}]
+    params = [{"name": "mfu", "path": "training.mfu", "scenarios": [S8B], "prior": 0.5, "bounds": [0.05, 0.9]},
+              {"name": "lp", "path": "training.logprob_efficiency", "scenarios": [S8B], "prior": 0.5, "bounds": [0.05, 1]}]
+    with pytest.raises(SpecError, match="at least as many fit rows as parameters"):
+        fit_file(_fit_doc(tmp_path, params, rows))
+    rows[0]["pins"] = ["mfu"]
+    with pytest.raises(SpecError, match="pinned by at least one fit row"):
+        fit_file(_fit_doc(tmp_path, params, rows))
+    bad_prior = [dict(params[0], prior=2.0)]
+    with pytest.raises(SpecError, match="bounds"):
+        fit_file(_fit_doc(tmp_path, bad_prior, rows))
+
+
+def test_fit_refuses_a_rank_deficient_stage(tmp_path):
+    """Two rows, two parameters, but logprob time does not depend on train_mfu and the two rows are
+    the same quantity: the Jacobian has rank 1, and the fit says so instead of returning a value."""
+    rows = [{"id": f"lp{i}", "scenario": S8B, "overrides": SMALL, "metric": "stage_s",
+             "params": {"stage": "logprob", "run": "ar"}, "measured": 2.0, "role": "fit", "pins": ["mfu", "lp"],
+             "source": "[S] synthetic"} for i in range(2)]
+    params = [{"name": "mfu", "path": "training.mfu", "scenarios": [S8B], "prior": 0.5, "bounds": [0.05, 0.9]},
+              {"name": "lp", "path": "training.logprob_efficiency", "scenarios": [S8B], "prior": 0.5, "bounds": [0.05, 1]}]
+    with pytest.raises(SpecError, match="rank"):
+        fit_file(_fit_doc(tmp_path, params, rows), max_nfev=10)
+
+
+def test_rewrite_yaml_fields_changes_only_the_addressed_lines():
+    text = ("# head\ntraining:\n  tp: 1\n  mfu: 0.35   # prior\nworkload:\n  response_tokens:\n    kind: lognormal\n"
+            "    median: 4500\n    p99: 19962\n  prompt_tokens: {kind: fixed, tokens: 5}\n")
+    out = rewrite_yaml_fields(text, {"training.mfu": 0.21789, "workload.response_tokens.median": 930.4},
+                              {"training.mfu": "fitted"})
+    assert "  mfu: 0.2179   # fitted\n" in out and "    median: 930\n" in out
+    assert out.replace("  mfu: 0.2179   # fitted\n", "  mfu: 0.35   # prior\n").replace(
+        "    median: 930\n", "    median: 4500\n") == text
+    with pytest.raises(SpecError):
+        rewrite_yaml_fields(text, {"workload.prompt_tokens.tokens": 3}, "x")
+    assert math.isfinite(yaml.safe_load(out)["training"]["mfu"])
+
+
+def test_sd_overhead_parameters_go_through_a_profile_copy_and_back(tmp_path):
+    """A `hardware.efficiency.*` fit parameter is applied through a temporary copy of the profile
+    (a different value changes the SD run) and --write-profile writes it into the profile's block."""
+    import shutil
+
+    from specsim.calib_workload import FitParameter, FitResult, StageResult, _Applier
+    from specsim.calib_write import write_profile_values
+    from specsim.hardware import load_hardware
+
+    prof = tmp_path / "gb200_copy.yaml"
+    shutil.copy(load_hardware("gb200").path, prof)
+    scen = tmp_path / "s.yaml"
+    scen.write_text(Path(S8B).read_text().replace("hardware: gb200", f"hardware: {prof}"))
+    p = {"name": "draft_ms", "path": "hardware.efficiency.draft_overhead_ms", "scenarios": [str(scen)],
+         "prior": 1.0, "bounds": [0.0, 20.0]}
+    rows = [{"id": "sdgen", "scenario": str(scen), "overrides": SMALL, "metric": "stage_s",
+             "params": {"stage": "generation", "run": "sd"}, "measured": 5.0, "role": "fit", "pins": ["draft_ms"],
+             "source": "[S] synthetic"}]
+    f = _fit_doc(tmp_path, [p], rows)
+    ap = _Applier([FitParameter(**p)], Path(f), tmp_path)
+    from specsim.validate import load_targets as lt
+    from specsim.calib_workload import simulate_rows
+
+    t = lt([f])
+    slow, fast = (simulate_rows(t, ap.overrides({"draft_ms": v}))[0] for v in (10.0, 0.0))
+    assert slow > fast
+    res = FitResult(f, [StageResult("s", [FitParameter(**p)], {"draft_ms": 2.5}, {}, {},
+                                    [{"target": "sdgen", "pins": "draft_ms"}], 1, 1)])
+    done = write_profile_values(f, res, prof, "cmd")
+    assert done == {"efficiency.draft_overhead_ms": 2.5}
+    assert load_hardware(str(prof)).efficiency.draft_overhead_s == pytest.approx(2.5e-3)
+    assert "fitted by `cmd` to sdgen" in prof.read_text()
+
+
+def test_bundled_8b_fit_block_is_determined_and_every_parameter_pinned():
+    """The 8B fit's parameters (without running it): each pinned by fit rows that are AR stage
+    rows (or the k=3 SD generation rows for stage `sd`), never more parameters than rows."""
+    from specsim.calib_workload import load_fit_block
+
+    f = DEFAULT_TARGET_DIR / "nemo_rl_8b.yaml"
+    block = load_fit_block(f)
+    targets = load_targets([str(f)])
+    assert len(block.stages) == 2 and block.stages[1].name == "sd" and len(block.stages[1].parameters) <= 2
+    for stage in block.stages:
+        names = {p.name for p in stage.parameters}
+        rows = [t for t in targets if t.role == "fit" and names & set(t.row.pins)]
+        assert len(rows) >= len(names)
+        assert names <= {n for t in rows for n in t.row.pins}
+        for t in rows:
+            run = t.row.params["run"]
+            assert t.metric == "stage_s" and (run == "ar" if stage.name != "sd" else
+                                              (run == "sd" and t.row.params["stage"] == "generation"))
