@@ -124,7 +124,8 @@ def inverse_answers(sc, frame: pd.DataFrame) -> dict:
             # step time falls with GPUs: the first size where -step reaches -target
             per_lag[str(lag)] = {"target_step_s": t,
                                  "gpus_with_sd": _first_crossing(sd.index.values, -sd.values, -t),
-                                 "gpus_without_sd": _first_crossing(ar.index.values, -ar.values, -t)}
+                                 "gpus_without_sd": _first_crossing(ar.index.values, -ar.values, -t),
+                                 "smallest_size": float(sd.index.values[0])}
         out["gpus_needed"] = {"per_policy_lag": per_lag,
                               "note": "total GPUs (generation + training); None: not reached within the simulated sizes"}
     return out
@@ -146,7 +147,9 @@ def inverse_markdown(inv: dict | None) -> str:
         lines += ["GPUs needed (generation + training) for a target step time:", "",
                   "| policy lag | target step s | with SD | without SD |", "|---|---|---|---|"]
         for lag, r in inv["gpus_needed"]["per_policy_lag"].items():
-            f = lambda v: "not reached" if v is None else f"{v:,.0f}"  # noqa: E731
+            lo = r.get("smallest_size")
+            f = lambda v: ("not reached" if v is None else f"≤ {v:,.0f} (smallest simulated)" if v == lo  # noqa: E731
+                           else f"{v:,.0f}")
             lines.append(f"| {lag} | {r['target_step_s']:.1f} | {f(r['gpus_with_sd'])} | {f(r['gpus_without_sd'])} |")
         lines.append("")
     return "\n".join(lines)
