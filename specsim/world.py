@@ -54,7 +54,9 @@ class RolloutSpec:
 class PipelineSpec:
     """The RL loop: `mode` sync (colocated) or async (split pools, `policy_lag` versions of
     staleness allowed, `partial_rollouts` = in-flight weight updates), `steps` simulated of which
-    the first `warmup_steps` are left out of steady-state means; `reward_s` per step."""
+    the first `warmup_steps` are left out of steady-state means; `reward_s` per step;
+    `engine_prepare_s` per weight update of a colocated (sync) pool: waking the sleeping rollout
+    engine and the refit bookkeeping that no bandwidth term covers (fitted, not derived)."""
 
     name: str
     mode: str
@@ -63,6 +65,7 @@ class PipelineSpec:
     policy_lag: int
     partial_rollouts: bool
     reward_s: float
+    engine_prepare_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -185,6 +185,8 @@ class PipelineSection(Strict):
     policy_lag: int = Field(default=1, ge=0, le=64)
     partial_rollouts: bool = False
     reward_s: float = Field(default=2.0, ge=0, le=1e7)
+    engine_prepare_s: float = Field(default=0.0, ge=0, le=1e5,
+                                    description="colocated sync: rollout-engine wake-up and refit bookkeeping per step")
     baseline: dict[str, Any] = Field(default_factory=lambda: {"speculation.policy": "off"},
                                      description="dotted overrides that turn this scenario into its baseline")
 
