@@ -290,5 +290,14 @@ def fit_file(path: str | Path, *, max_nfev: int = 40) -> FitResult:
     return result
 
 
-__all__ = ["FitParameter", "FitStage", "FitBlock", "FitResult", "StageResult", "fit_file", "load_fit_block",
-           "REPO_ROOT", "Z99"]
+__all__ = [
+    "REPO_ROOT",
+    "Z99",
+    "FitBlock",
+    "FitParameter",
+    "FitResult",
+    "FitStage",
+    "StageResult",
+    "fit_file",
+    "load_fit_block",
+]

@@ -87,7 +87,7 @@ def rewrite_yaml_fields(text: str, changes: dict[str, float], comment: str | dic
             raise SpecError(dotted, value, "a block-style `key: value` line in the scenario to rewrite")
         line = lines[hit]
         indent = len(line) - len(line.lstrip(" "))
-        v = int(round(value)) if parts[-1] in ("median", "p99") else float(f"{value:.4g}")
+        v = round(value) if parts[-1] in ("median", "p99") else float(f"{value:.4g}")
         note = comment.get(dotted, "") if isinstance(comment, dict) else comment
         lines[hit] = f"{' ' * indent}{parts[-1]}: {v}" + (f"   # {note}" if note else "") + "\n"
     return "".join(lines)

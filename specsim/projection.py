@@ -76,15 +76,15 @@ def project_run(sc: Scenario, *, replicates: int = 2, engine: str = "fast") -> d
 
 
 def format_projection(p: dict) -> str:
-    f = lambda t, d=1: f"{t[0]:,.{d}f} [{t[1]:,.{d}f}, {t[2]:,.{d}f}]"  # noqa: E731
-    lines = [f"{p['scenario']}: {p['steps']} RL steps on {p['gpus']} GPUs, {p['replicates']} replicates "
-             "(mean [95 % interval])",
-             f"  AR : wall-clock {f(p['ar_wall_h'], 2)} h, {f(p['ar_gpu_h'], 0)} GPU-h, step "
-             f"{f(p['ar_first_step_s'])} s (first tenth) -> {f(p['ar_last_step_s'])} s (last tenth)",
-             f"  SD : wall-clock {f(p['sd_wall_h'], 2)} h, {f(p['sd_gpu_h'], 0)} GPU-h, step "
-             f"{f(p['sd_first_step_s'])} s -> {f(p['sd_last_step_s'])} s, mean tau {f(p['sd_mean_tau'], 2)}",
-             f"  SD saves {f(p['saved_wall_h'], 2)} h = {f(p['saved_gpu_h'], 0)} GPU-h; run speedup "
-             f"{f(p['run_speedup'], 3)}x"]
+    f = lambda t, d=1: f"{t[0]:,.{d}f} [{t[1]:,.{d}f}, {t[2]:,.{d}f}]"
+    lines = [(f"{p['scenario']}: {p['steps']} RL steps on {p['gpus']} GPUs, {p['replicates']} replicates "
+              "(mean [95 % interval])"),
+             (f"  AR : wall-clock {f(p['ar_wall_h'], 2)} h, {f(p['ar_gpu_h'], 0)} GPU-h, step "
+              f"{f(p['ar_first_step_s'])} s (first tenth) -> {f(p['ar_last_step_s'])} s (last tenth)"),
+             (f"  SD : wall-clock {f(p['sd_wall_h'], 2)} h, {f(p['sd_gpu_h'], 0)} GPU-h, step "
+              f"{f(p['sd_first_step_s'])} s -> {f(p['sd_last_step_s'])} s, mean tau {f(p['sd_mean_tau'], 2)}"),
+             (f"  SD saves {f(p['saved_wall_h'], 2)} h = {f(p['saved_gpu_h'], 0)} GPU-h; run speedup "
+              f"{f(p['run_speedup'], 3)}x")]
     return "\n".join(lines)
 
 

@@ -24,7 +24,7 @@ from specsim.workload.acceptance import DrafterAcceptance, Staleness, staleness_
 from specsim.workload.lengths import LengthDistribution
 from specsim.world import PipelineSpec, RolloutSpec, TrainerSpec, WorkloadSpec, World
 
-__all__ = ["World", "resolve", "acceptance_model", "length_distribution"]
+__all__ = ["World", "acceptance_model", "length_distribution", "resolve"]
 
 
 def length_distribution(spec, field_path: str, base_dir: Path | None) -> LengthDistribution:

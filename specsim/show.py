@@ -51,9 +51,9 @@ def model_report(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, *, 
     weights do not fit.
     """
     from specsim.cost.forward import decode_cost, math_dtype, verify_cost
-    from specsim.cost.step import step_cost
     from specsim.cost.memory import memory_plan
     from specsim.cost.roofline import ridge_point
+    from specsim.cost.step import step_cost
     from specsim.hardware import DTYPE_BYTES
 
     plan = memory_plan(model, hw, layout, gpu_memory_utilization=gpu_memory_utilization,
@@ -112,8 +112,8 @@ def drafter_report(acc, arch: DrafterArch, target: ModelSpec, hw: HardwareSpec, 
     policy's decode pass, their ratio c, an SD step (k drafts + verify, with overheads) and an AR
     decode step."""
     from specsim.cost.forward import decode_cost, draft_cost
-    from specsim.cost.step import step_cost
     from specsim.cost.memory import drafter_weight_bytes_per_gpu
+    from specsim.cost.step import step_cost
 
     by_k = [{"k": kk, "tau": acc.tau(kk, 0)} for kk in TABLE_DRAFT_LENGTHS]
     over_steps = [{"step": s, "versions_since_update": int(acc.versions_since_update(s)),

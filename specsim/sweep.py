@@ -315,7 +315,7 @@ def point_row(point: SweepPoint, sc: Scenario, run: dict, baseline: dict, sync_a
     a = sync_ar["steady"] if sync_ar and "steady" in sync_ar else None
     # generation time per step: async continuous generation reports the pool's time per step
     # (gen_window_s, finish to finish; sync: = generation_s) — its generation_s is release-to-finish latency
-    gw = lambda d: d.get("gen_window_s", d["generation_s"])  # noqa: E731
+    gw = lambda d: d.get("gen_window_s", d["generation_s"])
     meta = run["meta"]
     total = meta["total_gpus"]
     row: dict[str, Any] = {"point": point.index, "point_id": point.point_id, "replicate": point.replicate,

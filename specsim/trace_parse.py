@@ -12,9 +12,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-
-from specsim.trace_schema import (_JSONL_SUFFIXES, _KIND_ALIASES, FILE_FIELD, FORMATS, INT_MAX, KINDS, Column,  # noqa: F401
-                                  _err, _short)
+from specsim.trace_schema import (
+    _JSONL_SUFFIXES,
+    _KIND_ALIASES,
+    FILE_FIELD,
+    FORMATS,
+    INT_MAX,
+    KINDS,
+    Column,
+    _err,
+    _short,
+)
 
 
 def _load_text(path: Path) -> str:

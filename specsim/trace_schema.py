@@ -10,7 +10,6 @@ from specsim.errors import SpecError
 from specsim.hardware import DTYPE_BYTES
 from specsim.model import drafter_kind_names
 
-
 #: largest whole number a trace cell may hold (sequences, tokens, GPUs); far above any real
 #: value and far below int64's range, so a typo such as batch=1e20 is an error, not an overflow
 INT_MAX = 1e12

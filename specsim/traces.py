@@ -33,10 +33,19 @@ import numpy as np
 import pandas as pd
 
 from specsim.report.atomic import write_text
-from specsim.trace_parse import (_build_frame, _kind_from_columns, _load_text, _missing, _parse_records,  # noqa: F401
-                                 _resolve_kind)
-from specsim.trace_schema import (_JSONL_SUFFIXES, DRAFTER_KINDS, FILE_FIELD, FORMATS, INT_MAX, KERNEL_OPS,  # noqa: F401
-                                  KINDS, Column, _err, _short)
+from specsim.trace_parse import _build_frame, _kind_from_columns, _load_text, _missing, _parse_records, _resolve_kind
+from specsim.trace_schema import (  # noqa: F401
+    _JSONL_SUFFIXES,
+    DRAFTER_KINDS,
+    FILE_FIELD,
+    FORMATS,
+    INT_MAX,
+    KERNEL_OPS,
+    KINDS,
+    Column,
+    _err,
+    _short,
+)
 
 __all__ = [
     "FORMATS",

@@ -37,10 +37,16 @@ from specsim.sim.engine import run_fast
 from specsim.sim.pipeline import run_pipeline
 from specsim.speculation import SDPolicy
 from specsim.validate_targets import (
-    DEFAULT_TARGET_DIR, METRICS, TargetRow, check_tolerance, load_target_file, resolve_scenario_path, target_files,
+    DEFAULT_TARGET_DIR,
+    METRICS,
+    TargetRow,
+    check_tolerance,
+    load_target_file,
+    resolve_scenario_path,
+    target_files,
 )
 
-__all__ = ["METRICS", "DEFAULT_TARGET_DIR", "Target", "ValidationRow", "load_targets", "validate", "simulate_target"]
+__all__ = ["DEFAULT_TARGET_DIR", "METRICS", "Target", "ValidationRow", "load_targets", "simulate_target", "validate"]
 
 STAGE_FIELD = {"generation": "generation_s", "logprob": "logprob_s", "training": "train_s",
                "prepare": "weight_sync_s", "step": "step_s"}

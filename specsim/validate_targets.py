@@ -29,9 +29,10 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from specsim.errors import SpecError, load_yaml_text
+from specsim.errors import SpecError, YamlTooLarge, load_yaml_text
 
 # Where the bundled targets live: <repo>/calibration/targets (found from the package, not the cwd).
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -127,7 +128,7 @@ class TargetRow(_Strict):
     @classmethod
     def _number(cls, v):
         if isinstance(v, bool):
-            raise ValueError("a number, not a boolean")
+            raise ValueError("a number, not a boolean")  # noqa: TRY004 - pydantic reports ValueError
         return v
 
     @model_validator(mode="after")
@@ -193,7 +194,7 @@ def load_target_file(path: Path) -> TargetFile:
         raise SpecError("targets", str(path), "an existing target YAML file")
     try:
         doc = load_yaml_text(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, Exception) as exc:  # yaml.YAMLError, decoding: one message
+    except (UnicodeDecodeError, yaml.YAMLError, YamlTooLarge) as exc:  # decoding, YAML or alias bomb: one message
         raise SpecError("(file)", str(path), f"valid UTF-8 YAML ({exc.__class__.__name__})", str(path)) from None
     if not isinstance(doc, dict):
         raise SpecError("(file)", type(doc).__name__, "a mapping with source, hardware and a `targets:` list", str(path))

@@ -12,9 +12,9 @@ from functools import partial
 from typing import Any
 
 from specsim.cost.forward import prefill_batches_s
-from specsim.cost.step import StepCostTable
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.memory import MemoryPlan
+from specsim.cost.step import StepCostTable
 from specsim.cost.training import TrainingLayout
 from specsim.hardware import HardwareSpec
 from specsim.model import DrafterArch, ModelSpec

@@ -7,8 +7,8 @@ from functools import partial
 import numpy as np
 
 from specsim.cost.forward import prefill_batches_s
-from specsim.cost.step import step_cost_table
 from specsim.cost.layout import ParallelLayout
+from specsim.cost.step import step_cost_table
 from specsim.hardware import load_hardware
 from specsim.model import drafter_arch, load_model
 from specsim.sim.common import EngineConfig, EngineWork

@@ -15,10 +15,10 @@ from specsim.cost.forward import (
     pass_cost,
     verify_cost,
 )
-from specsim.cost.step import step_cost
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.memory import memory_plan, weight_bytes_per_gpu
 from specsim.cost.roofline import ridge_point
+from specsim.cost.step import step_cost
 from specsim.errors import LayoutError
 from specsim.hardware import load_hardware
 from specsim.model import drafter_arch, load_model

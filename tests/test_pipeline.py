@@ -5,9 +5,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specsim.comparison import baseline_scenario, compare
 from specsim.resolve import resolve
 from specsim.scenario import ScenarioError, apply_overrides, load_scenario
-from specsim.comparison import baseline_scenario, compare
 from specsim.sim.pipeline import StepRecord, run_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,7 +25,6 @@ from small_sweep import ROOT, SCEN, SMALL
 from typer.testing import CliRunner
 
 from specsim.cli_run import run, show_scenario
-from specsim.scenario import load_scenario
 
 GOLDEN = ROOT / "tests" / "golden" / "small_async_summary.json"
 

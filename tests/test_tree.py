@@ -9,8 +9,8 @@ from engine_helpers import make_config
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specsim.cost.step import step_cost, tree_step_cost
 from specsim.cost.layout import ParallelLayout
+from specsim.cost.step import step_cost, tree_step_cost
 from specsim.errors import SpecError
 from specsim.hardware import load_hardware
 from specsim.model import drafter_arch, load_model

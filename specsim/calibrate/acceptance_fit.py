@@ -11,10 +11,11 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
-from specsim.errors import SpecError
-from specsim.traces import validate_trace
 from specsim.calibrate._common import _as_list, _where
 from specsim.calibrate.hardware_fit import _stderr
+from specsim.errors import SpecError
+from specsim.traces import validate_trace
+
 
 @dataclass
 class AcceptanceFit:

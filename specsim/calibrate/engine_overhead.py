@@ -30,8 +30,8 @@ import pandas as pd
 from scipy import optimize
 
 from specsim.cost.forward import prefill_time_s
-from specsim.cost.step import step_cost
 from specsim.cost.layout import ParallelLayout
+from specsim.cost.step import step_cost
 from specsim.errors import SpecError
 from specsim.hardware import HardwareSpec
 from specsim.model import load_model

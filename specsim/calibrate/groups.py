@@ -8,14 +8,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specsim.calibrate._common import _DEFAULT_DRAFTER, _drafter_cached, _model_cached, _opt_col, _where
 from specsim.cost.forward import draft_cost, pass_cost
-from specsim.cost.step import step_cost
 from specsim.cost.layout import ParallelLayout
+from specsim.cost.step import step_cost
 from specsim.errors import SpecError
 from specsim.hardware import HardwareSpec
 from specsim.model import ModelSpec
 from specsim.traces import validate_trace
-from specsim.calibrate._common import _DEFAULT_DRAFTER, _drafter_cached, _model_cached, _opt_col, _where
+
 
 @dataclass
 class _Group:

@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
+from specsim.calibrate._common import _LOWER, _SCALE, _SENS_MIN, _UPPER, _YAML_NAME, PARAMS, _as_list, _rms
+from specsim.calibrate.groups import _engine_groups, _Group, _kernel_groups
 from specsim.errors import SpecError
 from specsim.hardware import Efficiency, HardwareSpec
-from specsim.calibrate._common import (_LOWER, _SCALE, _SENS_MIN, _UPPER, _YAML_NAME, PARAMS,
-                                       _as_list, _rms)
-from specsim.calibrate.groups import _engine_groups, _Group, _kernel_groups
+
 
 @dataclass
 class HardwareFit:

@@ -40,7 +40,7 @@ def data_root(root: str | Path | None = None) -> Path:
             raise SpecError("kernels root", str(root), "an existing folder laid out as <system>/<family>/<backend>/<version>/")
         return p
     try:
-        import aiconfigurator_core  # noqa: F401  (data only: its modelling code is never called)
+        import aiconfigurator_core
     except ImportError:
         raise SpecError("--kernels", "aiconfigurator",
                         f"installed: pip install 'specsim[kernels]' (pins {PACKAGE}=={PACKAGE_VERSION})") from None

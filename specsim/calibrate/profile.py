@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections.abc import Sequence
 from pathlib import Path
 
-import datetime as _dt
-
 import yaml
 
+from specsim.calibrate._common import _SCALE, _YAML_NAME, PARAMS
+from specsim.calibrate.hardware_fit import HardwareFit
 from specsim.errors import SpecError
 from specsim.hardware import HardwareSpec, efficiency_to_yaml_dict, load_hardware
 from specsim.report.atomic import write_text as atomic_write_text
-from specsim.calibrate._common import _SCALE, _YAML_NAME, PARAMS
-from specsim.calibrate.hardware_fit import HardwareFit
+
 
 def write_calibrated_profile(
     hw: HardwareSpec,

@@ -9,13 +9,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from specsim.errors import SpecError
-from specsim.hardware import HardwareSpec, load_hardware
-from specsim.traces import read_trace
 from specsim.calibrate._common import _where
 from specsim.calibrate.acceptance_fit import _detect_cap, fit_acceptance, fit_lengths
 from specsim.calibrate.hardware_fit import HardwareFit, fit_hardware
 from specsim.calibrate.profile import write_calibrated_profile
+from specsim.errors import SpecError
+from specsim.hardware import HardwareSpec, load_hardware
+from specsim.traces import read_trace
+
 
 @dataclass
 class CalibrationReport:

@@ -148,8 +148,14 @@ def inverse_markdown(inv: dict | None) -> str:
                   "| policy lag | target step s | with SD | without SD |", "|---|---|---|---|"]
         for lag, r in inv["gpus_needed"]["per_policy_lag"].items():
             lo = r.get("smallest_size")
-            f = lambda v: ("not reached" if v is None else f"≤ {v:,.0f} (smallest simulated)" if v == lo  # noqa: E731
-                           else f"{v:,.0f}")
-            lines.append(f"| {lag} | {r['target_step_s']:.1f} | {f(r['gpus_with_sd'])} | {f(r['gpus_without_sd'])} |")
+            with_sd, without_sd = (_gpus_text(r[key], lo) for key in ("gpus_with_sd", "gpus_without_sd"))
+            lines.append(f"| {lag} | {r['target_step_s']:.1f} | {with_sd} | {without_sd} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _gpus_text(gpus, smallest) -> str:
+    """GPUs needed as text: not reached, at most the smallest simulated size, or the count."""
+    if gpus is None:
+        return "not reached"
+    return f"≤ {gpus:,.0f} (smallest simulated)" if gpus == smallest else f"{gpus:,.0f}"

@@ -20,9 +20,9 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
+from specsim.model import drafter_kind_names
 from specsim.scenario.base import ScenarioError, Strict, _bad, _Raw  # noqa: F401 (re-exported)
 from specsim.scenario.paths import MAX_SWEEP_ROWS, path_problem, sweep_rows  # noqa: F401 (re-exported)
-from specsim.model import drafter_kind_names
 
 DType = Literal["bf16", "fp16", "fp8", "int8", "fp4", "int4"]
 

@@ -106,7 +106,7 @@ class ReferenceEngine:
             self.gate = None
 
     def run(self, until_s: float = np.inf, watch_step: int | None = None) -> float:
-        cfg, P, L, gen, groups = self.cfg, self.P, self.L, self.gen, self.groups
+        cfg, P, gen, groups = self.cfg, self.P, self.gen, self.groups
         blk, cap = cfg.block_tokens, cfg.capacity_blocks
         while True:
             self._events()

@@ -59,9 +59,9 @@ class StreamCluster:
                 idx = order[starts[e]:starts[e + 1]]
                 if len(idx):
                     z = np.random.default_rng([d.engine_seed, e]).standard_normal(len(idx))
-                    per_engine[e].append(dict(ids=self.step_offset[j] + idx, groups=j * groups[0] + group_of[idx],
-                                              prompt=d.prompt_tokens[group_of[idx]], lengths=lengths[idx],
-                                              u=d.alpha_quantiles[idx], step=np.full(len(idx), j), z=z))
+                    per_engine[e].append({"ids": self.step_offset[j] + idx, "groups": j * groups[0] + group_of[idx],
+                                          "prompt": d.prompt_tokens[group_of[idx]], "lengths": lengths[idx],
+                                          "u": d.alpha_quantiles[idx], "step": np.full(len(idx), j), "z": z})
         base = engine_config(world, "engine", mean_alpha0, record_timeline=record_timeline)
         alpha_of = sequence_alpha_fn(mean_alpha0, world.acceptance.concentration)
         self.engines, self.u, self.ranges = [], [], []
