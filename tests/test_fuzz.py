@@ -24,22 +24,14 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from small_sweep import TINY_SYNC
+
 from specsim.cli import app
 
 N_EXAMPLES = 2000
 COUNTS: Counter = Counter()
 
-BASE = {
-    "name": "fuzz", "seed": 0, "hardware": "h100_sxm", "model": "Qwen2.5-3B",
-    "rollout": {"gpus": 1, "tp": 1, "max_batch": 8},
-    "workload": {"prompts": 2, "group_size": 2, "max_response_tokens": 128,
-                 "prompt_tokens": {"kind": "fixed", "tokens": 32},
-                 "response_tokens": {"kind": "lognormal", "median": 40, "p99": 120}},
-    "drafter": {"kind": "eagle3", "tau": 2.0, "tau_at_k": 3},
-    "speculation": {"policy": "always", "k": 2},
-    "pipeline": {"mode": "sync", "steps": 2, "warmup_steps": 1},
-    "output": {"plots": False},
-}
+BASE = {**TINY_SYNC, "name": "fuzz"}
 
 # numeric leaves with a value outside what the schema allows
 OUT_OF_RANGE = [

@@ -16,6 +16,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from small_sweep import TINY_SYNC
+
 from specsim.cli import app
 from specsim.errors import SpecError, short_repr
 from specsim.executors import check_backend
@@ -27,18 +29,7 @@ from specsim.scenario import MAX_SWEEP_ROWS, ScenarioError, load_scenario
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "specsim" / "hardware_profiles" / "h100_sxm.yaml"
 
-TINY = {
-    "name": "tiny", "seed": 0, "hardware": "h100_sxm", "model": "Qwen2.5-3B",
-    "rollout": {"gpus": 1, "tp": 1, "max_batch": 8},
-    "workload": {"prompts": 2, "group_size": 2, "max_response_tokens": 128,
-                 "prompt_tokens": {"kind": "fixed", "tokens": 32},
-                 "response_tokens": {"kind": "lognormal", "median": 40, "p99": 120}},
-    "drafter": {"kind": "eagle3", "tau": 2.0, "tau_at_k": 3},
-    "speculation": {"policy": "always", "k": 2},
-    "pipeline": {"mode": "sync", "steps": 2, "warmup_steps": 1},
-    "sweep": {"speculation.k": [0, 2]},
-    "output": {"plots": False},
-}
+TINY = {**TINY_SYNC, "sweep": {"speculation.k": [0, 2]}}
 
 
 def tiny(folder: Path, **changes) -> Path:

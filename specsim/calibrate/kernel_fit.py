@@ -82,6 +82,11 @@ def fit_gemm(rows: pd.DataFrame, hw: HardwareSpec, dtype: str, table: str = "gem
     f = _fit(f"gemm.{dtype}", table, ("latency_us", "flops_eff_max", "log10_m_half", "weight_bw_eff"),
              (5.0, 0.7, 2.0, 0.8), (0.0, 0.05, 0.0, 0.05), (100.0, 1.0, 5.0, 1.0), predict, rows["time_s"],
              rows[["m", "n", "k"]])
+    return _with_m_half_tokens(f)
+
+
+def _with_m_half_tokens(f: TermFit) -> TermFit:
+    """The fit reports m_half (fitted on a log10 scale) as `m_half_tokens`."""
     p = dict(f.params)
     p["m_half_tokens"] = 10 ** p.pop("log10_m_half")
     return TermFit(f.term, p, f.rows, f.table, f.median_abs_rel_error, f.p90_abs_rel_error,
@@ -125,10 +130,7 @@ def fit_moe(rows: pd.DataFrame, hw: HardwareSpec, dtype: str, table: str = "moe_
     f = _fit(f"moe.{dtype}", table, ("latency_us", "flops_eff_max", "log10_m_half", "weight_bw_eff"),
              (20.0, 0.5, 1.5, 0.6), (0.0, 0.02, -1.0, 0.02), (300.0, 1.0, 5.0, 1.0), predict, rows["time_s"],
              rows[["num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"]])
-    p = dict(f.params)
-    p["m_half_tokens"] = 10 ** p.pop("log10_m_half")
-    return TermFit(f.term, p, f.rows, f.table, f.median_abs_rel_error, f.p90_abs_rel_error,
-                   tuple(a.replace("log10_m_half", "m_half_tokens") for a in f.at_bound), f.notes, f.residuals)
+    return _with_m_half_tokens(f)
 
 
 def fit_allreduce(rows: pd.DataFrame, hw: HardwareSpec, table: str = "custom_allreduce_perf+nccl_perf") -> TermFit:
