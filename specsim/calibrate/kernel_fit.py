@@ -74,15 +74,23 @@ def fit_gemm(rows: pd.DataFrame, hw: HardwareSpec, dtype: str, table: str = "gem
     nbytes = k * n * wb + (m * k + m * n) * 2.0
     peak, bw = hw.flops_per_s(mdt), hw.hbm_bw_bytes_per_s
 
-    def predict(x):
-        lat_us, e_max, log_mh, w = x
-        eff = e_max * m / (m + 10**log_mh)
-        return lat_us * 1e-6 + np.maximum(flops / (peak * eff), nbytes / (bw * w))
+    predict = _saturating_roofline(flops, nbytes, m, peak, bw)
 
     f = _fit(f"gemm.{dtype}", table, ("latency_us", "flops_eff_max", "log10_m_half", "weight_bw_eff"),
              (5.0, 0.7, 2.0, 0.8), (0.0, 0.05, 0.0, 0.05), (100.0, 1.0, 5.0, 1.0), predict, rows["time_s"],
              rows[["m", "n", "k"]])
     return _with_m_half_tokens(f)
+
+
+def _saturating_roofline(flops, nbytes, size, peak: float, bw: float):
+    """The law both GEMM terms are fitted with, as a function of x = (latency_us, flops_eff_max,
+    log10 m_half, weight_bw_eff): t = latency + max(FLOPs / (peak · e_max · s/(s + m_half)),
+    bytes / (bw · weight_bw_eff)), s the tokens (GEMM m, or MoE tokens per expert)."""
+    def predict(x):
+        lat_us, e_max, log_half, w = x
+        eff = e_max * size / (size + 10**log_half)
+        return lat_us * 1e-6 + np.maximum(flops / (peak * eff), nbytes / (bw * w))
+    return predict
 
 
 def _with_m_half_tokens(f: TermFit) -> TermFit:
@@ -122,10 +130,7 @@ def fit_moe(rows: pd.DataFrame, hw: HardwareSpec, dtype: str, table: str = "moe_
     tpe = t * topk / e
     peak, bw = hw.flops_per_s(mdt), hw.hbm_bw_bytes_per_s
 
-    def predict(x):
-        lat_us, e_max, log_h, w = x
-        eff = e_max * tpe / (tpe + 10**log_h)
-        return lat_us * 1e-6 + np.maximum(flops / (peak * eff), nbytes / (bw * w))
+    predict = _saturating_roofline(flops, nbytes, tpe, peak, bw)
 
     f = _fit(f"moe.{dtype}", table, ("latency_us", "flops_eff_max", "log10_m_half", "weight_bw_eff"),
              (20.0, 0.5, 1.5, 0.6), (0.0, 0.02, -1.0, 0.02), (300.0, 1.0, 5.0, 1.0), predict, rows["time_s"],
