@@ -57,7 +57,7 @@ def moe_table(rng):
     h, i, topk, e, ep = 4096.0, 1536.0, 8.0, 128.0, 1.0
     per = 3 * h * i / tp
     flops = 2 * t * topk / ep * per
-    hit = e / ep * (1 - (1 - topk / e) ** t)
+    hit = np.minimum(e, t * topk) / ep  # `balanced`: T·topk tokens spread evenly over the experts
     tpe = t * topk / e
     eff = TRUE_MOE["flops_eff_max"] * tpe / (tpe + TRUE_MOE["m_half_tokens"])
     y = TRUE_MOE["latency_us"] * 1e-6 + np.maximum(flops / (HW.flops_per_s("bf16") * eff),

@@ -82,6 +82,8 @@ def supported_rows(silicon: pd.DataFrame) -> pd.DataFrame:
         # NVIDIA ModelOpt FP8 checkpoints also quantise the KV cache to FP8 (their hf_quant_config)
         kv = "fp8" if str(r.get("model_path", "")).startswith("nvidia/") and wdt == "fp8" else "bf16"
         out.append({"id": r.get("id"), "system": r.get("system"), "backend": r.get("backend"), "model": model,
+                    "backend_version": str(r.get("backend_version") or ""),
+                    "moe_quant": str(r.get("moe_quant_mode") or ""), "gemm_quant": q,
                     "model_path": r.get("model_path"), "weight_dtype": wdt, "kv_dtype": kv, "isl": _num(r.get("isl")),
                     "osl": _num(r.get("osl")), "batch": b, "tp": tp, "ep": ep,
                     "tpot_s": _num(r.get("silicon_tpot_ms")) * 1e-3, "why_not": why})
@@ -89,13 +91,20 @@ def supported_rows(silicon: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def kernel_tpot_s(rows: pd.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, np.ndarray]:
+def kernel_tpot_s(rows: pd.DataFrame, hw: HardwareSpec, hw_for=None) -> tuple[np.ndarray, np.ndarray]:
     """(decode step at each row's batch and mean context without engine overheads, prefill
-    interference B · prefill(isl) / osl); NaN where the layout does not fit the model."""
-    hw0 = hw.with_efficiency(step_overhead_s=0.0, per_seq_overhead_s=0.0)
+    interference B · prefill(isl) / osl); NaN where the layout does not fit the model.
+    `hw_for(gemm_quant, moe_quant)`, when given, returns the profile pricing the fp8 kernel
+    variants the row's engine ran (SystemFit.for_quant); else `hw` prices every row."""
     out = np.full(len(rows), np.nan)
     pre = np.full(len(rows), np.nan)
+    cache: dict = {}
     for i, r in enumerate(rows.to_dict("records")):
+        key = (r.get("gemm_quant", ""), r.get("moe_quant", ""))
+        if key not in cache:
+            h = hw_for(*key) if hw_for is not None else hw
+            cache[key] = h.with_efficiency(step_overhead_s=0.0, per_seq_overhead_s=0.0)
+        hw_r = cache[key]
         model = load_model(r["model"])
         layout = ParallelLayout(tp=int(r["tp"]), ep=int(r["ep"]), weight_dtype=r["weight_dtype"], kv_dtype=r["kv_dtype"])
         try:
@@ -104,8 +113,8 @@ def kernel_tpot_s(rows: pd.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, np.
             continue
         n = float(r["batch"])
         ctx = n * (r["isl"] + r["osl"] / 2.0)
-        out[i] = float(step_cost(model, None, hw0, layout, n, 0).time_s(ctx))
-        pre[i] = n * prefill_time_s(model, hw0, layout, [r["isl"]]) / r["osl"]
+        out[i] = float(step_cost(model, None, hw_r, layout, n, 0).time_s(ctx))
+        pre[i] = n * prefill_time_s(model, hw_r, layout, [r["isl"]]) / r["osl"]
     return out, pre
 
 

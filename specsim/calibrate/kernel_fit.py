@@ -6,7 +6,10 @@ the log residual ln(predicted / measured) of every row; forms (hardware.GemmFit,
     GEMM        t = lat + max(2mnk / (P · e_max · m/(m + m_half)), (kn·wb + (mk + mn)·ab) / (B · bw))
     decode attn t = lat + per_seq · batch + batch · kv_tokens · 2 · kv_heads · head_dim · kvb / (B · bw)
     MoE (rank)  t = lat + max(2 · T·topk/ep · 3·h·i/tp / (P · e(T·topk/E)), hit · 3·h·i/tp · wb / (B · bw))
-                hit = E/ep · (1 − (1 − topk/E)^T)   (expected distinct local experts of T tokens)
+                hit = min(E, T·topk)/ep   (local experts the table's `balanced` routing touches: it
+                spreads the T·topk routed tokens evenly, so every expert is busy from T = E/topk on;
+                the cost model prices served traffic with uniform random routing instead,
+                E·(1 − (1 − topk/E)^T), cost/forward.expected_experts_hit)
     all-reduce  t = lat · ⌈log2 n⌉ + 2(n−1)/n · bytes / (nvlink_bw · bw)      (cost/comm.py)
 
 P: the profile's peak dense FLOP/s of the math dtype, B: its HBM bandwidth. Guards (#15 row 12):
@@ -24,7 +27,7 @@ from scipy import optimize
 from specsim.errors import SpecError
 from specsim.hardware import DTYPE_BYTES, HardwareSpec
 
-_DT = {"bf16": ("bf16", 2.0), "fp8": ("fp8", 1.0)}
+_DT = {"bf16": ("bf16", 2.0), "fp8": ("fp8", 1.0), "fp8_tensor": ("fp8", 1.0), "fp8_block": ("fp8", 1.0)}
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,7 @@ def fit_moe(rows: pd.DataFrame, hw: HardwareSpec, dtype: str, table: str = "moe_
                                  "moe_ep_size"))
     per_expert = 3 * h * i / tp
     flops = 2 * t * topk / ep * per_expert
-    hit = e / ep * (1 - np.power(1 - topk / e, t))
+    hit = np.minimum(e, t * topk) / ep  # balanced routing: distinct experts busy (module docstring)
     nbytes = hit * per_expert * wb
     tpe = t * topk / e
     peak, bw = hw.flops_per_s(mdt), hw.hbm_bw_bytes_per_s

@@ -3,7 +3,9 @@
 `calibrate_from_kernels` is what `specsim calibrate --kernels aiconfigurator` runs:
 
 1. per system, `kernels.fit_system` fits the roofline's kernel terms to the kernel tables;
-2. per (system, backend) with TPOT rows of a supported model, `engine_overhead.fit_overheads`
+2. per (system, backend) with TPOT rows of a supported model, the rows are priced with that
+   backend's own kernel tables at the version nearest the rows' engine version (MoE kernels
+   differ by engine and version; labelled in the table), and `engine_overhead.fit_overheads`
    fits the engine overheads on the *fit split* and predicts the *held-out split*:
    fit on Llama-3.1-8B rows, hold out every Qwen3-235B-A22B row (another model, another size
    class, dense vs MoE) -- nothing of the held-out model enters any fit;
@@ -41,12 +43,15 @@ class KernelCalibration:
     overheads: dict[tuple[str, str], eo.OverheadFit] = field(default_factory=dict)
     written: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    tpot_fits: dict[tuple[str, str], SystemFit] = field(default_factory=dict)  # per-backend kernel fits
 
     def residual_table(self) -> pd.DataFrame:
         return pd.DataFrame([r for f in self.fits.values() for r in f.residual_rows()])
 
     def tpot_table(self) -> pd.DataFrame:
-        parts = [o.summary() for o in self.overheads.values()]
+        parts = [o.summary().assign(kernel_tables=f"{b} " + (self.tpot_fits[(s, b)].tables()
+                                                              if (s, b) in self.tpot_fits else ""))
+                 for (s, b), o in self.overheads.items()]
         return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
     def overhead_table(self) -> pd.DataFrame:
@@ -57,19 +62,34 @@ class KernelCalibration:
                              for (s, b), o in self.overheads.items()])
 
 
-def _fit_tpot(fit: SystemFit, silicon: pd.DataFrame) -> dict[tuple[str, str], eo.OverheadFit]:
-    rows = silicon[(silicon["why_not"] == "") & (silicon["system"] == fit.system)].reset_index(drop=True)
+def _version_of(rows: pd.DataFrame) -> str | None:
+    """The engine version most of a backend's TPOT rows were measured on (None if unlabelled)."""
+    v = rows["backend_version"].replace({"nan": ""})
+    v = v[v != ""]
+    return str(v.mode().iloc[0]) if len(v) else None
+
+
+def _fit_tpot(system: str, silicon: pd.DataFrame, data, fits: dict) -> dict[tuple[str, str], eo.OverheadFit]:
+    """Per backend with TPOT rows on `system`: price its rows with *that backend's* kernel tables at
+    the version nearest the rows' engine version (TPOT rows of TensorRT-LLM with TensorRT-LLM's
+    kernels, ...), then fit the engine overheads on the fit split and predict the held-out split.
+    The SystemFit used is stored in `fits[(system, backend)]`."""
+    rows = silicon[(silicon["why_not"] == "") & (silicon["system"] == system)].reset_index(drop=True)
     out = {}
-    if rows.empty:
-        return out
-    ks, pre = eo.kernel_tpot_s(rows, fit.hw)
-    for backend in sorted(rows["backend"].unique()):
-        m = (rows["backend"] == backend).to_numpy()
-        sub = rows[m].reset_index(drop=True)
+    for backend in sorted(rows["backend"].unique()) if len(rows) else []:
+        sub = rows[rows["backend"] == backend].reset_index(drop=True)
         fm = (sub["model"] == FIT_MODEL).to_numpy()
         if fm.sum() < 3:
             continue
-        out[(fit.system, backend)] = eo.fit_overheads(sub, ks[m], pre[m], fm, f"{fit.system}/{backend}: {SPLIT}")
+        ver = _version_of(sub)
+        try:
+            fit = fit_system(system, backend, root=data, version=ver)
+        except SpecError:
+            continue  # no kernel tables of this backend on this system
+        fits[(system, backend)] = fit
+        ks, pre = eo.kernel_tpot_s(sub, fit.hw, fit.for_quant)
+        label = f"{system}/{backend}: {SPLIT}; kernels {backend} nearest {ver or 'newest'} ({fit.tables()})"
+        out[(system, backend)] = eo.fit_overheads(sub, ks, pre, fm, label)
     return out
 
 
@@ -89,9 +109,7 @@ def calibrate_from_kernels(systems: list[str] | str = "all", backend: str = "vll
         cal.notes.append(f"no TPOT rows ({exc}); engine overheads keep their priors")
     if silicon is not None:
         for s in kt.SYSTEMS:  # h200 vLLM overheads may be transferred, so fit every system with rows
-            f = cal.fits.get(s) or (fit_system(s, backend, root=data) if (silicon["system"] == s).any() else None)
-            if f is not None:
-                cal.overheads.update(_fit_tpot(f, silicon))
+            cal.overheads.update(_fit_tpot(s, silicon, data, cal.tpot_fits))
     if out_dir is not None:
         for s, f in cal.fits.items():
             cal.written[s] = str(write_fitted_profile(f, cal, Path(out_dir), date))

@@ -10,8 +10,12 @@ Gotchas handled here (each named where it is handled):
 * `latency` is in milliseconds; we return seconds (`time_s`).
 * `nccl_perf.message_size` and `custom_allreduce_perf.message_size` count *elements*, not bytes.
 * generation attention keeps the KV length in the `step` column (`isl` is 1).
-* `moe_perf` rows come at several token `distribution`s; only `balanced` matches the uniform
-  routing the cost model assumes.
+* `moe_perf` rows come at several token `distribution`s; `balanced` spreads the T·topk routed
+  tokens evenly over the experts (every expert busy once T·topk >= E: the h100/h200 tables are
+  flat in T from T = E/topk on, where uniform random routing would still hit more experts), so
+  the MoE fit counts the experts it touches as min(E, T·topk) (kernel_fit.fit_moe).
+* a TPOT row measured on engine version v is priced with the kernel tables of the same backend
+  at the version nearest v (`table_path(..., near=v)`), per family: MoE kernels differ by version.
 * gb200 collective tables stop at 4 GPUs.
 """
 
@@ -60,18 +64,34 @@ def _version_key(name: str) -> tuple:
     return tuple(int(x) if x.isdigit() else 0 for x in name.replace("rc", ".").replace("post", ".").split("."))
 
 
-def table_path(root: Path, system: str, family: str, backend: str, table: str) -> Path | None:
-    """Newest version folder of `family/backend` holding `table`.parquet (None when absent)."""
+def _version_distance(a: str, b: str) -> tuple:
+    """Distance of two engine versions, most significant component first (0.12.0 is nearer 0.19.0
+    than 0.24.0; 1.0.0rc3 is nearer 1.3.0rc10 than 1.3.0rc20)."""
+    ka, kb = _version_key(a), _version_key(b)
+    n = max(len(ka), len(kb))
+    ka, kb = ka + (0,) * (n - len(ka)), kb + (0,) * (n - len(kb))
+    return tuple(abs(x - y) for x, y in zip(ka, kb))
+
+
+def table_path(root: Path, system: str, family: str, backend: str, table: str, near: str | None = None) -> Path | None:
+    """Version folder of `family/backend` holding `table`.parquet: the newest, or with `near` the
+    version nearest that engine version (ties: the newer). None when absent."""
     base = root / system / family / backend
     if not base.is_dir():
         return None
     held = [d for d in base.iterdir() if (d / f"{table}.parquet").is_file()]
-    return max(held, key=lambda d: _version_key(d.name)) / f"{table}.parquet" if held else None
+    if not held:
+        return None
+    if near:
+        best = min(held, key=lambda d: (_version_distance(d.name, near), tuple(-x for x in _version_key(d.name))))
+        return best / f"{table}.parquet"
+    return max(held, key=lambda d: _version_key(d.name)) / f"{table}.parquet"
 
 
-def read_table(root: Path, system: str, family: str, backend: str, table: str) -> tuple[pd.DataFrame, str]:
+def read_table(root: Path, system: str, family: str, backend: str, table: str,
+               near: str | None = None) -> tuple[pd.DataFrame, str]:
     """(frame with `time_s`, source path relative to root); an empty frame when the table is absent."""
-    p = table_path(root, system, family, backend, table)
+    p = table_path(root, system, family, backend, table, near)
     if p is None:
         return pd.DataFrame(), ""
     df = pd.read_parquet(p)
@@ -95,6 +115,8 @@ def gemm_rows(df: pd.DataFrame, dtype: str) -> pd.DataFrame:
     df = df[(df["n"] >= GEMM_MIN_DIM) & (df["k"] >= GEMM_MIN_DIM)]
     if dtype == "bf16":
         return df[df["gemm_dtype"] == "bfloat16"]
+    if dtype == "fp8_block":  # a TPOT row whose `gemm_quant_mode` is fp8_block
+        return df[df["gemm_dtype"] == "fp8_block"]
     sub = df[df["gemm_dtype"] == "fp8"]
     return sub if len(sub) else df[df["gemm_dtype"] == "fp8_block"]
 
@@ -115,12 +137,15 @@ def decode_attention_rows(df: pd.DataFrame) -> pd.DataFrame:
 def moe_rows(df: pd.DataFrame, dtype: str) -> pd.DataFrame:
     """Balanced-routing MoE rows of one dtype. bf16: 'bfloat16'. fp8: block-scaled 'fp8_block'
     (how FP8 MoE checkpoints such as Qwen3-235B-A22B-FP8 are quantised), else per-tensor 'fp8'.
+    fp8_tensor: per-tensor 'fp8' only (a TPOT row whose `moe_quant_mode` is 'fp8').
     Every kernel the engine picks for that dtype is kept (it chooses by layout: TP vs EP)."""
     if df.empty:
         return df
     df = df[df["distribution"] == "balanced"]
     if dtype == "bf16":
         return df[df["moe_dtype"] == "bfloat16"]
+    if dtype == "fp8_tensor":
+        return df[df["moe_dtype"] == "fp8"]
     sub = df[df["moe_dtype"] == "fp8_block"]
     return sub if len(sub) else df[df["moe_dtype"] == "fp8"]
 

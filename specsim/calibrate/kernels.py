@@ -33,6 +33,31 @@ class SystemFit:
     kernel_fit: KernelFit
     hw: HardwareSpec
     notes: list[str] = field(default_factory=list)
+    near_version: str | None = None  # tables nearest this engine version (None: newest)
+
+    def tables(self) -> str:
+        """The version folders the terms were fitted on, e.g. 'gemm 0.24.0, moe 0.19.0'."""
+        out = {}
+        for t in self.terms.values():
+            for part in str(t.table).split(" + "):
+                bits = part.split("/")
+                if len(bits) >= 4 and bits[2] != "nccl":
+                    out.setdefault(bits[1], bits[3])
+        return ", ".join(f"{k} {v}" for k, v in out.items())
+
+    def for_quant(self, gemm_quant: str, moe_quant: str) -> HardwareSpec:
+        """The fitted profile pricing fp8 GEMMs and MoE with the kernels a TPOT row's engine ran:
+        block-scaled fp8 GEMM (`gemm.fp8_block`) for gemm_quant 'fp8_block', per-tensor fp8 MoE
+        (`moe.fp8_tensor`) for moe_quant 'fp8', where those variants were fitted."""
+        from dataclasses import replace
+
+        kfit = self.kernel_fit
+        g, m = self.terms.get("gemm.fp8_block"), self.terms.get("moe.fp8_tensor")
+        if gemm_quant == "fp8_block" and g is not None:
+            kfit = replace(kfit, gemm={**kfit.gemm, "fp8": _gemm_fit(g)})
+        if moe_quant == "fp8" and m is not None:
+            kfit = replace(kfit, moe={**kfit.moe, "fp8": _gemm_fit(m)})
+        return self.hw if kfit is self.kernel_fit else replace(self.hw, kernel_fit=kfit)
 
     def residual_rows(self) -> list[dict]:
         out = []
@@ -50,29 +75,33 @@ def _gemm_fit(t: kf.TermFit) -> GemmFit:
 
 
 def fit_system(system: str, backend: str = "vllm", hw: HardwareSpec | None = None,
-               root: str | Path | None = None) -> SystemFit:
-    """Fit every kernel term of `system` from its `backend` tables (NCCL from the nccl folder)."""
+               root: str | Path | None = None, version: str | None = None) -> SystemFit:
+    """Fit every kernel term of `system` from its `backend` tables (NCCL from the nccl folder):
+    the newest version of each table, or with `version` the one nearest that engine version
+    (TPOT rows measured on that version). `moe.fp8` is the block-scaled kernel (per-tensor where
+    no block rows exist); `moe.fp8_tensor` and `gemm.fp8_block`, fitted where both variants exist,
+    price TPOT rows whose engine ran that variant (`for_quant`); not written into a profile."""
     if system not in kt.SYSTEMS:
         raise SpecError("--system", system, f"one of {list(kt.SYSTEMS)} or 'all'")
     data = kt.data_root(root)
     hw = hw or load_hardware(kt.PROFILE_OF[system])
     terms: dict[str, kf.TermFit] = {}
     notes: list[str] = []
-    gemm, src = kt.read_table(data, system, "gemm", backend, "gemm_perf")
+    gemm, src = kt.read_table(data, system, "gemm", backend, "gemm_perf", version)
     if gemm.empty:
         raise SpecError("--backend", backend, f"a backend with a gemm_perf table for {system}", str(data / system))
-    for dt in ("bf16", "fp8"):
+    for dt in ("bf16", "fp8", "fp8_block"):
         rows = kt.gemm_rows(gemm, dt)
-        if len(rows):
+        if len(rows) and not (dt == "fp8_block" and (gemm["gemm_dtype"] == "fp8").sum() == 0):
             terms[f"gemm.{dt}"] = kf.fit_gemm(rows, hw, dt, src)
-    att, src = kt.read_table(data, system, "attention", backend, "generation_attention_perf")
+    att, src = kt.read_table(data, system, "attention", backend, "generation_attention_perf", version)
     terms["decode_attention"] = kf.fit_decode_attention(kt.decode_attention_rows(att), hw, src)
-    moe, src = kt.read_table(data, system, "moe", backend, "moe_perf")
-    for dt in ("bf16", "fp8"):
+    moe, src = kt.read_table(data, system, "moe", backend, "moe_perf", version)
+    for dt in ("bf16", "fp8", "fp8_tensor"):
         rows = kt.moe_rows(moe, dt)
-        if len(rows):
+        if len(rows) and not (dt == "fp8_tensor" and (moe["moe_dtype"] == "fp8_block").sum() == 0):
             terms[f"moe.{dt}"] = kf.fit_moe(rows, hw, dt, src)
-    custom, src_c = kt.read_table(data, system, "comm", backend, "custom_allreduce_perf")
+    custom, src_c = kt.read_table(data, system, "comm", backend, "custom_allreduce_perf", version)
     nccl, src_n = kt.read_table(data, system, "comm", "nccl", "nccl_perf")
     ar = kt.allreduce_rows(custom, nccl)
     if len(ar):
@@ -85,10 +114,12 @@ def fit_system(system: str, backend: str = "vllm", hw: HardwareSpec | None = Non
         if t.at_bound:
             notes.append(f"{name}: {', '.join(t.at_bound)} at a bound of the fit (value not determined by the data)")
     a = terms["decode_attention"].params
-    kfit = KernelFit(gemm={k.split(".")[1]: _gemm_fit(t) for k, t in terms.items() if k.startswith("gemm.")},
+    kfit = KernelFit(gemm={k.split(".")[1]: _gemm_fit(t) for k, t in terms.items()
+                           if k.startswith("gemm.") and k != "gemm.fp8_block"},
                      attn_latency_s=a["latency_us"] * 1e-6, attn_per_seq_s=a["per_seq_us"] * 1e-6,
                      attn_kv_bw_eff=a["kv_bw_eff"],
-                     moe={k.split(".")[1]: _gemm_fit(t) for k, t in terms.items() if k.startswith("moe.")})
+                     moe={k.split(".")[1]: _gemm_fit(t) for k, t in terms.items()
+                          if k.startswith("moe.") and k != "moe.fp8_tensor"})
     g = kfit.gemm_for("bf16")
     changes = {"compute": g.flops_eff_max, "memory": g.weight_bw_eff}
     if "all_reduce" in terms:
@@ -98,7 +129,7 @@ def fit_system(system: str, backend: str = "vllm", hw: HardwareSpec | None = Non
     fitted = replace(hw.with_efficiency(**changes), kernel_fit=kfit)
     if "all_reduce" in terms:
         fitted = replace(fitted, nvlink_latency_s=terms["all_reduce"].params["latency_us"] * 1e-6)
-    return SystemFit(system, backend, terms, kfit, fitted, notes)
+    return SystemFit(system, backend, terms, kfit, fitted, notes, version)
 
 
 def provenance(fit: SystemFit, date: str | None = None) -> dict:
