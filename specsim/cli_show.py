@@ -151,7 +151,8 @@ def show_drafter(
     context: Annotated[int, typer.Option(help="Context (tokens) for the batch-1 cost.")] = 1024,
     weight_dtype: Annotated[str, typer.Option(help="Policy weight dtype.")] = "bf16",
     draft_vocab: Annotated[int | None, typer.Option(help="EAGLE-3 draft vocabulary (default: catalog).")] = None,
-    tree: Annotated[str | None, typer.Option(help="Draft tree: children per node at depths 1..D, e.g. 4,2,1.")] = None,
+    tree: Annotated[str | None, typer.Option(help="Draft tree: children per node at depths 1..D, e.g. 4,2,1; or SGLang's EAGLE tree "
+                                                       "topk:STEPS,TOPK,NUM_DRAFT_TOKENS, e.g. topk:5,8,32.")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """A drafter's acceptance (τ by draft length and over RL steps) and its cost at batch 1."""
@@ -220,7 +221,7 @@ def show_drafter(
     con.print(t)
     if "tree" in info:
         tr = info["tree"]
-        con.print(f"tree {tr['branching']} ({tr['tree_tokens']} draft tokens, depth {tr['depth']}): expected accepted "
+        con.print(f"tree {tr.get('branching', tr.get('tree'))} ({tr['tree_tokens']} draft tokens, depth {tr['depth']}): expected accepted "
                   f"length τ = {tr['tau']:.3f} ({tr['expected_accepted_tokens']:.3f} drafts accepted; chain of the "
                   f"same depth {tr['chain_tau_same_depth']:.3f}; sibling factor {tr['sibling_factor']:g})")
 

@@ -22,6 +22,8 @@ from specsim.speculation import from_section
 from specsim.trainer import training_layout
 from specsim.workload.acceptance import DrafterAcceptance, Staleness, staleness_from_taus, temperature_alpha
 from specsim.workload.lengths import LengthDistribution
+from specsim.workload.tree import DEFAULT_SIBLING_FACTOR
+from specsim.workload.tree_topk import TopKTree
 from specsim.world import PipelineSpec, RolloutSpec, TrainerSpec, WorkloadSpec, World
 
 __all__ = ["World", "acceptance_model", "length_distribution", "resolve"]
@@ -42,6 +44,21 @@ def length_distribution(spec, field_path: str, base_dir: Path | None) -> LengthD
     if not path.is_absolute() and base_dir is not None and not path.exists():
         path = base_dir / path
     return LengthDistribution.empirical_file(path, field_path=field_path)
+
+
+def _tau_tree(sc: Scenario):
+    """The SGLang beam tree `drafter.tau` was measured on (drafter.tau_tree_*), or None (a chain)."""
+    d = sc.drafter
+    topk, n = d.tau_tree_topk, d.tau_tree_verify_tokens
+    if topk is None and n is None:
+        return None
+    if topk is None or n is None:
+        raise SpecError("drafter.tau_tree_topk" if topk is None else "drafter.tau_tree_verify_tokens", None,
+                        "given together (SGLang's eagle_topk and num_draft_tokens of the tree τ was measured on)")
+    if d.tau is None:
+        raise SpecError("drafter.tau_tree_topk", topk, "used together with drafter.tau")
+    rho = sc.speculation.tree_sibling_factor
+    return TopKTree(d.tau_at_k, topk, n, DEFAULT_SIBLING_FACTOR if rho is None else rho)
 
 
 def acceptance_model(sc: Scenario) -> DrafterAcceptance:
@@ -91,7 +108,8 @@ def acceptance_model(sc: Scenario) -> DrafterAcceptance:
         acc = DrafterAcceptance(d.kind, d.alpha, d.position_decay, conc, stale, d.update_every_steps)
     else:
         acc = DrafterAcceptance.from_tau(d.kind, tau_fresh, d.tau_at_k, decay=d.position_decay, concentration=conc,
-                                         staleness=stale, update_every_steps=d.update_every_steps)
+                                         staleness=stale, update_every_steps=d.update_every_steps,
+                                         tree=_tau_tree(sc))
     t_meas = d.tau_temperature if d.tau_temperature is not None else sc.workload.temperature
     if t_meas != sc.workload.temperature:
         a0 = float(temperature_alpha(acc.alpha0, sc.workload.temperature, t_meas))
@@ -132,7 +150,7 @@ def resolve(sc: Scenario) -> World:
         prompt = length_distribution(w.prompt_tokens, "workload.prompt_tokens", base_dir)
         table = step_cost_table(model, arch if uses_drafter else None, hw, layout, r.max_batch, policy.ks,
                                 first_pass_q={k: acc.tau(k, tree=policy.tree_for(k)) for k in policy.ks if k},
-                                tree_branching=policy.tree.branching if policy.tree else None)
+                                tree_branching=policy.tree)
         trainer = training_layout(sc, model, hw)
     except SpecError as exc:
         raise ScenarioError(exc.where or file, exc.field, exc.value, f"must be {exc.allowed}") from None

@@ -24,6 +24,7 @@ from specsim.cost.step import StepCostTable
 from specsim.errors import SpecError
 from specsim.workload.acceptance import expected_tokens_per_verify
 from specsim.workload.tree import DEFAULT_SIBLING_FACTOR, TreeShape
+from specsim.workload.tree_topk import TopKTree
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class SDPolicy:
     k: int = 0
     max_batch: int = 0
     k_max: int = 0
-    tree: TreeShape | None = None
+    tree: TreeShape | TopKTree | None = None
 
     def __post_init__(self):
         if self.kind not in ("off", "always", "threshold", "adaptive"):
@@ -43,13 +44,19 @@ class SDPolicy:
             raise SpecError("speculation.k", self.k, ">= 0")
         if self.tree is not None:
             if self.kind not in ("always", "threshold"):
-                raise SpecError("speculation.tree_branching", list(self.tree.branching),
+                raise SpecError("speculation.tree_branching", self.tree_label,
                                 "only with policy always or threshold (a fixed tree), not " + self.kind)
             if self.k != self.tree.depth:
                 raise SpecError("speculation.k", self.k,
                                 f"the tree's depth {self.tree.depth} (len(speculation.tree_branching))")
 
-    def tree_for(self, k: int) -> TreeShape | None:
+    @property
+    def tree_label(self) -> str:
+        if self.tree is None:
+            return ""
+        return f"tree={list(self.tree.branching)}" if isinstance(self.tree, TreeShape) else self.tree.label
+
+    def tree_for(self, k: int) -> TreeShape | TopKTree | None:
         """The draft tree a step at draft length k verifies (None: a chain of k drafts)."""
         return self.tree if self.tree is not None and k == self.tree.depth and k > 0 else None
 
@@ -64,7 +71,7 @@ class SDPolicy:
 
     @property
     def label(self) -> str:
-        k = f"tree={list(self.tree.branching)}" if self.tree is not None else f"k={self.k}"
+        k = self.tree_label if self.tree is not None else f"k={self.k}"
         return {"off": "off", "always": f"always({k})",
                 "threshold": f"threshold({k}, max_batch={self.max_batch})",
                 "adaptive": f"adaptive(k<={self.k_max})"}[self.kind]
@@ -99,14 +106,26 @@ def from_section(section) -> SDPolicy:
 
     `tree_branching` [b_1, ..., b_D] (optional): draft a token tree of depth D = k instead of a
     chain (workload/tree.py); `tree_sibling_factor` its sibling factor rho (default 0.5).
+    `tree_topk` K with `tree_verify_tokens` N (optional, instead of tree_branching): SGLang's
+    EAGLE beam tree of depth k (workload/tree_topk.py; SGLang's num_steps = k, eagle_topk = K,
+    num_draft_tokens = N).
     """
     if section.policy == "off":  # k and the tree are unused without SD (the baselines set this)
         return SDPolicy("off")
     branching = getattr(section, "tree_branching", None)
+    topk, n_verify = getattr(section, "tree_topk", None), getattr(section, "tree_verify_tokens", None)
+    rho = getattr(section, "tree_sibling_factor", None)
+    rho = DEFAULT_SIBLING_FACTOR if rho is None else rho
     tree = None
+    if (topk is None) != (n_verify is None):
+        raise SpecError("speculation.tree_topk" if topk is None else "speculation.tree_verify_tokens",
+                        None, "given together: tree_topk (K) and tree_verify_tokens (N)")
+    if branching and topk is not None:
+        raise SpecError("speculation.tree_topk", topk, "omitted when tree_branching is given (one tree per scenario)")
     if branching:
-        rho = getattr(section, "tree_sibling_factor", None)
-        tree = TreeShape(tuple(branching), DEFAULT_SIBLING_FACTOR if rho is None else rho)
+        tree = TreeShape(tuple(branching), rho)
+    elif topk is not None and section.k > 0:
+        tree = TopKTree(section.k, topk, n_verify, rho)
     if section.policy == "always" and section.k == 0:
         if tree is not None:
             raise SpecError("speculation.k", 0, f"the tree's depth {tree.depth} (a tree needs k = depth)")

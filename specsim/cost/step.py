@@ -79,20 +79,29 @@ def step_cost(model: ModelSpec, drafter: DrafterArch | None, hw: HardwareSpec, l
 
 def tree_step_cost(model: ModelSpec, drafter: DrafterArch, hw: HardwareSpec, layout: ParallelLayout,
                    n_seqs, branching, first_pass_q: float | None = None) -> PassCost:
-    """One tree-drafting step (workload/tree.py's shape b_1..b_D): D sequential draft passes --
-    the first over the accepted tokens (one logit row per sequence, whose top b_1 are the first
-    depth), pass j >= 2 over the N_{j-1} = b_1...b_{j-1} nodes of the previous depth (each its own
-    logit row) -- then one verify over the T + 1 tree tokens per sequence with a tree attention
-    mask (priced as causal attention among the new tokens, a slight over-estimate), rejection
-    sampling over T + 1 rows, eager launches and the SD overheads as in `step_cost`. A chain
-    (all b = 1) costs exactly `step_cost` at k = D."""
-    b = [int(x) for x in branching]
+    """One tree-drafting step. `branching` is either a full tree's b_1..b_D (workload/tree.py)
+    or a tree object with `depth`, `tokens` and `draft_passes()` (workload/tree_topk.TopKTree,
+    SGLang's beam tree).
+
+    Draft passes: the first over the accepted tokens (one logit row per sequence, whose top
+    children are the first depth), then D - 1 passes -- a full tree's pass j over the
+    N_{j-1} = b_1...b_{j-1} nodes of the previous depth, SGLang's over its K beam nodes (B·K
+    tokens, K logit rows per sequence). Verify: one pass over the T + 1 tree tokens per sequence
+    with a tree attention mask -- KV of the context read once per sequence, GEMMs over B·(T + 1)
+    tokens (forward.pass_cost; attention among the new tokens priced as causal, a slight
+    over-estimate) -- then rejection sampling over T + 1 rows, eager launches and the SD overheads
+    as in `step_cost`. A chain (all b = 1, or K = 1 with T = D) costs exactly `step_cost` at k = D."""
     if drafter.model is None:
         raise ValueError("tree drafting needs a drafter with a GPU pass (not n-gram)")
-    nodes = np.cumprod(b).astype(float)
-    q1 = _first_q(first_pass_q, len(b) + 1.0)
-    passes = [(q1, 1.0)] + [(float(nodes[j - 1]), float(nodes[j - 1])) for j in range(1, len(b))]
-    return _sd_step(model, drafter, hw, layout, np.asarray(n_seqs, dtype=float), passes, float(nodes.sum()))
+    if hasattr(branching, "draft_passes"):
+        depth, later, tokens = int(branching.depth), list(branching.draft_passes()), float(branching.tokens)
+    else:
+        b = [int(x) for x in branching]
+        nodes = np.cumprod(b).astype(float)
+        depth, tokens = len(b), float(nodes.sum())
+        later = [(float(nodes[j - 1]), float(nodes[j - 1])) for j in range(1, len(b))]
+    q1 = _first_q(first_pass_q, depth + 1.0)
+    return _sd_step(model, drafter, hw, layout, np.asarray(n_seqs, dtype=float), [(q1, 1.0)] + later, tokens)
 
 
 @dataclass(frozen=True)
@@ -122,15 +131,22 @@ def step_cost_table(model: ModelSpec, drafter: DrafterArch | None, hw: HardwareS
                     tree_branching=None) -> StepCostTable:
     """The table for every k in `ks` (and 0). `first_pass_q[k]`: tokens per sequence of the first
     draft pass at draft length k (the expected tokens emitted per step, τ at k; default 1).
-    `tree_branching` (b_1..b_D): the row k = D prices that tree (`tree_step_cost`) instead of a chain."""
+    `tree_branching` (b_1..b_D, or a tree object, see `tree_step_cost`): the row k = D prices that
+    tree instead of a chain."""
     ks = tuple(sorted({int(k) for k in ks} | {0}))
     q1 = first_pass_q or {}
-    tree = tuple(int(b) for b in tree_branching) if tree_branching else None
+    if hasattr(tree_branching, "branching"):  # a workload.tree.TreeShape
+        tree_branching = tree_branching.branching
+    if tree_branching is None or hasattr(tree_branching, "draft_passes"):
+        tree = tree_branching
+    else:
+        tree = tuple(int(b) for b in tree_branching) or None
+    depth = None if tree is None else (tree.depth if hasattr(tree, "depth") else len(tree))
     n = np.arange(max_batch + 1, dtype=float)
     fixed = np.zeros((len(ks), max_batch + 1))
     per_ctx = np.zeros((len(ks), max_batch + 1))
     for i, k in enumerate(ks):
-        if tree is not None and k == len(tree) and drafter is not None:
+        if tree is not None and k == depth and drafter is not None:
             c = tree_step_cost(model, drafter, hw, layout, n[1:], tree, q1.get(k))
         else:
             c = step_cost(model, drafter, hw, layout, n[1:], k, q1.get(k))

@@ -146,6 +146,10 @@ class DrafterSection(Strict):
     general_tau: float | None = Field(default=None, ge=1, le=33, description="fresh τ (at tau_at_k) when init=general")
     tau_temperature: float | None = Field(default=None, ge=0, le=2,
                                           description="temperature τ/α was measured at (default: workload.temperature)")
+    tau_tree_topk: int | None = Field(default=None, ge=1, le=64,
+                                      description="τ was measured on SGLang's EAGLE beam tree: eagle_topk (depth tau_at_k)")
+    tau_tree_verify_tokens: int | None = Field(default=None, ge=2, le=4096,
+                                               description="... and its num_draft_tokens (root included)")
     position_decay: float = Field(default=1.0, gt=0, le=1)
     heterogeneity: float | None = Field(default=None, gt=0, le=1e6, description="Beta concentration of per-sequence α")
     staleness: StalenessSection = StalenessSection()
@@ -176,6 +180,9 @@ class SpeculationSection(Strict):
     k_max: int = Field(default=7, ge=1, le=32)
     tree_branching: list[int] | None = Field(default=None, description="draft tree: children per node at depths 1..k")
     tree_sibling_factor: float | None = Field(default=None, ge=0, le=1, description="tree sibling factor rho (default 0.5)")
+    tree_topk: int | None = Field(default=None, ge=1, le=64, description="SGLang EAGLE beam tree: eagle_topk K (depth = k)")
+    tree_verify_tokens: int | None = Field(default=None, ge=2, le=4096,
+                                           description="SGLang EAGLE beam tree: num_draft_tokens N (root included)")
 
 
 class PipelineSection(Strict):

@@ -212,16 +212,17 @@ class DrafterAcceptance:
 
     @classmethod
     def from_tau(cls, kind: str, tau: float, tau_k: int, *, decay: float = 1.0, concentration=None,
-                 staleness: Staleness | None = None, update_every_steps: int = 0) -> DrafterAcceptance:
+                 staleness: Staleness | None = None, update_every_steps: int = 0, tree=None) -> DrafterAcceptance:
         """A drafter whose fresh tau (see :meth:`tau`) at draft length ``tau_k`` is ``tau``.
 
         alpha0 is back-solved (brentq) for the given decay and heterogeneity; tau must be in
-        [1, k + 1) (k + 1 itself would need alpha = 1).
+        [1, k + 1) (k + 1 itself would need alpha = 1). `tree` (depth tau_k): tau was measured
+        drafting that tree, not a chain.
         """
         kk = _k_int(tau_k, "drafter.tau_at_k", minimum=1)
         d = float(_decay_array(decay))
         c = _concentration(concentration)
-        a0 = mean_alpha_from_tau(tau, kk, d, c, "drafter.tau")
+        a0 = mean_alpha_from_tau(tau, kk, d, c, "drafter.tau", tree)
         if a0 >= 1.0:
             raise SpecError("drafter.tau", tau, f"< {_tau_scalar(1.0, kk, d):g} (that would need alpha = 1)")
         return cls(kind, a0, d, c, staleness if staleness is not None else Staleness.never(), update_every_steps)

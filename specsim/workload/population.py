@@ -88,12 +88,22 @@ def plain_mean_tau(m: float, k: int, d: float = 1.0, c: float | None = None) -> 
     return float(np.sum(w * expected_tokens_per_verify(x, k, d)))
 
 
-def mean_alpha_from_tau(tau, k: int, d: float, c: float | None, fld: str = "drafter.tau") -> float:
+def mean_alpha_from_tau(tau, k: int, d: float, c: float | None, fld: str = "drafter.tau", tree=None) -> float:
     """Mean alpha m whose population reports ``tau`` (see :func:`reported_tau`) at draft length k.
 
     reported_tau is strictly increasing in m for a fixed concentration, so scipy's brentq finds
-    the root on [0, 1]. Homogeneous (c None): :func:`alpha_from_tau`.
+    the root on [0, 1]. Homogeneous (c None): :func:`alpha_from_tau`. `tree` (depth k): ``tau``
+    was measured drafting that tree (e.g. SGLang's beam tree), so m solves the tree's tau.
     """
+    if tree is not None:
+        t = float(tau)
+        hi = reported_tau(1.0 - 1e-12, k, d, c, tree)
+        if not 1.0 <= t < hi:
+            raise SpecError(fld, tau, f"in [1, {hi:.4g}) (what the tree {getattr(tree, 'label', tree)} can report)")
+        if t == 1.0:
+            return 0.0
+        return float(optimize.brentq(lambda x: reported_tau(x, k, d, c, tree) - t, 0.0, 1.0 - 1e-12,
+                                     xtol=1e-13, maxiter=500))
     if c is None:
         return alpha_from_tau(tau, k, d)
     t, tau_max = _check_tau(tau, k, d, fld)

@@ -80,8 +80,11 @@ class TreeShape:
 def tree_depth_acceptance(alpha, tree: TreeShape, decay: float = 1.0) -> np.ndarray:
     """beta_j, j = 1..D: probability that one of the accepted parent's children is accepted.
 
-    Shape alpha.shape + (D,). For a chain this is alpha d^(j-1).
+    Shape alpha.shape + (D,). For a chain this is alpha d^(j-1). A tree object with its own
+    law (workload/tree_topk.TopKTree, SGLang's beam tree) supplies it through `depth_acceptance`.
     """
+    if hasattr(tree, "depth_acceptance"):
+        return tree.depth_acceptance(alpha, decay)
     a = _alpha_array(alpha)
     d = float(_decay_array(decay))
     j = np.arange(tree.depth)
@@ -101,8 +104,16 @@ def tree_expected_tokens(alpha, tree: TreeShape, decay: float = 1.0):
     return float(out) if np.ndim(out) == 0 else out
 
 
-def parse_branching(text: str, fld: str = "--tree") -> TreeShape:
-    """A TreeShape from '4,2,1' (children per node at depths 1..D)."""
+def parse_branching(text: str, fld: str = "--tree"):
+    """A TreeShape from '4,2,1' (children per node at depths 1..D), or SGLang's beam tree from
+    'topk:D,K,N' (num_steps, eagle_topk, num_draft_tokens; workload/tree_topk.TopKTree)."""
+    if str(text).startswith("topk:"):
+        from specsim.workload.tree_topk import TopKTree
+        try:
+            d, k, n = (int(x) for x in str(text)[5:].split(","))
+        except ValueError:
+            raise SpecError(fld, text, "topk:D,K,N (num_steps, eagle_topk, num_draft_tokens), e.g. topk:5,4,8") from None
+        return TopKTree(d, k, n)
     try:
         b = tuple(int(x) for x in str(text).split(","))
     except ValueError:
@@ -116,6 +127,8 @@ def tree_summary(acceptance, tree: TreeShape, step: int = 0) -> dict:
     of the same depth. `acceptance` is a workload.acceptance.DrafterAcceptance."""
     chain = acceptance.tau(tree.depth, step)
     tau = acceptance.tau(tree.depth, step, tree=tree)
-    return {"branching": list(tree.branching), "depth": tree.depth, "tree_tokens": tree.tokens,
+    shape = {"branching": list(tree.branching)} if hasattr(tree, "branching") else {
+        "tree": tree.label, "topk": tree.topk, "verify_tokens": tree.verify_tokens}
+    return {**shape, "depth": tree.depth, "tree_tokens": tree.tokens,
             "sibling_factor": tree.sibling_factor, "tau": tau, "expected_accepted_tokens": tau - 1.0,
             "chain_tau_same_depth": chain}
