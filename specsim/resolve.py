@@ -8,6 +8,7 @@ scenario file, so the CLI can print them and exit 2.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from specsim.cost.layout import ParallelLayout
@@ -96,6 +97,8 @@ def acceptance_model(sc: Scenario) -> DrafterAcceptance:
     if t_meas != sc.workload.temperature:
         a0 = float(temperature_alpha(acc.alpha0, sc.workload.temperature, t_meas))
         acc = DrafterAcceptance(acc.kind, a0, acc.decay, acc.concentration, acc.staleness, acc.update_every_steps)
+    if d.proposal_rate is not None:
+        acc = replace(acc, proposal_rate=d.proposal_rate)
     return acc
 
 
@@ -132,7 +135,8 @@ def resolve(sc: Scenario) -> World:
         prompt = length_distribution(w.prompt_tokens, "workload.prompt_tokens", base_dir)
         table = step_cost_table(model, arch if uses_drafter else None, hw, layout, r.max_batch, policy.ks,
                                 first_pass_q={k: acc.tau(k, tree=policy.tree_for(k)) for k in policy.ks if k},
-                                tree_branching=policy.tree.branching if policy.tree else None)
+                                tree_branching=policy.tree.branching if policy.tree else None,
+                                proposal_rate=acc.proposal_rate)
         trainer = training_layout(sc, model, hw)
     except SpecError as exc:
         raise ScenarioError(exc.where or file, exc.field, exc.value, f"must be {exc.allowed}") from None

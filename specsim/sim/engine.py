@@ -259,7 +259,7 @@ class FastEngine(FastState):
         return EngineResult(cfg.name, self.work.response_ids, admit_s, finish_s, tokens, self.preempt, t,
                             self.steps, self.sd_steps, self.seq_steps, self.sd_seq_steps, self.sd_tokens,
                             self.draft_passes, self.prefill_total, tl.as_arrays(), self.weighted_active,
-                            self.admit_version)
+                            self.admit_version, cfg.proposal_rate * self.sd_seq_steps)
 
     def run_closed(self) -> float:
         """`run` for a closed rollout (everything queued at 0, no scheduled events): the same
