@@ -8,7 +8,6 @@ scenario file, so the CLI can print them and exit 2.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from specsim.cost.layout import ParallelLayout
@@ -89,16 +88,16 @@ def acceptance_model(sc: Scenario) -> DrafterAcceptance:
     else:
         stale = Staleness(st.floor_alpha, st.rate_per_version or 0.0)
     if d.alpha is not None:
-        acc = DrafterAcceptance(d.kind, d.alpha, d.position_decay, conc, stale, d.update_every_steps)
+        acc = DrafterAcceptance(d.kind, d.alpha, d.position_decay, conc, stale, d.update_every_steps, d.proposal_rate)
     else:
         acc = DrafterAcceptance.from_tau(d.kind, tau_fresh, d.tau_at_k, decay=d.position_decay, concentration=conc,
-                                         staleness=stale, update_every_steps=d.update_every_steps)
+                                         staleness=stale, update_every_steps=d.update_every_steps,
+                                         proposal_rate=d.proposal_rate)
     t_meas = d.tau_temperature if d.tau_temperature is not None else sc.workload.temperature
     if t_meas != sc.workload.temperature:
         a0 = float(temperature_alpha(acc.alpha0, sc.workload.temperature, t_meas))
-        acc = DrafterAcceptance(acc.kind, a0, acc.decay, acc.concentration, acc.staleness, acc.update_every_steps)
-    if d.proposal_rate is not None:
-        acc = replace(acc, proposal_rate=d.proposal_rate)
+        acc = DrafterAcceptance(acc.kind, a0, acc.decay, acc.concentration, acc.staleness, acc.update_every_steps,
+                                acc.proposal_rate)
     return acc
 
 

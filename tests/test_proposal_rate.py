@@ -141,3 +141,19 @@ def test_scenario_override_reaches_the_world():
     assert w.acceptance.proposal_rate == 0.3
     assert w.acceptance.tau(3) == pytest.approx(2.05)
     assert w.acceptance.tokens_per_step(3) == pytest.approx(1 + 0.3 * 1.05)
+
+
+def test_heterogeneous_population_reports_configured_tau():
+    """With Beta-distributed α the conditional τ weights sequences by their steps, which depend
+    on p; the back-solve accounts for it, so the simulated vLLM-style τ still matches the
+    configured one (fast engine, fixed seed, within 3 %: 0.3 %/p of tokens-per-step noise)."""
+    acc = DrafterAcceptance.from_tau("ngram", 2.05, K, concentration=4.0, proposal_rate=0.1)
+    assert acc.tau(K) == pytest.approx(2.05, rel=1e-9)
+    assert DrafterAcceptance.from_tau("ngram", 2.05, K, concentration=4.0, proposal_rate=1.0).alpha0 != acc.alpha0
+    cfg = _cfg(0.1)
+    rng = np.random.default_rng(2)
+    work = make_work(9, groups=32, group_size=8, median=400)
+    work = replace(work, alphas=acc.sample_alphas(rng, len(work)))
+    res = run_fast(cfg, work, np.random.default_rng(3))
+    assert res.mean_accept_len == pytest.approx(2.05, rel=0.03)
+    assert res.tokens_per_seq_step == pytest.approx(acc.tokens_per_step(K), rel=0.01)

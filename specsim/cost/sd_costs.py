@@ -76,7 +76,7 @@ class SDCosts:
     sd_step_overhead_s: float = 1.0e-3
     sampler_passes: float = 3.0
     ngram_cpu_tokens_per_s: float = 1.0e9
-    ngram_request_overhead_s: float = 10e-6
+    ngram_request_overhead_s: float = 10 * 1e-6   # written so the µs round trip is exact
     cuda_graph_max_tokens: int = 512
     eager_layer_overhead_s: float = 20e-6
     sources: dict[str, str] = field(default_factory=dict, compare=False)

@@ -229,11 +229,11 @@ class DrafterAcceptance:
         kk = _k_int(tau_k, "drafter.tau_at_k", minimum=1)
         d = float(_decay_array(decay))
         c = _concentration(concentration)
-        a0 = mean_alpha_from_tau(tau, kk, d, c, "drafter.tau")
+        p = check_proposal_rate(drafter_kind(kind).proposal_rate if proposal_rate is None else proposal_rate)
+        a0 = mean_alpha_from_tau(tau, kk, d, c, "drafter.tau", p)
         if a0 >= 1.0:
             raise SpecError("drafter.tau", tau, f"< {_tau_scalar(1.0, kk, d):g} (that would need alpha = 1)")
-        return cls(kind, a0, d, c, staleness if staleness is not None else Staleness.never(), update_every_steps,
-                   proposal_rate)
+        return cls(kind, a0, d, c, staleness if staleness is not None else Staleness.never(), update_every_steps, p)
 
     def alpha_at_version(self, v):
         """Mean alpha after v policy versions without a drafter update (kinds that never go stale: alpha0)."""
@@ -268,7 +268,8 @@ class DrafterAcceptance:
         `tree` (workload.tree.TreeShape of depth k): the tau of drafting that tree instead of a chain.
         """
         kk = _k_int(k)
-        return reported_tau(float(self.alpha_at_step(step)), kk, self.decay, self.concentration, tree)
+        return reported_tau(float(self.alpha_at_step(step)), kk, self.decay, self.concentration, tree,
+                            self.proposal_rate)
 
     def tokens_per_step(self, k: int, step: int = 0, tree=None) -> float:
         """Tokens a running request emits per engine step at draft length k: 1 + p·(τ − 1), with p
