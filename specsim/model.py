@@ -155,7 +155,10 @@ class DrafterKind:
     pass). goes_stale: the policy drifts away from it; retrainable: online updates apply;
     requantized_at_sync: re-derived from the policy at every weight sync. layers / fusion_inputs /
     draft_vocab / weight_bits: architecture defaults (None where they do not apply);
-    plausible_max_tau: doctor heuristic (see the YAML's header).
+    plausible_max_tau: doctor heuristic (see the YAML's header). proposal_rate: p, the share of
+    request-steps that carry a draft (1 for model drafters; the n-gram proposer drafts only when
+    it finds a match, otherwise the request decodes one token): the tokens per request-step are
+    1 + p·(τ − 1) with τ vLLM's conditional mean acceptance length (see the YAML's header).
     """
 
     name: str
@@ -169,6 +172,8 @@ class DrafterKind:
     draft_vocab: int | None = None
     weight_bits: int | None = None
     plausible_max_tau: float | None = None
+    proposal_rate: float = 1.0
+    proposal_rate_source: str = "a model drafter proposes k tokens for every running request every step"
 
     @property
     def gpu_pass(self) -> bool:
@@ -184,8 +189,16 @@ def _drafter_registry() -> dict[str, DrafterKind]:
         kind = DrafterKind(name=name, **doc)
         if kind.cost_shape not in COST_SHAPES:
             raise SpecError(f"drafters.{name}.cost_shape", kind.cost_shape, f"one of {COST_SHAPES}", "catalog/drafters.yaml")
+        check_proposal_rate(kind.proposal_rate, f"drafters.{name}.proposal_rate", "catalog/drafters.yaml")
         out[name] = kind
     return out
+
+
+def check_proposal_rate(p, fld: str = "drafter.proposal_rate", where: str | None = None) -> float:
+    """A proposal rate p (share of request-steps with a draft) as a float in (0, 1], else SpecError."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < float(p) <= 1.0:
+        raise SpecError(fld, p, "a number in (0, 1]: the share of request-steps that carry a draft", where)
+    return float(p)
 
 
 def drafter_kind_names() -> tuple[str, ...]:

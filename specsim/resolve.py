@@ -105,15 +105,16 @@ def acceptance_model(sc: Scenario) -> DrafterAcceptance:
     else:
         stale = Staleness(st.floor_alpha, st.rate_per_version or 0.0)
     if d.alpha is not None:
-        acc = DrafterAcceptance(d.kind, d.alpha, d.position_decay, conc, stale, d.update_every_steps)
+        acc = DrafterAcceptance(d.kind, d.alpha, d.position_decay, conc, stale, d.update_every_steps, d.proposal_rate)
     else:
         acc = DrafterAcceptance.from_tau(d.kind, tau_fresh, d.tau_at_k, decay=d.position_decay, concentration=conc,
                                          staleness=stale, update_every_steps=d.update_every_steps,
-                                         tree=_tau_tree(sc))
+                                         tree=_tau_tree(sc), proposal_rate=d.proposal_rate)
     t_meas = d.tau_temperature if d.tau_temperature is not None else sc.workload.temperature
     if t_meas != sc.workload.temperature:
         a0 = float(temperature_alpha(acc.alpha0, sc.workload.temperature, t_meas))
-        acc = DrafterAcceptance(acc.kind, a0, acc.decay, acc.concentration, acc.staleness, acc.update_every_steps)
+        acc = DrafterAcceptance(acc.kind, a0, acc.decay, acc.concentration, acc.staleness, acc.update_every_steps,
+                                acc.proposal_rate)
     return acc
 
 
@@ -150,7 +151,7 @@ def resolve(sc: Scenario) -> World:
         prompt = length_distribution(w.prompt_tokens, "workload.prompt_tokens", base_dir)
         table = step_cost_table(model, arch if uses_drafter else None, hw, layout, r.max_batch, policy.ks,
                                 first_pass_q={k: acc.tau(k, tree=policy.tree_for(k)) for k in policy.ks if k},
-                                tree_branching=policy.tree)
+                                tree_branching=policy.tree, proposal_rate=acc.proposal_rate)
         trainer = training_layout(sc, model, hw)
     except SpecError as exc:
         raise ScenarioError(exc.where or file, exc.field, exc.value, f"must be {exc.allowed}") from None

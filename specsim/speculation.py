@@ -84,6 +84,7 @@ class PolicyContext:
     table: StepCostTable
     alpha_estimate: float
     position_decay: float = 1.0
+    proposal_rate: float = 1.0   # share of request-steps with a draft: tokens/step = 1 + p(τ − 1)
 
 
 def choose_k(policy: SDPolicy, ctx: PolicyContext, n_active: int, total_ctx_tokens: float) -> int:
@@ -98,6 +99,8 @@ def choose_k(policy: SDPolicy, ctx: PolicyContext, n_active: int, total_ctx_toke
     rows = np.array([ctx.table.index(int(k)) for k in ks])
     step_s = ctx.table.fixed_s[rows, n_active] + ctx.table.per_ctx_s[rows, n_active] * total_ctx_tokens
     tau = expected_tokens_per_verify(np.full(len(ks), ctx.alpha_estimate), ks, ctx.position_decay)
+    if ctx.proposal_rate != 1.0:
+        tau = 1.0 + ctx.proposal_rate * (tau - 1.0)
     return int(ks[int(np.argmax(tau / step_s))])
 
 

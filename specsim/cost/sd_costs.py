@@ -11,10 +11,20 @@ This module holds the rest, each term derived from the work it does:
   about ``sampler_passes`` streaming passes over B·(k+1)·V fp32 values (softmax read/write, the
   accept/resample read), plus the draft probabilities (B·k·V_draft fp32, one pass). Plain
   decoding pays the same for B rows (its sampler), so the two are priced alike.
-* the n-gram proposer (:func:`ngram_cpu_s_per_ctx_token`): vLLM's NgramProposer searches each
-  running sequence's whole token history (prompt + output, a KMP pass over the reversed ids) on
-  the CPU every step, before the verify pass can launch: t = Σ context / rate, affine in the
-  total context C like every other step term.
+* the n-gram proposer (:func:`ngram_cpu_s`): in vLLM 0.10-0.11 (the versions NeMo-RL ran)
+  gpu_model_runner's ``propose_ngram_draft_token_ids`` loops over the running requests in
+  Python ("# TODO(woosuk): Optimize."), skips requests with no sampled token or at the model
+  length, and calls ``NgramProposer.propose`` on each request's token ids; that is a numba KMP
+  pass over the reversed history (``while i < total_token``) which returns an empty array when
+  no n-gram of length in [min_n, max_n] matches, and the request then gets ``[]`` (no draft).
+  So every decoding request pays the search, found or not: a fixed per-request cost (the Python
+  iteration, slicing, the jitted call, ``tolist``) plus a per-context-token scan. It runs on the
+  CPU after sampling (it needs the sampled ids on the host) and before the next verify can
+  launch: sequential with the GPU, t = n · ngram_request_overhead_s + Σ context / rate, affine
+  in C like every other step term. Measured scale (vLLM PR #13365,
+  https://github.com/vllm-project/vllm/pull/13365): numba brought the cumulative proposer time
+  of a 5K-request ShareGPT run from 54.3 s to 1.9 s (~2.5 % of the run); no per-request
+  figure was published, so both coefficients below are labelled priors.
 * CUDA graphs (:func:`eager_overhead_s`): vLLM captures graphs for batches up to
   ``cuda_graph_max_tokens`` tokens (default capture sizes up to 512). A pass with more tokens
   runs eagerly and pays a launch overhead per layer that is not hidden; a verify pass of
@@ -54,6 +64,9 @@ class SDCosts:
       softmax read + write, accept/resample read).
     ngram_cpu_tokens_per_s: context tokens the CPU n-gram proposer searches per second (prior
       1e9: a numba-jitted KMP loop does about one compare per token per ns on one core).
+    ngram_request_overhead_s: fixed CPU time per running request per step of the n-gram
+      proposer (prior 10 µs: one Python loop iteration with a numpy slice, a numba dispatch and
+      a ``tolist``, each ~1-3 µs in CPython; vLLM 0.10-0.11 gpu_model_runner loop).
     cuda_graph_max_tokens: largest captured batch (vLLM default capture sizes end at 512).
     eager_layer_overhead_s: launch time per layer of a pass that runs eagerly (prior 20 µs:
       ~5-10 kernels of a decoder layer at a few µs of CPU launch each, not hidden behind
@@ -63,6 +76,7 @@ class SDCosts:
     sd_step_overhead_s: float = 1.0e-3
     sampler_passes: float = 3.0
     ngram_cpu_tokens_per_s: float = 1.0e9
+    ngram_request_overhead_s: float = 10 * 1e-6   # written so the µs round trip is exact
     cuda_graph_max_tokens: int = 512
     eager_layer_overhead_s: float = 20e-6
     sources: dict[str, str] = field(default_factory=dict, compare=False)
@@ -73,6 +87,7 @@ SD_COST_KEYS = {
     "sd_step_overhead_ms": ("sd_step_overhead_s", 1e-3),
     "sampler_passes": ("sampler_passes", 1.0),
     "ngram_cpu_tokens_per_s": ("ngram_cpu_tokens_per_s", 1.0),
+    "ngram_request_overhead_us": ("ngram_request_overhead_s", 1e-6),
     "cuda_graph_max_tokens": ("cuda_graph_max_tokens", 1.0),
     "eager_layer_overhead_us": ("eager_layer_overhead_s", 1e-6),
 }
@@ -123,6 +138,13 @@ def ngram_cpu_s_per_ctx_token(sd: SDCosts) -> float:
     """CPU seconds per context token per step of the n-gram proposer (it scans every running
     sequence's whole history each step): 1 / ngram_cpu_tokens_per_s."""
     return 1.0 / sd.ngram_cpu_tokens_per_s
+
+
+def ngram_cpu_s(n_seqs, sd: SDCosts):
+    """The n-gram proposer's fixed CPU seconds per step for n running requests (every request is
+    searched, whether a match is found or not): n · ngram_request_overhead_s. The per-context
+    term is :func:`ngram_cpu_s_per_ctx_token`."""
+    return np.asarray(n_seqs, dtype=float) * sd.ngram_request_overhead_s
 
 
 def eager_overhead_s(pass_tokens, layers: int, sd: SDCosts):

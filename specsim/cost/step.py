@@ -15,7 +15,7 @@ import numpy as np
 
 from specsim.cost.forward import PassCost, decode_cost, draft_cost, pass_cost, sampler_cost
 from specsim.cost.layout import ParallelLayout
-from specsim.cost.sd_costs import eager_overhead_s, ngram_cpu_s_per_ctx_token
+from specsim.cost.sd_costs import eager_overhead_s, ngram_cpu_s, ngram_cpu_s_per_ctx_token
 from specsim.hardware import HardwareSpec
 from specsim.model import DrafterArch, ModelSpec
 
@@ -23,26 +23,31 @@ __all__ = ["StepCostTable", "step_cost", "step_cost_table", "tree_step_cost"]
 
 
 def _sd_step(model: ModelSpec, drafter: DrafterArch, hw: HardwareSpec, layout: ParallelLayout, n: np.ndarray,
-             passes: list[tuple[float, float]], draft_tokens: float) -> PassCost:
-    """Draft passes (q, logits per sequence; the first is the fused one), one verify over
-    draft_tokens + 1 per sequence, rejection sampling, eager launches, the SD overheads."""
+             passes: list[tuple[float, float]], draft_tokens: float, proposal_rate: float = 1.0) -> PassCost:
+    """Draft passes (q, logits per sequence; the first is the fused one) for the n·p proposing
+    sequences, one verify over the actual query tokens n·(1 + p·draft_tokens) (a request without
+    a draft is verified with q = 1), rejection sampling over those rows, eager launches, the SD
+    overheads; an n-gram proposer searches all n requests (found or not)."""
     eff, sd = hw.efficiency, hw.sd_costs
     dp = layout.attn_dp
-    q_verify = draft_tokens + 1.0
+    p = float(proposal_rate)
+    drafted = draft_tokens if p == 1.0 else p * draft_tokens   # expected draft tokens per sequence
+    q_verify = drafted + 1.0
     cost = pass_cost(model, hw, layout, n, q_verify, q_verify)
     cost = cost.plus_overhead(eager_overhead_s(n * q_verify / dp, model.layers, sd))
     dm = drafter.model
     if dm is not None:
+        n_prop = n if p == 1.0 else n * p
         for i, (q, logits) in enumerate(passes):
-            one = draft_cost(drafter, hw, layout, n, q, first=(i == 0), logits_per_seq=logits)
-            cost = cost + one.plus_overhead(eager_overhead_s(n * q / dp, dm.layers, sd))
-        cost = cost + sampler_cost(model, hw, n, q_verify, draft_tokens, dm.vocab)
+            one = draft_cost(drafter, hw, layout, n_prop, q, first=(i == 0), logits_per_seq=logits)
+            cost = cost + one.plus_overhead(eager_overhead_s(n_prop * q / dp, dm.layers, sd))
+        cost = cost + sampler_cost(model, hw, n, q_verify, drafted, dm.vocab)
         cost = cost.plus_overhead(len(passes) * eff.draft_overhead_s)
     else:
         cost = cost + sampler_cost(model, hw, n, q_verify)
         cpu = ngram_cpu_s_per_ctx_token(sd)
         cost = PassCost(cost.fixed_s, cost.per_ctx_token_s + cpu, cost.compute_s, cost.memory_s, cost.comm_s,
-                        cost._ctx_compute, cost._ctx_memory)
+                        cost._ctx_compute, cost._ctx_memory).plus_overhead(ngram_cpu_s(n, sd))
     return cost.plus_overhead(sd.sd_step_overhead_s + eff.step_overhead_s + eff.per_seq_overhead_s * n)
 
 
@@ -54,7 +59,7 @@ def _first_q(first_pass_q, most: float) -> float:
 
 
 def step_cost(model: ModelSpec, drafter: DrafterArch | None, hw: HardwareSpec, layout: ParallelLayout,
-              n_seqs, k: int, first_pass_q: float | None = None) -> PassCost:
+              n_seqs, k: int, first_pass_q: float | None = None, proposal_rate: float = 1.0) -> PassCost:
     """One engine step for a batch of n sequences, as vLLM runs it, plus the fixed step overhead
     and a per-sequence overhead (efficiency block).
 
@@ -64,7 +69,10 @@ def step_cost(model: ModelSpec, drafter: DrafterArch | None, hw: HardwareSpec, l
     over k+1 tokens + rejection sampling over n·(k+1) full-vocabulary rows + eager launches for
     any pass over more tokens than the largest captured graph + the two fittable SD overheads
     (k·draft_overhead_s, sd_step_overhead_s) + for an n-gram drafter its CPU proposer,
-    Σ context / ngram_cpu_tokens_per_s. Draft passes are priced at the verify's context (the
+    n·ngram_request_overhead_s + Σ context / ngram_cpu_tokens_per_s. `proposal_rate` p: only a
+    share p of the sequences carries a draft (n-gram: a match was found); the verify is priced
+    on its expected query tokens n·(1 + p·k), the draft passes on n·p sequences (the step time
+    at the expected proposing count; both engines use it). Draft passes are priced at the verify's context (the
     +j·n tokens drafted so far are a second-order term). Sources: cost/sd_costs.py.
     """
     n = np.asarray(n_seqs, dtype=float)
@@ -74,7 +82,7 @@ def step_cost(model: ModelSpec, drafter: DrafterArch | None, hw: HardwareSpec, l
         cost = cost.plus_overhead(eager_overhead_s(n / layout.attn_dp, model.layers, sd))
         return cost.plus_overhead(eff.step_overhead_s + eff.per_seq_overhead_s * n)
     q1 = _first_q(first_pass_q, k + 1.0)
-    return _sd_step(model, drafter, hw, layout, n, [(q1, 1.0)] + [(1.0, 1.0)] * (k - 1), float(k))
+    return _sd_step(model, drafter, hw, layout, n, [(q1, 1.0)] + [(1.0, 1.0)] * (k - 1), float(k), proposal_rate)
 
 
 def tree_step_cost(model: ModelSpec, drafter: DrafterArch, hw: HardwareSpec, layout: ParallelLayout,
@@ -128,11 +136,11 @@ class StepCostTable:
 
 def step_cost_table(model: ModelSpec, drafter: DrafterArch | None, hw: HardwareSpec, layout: ParallelLayout,
                     max_batch: int, ks, first_pass_q: dict[int, float] | None = None,
-                    tree_branching=None) -> StepCostTable:
+                    tree_branching=None, proposal_rate: float = 1.0) -> StepCostTable:
     """The table for every k in `ks` (and 0). `first_pass_q[k]`: tokens per sequence of the first
     draft pass at draft length k (the expected tokens emitted per step, τ at k; default 1).
     `tree_branching` (b_1..b_D, or a tree object, see `tree_step_cost`): the row k = D prices that
-    tree instead of a chain."""
+    tree instead of a chain. `proposal_rate`: the share of request-steps with a draft (`step_cost`)."""
     ks = tuple(sorted({int(k) for k in ks} | {0}))
     q1 = first_pass_q or {}
     if hasattr(tree_branching, "branching"):  # a workload.tree.TreeShape
@@ -149,7 +157,7 @@ def step_cost_table(model: ModelSpec, drafter: DrafterArch | None, hw: HardwareS
         if tree is not None and k == depth and drafter is not None:
             c = tree_step_cost(model, drafter, hw, layout, n[1:], tree, q1.get(k))
         else:
-            c = step_cost(model, drafter, hw, layout, n[1:], k, q1.get(k))
+            c = step_cost(model, drafter, hw, layout, n[1:], k, q1.get(k), proposal_rate)
         fixed[i, 1:] = c.fixed_s
         per_ctx[i, 1:] = c.per_ctx_token_s
     return StepCostTable(ks, fixed, per_ctx)

@@ -157,6 +157,9 @@ class DrafterSection(Strict):
     update_token_fraction: float = Field(default=1.0, gt=0, le=1)
     draft_vocab: int | None = Field(default=None, ge=1, le=10**7)
     draft_ffn: int | None = Field(default=None, ge=1, le=10**7)
+    proposal_rate: float | None = Field(default=None, gt=0, le=1, description=(
+        "share of request-steps that carry a draft (default: the kind's, catalog/drafters.yaml; "
+        "tau is conditional on a draft, as vLLM reports it)"))
 
     @model_validator(mode="after")
     def _acceptance_given(self):

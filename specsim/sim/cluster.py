@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import stats
 
-from specsim.sim.common import EngineConfig, EngineResult, EngineWork
+from specsim.sim.common import EngineConfig, EngineResult, EngineWork, conditional_tau
 from specsim.sim.engine import run_fast
 from specsim.sim.reference import run_reference
 from specsim.speculation import PolicyContext, SDPolicy
@@ -112,9 +112,17 @@ class GenerationResult:
 
     @property
     def mean_accept_len(self) -> float:
+        """vLLM's mean acceptance length over all engines (conditional on a draft, sim/common.py)."""
         num = sum(e.sd_tokens for e in self.engines)
         den = sum(e.sd_seq_steps for e in self.engines)
-        return num / den if den else float("nan")
+        drafts = [e.draft_seq_steps for e in self.engines]
+        return conditional_tau(num, den, None if any(d is None for d in drafts) else sum(drafts))
+
+    @property
+    def tokens_per_seq_step(self) -> float:
+        """Effective tokens per request-step under SD, 1 + p·(τ − 1), over all engines."""
+        den = sum(e.sd_seq_steps for e in self.engines)
+        return sum(e.sd_tokens for e in self.engines) / den if den else float("nan")
 
     @property
     def mean_active_batch(self) -> float:
@@ -147,10 +155,11 @@ def engine_config(world: World, name: str, mean_alpha: float, policy: SDPolicy |
     pol = policy or world.policy
     return EngineConfig(
         name=name, table=world.table, policy=pol,
-        policy_ctx=PolicyContext(world.table, mean_alpha, world.acceptance.decay),
+        policy_ctx=PolicyContext(world.table, mean_alpha, world.acceptance.decay, world.acceptance.proposal_rate),
         max_batch=world.rollout.max_batch, kv_capacity_tokens=world.kv_capacity_tokens,
         block_tokens=world.rollout.kv_block_tokens, prefill_batches_s=world.prefill_fn(),
-        position_decay=world.acceptance.decay, record_timeline=record_timeline)
+        position_decay=world.acceptance.decay, record_timeline=record_timeline,
+        proposal_rate=world.acceptance.proposal_rate)
 
 
 def simulate_generation(world: World, draw: StepDraw, versions_since_update: float = 0.0, *,
@@ -187,5 +196,6 @@ def with_policy(world: World, policy: SDPolicy) -> World:
     from specsim.cost.step import step_cost_table
     ks = tuple(sorted(set(world.table.ks) | set(policy.ks)))
     table = world.table if ks == world.table.ks else step_cost_table(
-        world.model, world.drafter, world.hw, world.layout, world.rollout.max_batch, ks)
+        world.model, world.drafter, world.hw, world.layout, world.rollout.max_batch, ks,
+        proposal_rate=world.acceptance.proposal_rate)
     return replace(world, policy=policy, table=table)

@@ -12,7 +12,16 @@ Semantics both engines implement (docs/design.md "Engine"):
   k+1 token slots per sequence; if the blocks do not fit, the most recently admitted response
   is preempted (repeat until they do);
 * a step costs table.fixed_s[k, n] + table.per_ctx_s[k, n] · Σ context; each sequence emits
-  1 + accepted tokens (k = 0: exactly 1), never more than it has left.
+  1 + accepted tokens (k = 0: exactly 1), never more than it has left;
+* proposal rate p (`EngineConfig.proposal_rate`): at a step with k > 0 each sequence carries a
+  draft with probability p, independently per request-step (vLLM's n-gram proposer returns no
+  draft when it finds no match); one without a draft emits exactly 1 token. So the tokens per
+  request-step are 1 + p·(τ − 1), and the mean acceptance length the engines report is vLLM's,
+  conditional on a draft: 1 + accepted / (request-steps with a draft) (vLLM
+  v1/spec_decode/metrics.py: `mean_acceptance_length = 1 + (num_accepted_tokens / num_drafts)`,
+  with `num_drafts` counted by `observe_draft`, which the scheduler calls only
+  `if scheduled_spec_token_ids:`). The step is priced at the expected query tokens
+  (cost/step.py), so the engines differ from a per-step pricing only by Jensen's gap.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ class EngineConfig:
     position_decay: float = 1.0
     record_timeline: bool = True
     watermark: float = 0.01
+    proposal_rate: float = 1.0
 
     @property
     def capacity_blocks(self) -> int:
@@ -150,6 +160,7 @@ class EngineResult:
     timeline: dict[str, np.ndarray]
     weighted_active: float = 0.0
     admit_version: np.ndarray | None = None   # policy version each response was admitted under
+    draft_seq_steps: float | None = None      # request-steps that carried a draft (None: all SD ones)
 
     @property
     def total_tokens(self) -> int:
@@ -157,13 +168,31 @@ class EngineResult:
 
     @property
     def mean_accept_len(self) -> float:
-        """τ: tokens emitted per sequence per verify step, over SD steps (nan without SD)."""
+        """τ as vLLM reports it: 1 + accepted tokens / request-steps that carried a draft (nan
+        without SD); with every request-step drafting, tokens per sequence per verify step."""
+        return conditional_tau(self.sd_tokens, self.sd_seq_steps, self.draft_seq_steps)
+
+    @property
+    def tokens_per_seq_step(self) -> float:
+        """Effective tokens per request-step under SD, 1 + p·(τ − 1) (nan without SD)."""
         return self.sd_tokens / self.sd_seq_steps if self.sd_seq_steps > 0 else float("nan")
 
     @property
     def mean_active_batch(self) -> float:
         """Time-weighted mean active batch."""
         return self.weighted_active / self.rollout_s if self.rollout_s > 0 else 0.0
+
+
+def conditional_tau(sd_tokens: float, sd_seq_steps: float, draft_seq_steps: float | None) -> float:
+    """vLLM's mean acceptance length from SD counters: every SD request-step emits 1 + accepted,
+    so accepted = sd_tokens − sd_seq_steps, over the request-steps that carried a draft."""
+    if sd_seq_steps <= 0:
+        return float("nan")
+    if draft_seq_steps is None or draft_seq_steps == sd_seq_steps:
+        return sd_tokens / sd_seq_steps
+    if draft_seq_steps <= 0:
+        return float("nan")
+    return 1.0 + (sd_tokens - sd_seq_steps) / draft_seq_steps
 
 
 def check_result(res: EngineResult, work: EngineWork, cfg: EngineConfig) -> None:

@@ -22,8 +22,11 @@ error against the reference engine (rollout time within 1 %, identical tokens).
 
 Accounting. Tokens are counted, not copied: each response's emitted tokens are the sum of its
 progress over every stint (fluid progress when it is re-keyed or preempted, the rest of its
-length at its drawn finishing step, minus the fraction a preemption discards), and τ is those
-tokens over the verify steps the engine actually ran (Σ active · steps under SD). `check_result`
+length at its drawn finishing step, minus the fraction a preemption discards), and the tokens per
+request-step are those tokens over the verify steps the engine actually ran (Σ active · steps
+under SD). With a proposal rate p < 1 (sim/common.py) the law of X is the mixture
+p·(draft law) + (1 − p)·δ₁ (fastlaw.step_law) and the request-steps with a draft are p · the SD
+request-steps in expectation, which gives the conditional τ vLLM reports. `check_result`
 then compares emitted with drawn lengths, so a lost or double-counted stint fails the run.
 
 Continuous generation (sim/stream.py). `FastEngine` keeps its state between `run` calls: work
@@ -259,7 +262,7 @@ class FastEngine(FastState):
         return EngineResult(cfg.name, self.work.response_ids, admit_s, finish_s, tokens, self.preempt, t,
                             self.steps, self.sd_steps, self.seq_steps, self.sd_seq_steps, self.sd_tokens,
                             self.draft_passes, self.prefill_total, tl.as_arrays(), self.weighted_active,
-                            self.admit_version)
+                            self.admit_version, cfg.proposal_rate * self.sd_seq_steps)
 
     def run_closed(self) -> float:
         """`run` for a closed rollout (everything queued at 0, no scheduled events): the same

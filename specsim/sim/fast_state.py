@@ -112,7 +112,8 @@ class FastState:
     # ---------------------------------------------------------------- steps-to-finish laws
     def law(self, kk: int) -> StepLaw:
         if kk not in self.laws:
-            self.laws[kk] = step_law(self.alphas, kk, self.cfg.position_decay, self.cfg.policy.tree_for(kk))
+            self.laws[kk] = step_law(self.alphas, kk, self.cfg.position_decay, self.cfg.policy.tree_for(kk),
+                                     self.cfg.proposal_rate)
         return self.laws[kk]
 
     def scalar_law(self, kk: int) -> tuple[list, ...]:

@@ -25,12 +25,18 @@ class StepLaw:
     skew1: np.ndarray
 
 
-def step_law(alphas: np.ndarray, k: int, decay: float, tree=None) -> StepLaw:
+def step_law(alphas: np.ndarray, k: int, decay: float, tree=None, proposal_rate: float = 1.0) -> StepLaw:
+    """The law of the tokens X a sequence emits per step at draft length k. With proposal rate
+    p < 1 a request-step carries a draft with probability p (else X = 1): the pmf is the mixture
+    p·pmf_draft + (1 − p)·δ_1, so E[X] = 1 + p·(τ − 1) (τ the per-sequence conditional mean)."""
     if k == 0:
         one = np.ones_like(alphas, dtype=float)
         zero = np.zeros_like(one)
         return StepLaw(one, one, zero, zero, zero)
     pmf = tokens_per_verify_pmf(alphas, k, decay, tree=tree)
+    if proposal_rate != 1.0:
+        pmf = proposal_rate * pmf
+        pmf[..., 0] += 1.0 - proposal_rate
     x = np.arange(1, k + 2, dtype=float)
     mu = pmf @ x
     dev = x[None, :] - mu[:, None]

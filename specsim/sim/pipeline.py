@@ -72,7 +72,7 @@ class StepRecord:
     step_end_s: float             # this step's training incl. weight sync and drafter update completes
     step_s: float                 # step_end_s − previous step_end_s (first: step_end_s)
     exposed_generation_s: float   # the time the trainer waited for this step's rollouts (sync: all of generation)
-    tau: float                    # measured tokens per sequence per verify step (nan without SD)
+    tau: float                    # measured mean acceptance length as vLLM reports it (conditional on a draft; nan without SD)
     mean_alpha: float
     versions_since_update: float
     tokens: int
@@ -82,6 +82,7 @@ class StepRecord:
     gen_window_s: float = 0.0     # pool time on this step: sync generation_s; async max(F_≤j) − max(F_<j) (finishes)
     mean_policy_age: float = 0.0  # mean over the step's trajectories of (step − version that started it)
     max_policy_age: float = 0.0
+    tokens_per_step: float = float("nan")  # effective tokens per request-step under SD, 1 + p·(τ − 1)
 
     @property
     def training_side_s(self) -> float:
@@ -253,6 +254,7 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
                 gens[i] = g
                 rows[i].update(policy_version=version, versions_since_update=vsu_of(version),
                                generation_s=g.rollout_s, tau=g.mean_accept_len, mean_alpha=g.mean_alpha,
+                               tokens_per_step=g.tokens_per_seq_step,
                                tokens=g.total_tokens, verify_steps=g.verify_steps,
                                mean_active_batch=g.mean_active_batch, rollout_gpu_s=g.gpu_seconds,
                                gen_window_s=g.rollout_s, mean_policy_age=0.0, max_policy_age=0.0)
@@ -282,7 +284,7 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
                 rows[j].update(gen_start_s=released[j], gen_end_s=f, generation_s=f - released[j], gen_window_s=window,
                                policy_version=int(ver.min()), versions_since_update=float(vsu.mean()),
                                mean_policy_age=float(np.mean(j - ver)), max_policy_age=float(np.max(j - ver)),
-                               tau=stream.step_tau(j),
+                               tau=stream.step_tau(j), tokens_per_step=stream.step_tokens_per_seq_step(j),
                                mean_alpha=float(np.mean(acc.alpha_at_version(vsu))),
                                tokens=int(draws[j].response_tokens.sum()), verify_steps=d["sd_steps"],
                                mean_active_batch=d["weighted_active"] / (window * world.engines) if window > 0 else 0.0,

@@ -2,7 +2,9 @@
 
 It implements the semantics in sim/common.py literally: block-granular KV, admission at step
 boundaries, recompute preemption of the newest response, per-step sampling of accepted draft
-tokens for every sequence.
+tokens for every sequence; with a proposal rate p < 1, one Bernoulli(p) draw per sequence per
+SD step decides whether it carries a draft (else it emits one token), counted as vLLM counts
+`num_drafts`.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class ReferenceEngine:
         self.tl = Timeline()
         self.t = 0.0
         self.steps = self.sd_steps = self.seq_steps = self.sd_seq_steps = self.sd_tokens = self.draft_passes = 0
+        self.draft_seq_steps = 0
         self.prefill_total = self.weighted_active = 0.0
         self.k = 0
         self.batch_changed = True
@@ -183,6 +186,12 @@ class ReferenceEngine:
         dt = cfg.table.step_s(k, nb, float((P[idx] + gen[idx]).sum()))
         if k > 0:
             emitted = sample_tokens_per_verify(self.rng, self.alphas[idx], k, cfg.position_decay, cfg.policy.tree_for(k))
+            if cfg.proposal_rate < 1.0:   # a request-step without a draft decodes one token
+                proposes = self.rng.random(nb) < cfg.proposal_rate
+                emitted = np.where(proposes, emitted, 1)
+                self.draft_seq_steps += int(proposes.sum())
+            else:
+                self.draft_seq_steps += nb
         else:
             emitted = np.ones(nb, dtype=np.int64)
         emitted = np.minimum(emitted, L[idx] - gen[idx])
@@ -219,7 +228,7 @@ class ReferenceEngine:
         return EngineResult(self.cfg.name, self.work.response_ids, self.admit_s, self.finish_s, self.gen.copy(),
                             self.preempt, self.t, self.steps, self.sd_steps, self.seq_steps, self.sd_seq_steps,
                             self.sd_tokens, self.draft_passes, self.prefill_total, self.tl.as_arrays(),
-                            self.weighted_active, self.admit_version)
+                            self.weighted_active, self.admit_version, float(self.draft_seq_steps))
 
 
 def run_reference(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator, max_steps: int = 50_000_000) -> EngineResult:

@@ -32,7 +32,7 @@ from dataclasses import replace
 import numpy as np
 
 from specsim.sim.cluster import StepDraw, dispatch, engine_config, sequence_alpha_fn
-from specsim.sim.common import EngineResult, EngineWork
+from specsim.sim.common import EngineResult, EngineWork, conditional_tau
 from specsim.sim.engine import FastEngine
 from specsim.sim.fastlaw import StepLaw, step_law
 from specsim.sim.reference import ReferenceEngine
@@ -102,7 +102,8 @@ class StreamCluster:
         laws = {}
         if self.fast:
             pol = self.world.policy
-            laws = {k: step_law(alphas, k, self.world.acceptance.decay, pol.tree_for(k)) for k in pol.ks}
+            laws = {k: step_law(alphas, k, self.world.acceptance.decay, pol.tree_for(k),
+                                self.world.acceptance.proposal_rate) for k in pol.ks}
         offsets = np.cumsum([0] + [len(x) for x in tails])
         for eng, lo, a, b in zip(self.engines, los, offsets[:-1], offsets[1:]):
             part = {k: StepLaw(*(x[a:b] for x in (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1)))
@@ -148,7 +149,14 @@ class StreamCluster:
         return np.concatenate([e.admit_version[r[j]:r[j + 1]] for e, r in zip(self.engines, self.ranges)])
 
     def step_tau(self, j: int) -> float:
-        """τ of step j's trajectories: their tokens emitted under SD over their verify steps."""
+        """τ of step j's trajectories as vLLM reports it: 1 + accepted / request-steps with a draft,
+        the latter p · their verify steps (sim/common.py; p = 1: tokens over verify steps)."""
+        tok = sum(float(e.seq_sd_tokens[r[j]:r[j + 1]].sum()) for e, r in zip(self.engines, self.ranges))
+        steps = sum(float(e.seq_sd_steps[r[j]:r[j + 1]].sum()) for e, r in zip(self.engines, self.ranges))
+        return conditional_tau(tok, steps, self.world.acceptance.proposal_rate * steps)
+
+    def step_tokens_per_seq_step(self, j: int) -> float:
+        """Effective tokens per request-step of step j's trajectories under SD, 1 + p·(τ − 1)."""
         tok = sum(float(e.seq_sd_tokens[r[j]:r[j + 1]].sum()) for e, r in zip(self.engines, self.ranges))
         steps = sum(float(e.seq_sd_steps[r[j]:r[j + 1]].sum()) for e, r in zip(self.engines, self.ranges))
         return tok / steps if steps > 0 else float("nan")

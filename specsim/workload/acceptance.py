@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specsim.errors import SpecError
-from specsim.model import drafter_kind
+from specsim.model import check_proposal_rate, drafter_kind
 from specsim.workload.acceptance_math import (
     _alpha_array,
     _concentration,
@@ -178,7 +178,11 @@ class DrafterAcceptance:
     given (a kind that cannot go stale rejects them: nothing is silently dropped). alpha0: mean per-token acceptance of a freshly trained drafter at the
     scenario's temperature. decay: position decay d. concentration: Beta heterogeneity over
     sequences (None = homogeneous). staleness: drift per policy version. update_every_steps I:
-    online drafter updates every I RL steps reset v to 0 (0 = never updated).
+    online drafter updates every I RL steps reset v to 0 (0 = never updated). proposal_rate p:
+    the share of request-steps that carry a draft (None: the registry default of the kind; 1 for
+    model drafters). A request-step without a draft decodes one token; with one, it emits
+    1 + accepted with the acceptance above, so the tokens per request-step are 1 + p·(τ − 1)
+    while `tau` stays the conditional τ vLLM reports (1 + accepted / num_drafts).
     """
 
     kind: str
@@ -187,10 +191,13 @@ class DrafterAcceptance:
     concentration: float | None = None
     staleness: Staleness = field(default_factory=Staleness.never)
     update_every_steps: int = 0
+    proposal_rate: float | None = None
 
     def __post_init__(self) -> None:
         put = object.__setattr__
         spec = drafter_kind(self.kind)
+        p = spec.proposal_rate if self.proposal_rate is None else self.proposal_rate
+        put(self, "proposal_rate", check_proposal_rate(p))
         put(self, "alpha0", float(_alpha_array(self.alpha0, "drafter.alpha", closed=False)))
         put(self, "decay", float(_decay_array(self.decay)))
         put(self, "concentration", _concentration(self.concentration))
@@ -212,7 +219,8 @@ class DrafterAcceptance:
 
     @classmethod
     def from_tau(cls, kind: str, tau: float, tau_k: int, *, decay: float = 1.0, concentration=None,
-                 staleness: Staleness | None = None, update_every_steps: int = 0, tree=None) -> DrafterAcceptance:
+                 staleness: Staleness | None = None, update_every_steps: int = 0, tree=None,
+                 proposal_rate: float | None = None) -> DrafterAcceptance:
         """A drafter whose fresh tau (see :meth:`tau`) at draft length ``tau_k`` is ``tau``.
 
         alpha0 is back-solved (brentq) for the given decay and heterogeneity; tau must be in
@@ -222,10 +230,11 @@ class DrafterAcceptance:
         kk = _k_int(tau_k, "drafter.tau_at_k", minimum=1)
         d = float(_decay_array(decay))
         c = _concentration(concentration)
-        a0 = mean_alpha_from_tau(tau, kk, d, c, "drafter.tau", tree)
+        p = check_proposal_rate(drafter_kind(kind).proposal_rate if proposal_rate is None else proposal_rate)
+        a0 = mean_alpha_from_tau(tau, kk, d, c, "drafter.tau", tree, p)
         if a0 >= 1.0:
             raise SpecError("drafter.tau", tau, f"< {_tau_scalar(1.0, kk, d):g} (that would need alpha = 1)")
-        return cls(kind, a0, d, c, staleness if staleness is not None else Staleness.never(), update_every_steps)
+        return cls(kind, a0, d, c, staleness if staleness is not None else Staleness.never(), update_every_steps, p)
 
     def alpha_at_version(self, v):
         """Mean alpha after v policy versions without a drafter update (kinds that never go stale: alpha0)."""
@@ -260,7 +269,15 @@ class DrafterAcceptance:
         `tree` (workload.tree.TreeShape of depth k): the tau of drafting that tree instead of a chain.
         """
         kk = _k_int(k)
-        return reported_tau(float(self.alpha_at_step(step)), kk, self.decay, self.concentration, tree)
+        return reported_tau(float(self.alpha_at_step(step)), kk, self.decay, self.concentration, tree,
+                            self.proposal_rate)
+
+    def tokens_per_step(self, k: int, step: int = 0, tree=None) -> float:
+        """Tokens a running request emits per engine step at draft length k: 1 + p·(τ − 1), with p
+        the proposal rate and τ = :meth:`tau` (conditional on a draft). k = 0: 1."""
+        if _k_int(k) == 0:
+            return 1.0
+        return 1.0 + self.proposal_rate * (self.tau(k, step, tree) - 1.0)
 
     def sample_alphas(self, rng: np.random.Generator, n: int, step: int = 0) -> np.ndarray:
         """Per-sequence alphas (n,) at RL step ``step``: Beta around alpha_at_step(step)."""

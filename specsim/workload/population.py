@@ -65,13 +65,21 @@ def beta_nodes(m: float, c: float | None) -> tuple[np.ndarray, np.ndarray]:
     return np.clip(x, 0.0, 1.0), w
 
 
-def reported_tau(m: float, k: int, d: float = 1.0, c: float | None = None, tree=None) -> float:
+def reported_tau(m: float, k: int, d: float = 1.0, c: float | None = None, tree=None, p: float = 1.0) -> float:
     """tau an engine reports (ratio of sums, per-verify-step weighting): 1 / E[1 / tau(alpha)].
 
     `tree` (a workload.tree.TreeShape of depth k): per-sequence tau is the tree's expected
-    accepted length + 1 instead of the chain's."""
+    accepted length + 1 instead of the chain's. `p` < 1 (proposal rate: a share p of the
+    request-steps carries a draft): vLLM reports 1 + accepted / drafts, and a sequence of length
+    L runs L / (1 + p(tau_i − 1)) steps, p of them with a draft, so
+    tau = 1 + E[(tau_i − 1) / s_i] / E[1 / s_i] with s_i = 1 + p(tau_i − 1) (p = 1: 1 / E[1/tau_i])."""
     if k == 0:
         return 1.0
+    if p != 1.0:
+        x, w = beta_nodes(m, c)
+        t = np.atleast_1d(tree_expected_tokens(x, tree, d) if tree is not None else expected_tokens_per_verify(x, k, d))
+        s_i = 1.0 + p * (t - 1.0)
+        return float(1.0 + np.sum(w * (t - 1.0) / s_i) / np.sum(w / s_i))
     x, w = beta_nodes(m, c)
     if tree is not None:
         if tree.depth != k:
@@ -88,12 +96,14 @@ def plain_mean_tau(m: float, k: int, d: float = 1.0, c: float | None = None) -> 
     return float(np.sum(w * expected_tokens_per_verify(x, k, d)))
 
 
-def mean_alpha_from_tau(tau, k: int, d: float, c: float | None, fld: str = "drafter.tau", tree=None) -> float:
+def mean_alpha_from_tau(tau, k: int, d: float, c: float | None, fld: str = "drafter.tau", tree=None,
+                        p: float = 1.0) -> float:
     """Mean alpha m whose population reports ``tau`` (see :func:`reported_tau`) at draft length k.
 
     reported_tau is strictly increasing in m for a fixed concentration, so scipy's brentq finds
     the root on [0, 1]. Homogeneous (c None): :func:`alpha_from_tau`. `tree` (depth k): ``tau``
-    was measured drafting that tree (e.g. SGLang's beam tree), so m solves the tree's tau.
+    was measured drafting that tree (e.g. SGLang's beam tree), so m solves the tree's tau. `p`: the
+    proposal rate the tau was reported under (a homogeneous population does not depend on it).
     """
     if tree is not None:
         t = float(tau)
@@ -111,7 +121,7 @@ def mean_alpha_from_tau(tau, k: int, d: float, c: float | None, fld: str = "draf
         return 0.0
     if t == tau_max:
         return 1.0
-    return float(optimize.brentq(lambda x: reported_tau(x, k, d, c) - t, 0.0, 1.0,
+    return float(optimize.brentq(lambda x: reported_tau(x, k, d, c, p=p) - t, 0.0, 1.0,
                                  xtol=1e-15, rtol=_EPS_RTOL, maxiter=500))
 
 
