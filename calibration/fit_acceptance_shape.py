@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from specsim.workload.population import (  # noqa: E402
+from specsim.workload.population import (
     mean_alpha_from_tau,
     reported_position_rates,
     reported_tau,
