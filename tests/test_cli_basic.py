@@ -117,7 +117,9 @@ def test_check_json_with_override():
 
 
 def test_check_warns_without_failing():
+    # tau 7 at k = 10 needs no position decay (the scenario's fitted d = 0.94 caps tau(10) near 6)
     out = ok("check", SCENARIO, "--set", "speculation.k=10", "--set", "drafter.tau_at_k=10", "--set", "drafter.tau=7",
+             "--set", "drafter.position_decay=1",
              "--set", "pipeline.mode=async", "--set", "training.gpus=8", "--set", "pipeline.policy_lag=9",
              "--set", "rollout.gpu_memory_utilization=0.22")
     assert out.startswith("OK")

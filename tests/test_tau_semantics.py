@@ -96,3 +96,21 @@ def test_tau_after_and_general_tau_mean_the_reported_tau_too():
     assert acc.tau(3, 50) == pytest.approx(2.2, abs=1e-9)
     stale = DrafterAcceptance("eagle3", float(acc.alpha_at_step(50)), concentration=4.0)
     assert _measured_tau(stale, 3) == pytest.approx(2.2, rel=0.01)
+
+
+@pytest.mark.parametrize("scenario", ["8b_rl_think_sync.yaml", "8b_rl_zero_sync.yaml"])
+@pytest.mark.parametrize("k_off", [0, 2])
+def test_fitted_eagle3_shape_keeps_configured_tau(scenario, k_off):
+    """Under the shape fitted by calibration/fit_acceptance_shape.py (heterogeneity and position
+    decay as the scenario carries them), the reference engine's ratio-of-sums tau equals the
+    configured tau at tau_at_k, and the model's tau at k = tau_at_k + 2, within 1 %."""
+    from specsim.resolve import acceptance_model
+    from specsim.scenario import load_scenario
+
+    sc = load_scenario(ROOT / "scenarios" / scenario)
+    acc = acceptance_model(sc)
+    assert acc.decay < 1.0 and acc.concentration is not None  # the fitted shape, not the old default
+    k = sc.drafter.tau_at_k + k_off
+    if k_off == 0:
+        assert acc.tau(k) == pytest.approx(sc.drafter.tau, abs=1e-9)
+    assert _measured_tau(acc, k) == pytest.approx(acc.tau(k), rel=0.01)

@@ -18,11 +18,14 @@ reported value, so the mean alpha is back-solved from it (:func:`mean_alpha_from
 alpha_i ~ Beta(m c, (1 - m) c) (mean m, concentration c; None = every sequence has m). The
 expectation is taken by Gauss-Jacobi quadrature (64 nodes, exact for polynomials of degree 127;
 1/tau is analytic on [0, 1], so it converges geometrically); for extreme Beta shapes (a shape
-parameter below 1e-3 or above 1e4, where the Jacobi recurrence over/underflows) by
+parameter below 1e-3 or above 1e4, or a + b of several thousand, where the Jacobi recurrence
+over/underflows) by
 Gauss-Legendre quadrature over the quantile function, the way the cluster draws alphas.
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
 
 import numpy as np
 from scipy import optimize, special, stats
@@ -40,10 +43,27 @@ from specsim.workload.acceptance_math import (
 )
 from specsim.workload.tree import tree_expected_tokens
 
-__all__ = ["beta_nodes", "mean_alpha_from_tau", "plain_mean_tau", "reported_tau", "sample_sequence_alphas"]
+__all__ = [
+    "beta_nodes",
+    "mean_alpha_from_tau",
+    "plain_mean_tau",
+    "reported_position_rates",
+    "reported_tau",
+    "reported_taus",
+    "sample_sequence_alphas",
+]
 
 _JACOBI_NODES = 64
 _LEGENDRE_NODES = 256
+
+
+@lru_cache(maxsize=1)
+def _legendre() -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Legendre nodes on [-1, 1] (cached: an eigenvalue problem of size 256, ~10 ms)."""
+    u, w = np.polynomial.legendre.leggauss(_LEGENDRE_NODES)
+    u.flags.writeable = False
+    w.flags.writeable = False
+    return u, w
 
 
 def beta_nodes(m: float, c: float | None) -> tuple[np.ndarray, np.ndarray]:
@@ -55,14 +75,16 @@ def beta_nodes(m: float, c: float | None) -> tuple[np.ndarray, np.ndarray]:
         return np.array([float(m)]), np.array([1.0])
     a, b = m * c, (1.0 - m) * c
     if 1e-3 <= min(a, b) and max(a, b) <= 1e4:
-        with np.errstate(invalid="ignore", divide="ignore"):  # a masked 0/0 inside scipy's recurrence
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # masked 0/0, inf normaliser
             t, w = special.roots_jacobi(_JACOBI_NODES, b - 1.0, a - 1.0)  # weight (1-t)^(b-1) (1+t)^(a-1)
         x = (1.0 + t) / 2.0
-    else:
-        u, w = np.polynomial.legendre.leggauss(_LEGENDRE_NODES)
-        x = stats.beta.ppf((u + 1.0) / 2.0, a, b)
-    w = w / w.sum()
-    return np.clip(x, 0.0, 1.0), w
+        if np.all(np.isfinite(w)) and np.all(np.isfinite(x)) and w.sum() > 0:
+            return np.clip(x, 0.0, 1.0), w / w.sum()
+    # extreme shapes, or a Jacobi recurrence that overflowed (a + b of several thousand: scipy's
+    # 2^(a+b+1) normaliser is inf and the weights NaN): quantile nodes, the way the cluster draws
+    u, w = _legendre()
+    x = stats.beta.ppf((u + 1.0) / 2.0, a, b)
+    return np.clip(x, 0.0, 1.0), w / w.sum()
 
 
 def reported_tau(m: float, k: int, d: float = 1.0, c: float | None = None, tree=None, p: float = 1.0) -> float:
@@ -88,6 +110,40 @@ def reported_tau(m: float, k: int, d: float = 1.0, c: float | None = None, tree=
     if x.size == 1:
         return _tau_scalar(float(x[0]), k, d)
     return float(1.0 / np.sum(w / expected_tokens_per_verify(x, k, d)))
+
+
+def reported_position_rates(m: float, k: int, d: float = 1.0, c: float | None = None) -> np.ndarray:
+    """Per-position acceptance rates an engine reports at draft length k, shape (k,).
+
+    vLLM's "acceptance at token j" / "Per-position acceptance rate" is (drafts whose position j
+    was accepted) / (all drafts): unconditional, a ratio of sums over verify steps like
+    :func:`reported_tau`. A sequence with acceptance alpha runs ~L / tau(alpha) drafts, so
+
+        r_j = E[S_j(alpha) / tau(alpha)] / E[1 / tau(alpha)],   S_j = alpha^j d^(j (j - 1) / 2),
+
+    and 1 + sum_j r_j = 1 / E[1 / tau] = reported_tau(m, k, d, c). Heterogeneity (finite c) makes
+    r_(j+1) / r_j rise with j (the sequences still accepting at depth j are the good ones);
+    position decay d < 1 makes it fall: the shape of a published curve tells them apart
+    (calibration/fit_acceptance_shape.py).
+    """
+    if k <= 0:
+        return np.zeros(0)
+    x, w = beta_nodes(m, c)
+    j = np.arange(1, k + 1)
+    s = x[:, None] ** j * d ** (j * (j - 1) / 2.0)
+    wt = w / (1.0 + s.sum(axis=-1))
+    return (wt @ s) / wt.sum()
+
+
+def reported_taus(m: float, ks, d: float = 1.0, c: float | None = None) -> np.ndarray:
+    """:func:`reported_tau` at several draft lengths ks (chains), sharing one set of Beta nodes.
+
+    Used to compare a drafter's tau-versus-k curve (one engine run per k) with published ones.
+    """
+    kk = np.atleast_1d(np.asarray(ks, dtype=np.int64))
+    x, w = beta_nodes(m, c)
+    tau = expected_tokens_per_verify(x[:, None], kk[None, :], d)
+    return 1.0 / (w @ (1.0 / tau))
 
 
 def plain_mean_tau(m: float, k: int, d: float = 1.0, c: float | None = None) -> float:
