@@ -71,8 +71,12 @@ class KernelCalibration:
                              for (s, b), o in self.overheads.items()])
 
     def moe_shape_table(self) -> pd.DataFrame:
-        """Kernel-fit residual on each catalog MoE shape: cross-shape law vs per-shape fit."""
-        return pd.DataFrame([r for f in self.fits.values() for r in f.moe_shape_rows()])
+        """Kernel-fit residual on each catalog MoE shape: cross-shape law vs per-shape fit, for the
+        profile fits and the per-backend fits that price the TPOT rows."""
+        seen = {(f.system, f.backend, f.tables()) for f in self.fits.values()}
+        fits = [*self.fits.values(), *(f for f in self.tpot_fits.values()
+                                       if (f.system, f.backend, f.tables()) not in seen)]
+        return pd.DataFrame([r for f in fits for r in f.moe_shape_rows()])
 
 
 def _version_of(rows: pd.DataFrame) -> str | None:

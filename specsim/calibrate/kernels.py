@@ -83,11 +83,16 @@ class SystemFit:
                 if law is None or law.residuals is None:
                     continue
                 r = law.residuals
-                on = r[[moe_shape_key(*x) == shape for x in
-                        zip(r["hidden_size"], r["inter_size"], r["num_experts"], r["topk"])]]["rel_error"].abs()
-                out.append({"system": self.system, "term": f"moe.{dt}", "shape": shape, "rows": t.rows,
-                            "cross_shape_median": float(on.median()), "cross_shape_p90": float(on.quantile(0.9)),
-                            "per_shape_median": t.median_abs_rel_error, "per_shape_p90": t.p90_abs_rel_error,
+                r = r[[moe_shape_key(*x) == shape for x in
+                       zip(r["hidden_size"], r["inter_size"], r["num_experts"], r["topk"])]]
+                on, own = r["rel_error"].abs(), t.residuals
+                out.append({"system": self.system, "backend": self.backend, "term": f"moe.{dt}", "shape": shape,
+                            "rows": t.rows, "cross_shape_median": float(on.median()),
+                            "cross_shape_p90": float(on.quantile(0.9)), "per_shape_median": t.median_abs_rel_error,
+                            "per_shape_p90": t.p90_abs_rel_error,
+                            # signed median at decode token counts (T <= 256): the bias a decode step sees
+                            "decode_cross_signed": float(r.loc[r["num_tokens"] <= 256, "rel_error"].median()),
+                            "decode_per_shape_signed": float(own.loc[own["num_tokens"] <= 256, "rel_error"].median()),
                             "at_bound": ",".join(t.at_bound) or "-"})
         return out
 
