@@ -203,7 +203,8 @@ def calibrate_cmd(
             _emit_json(info)
             return
         con = _console()
-        for title, key in (("kernel-term fits", "residuals"), ("engine overheads (TPOT)", "overheads"),
+        for title, key in (("kernel-term fits", "residuals"), ("MoE per-shape fits", "moe_shapes"),
+                           ("engine overheads (TPOT)", "overheads"),
                            ("held-out TPOT", "tpot")):
             recs = info[key]
             if recs:

@@ -64,6 +64,11 @@ class GemmFit:
         return self.flops_eff_max * m / (m + self.m_half_tokens)
 
 
+def moe_shape_key(hidden: int, expert_ffn: int, experts: int, top_k: int) -> str:
+    """Key of one MoE shape in `kernel_fit.moe_shapes`, e.g. 'h4096_i1536_e128_k8'."""
+    return f"h{int(hidden)}_i{int(expert_ffn)}_e{int(experts)}_k{int(top_k)}"
+
+
 @dataclass(frozen=True)
 class KernelFit:
     """Shape-dependent achieved rates fitted to measured kernel tables (`specsim calibrate
@@ -72,7 +77,11 @@ class KernelFit:
     gemm: math dtype (bf16, fp8) -> GemmFit.
     attn_latency_s, attn_per_seq_s, attn_kv_bw_eff: decode attention over a KV cache of B
       sequences, t = attn_latency_s + attn_per_seq_s · B + kv_bytes / (hbm_bw · attn_kv_bw_eff).
-    moe: math dtype -> GemmFit of the grouped expert GEMMs, with m = routed tokens per expert.
+    moe: math dtype -> GemmFit of the grouped expert GEMMs, with m = routed tokens per expert
+      (the cross-shape law: one fit over every MoE shape of the table).
+    moe_shapes: shape key (`moe_shape_key`) -> math dtype -> GemmFit fitted on the table rows of
+      exactly that MoE shape (the catalog's MoE models); a shape or dtype not listed falls back
+      to the cross-shape `moe` law.
     provenance: free-form mapping (package, version, tables, rows, residuals) shown by `show hardware`.
     """
 
@@ -82,12 +91,18 @@ class KernelFit:
     attn_kv_bw_eff: float
     moe: dict[str, GemmFit] = field(default_factory=dict)
     provenance: dict = field(default_factory=dict, compare=False)
+    moe_shapes: dict[str, dict[str, GemmFit]] = field(default_factory=dict)
 
     def gemm_for(self, math_dtype: str) -> GemmFit:
         """The GemmFit of a math dtype (fp8 falls back to bf16 when only bf16 was fitted)."""
         return self.gemm.get(math_dtype) or self.gemm.get("bf16") or next(iter(self.gemm.values()))
 
-    def moe_for(self, math_dtype: str) -> GemmFit:
+    def moe_for(self, math_dtype: str, shape: str | None = None) -> GemmFit:
+        """The grouped-GEMM fit of `shape` (moe_shape_key) in that math dtype where one was
+        fitted on that exact shape; else the cross-shape law (bf16 fallback, then dense GEMM)."""
+        own = self.moe_shapes.get(shape, {}).get(math_dtype) if shape else None
+        if own is not None:
+            return own
         if self.moe:
             return self.moe.get(math_dtype) or self.moe.get("bf16") or next(iter(self.moe.values()))
         return self.gemm_for(math_dtype)
@@ -279,7 +294,18 @@ def _kernel_fit(doc, where: str) -> KernelFit | None:
     return KernelFit(gemm=gemm, attn_latency_s=_pos(att, "latency_us", where, "kernel_fit.decode_attention") * 1e-6,
                      attn_per_seq_s=_pos(att, "per_seq_us", where, "kernel_fit.decode_attention") * 1e-6,
                      attn_kv_bw_eff=bw, moe=_gemm_fits(doc.get("moe"), where, "kernel_fit.moe"),
-                     provenance=prov if isinstance(prov, dict) else {"note": str(prov)})
+                     provenance=prov if isinstance(prov, dict) else {"note": str(prov)},
+                     moe_shapes=_moe_shapes(doc.get("moe_shapes"), where))
+
+
+def _moe_shapes(block, where: str) -> dict[str, dict[str, GemmFit]]:
+    """`kernel_fit.moe_shapes`: shape key -> math dtype -> fitted grouped-GEMM terms."""
+    if block is None:
+        return {}
+    if not isinstance(block, dict):
+        raise SpecError("kernel_fit.moe_shapes", block, "a mapping of MoE shape key (h<hidden>_i<ffn>_e<experts>_k"
+                        "<top_k>) -> math dtype -> fitted terms", where)
+    return {str(k): _gemm_fits(v, where, f"kernel_fit.moe_shapes.{k}") for k, v in block.items()}
 
 
 def efficiency_to_yaml_dict(eff: Efficiency, source: str) -> dict:

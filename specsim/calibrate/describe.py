@@ -38,7 +38,8 @@ def hardware_info(name_or_path: str) -> dict:
     prov: dict = {}
     kf = hw.kernel_fit
     if kf is not None:
-        for label, fits in (("gemm", kf.gemm), ("moe", kf.moe)):
+        shapes = [(f"moe[{k}]", v) for k, v in kf.moe_shapes.items()]
+        for label, fits in (("gemm", kf.gemm), ("moe", kf.moe), *shapes):
             for dt, g in fits.items():
                 terms += [{"term": f"{label}.{dt}", "parameter": "latency", "value": g.latency_s * 1e6, "unit": "µs"},
                           {"term": f"{label}.{dt}", "parameter": "flops_eff_max", "value": g.flops_eff_max, "unit": ""},
@@ -69,5 +70,6 @@ def kernel_calibration_info(kernels: str, system: str, backend: str, out_dir: st
         raise SpecError("--kernels", kernels, "aiconfigurator (the aiconfigurator-core kernel tables)")
     cal = calibrate_from_kernels(system, backend, out_dir=out_dir)
     return {"residuals": cal.residual_table().to_dict("records"), "tpot": cal.tpot_table().to_dict("records"),
+            "moe_shapes": cal.moe_shape_table().to_dict("records"),
             "overheads": cal.overhead_table().to_dict("records"), "written": cal.written,
             "notes": cal.notes + [n for f in cal.fits.values() for n in f.notes]}

@@ -43,7 +43,15 @@ CATALOG_OF = {
     "Qwen/Qwen3-235B-A22B-FP8": "Qwen3-235B-A22B",
     "Qwen/Qwen3-8B": "Qwen3-8B",
     "Qwen/Qwen3-30B-A3B": "Qwen3-30B-A3B",
+    "meta-llama/Llama-3.1-70B": "Llama-3.1-70B",
+    "Qwen/Qwen3-32B": "Qwen3-32B",
+    "nvidia/Qwen3-32B-NVFP4": "Qwen3-32B",
 }
+
+#: weight quantisations specsim prices (gemm_quant_mode; empty = bf16). NVFP4 is not: specsim
+#: runs 4-bit weights as W4A16 at the bf16 rate, not Blackwell's FP4 tensor-core path, and no
+#: nvfp4 GEMM term is fitted
+PRICED_QUANT = ("", "fp8", "fp8_block")
 
 
 def _num(v) -> float:
@@ -77,7 +85,9 @@ def supported_rows(silicon: pd.DataFrame) -> pd.DataFrame:
                 ep = int(tp)
             elif not (np.isfinite(mtp) and mtp == tp and (not np.isfinite(mep) or mep == 1)):
                 why = f"MoE split moe_tp={mtp:g} moe_ep={mep:g} with tp={tp:g}"
-        q = str(r.get("gemm_quant_mode") or "")
+        q = str(r.get("gemm_quant_mode") if isinstance(r.get("gemm_quant_mode"), str) else "")
+        if not why and q not in PRICED_QUANT:
+            why = f"weight quantisation {q} (specsim prices bf16, fp8, fp8_block)"
         wdt = "fp8" if q.startswith("fp8") else "bf16"
         # NVIDIA ModelOpt FP8 checkpoints also quantise the KV cache to FP8 (their hf_quant_config)
         kv = "fp8" if str(r.get("model_path", "")).startswith("nvidia/") and wdt == "fp8" else "bf16"
@@ -129,6 +139,7 @@ class OverheadFit:
     fit_on: str
     rows: pd.DataFrame  # every priced row: role (fit / held-out), measured, predicted, rel_error
     at_bound: tuple[str, ...] = ()  # parameters the non-negative fit left at 0 (not determined > 0)
+    transferred_from: str = ""  # "<system>/<backend>" whose fitted overheads predict these rows
 
     def summary(self) -> pd.DataFrame:
         """Median and 90th-percentile |relative error| per system, backend, model and role."""
@@ -159,6 +170,20 @@ def fit_overheads(rows: pd.DataFrame, kernel_s: np.ndarray, prefill_s: np.ndarra
                       role=np.where(fit_mask, "fit", "held-out"))[ok]
     at = tuple(n for n, v in (("step_overhead_s", s0), ("per_seq_overhead_s", s1), ("f_prefill", f)) if v <= 0)
     return OverheadFit(float(s0), float(s1), float(f), fit_on, out.reset_index(drop=True), at)
+
+
+def predict_with(rows: pd.DataFrame, kernel_s: np.ndarray, prefill_s: np.ndarray, donor: OverheadFit,
+                 donor_name: str, fit_on: str) -> OverheadFit:
+    """Every row held out, predicted with another (system, backend)'s fitted overheads: for a
+    system whose rows are all of held-out models (nothing of them enters any fit)."""
+    ok = np.isfinite(kernel_s)
+    meas = rows["tpot_s"].to_numpy(float)
+    b = rows["batch"].to_numpy(float)
+    pred = kernel_s + donor.step_overhead_s + donor.per_seq_overhead_s * b + donor.f_prefill * prefill_s
+    out = rows.assign(kernel_s=kernel_s, prefill_s=prefill_s, predicted_s=pred, rel_error=pred / meas - 1.0,
+                      role="held-out")[ok]
+    return OverheadFit(donor.step_overhead_s, donor.per_seq_overhead_s, donor.f_prefill, fit_on,
+                       out.reset_index(drop=True), donor.at_bound, donor_name)
 
 
 def read_silicon(root: Path) -> pd.DataFrame:

@@ -6,13 +6,17 @@
 2. per (system, backend) with TPOT rows of a supported model, the rows are priced with that
    backend's own kernel tables at the version nearest the rows' engine version (MoE kernels
    differ by engine and version; labelled in the table), and `engine_overhead.fit_overheads`
-   fits the engine overheads on the *fit split* and predicts the *held-out split*:
-   fit on Llama-3.1-8B rows, hold out every Qwen3-235B-A22B row (another model, another size
-   class, dense vs MoE) -- nothing of the held-out model enters any fit;
+   fits the engine overheads on the *fit split* and predicts the *held-out split*, by model:
+   fit on the dense Llama-3.1 rows (8B, 70B) of that system and backend, hold out every
+   Qwen3-32B and Qwen3-235B-A22B row (other family, other sizes, dense and MoE) -- nothing of
+   a held-out model enters any fit. A (system, backend) with held-out rows but no fit rows is
+   predicted with the overheads of the same backend on its sibling GPU (b200 <-> gb200,
+   h100 <-> h200), labelled transferred;
 3. the profile gets the kernel fit, and the overheads of the vLLM fit (specsim simulates vLLM):
-   from that system's own vLLM rows where they exist, else transferred from the h200 vLLM fit
-   (labelled so in the profile: CPU-side costs, same engine);
-4. residual and held-out tables are returned (and printed by the CLI, pasted into the README).
+   from that system's own vLLM rows where they exist, else transferred from the sibling GPU's
+   vLLM fit (then h200's), labelled so in the profile (CPU-side costs, same engine);
+4. residual, per-MoE-shape and held-out tables are returned (printed by the CLI, pasted into
+   the README).
 """
 
 from __future__ import annotations
@@ -31,8 +35,11 @@ from specsim.errors import SpecError
 from specsim.hardware import PROFILE_DIR, load_hardware
 from specsim.report.atomic import write_text
 
-FIT_MODEL = "Llama-3.1-8B"
-SPLIT = f"fit on {FIT_MODEL} rows, held out: every other supported model's rows (Qwen3-235B-A22B)"
+FIT_MODELS = ("Llama-3.1-8B", "Llama-3.1-70B")
+SPLIT = ("fit on Llama-3.1-8B and Llama-3.1-70B rows (dense), held out: every other supported model's "
+         "rows (Qwen3-32B, Qwen3-235B-A22B)")
+#: the GPU whose same-backend overheads predict a system that has only held-out rows
+SIBLING = {"gb200": "b200_sxm", "b200_sxm": "gb200", "h100_sxm": "h200_sxm", "h200_sxm": "h100_sxm"}
 
 
 @dataclass
@@ -58,8 +65,18 @@ class KernelCalibration:
         return pd.DataFrame([{"system": s, "backend": b, "step_overhead_ms": o.step_overhead_s * 1e3,
                               "per_seq_overhead_us": o.per_seq_overhead_s * 1e6, "f_prefill": o.f_prefill,
                               "fit_rows": int((o.rows["role"] == "fit").sum()),
-                              "at_bound": ", ".join(o.at_bound) or "-", "split": o.fit_on}
+                              "fit_models": ", ".join(sorted(set(o.rows.loc[o.rows["role"] == "fit", "model"])))
+                              or f"- (transferred from {o.transferred_from})",
+                              "at_bound": ", ".join(o.at_bound) or "-"}
                              for (s, b), o in self.overheads.items()])
+
+    def moe_shape_table(self) -> pd.DataFrame:
+        """Kernel-fit residual on each catalog MoE shape: cross-shape law vs per-shape fit, for the
+        profile fits and the per-backend fits that price the TPOT rows."""
+        seen = {(f.system, f.backend, f.tables()) for f in self.fits.values()}
+        fits = [*self.fits.values(), *(f for f in self.tpot_fits.values()
+                                       if (f.system, f.backend, f.tables()) not in seen)]
+        return pd.DataFrame([r for f in fits for r in f.moe_shape_rows()])
 
 
 def _version_of(rows: pd.DataFrame) -> str | None:
@@ -69,18 +86,17 @@ def _version_of(rows: pd.DataFrame) -> str | None:
     return str(v.mode().iloc[0]) if len(v) else None
 
 
-def _fit_tpot(system: str, silicon: pd.DataFrame, data, fits: dict) -> dict[tuple[str, str], eo.OverheadFit]:
+def _fit_tpot(system: str, silicon: pd.DataFrame, data, fits: dict, pending: dict) -> dict[tuple[str, str], eo.OverheadFit]:
     """Per backend with TPOT rows on `system`: price its rows with *that backend's* kernel tables at
     the version nearest the rows' engine version (TPOT rows of TensorRT-LLM with TensorRT-LLM's
     kernels, ...), then fit the engine overheads on the fit split and predict the held-out split.
-    The SystemFit used is stored in `fits[(system, backend)]`."""
+    The SystemFit used is stored in `fits[(system, backend)]`; a backend with held-out rows but
+    no fit rows goes to `pending[(system, backend)] = (rows, kernel_s, prefill_s, label)`."""
     rows = silicon[(silicon["why_not"] == "") & (silicon["system"] == system)].reset_index(drop=True)
     out = {}
     for backend in sorted(rows["backend"].unique()) if len(rows) else []:
         sub = rows[rows["backend"] == backend].reset_index(drop=True)
-        fm = (sub["model"] == FIT_MODEL).to_numpy()
-        if fm.sum() < 3:
-            continue
+        fm = sub["model"].isin(FIT_MODELS).to_numpy()
         ver = _version_of(sub)
         try:
             fit = fit_system(system, backend, root=data, version=ver)
@@ -89,7 +105,23 @@ def _fit_tpot(system: str, silicon: pd.DataFrame, data, fits: dict) -> dict[tupl
         fits[(system, backend)] = fit
         ks, pre = eo.kernel_tpot_s(sub, fit.hw, fit.for_quant)
         label = f"{system}/{backend}: {SPLIT}; kernels {backend} nearest {ver or 'newest'} ({fit.tables()})"
-        out[(system, backend)] = eo.fit_overheads(sub, ks, pre, fm, label)
+        if (fm & np.isfinite(ks)).sum() >= 3:
+            out[(system, backend)] = eo.fit_overheads(sub, ks, pre, fm, label)
+        elif np.isfinite(ks).any():
+            pending[(system, backend)] = (sub, ks, pre, label)
+    return out
+
+
+def _transfer(pending: dict, overheads: dict) -> dict[tuple[str, str], eo.OverheadFit]:
+    """Predict each pending (system, backend) -- only held-out rows -- with the same backend's
+    overheads fitted on the sibling GPU (SIBLING); none when the sibling has no fit either."""
+    out = {}
+    for (s, b), (sub, ks, pre, label) in pending.items():
+        donor = overheads.get((SIBLING.get(s, ""), b))
+        if donor is not None and not donor.transferred_from:
+            name = f"{SIBLING[s]}/{b}"
+            out[(s, b)] = eo.predict_with(sub, ks, pre, donor, name,
+                                          f"{label}; no fit rows here: overheads of the {name} fit")
     return out
 
 
@@ -108,8 +140,10 @@ def calibrate_from_kernels(systems: list[str] | str = "all", backend: str = "vll
         silicon = None
         cal.notes.append(f"no TPOT rows ({exc}); engine overheads keep their priors")
     if silicon is not None:
-        for s in kt.SYSTEMS:  # h200 vLLM overheads may be transferred, so fit every system with rows
-            cal.overheads.update(_fit_tpot(s, silicon, data, cal.tpot_fits))
+        pending: dict = {}
+        for s in kt.SYSTEMS:  # overheads may be transferred, so fit every system with rows
+            cal.overheads.update(_fit_tpot(s, silicon, data, cal.tpot_fits, pending))
+        cal.overheads.update(_transfer(pending, cal.overheads))
     if out_dir is not None:
         for s, f in cal.fits.items():
             cal.written[s] = str(write_fitted_profile(f, cal, Path(out_dir), date))
@@ -117,13 +151,18 @@ def calibrate_from_kernels(systems: list[str] | str = "all", backend: str = "vll
 
 
 def _overhead_for(system: str, cal: KernelCalibration):
+    """The vLLM overheads a profile carries: its own fit, else the sibling GPU's, else h200's
+    (h100's): a donor whose step overhead ended at the bound 0 (not determined) is passed over."""
     own = cal.overheads.get((system, "vllm"))
-    if own is not None:
-        return own, f"fitted to {system} vLLM TPOT rows of silicon_sample.csv ({own.fit_on})"
-    h200 = cal.overheads.get(("h200_sxm", "vllm"))
-    if h200 is not None:
-        return h200, ("transferred from the h200_sxm vLLM TPOT fit (no vLLM TPOT rows of a supported model on "
-                      f"{system}; CPU-side engine cost, same engine)")
+    if own is not None and not own.transferred_from:
+        models = ", ".join(sorted(set(own.rows.loc[own.rows["role"] == "fit", "model"])))
+        return own, f"fitted to {system} vLLM TPOT rows of silicon_sample.csv ({models}; {own.fit_on})"
+    for donor in (SIBLING.get(system), "h200_sxm", "h100_sxm"):
+        d = cal.overheads.get((donor, "vllm"))
+        if d is not None and not d.transferred_from and "step_overhead_s" not in d.at_bound:
+            return d, (f"transferred from the {donor} vLLM TPOT fit, the nearest same-engine fit that determines "
+                       f"the step overhead (no vLLM TPOT rows of a fitted model on {system}; CPU-side engine cost; "
+                       f"{d.fit_on})")
     return None, ""
 
 
@@ -171,6 +210,7 @@ def write_fitted_profile(fit: SystemFit, cal: KernelCalibration, out_dir: Path, 
         "decode_attention": {"latency_us": round(kf.attn_latency_s * 1e6, 4),
                              "per_seq_us": round(kf.attn_per_seq_s * 1e6, 5), "kv_bw_eff": round(kf.attn_kv_bw_eff, 4)},
         "moe": {dt: _gemm_yaml(gf) for dt, gf in kf.moe.items()},
+        "moe_shapes": {k: {dt: _gemm_yaml(gf) for dt, gf in v.items()} for k, v in kf.moe_shapes.items()},
         "provenance": prov,
     }
     out = out_dir / f"{name}.yaml"

@@ -2,7 +2,9 @@
 
 One call per system fits (kernel_fit.py): GEMM efficiency vs m and weight-streaming bandwidth for
 bf16 and fp8 math, decode-attention KV bandwidth vs KV length and batch, MoE grouped-GEMM
-efficiency vs tokens per expert, and NVLink all-reduce latency + bandwidth. The profile's scalar
+efficiency vs tokens per expert (the cross-shape law, plus a per-shape fit on the rows of each
+catalog MoE shape the table measured: one law across every shape of a table misprices a given
+shape by 15-30 %), and NVLink all-reduce latency + bandwidth. The profile's scalar
 efficiencies follow from them (compute = bf16 GEMM plateau, memory = bf16 weight-streaming
 bandwidth, comm = all-reduce bandwidth share, collective_latency_us.nvlink = all-reduce hop
 latency). The engine overheads are fitted to TPOT rows afterwards (engine_overhead.py). What stays
@@ -18,7 +20,8 @@ from pathlib import Path
 from specsim.calibrate import kernel_fit as kf
 from specsim.calibrate import kernel_tables as kt
 from specsim.errors import SpecError
-from specsim.hardware import GemmFit, HardwareSpec, KernelFit, load_hardware
+from specsim.hardware import GemmFit, HardwareSpec, KernelFit, load_hardware, moe_shape_key
+from specsim.model import list_models, load_model
 
 COMMAND = "specsim calibrate --kernels aiconfigurator --system all --backend vllm --out hardware_profiles"
 
@@ -34,6 +37,7 @@ class SystemFit:
     hw: HardwareSpec
     notes: list[str] = field(default_factory=list)
     near_version: str | None = None  # tables nearest this engine version (None: newest)
+    shape_terms: dict[str, dict[str, kf.TermFit]] = field(default_factory=dict)  # MoE shape -> dtype -> fit
 
     def tables(self) -> str:
         """The version folders the terms were fitted on, e.g. 'gemm 0.24.0, moe 0.19.0'."""
@@ -56,7 +60,9 @@ class SystemFit:
         if gemm_quant == "fp8_block" and g is not None:
             kfit = replace(kfit, gemm={**kfit.gemm, "fp8": _gemm_fit(g)})
         if moe_quant == "fp8" and m is not None:
-            kfit = replace(kfit, moe={**kfit.moe, "fp8": _gemm_fit(m)})
+            shapes = {k: {**v, "fp8": _gemm_fit(self.shape_terms[k]["fp8_tensor"])}
+                      if "fp8_tensor" in self.shape_terms.get(k, {}) else v for k, v in kfit.moe_shapes.items()}
+            kfit = replace(kfit, moe={**kfit.moe, "fp8": _gemm_fit(m)}, moe_shapes=shapes)
         return self.hw if kfit is self.kernel_fit else replace(self.hw, kernel_fit=kfit)
 
     def residual_rows(self) -> list[dict]:
@@ -66,6 +72,45 @@ class SystemFit:
                         "median_abs_rel_error": t.median_abs_rel_error, "p90_abs_rel_error": t.p90_abs_rel_error,
                         "at_bound": ",".join(t.at_bound) or "-", "table": t.table})
         return out
+
+    def moe_shape_rows(self) -> list[dict]:
+        """Kernel-fit residual on each catalog MoE shape's own rows: the cross-shape law (before)
+        vs the per-shape fit (after), per dtype."""
+        out = []
+        for shape, by_dt in self.shape_terms.items():
+            for dt, t in by_dt.items():
+                law = self.terms.get(f"moe.{dt}")
+                if law is None or law.residuals is None:
+                    continue
+                r = law.residuals
+                r = r[[moe_shape_key(*x) == shape for x in
+                       zip(r["hidden_size"], r["inter_size"], r["num_experts"], r["topk"])]]
+                on, own = r["rel_error"].abs(), t.residuals
+                out.append({"system": self.system, "backend": self.backend, "term": f"moe.{dt}", "shape": shape,
+                            "rows": t.rows, "cross_shape_median": float(on.median()),
+                            "cross_shape_p90": float(on.quantile(0.9)), "per_shape_median": t.median_abs_rel_error,
+                            "per_shape_p90": t.p90_abs_rel_error,
+                            # signed median at decode token counts (T <= 256): the bias a decode step sees
+                            "decode_cross_signed": float(r.loc[r["num_tokens"] <= 256, "rel_error"].median()),
+                            "decode_per_shape_signed": float(own.loc[own["num_tokens"] <= 256, "rel_error"].median()),
+                            "at_bound": ",".join(t.at_bound) or "-"})
+        return out
+
+
+#: fewest rows of one MoE shape (one dtype) for a per-shape fit; below it the cross-shape law rules
+MIN_SHAPE_ROWS = 20
+
+
+def catalog_moe_shapes() -> dict[str, tuple[int, int, int, int]]:
+    """The MoE shapes of specsim's catalog models, key -> (hidden, expert_ffn, experts, top_k):
+    the shapes whose grouped GEMMs get their own fit where a kernel table measured them."""
+    out = {}
+    for name in list_models():
+        m = load_model(name)
+        if m.moe is not None:
+            out[moe_shape_key(m.hidden, m.moe.expert_ffn, m.moe.experts, m.moe.top_k)] = (
+                m.hidden, m.moe.expert_ffn, m.moe.experts, m.moe.top_k)
+    return out
 
 
 def _gemm_fit(t: kf.TermFit) -> GemmFit:
@@ -97,10 +142,16 @@ def fit_system(system: str, backend: str = "vllm", hw: HardwareSpec | None = Non
     att, src = kt.read_table(data, system, "attention", backend, "generation_attention_perf", version)
     terms["decode_attention"] = kf.fit_decode_attention(kt.decode_attention_rows(att), hw, src)
     moe, src = kt.read_table(data, system, "moe", backend, "moe_perf", version)
+    shape_terms: dict[str, dict[str, kf.TermFit]] = {}
     for dt in ("bf16", "fp8", "fp8_tensor"):
         rows = kt.moe_rows(moe, dt)
         if len(rows) and not (dt == "fp8_tensor" and (moe["moe_dtype"] == "fp8_block").sum() == 0):
             terms[f"moe.{dt}"] = kf.fit_moe(rows, hw, dt, src)
+            for shape, (h, i, e, k) in catalog_moe_shapes().items():
+                own = rows[(rows["hidden_size"] == h) & (rows["inter_size"] == i) & (rows["num_experts"] == e)
+                           & (rows["topk"] == k)]
+                if len(own) >= MIN_SHAPE_ROWS:
+                    shape_terms.setdefault(shape, {})[dt] = kf.fit_moe(own, hw, dt, f"{src} [{shape}]")
     custom, src_c = kt.read_table(data, system, "comm", backend, "custom_allreduce_perf", version)
     nccl, src_n = kt.read_table(data, system, "comm", "nccl", "nccl_perf")
     ar = kt.allreduce_rows(custom, nccl)
@@ -110,7 +161,7 @@ def fit_system(system: str, backend: str = "vllm", hw: HardwareSpec | None = Non
         if max(gpus) < hw.nvlink_domain_gpus:
             notes.append(f"all-reduce measured on {gpus} GPUs only; larger NVLink groups extrapolate the fitted "
                          f"per-hop latency and bandwidth share")
-    for name, t in terms.items():
+    for name, t in [*terms.items(), *((f"moe.{d}[{k}]", t) for k, v in shape_terms.items() for d, t in v.items())]:
         if t.at_bound:
             notes.append(f"{name}: {', '.join(t.at_bound)} at a bound of the fit (value not determined by the data)")
     a = terms["decode_attention"].params
@@ -119,7 +170,9 @@ def fit_system(system: str, backend: str = "vllm", hw: HardwareSpec | None = Non
                      attn_latency_s=a["latency_us"] * 1e-6, attn_per_seq_s=a["per_seq_us"] * 1e-6,
                      attn_kv_bw_eff=a["kv_bw_eff"],
                      moe={k.split(".")[1]: _gemm_fit(t) for k, t in terms.items()
-                          if k.startswith("moe.") and k != "moe.fp8_tensor"})
+                          if k.startswith("moe.") and k != "moe.fp8_tensor"},
+                     moe_shapes={k: {d: _gemm_fit(t) for d, t in v.items() if d != "fp8_tensor"}
+                                 for k, v in shape_terms.items()})
     g = kfit.gemm_for("bf16")
     changes = {"compute": g.flops_eff_max, "memory": g.weight_bw_eff}
     if "all_reduce" in terms:
@@ -129,7 +182,7 @@ def fit_system(system: str, backend: str = "vllm", hw: HardwareSpec | None = Non
     fitted = replace(hw.with_efficiency(**changes), kernel_fit=kfit)
     if "all_reduce" in terms:
         fitted = replace(fitted, nvlink_latency_s=terms["all_reduce"].params["latency_us"] * 1e-6)
-    return SystemFit(system, backend, terms, kfit, fitted, notes, version)
+    return SystemFit(system, backend, terms, kfit, fitted, notes, version, shape_terms)
 
 
 def provenance(fit: SystemFit, date: str | None = None) -> dict:
@@ -138,5 +191,10 @@ def provenance(fit: SystemFit, date: str | None = None) -> dict:
         "package": f"{kt.PACKAGE}=={kt.package_version()}", "system": fit.system, "backend": fit.backend,
         "date": date or _dt.date.today().isoformat(), "command": COMMAND,
         "terms": {name: t.quality() for name, t in fit.terms.items()},
+        "moe_law": ("kernel_fit.moe: one saturating-roofline law over every MoE shape of the table; "
+                    "kernel_fit.moe_shapes: the same law fitted on the rows of one catalog MoE shape only, "
+                    "used for that shape; any other shape falls back to kernel_fit.moe"),
+        "moe_shapes": {f"{k}.{d}": t.quality() for k, v in fit.shape_terms.items() for d, t in v.items()
+                       if d != "fp8_tensor"},
         "notes": list(fit.notes),
     }

@@ -29,7 +29,7 @@ from specsim.cost import comm
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.roofline import compute_time_s, decode_attention_fixed_s, gemm_op_s, memory_time_s
 from specsim.cost.sd_costs import sampler_bytes
-from specsim.hardware import DTYPE_BYTES, HardwareSpec
+from specsim.hardware import DTYPE_BYTES, HardwareSpec, moe_shape_key
 from specsim.model import DrafterArch, ModelSpec
 
 
@@ -128,9 +128,9 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
     mem_rate = hw.hbm_bw_bytes_per_s * hw.efficiency.memory
     op = _roofline_op(hw.flops_per_s(mdt) * hw.efficiency.compute, mem_rate)
     op_bf16 = _roofline_op(hw.flops_per_s("bf16") * hw.efficiency.compute, mem_rate)
-    def gop(flops, nbytes, m_tokens, n_kernels, kernel="gemm"):
+    def gop(flops, nbytes, m_tokens, n_kernels, kernel="gemm", shape=None):
         # GEMM at the profile's fitted shape-dependent rates (== `op` for a profile without a kernel fit)
-        return gemm_op_s(flops, nbytes, hw, mdt, m_tokens, n_kernels, kernel)
+        return gemm_op_s(flops, nbytes, hw, mdt, m_tokens, n_kernels, kernel, shape)
 
     per_layer = []  # (time, compute, memory) of each fixed op per layer
     per_layer.append(gop(2 * tokens_attn * model.attn_params_per_layer / tp, model.attn_params_per_layer * wb / tp,
@@ -145,7 +145,8 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
         routed = tokens_engine * moe.top_k
         hit = expected_experts_hit(moe.experts, moe.top_k, tokens_engine)
         per_layer.append(gop(2 * routed * model.expert_params / shards, hit * model.expert_params * wb / shards,
-                             routed / moe.experts, 1, "moe"))  # grouped GEMM, m = tokens per expert
+                             routed / moe.experts, 1, "moe",  # grouped GEMM, m = tokens per expert
+                             moe_shape_key(model.hidden, moe.expert_ffn, moe.experts, moe.top_k)))
         router = model.router_params_per_layer
         per_layer.append(gop(2 * tokens_attn * router, router * wb, tokens_attn, 1))
         if model.shared_expert_params_per_layer:

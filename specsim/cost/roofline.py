@@ -7,7 +7,9 @@ depend on the op's shape, and each kernel launch has a floor:
 
     GEMM    t = n_kernels · latency_s + max(2mnk / (peak · flops_eff(m)), W / (hbm_bw · weight_bw_eff))
             flops_eff(m) = flops_eff_max · m / (m + m_half_tokens)          (m = tokens in the GEMM)
-    MoE     the same form with the grouped-GEMM terms, m = routed tokens per expert
+    MoE     the same form with the grouped-GEMM terms, m = routed tokens per expert; the terms
+            of the model's exact MoE shape where the profile fitted it (kernel_fit.moe_shapes),
+            else the cross-shape law
     decode attention over a KV cache of B sequences
             t = attn_latency_s + attn_per_seq_s · B + kv_bytes / (hbm_bw · attn_kv_bw_eff)
 
@@ -23,22 +25,25 @@ import numpy as np
 from specsim.hardware import HardwareSpec
 
 
-def _fit(hw: HardwareSpec, kernel: str, math_dtype: str):
+def _fit(hw: HardwareSpec, kernel: str, math_dtype: str, shape: str | None = None):
     kf = hw.kernel_fit
     if kf is None:
         return None
-    return kf.moe_for(math_dtype) if kernel == "moe" else kf.gemm_for(math_dtype)
+    return kf.moe_for(math_dtype, shape) if kernel == "moe" else kf.gemm_for(math_dtype)
 
 
-def compute_time_s(flops, hw: HardwareSpec, math_dtype: str = "bf16", m_tokens=None, kernel: str = "gemm"):
+def compute_time_s(flops, hw: HardwareSpec, math_dtype: str = "bf16", m_tokens=None, kernel: str = "gemm",
+                   shape: str | None = None):
     """Math time. With a kernel fit and `m_tokens`: at the fitted shape-dependent GEMM (kernel
-    'gemm') or grouped-GEMM (kernel 'moe', m = tokens per expert) efficiency."""
-    g = _fit(hw, kernel, math_dtype) if m_tokens is not None else None
+    'gemm') or grouped-GEMM (kernel 'moe', m = tokens per expert; `shape` = moe_shape_key picks
+    a per-shape fit where the profile has one) efficiency."""
+    g = _fit(hw, kernel, math_dtype, shape) if m_tokens is not None else None
     eff = hw.efficiency.compute if g is None else g.flops_eff(m_tokens)
     return flops / (hw.flops_per_s(math_dtype) * eff)
 
 
-def memory_time_s(nbytes, hw: HardwareSpec, stream: str | None = None, math_dtype: str = "bf16"):
+def memory_time_s(nbytes, hw: HardwareSpec, stream: str | None = None, math_dtype: str = "bf16",
+                  shape: str | None = None):
     """HBM time. `stream`: None (scalar efficiency.memory), 'weights' (GEMM weight streaming),
     'moe' (expert weights), 'kv' (decode attention reading the KV cache) -- fitted where the
     profile has a kernel fit."""
@@ -48,13 +53,14 @@ def memory_time_s(nbytes, hw: HardwareSpec, stream: str | None = None, math_dtyp
     elif stream == "kv":
         eff = kf.attn_kv_bw_eff
     else:
-        eff = _fit(hw, "moe" if stream == "moe" else "gemm", math_dtype).weight_bw_eff
+        eff = _fit(hw, "moe" if stream == "moe" else "gemm", math_dtype, shape).weight_bw_eff
     return nbytes / (hw.hbm_bw_bytes_per_s * eff)
 
 
-def kernel_latency_s(hw: HardwareSpec, kernel: str = "gemm", math_dtype: str = "bf16", n_kernels: float = 1.0) -> float:
+def kernel_latency_s(hw: HardwareSpec, kernel: str = "gemm", math_dtype: str = "bf16", n_kernels: float = 1.0,
+                     shape: str | None = None) -> float:
     """Fixed time of `n_kernels` launches of a fitted kernel (0 without a kernel fit)."""
-    g = _fit(hw, kernel, math_dtype)
+    g = _fit(hw, kernel, math_dtype, shape)
     return 0.0 if g is None else float(n_kernels) * g.latency_s
 
 
@@ -68,11 +74,12 @@ def decode_attention_fixed_s(hw: HardwareSpec, n_seqs):
 
 
 def gemm_op_s(flops, nbytes, hw: HardwareSpec, math_dtype: str, m_tokens, n_kernels: float = 1.0,
-              kernel: str = "gemm"):
-    """(time, compute side, memory side) of a (possibly fused) GEMM op of `n_kernels` launches."""
-    c = compute_time_s(flops, hw, math_dtype, m_tokens, kernel)
-    m = memory_time_s(nbytes, hw, "moe" if kernel == "moe" else "weights", math_dtype)
-    lat = kernel_latency_s(hw, kernel, math_dtype, n_kernels)
+              kernel: str = "gemm", shape: str | None = None):
+    """(time, compute side, memory side) of a (possibly fused) GEMM op of `n_kernels` launches;
+    `shape` (moe_shape_key) selects a per-shape MoE fit where the profile has one."""
+    c = compute_time_s(flops, hw, math_dtype, m_tokens, kernel, shape)
+    m = memory_time_s(nbytes, hw, "moe" if kernel == "moe" else "weights", math_dtype, shape)
+    lat = kernel_latency_s(hw, kernel, math_dtype, n_kernels, shape)
     t = (max(c, m) if isinstance(c, float) and isinstance(m, float) else np.maximum(c, m)) + lat
     return t, c, m
 
