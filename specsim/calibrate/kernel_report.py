@@ -205,6 +205,8 @@ def write_fitted_profile(fit: SystemFit, cal: KernelCalibration, out_dir: Path, 
         prov["engine_overhead"] = {"split": ov.fit_on, "how": how,
                                    "fit_rows": int((ov.rows["role"] == "fit").sum()),
                                    "held_out_rows": int((ov.rows["role"] == "held-out").sum()),
+                                   "fit_excluded_rows": int((ov.rows["role"] == "fit-excluded").sum()),
+                                   "prefill": "priced as closed-loop mixed steps (calibrate/tpot_model.py), not fitted",
                                    "at_bound_zero": list(ov.at_bound)}
     doc["kernel_fit"] = {
         "gemm": {dt: _gemm_yaml(gf) for dt, gf in kf.gemm.items()},
