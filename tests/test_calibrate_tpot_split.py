@@ -124,13 +124,13 @@ def test_supported_rows_maps_the_new_models_and_skips_nvfp4():
 
 
 def _with_truth(sil: pd.DataFrame, fits: dict, s0: float, s1: float) -> pd.DataFrame:
-    """Measured TPOT = the kernel step + s0 + s1 · B (no prefill share), per system."""
+    """Measured TPOT = the closed-loop mixed-step TPOT (tpot_model) with overheads s0, s1, per system."""
     rows = eo.supported_rows(sil)
     out = []
     for system, sub in rows.groupby("system"):
         sub = sub.reset_index(drop=True)
-        ks, _ = eo.kernel_tpot_s(sub, fits[system].hw)
-        out.append(sub.assign(tpot_s=ks + s0 + s1 * sub["batch"]))
+        _, pricing = eo.kernel_tpot_s(sub, fits[system].hw)
+        out.append(sub.assign(tpot_s=pricing.tpot_s(s0, s1)))
     return pd.concat(out, ignore_index=True)
 
 
@@ -158,7 +158,7 @@ def test_split_fits_llama_holds_out_qwen_and_transfers_to_the_sibling(root):
 
 def _fake(s0: float, at_bound=(), transferred="") -> eo.OverheadFit:
     rows = pd.DataFrame({"model": ["Llama-3.1-70B"], "role": ["fit"], "rel_error": [0.0]})
-    return eo.OverheadFit(s0, 0.0, 0.0, "test", rows, tuple(at_bound), transferred)
+    return eo.OverheadFit(s0, 0.0, "test", rows, tuple(at_bound), transferred)
 
 
 def test_profile_skips_a_donor_whose_step_overhead_is_not_determined():

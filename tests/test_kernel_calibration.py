@@ -144,9 +144,9 @@ def _silicon(hw_fit, rng, s0=3e-3, s1=10e-6):
                     rows.append({"id": f"{model}{tp}{b}{isl}", "backend": "vllm", "model_path": path, "system": "h200_sxm",
                                  "mode": "agg", "isl": isl, "osl": osl, "gemm_quant_mode": q, "batch_size": b,
                                  "tp_size": tp, "pp_size": 1, "moe_tp_size": tp, "moe_ep_size": 1})
-    df = eo.supported_rows(pd.DataFrame(rows))
-    ks, _ = eo.kernel_tpot_s(df, hw_fit)
-    tpot = (ks + s0 + s1 * df["batch"].to_numpy()) * _noise(rng, len(df))
+    df = eo.supported_rows(pd.DataFrame(rows).assign(silicon_ttft_ms=100.0))
+    _, pricing = eo.kernel_tpot_s(df, hw_fit)
+    tpot = pricing.tpot_s(s0, s1) * _noise(rng, len(df))
     return pd.DataFrame(rows).assign(silicon_tpot_ms=tpot * 1e3, silicon_ttft_ms=100.0)
 
 

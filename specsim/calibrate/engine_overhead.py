@@ -2,18 +2,17 @@
 
 Kernel tables time GPU kernels only. A served decode step also pays CPU-side work: scheduler and
 sampler per step, and bookkeeping per running sequence (launch gaps between graphs, detokenise,
-block tables). With the kernel terms fixed by the kernel fit, a measured TPOT row is
+block tables). With the kernel terms fixed by the kernel fit, a measured TPOT row is the mean engine step of a
+closed-loop benchmark (tpot_model.py):
 
-    tpot = kernel_step(B, C) + f_prefill · B · prefill(isl) / osl + step_overhead_s + per_seq_overhead_s · B
+    tpot = dec(n_d) + λ · δ(n_d, k) + step_overhead_s + per_seq_overhead_s · n_d
 
-where kernel_step is specsim's decode step (`step_cost` with zero overheads) at the row's batch B
-(benchmark concurrency) and total context C = B · (isl + osl/2) (the mean over the decode), and
-the middle term is the other requests' prefills that land inside a request's decode window
-(aggregated serving: B requests each bring isl prompt tokens per osl decoded tokens; f_prefill is
-the exposed share, a property of the benchmark, not of the GPU, so it is not written into the
-profile -- specsim's engines simulate prefills explicitly). All three enter linearly: a
-non-negative least squares on relative residuals (each row weighted by 1/tpot) over the *fit*
-rows only; the held-out rows are predicted, never fitted.
+dec is specsim's decode step (`step_cost` with zero overheads) at n_d decoding sequences of mean
+context isl + osl/2, λ the prompts that enter per step (from the concurrency, osl and the row's
+measured TTFT), δ the priced marginal of a prompt in the step (one mixed forward pass for vLLM and
+TensorRT-LLM, a separate prefill pass for SGLang). The prefill is priced, not fitted: only the two
+overheads are (bounded least squares on relative residuals over the *fit* rows only; the held-out
+rows are predicted, never fitted).
 
 Rows (`silicon_sample.csv` of aiconfigurator-core): aggregated serving (`mode == agg`) of models
 in specsim's catalog, on a layout specsim has (attention TP = tp_size; MoE either TP-sharded
@@ -22,6 +21,7 @@ in specsim's catalog, on a layout specsim has (attention TP = tp_size; MoE eithe
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,9 +29,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
-from specsim.cost.forward import prefill_time_s
-from specsim.cost.layout import ParallelLayout
-from specsim.cost.step import step_cost
+from specsim.calibrate import tpot_model as tm
 from specsim.errors import SpecError
 from specsim.hardware import HardwareSpec
 from specsim.model import load_model
@@ -59,6 +57,13 @@ def _num(v) -> float:
         return float(v)
     except (TypeError, ValueError):
         return float("nan")
+
+
+def _clients(source, batch: float) -> float:
+    """The benchmark's concurrency (closed-loop clients): `silicon_concurrency=N` in the row's
+    source string; the batch size where the source does not say."""
+    m = re.search(r"silicon_concurrency=(\d+)", str(source or ""))
+    return float(m.group(1)) if m else batch
 
 
 def supported_rows(silicon: pd.DataFrame) -> pd.DataFrame:
@@ -96,46 +101,28 @@ def supported_rows(silicon: pd.DataFrame) -> pd.DataFrame:
                     "moe_quant": str(r.get("moe_quant_mode") or ""), "gemm_quant": q,
                     "model_path": r.get("model_path"), "weight_dtype": wdt, "kv_dtype": kv, "isl": _num(r.get("isl")),
                     "osl": _num(r.get("osl")), "batch": b, "tp": tp, "ep": ep,
-                    "tpot_s": _num(r.get("silicon_tpot_ms")) * 1e-3, "why_not": why})
+                    "tpot_s": _num(r.get("silicon_tpot_ms")) * 1e-3, "ttft_s": _num(r.get("silicon_ttft_ms")) * 1e-3,
+                    "clients": _clients(r.get("silicon_data_source"), b), "why_not": why})
     df = pd.DataFrame(out)
     return df
 
 
-def kernel_tpot_s(rows: pd.DataFrame, hw: HardwareSpec, hw_for=None) -> tuple[np.ndarray, np.ndarray]:
-    """(decode step at each row's batch and mean context without engine overheads, prefill
-    interference B · prefill(isl) / osl); NaN where the layout does not fit the model.
-    `hw_for(gemm_quant, moe_quant)`, when given, returns the profile pricing the fp8 kernel
-    variants the row's engine ran (SystemFit.for_quant); else `hw` prices every row."""
-    out = np.full(len(rows), np.nan)
-    pre = np.full(len(rows), np.nan)
-    cache: dict = {}
-    for i, r in enumerate(rows.to_dict("records")):
-        key = (r.get("gemm_quant", ""), r.get("moe_quant", ""))
-        if key not in cache:
-            h = hw_for(*key) if hw_for is not None else hw
-            cache[key] = h.with_efficiency(step_overhead_s=0.0, per_seq_overhead_s=0.0)
-        hw_r = cache[key]
-        model = load_model(r["model"])
-        layout = ParallelLayout(tp=int(r["tp"]), ep=int(r["ep"]), weight_dtype=r["weight_dtype"], kv_dtype=r["kv_dtype"])
-        try:
-            layout.check_fits_model(model, "layout")
-        except SpecError:
-            continue
-        n = float(r["batch"])
-        ctx = n * (r["isl"] + r["osl"] / 2.0)
-        out[i] = float(step_cost(model, None, hw_r, layout, n, 0).time_s(ctx))
-        pre[i] = n * prefill_time_s(model, hw_r, layout, [r["isl"]]) / r["osl"]
-    return out, pre
+def kernel_tpot_s(rows: pd.DataFrame, hw: HardwareSpec, hw_for=None) -> tuple[np.ndarray, tm.RowPricing]:
+    """(decode step at each row's batch and mean context without engine overheads, the rows'
+    mixed-step pricing); NaN where the layout does not fit the model. `hw_for(gemm_quant,
+    moe_quant)`, when given, returns the profile pricing the fp8 kernel variants the row's
+    engine ran (SystemFit.for_quant); else `hw` prices every row."""
+    pricing = tm.price_rows(rows, hw, hw_for)
+    return pricing.dec_s[:, -1].copy(), pricing
 
 
 @dataclass(frozen=True)
 class OverheadFit:
-    """Fitted step_overhead_s, per_seq_overhead_s (profile terms) and the benchmark's exposed
-    prefill share f_prefill, with the split and per-row predictions."""
+    """Fitted step_overhead_s and per_seq_overhead_s (profile terms), with the split and per-row
+    predictions (the prefill enters priced as mixed steps, tpot_model.py, never fitted)."""
 
     step_overhead_s: float
     per_seq_overhead_s: float
-    f_prefill: float
     fit_on: str
     rows: pd.DataFrame  # every priced row: role (fit / held-out), measured, predicted, rel_error
     at_bound: tuple[str, ...] = ()  # parameters the non-negative fit left at 0 (not determined > 0)
@@ -150,40 +137,51 @@ class OverheadFit:
                 .reset_index())
 
 
-def fit_overheads(rows: pd.DataFrame, kernel_s: np.ndarray, prefill_s: np.ndarray, fit_mask: np.ndarray,
-                  fit_on: str) -> OverheadFit:
-    """NNLS of (tpot - kernel_step) = f · prefill + s0 + s1 · B on the fit rows (relative
-    weights); predict every row. Refuses fewer fit rows than its three parameters."""
-    ok = np.isfinite(kernel_s)
-    fm = fit_mask & ok
-    if fm.sum() < 3:
-        raise SpecError("TPOT fit rows", int(fm.sum()),
-                        ">= 3 (one per parameter: step overhead, per-sequence overhead, exposed prefill share)", fit_on)
+def _predicted_rows(rows: pd.DataFrame, pricing: tm.RowPricing, s0: float, s1: float, role) -> pd.DataFrame:
+    sol = pricing.solve(s0, s1)
     meas = rows["tpot_s"].to_numpy(float)
-    b = rows["batch"].to_numpy(float)
-    w = 1.0 / meas[fm]
-    a = np.column_stack([np.ones(fm.sum()), b[fm], prefill_s[fm]]) * w[:, None]
-    y = (meas[fm] - kernel_s[fm]) * w
-    (s0, s1, f), _ = optimize.nnls(a, y)
-    pred = kernel_s + s0 + s1 * b + f * prefill_s
-    out = rows.assign(kernel_s=kernel_s, prefill_s=prefill_s, predicted_s=pred, rel_error=pred / meas - 1.0,
-                      role=np.where(fit_mask, "fit", "held-out"))[ok]
-    at = tuple(n for n, v in (("step_overhead_s", s0), ("per_seq_overhead_s", s1), ("f_prefill", f)) if v <= 0)
-    return OverheadFit(float(s0), float(s1), float(f), fit_on, out.reset_index(drop=True), at)
+    out = rows.assign(kernel_s=pricing.dec_s[:, -1], decode_s=sol["decode_s"], prefill_s=sol["prefill_s"],
+                      n_decode=sol["n_decode"], prompts_per_step=sol["prompts_per_step"],
+                      predicted_s=sol["tpot_s"], rel_error=sol["tpot_s"] / meas - 1.0, role=role)
+    return out[pricing.ok].reset_index(drop=True)
 
 
-def predict_with(rows: pd.DataFrame, kernel_s: np.ndarray, prefill_s: np.ndarray, donor: OverheadFit,
-                 donor_name: str, fit_on: str) -> OverheadFit:
+def fit_overheads(rows: pd.DataFrame, pricing: tm.RowPricing, fit_mask: np.ndarray, fit_on: str) -> OverheadFit:
+    """Bounded least squares (both >= 0) of the relative TPOT residual over the fit rows in the
+    two engine overheads, each row's TPOT solved as the closed-loop mixed-step fixed point
+    (tpot_model.RowPricing); predict every row. A fit-split row whose priced prefill alone
+    exceeds its measured step (`RowPricing.prefill_share` > 1: more prompt tokens per second than
+    an uncached prefill allows, so prompts must have hit a prefix cache) cannot be an uncached
+    steady state: it is predicted and reported (role 'fit-excluded') but not fitted. Refuses
+    fewer fit rows than its two parameters."""
+    meas = rows["tpot_s"].to_numpy(float)
+    consistent = pricing.prefill_share(meas) <= 1.0
+    fm = np.asarray(fit_mask, bool) & pricing.ok & consistent
+    if fm.sum() < 2:
+        raise SpecError("TPOT fit rows", int(fm.sum()), ">= 2 (one per parameter: step overhead, per-sequence overhead)",
+                        fit_on)
+    sub = tm.RowPricing(*(getattr(pricing, f)[fm] for f in pricing.__dataclass_fields__))
+    scale = np.array([1e-3, 1e-5])  # ms and 10 µs: parameters of order one for the solver
+
+    def resid(p):
+        return sub.tpot_s(*(p * scale)) / meas[fm] - 1.0
+
+    res = optimize.least_squares(resid, x0=np.array([0.5, 0.5]), bounds=(0.0, np.inf), x_scale=1.0,
+                                 xtol=1e-10, ftol=1e-12)
+    s0, s1 = (float(v) for v in res.x * scale)
+    s0, s1 = (v if v > 1e-6 * sc else 0.0 for v, sc in ((s0, 1e-3), (s1, 1e-5)))
+    role = np.where(fit_mask, np.where(consistent, "fit", "fit-excluded"), "held-out")
+    out = _predicted_rows(rows, pricing, s0, s1, role[pricing.ok])
+    at = tuple(n for n, v in (("step_overhead_s", s0), ("per_seq_overhead_s", s1)) if v <= 0)
+    return OverheadFit(s0, s1, fit_on, out, at)
+
+
+def predict_with(rows: pd.DataFrame, pricing: tm.RowPricing, donor: OverheadFit, donor_name: str,
+                 fit_on: str) -> OverheadFit:
     """Every row held out, predicted with another (system, backend)'s fitted overheads: for a
     system whose rows are all of held-out models (nothing of them enters any fit)."""
-    ok = np.isfinite(kernel_s)
-    meas = rows["tpot_s"].to_numpy(float)
-    b = rows["batch"].to_numpy(float)
-    pred = kernel_s + donor.step_overhead_s + donor.per_seq_overhead_s * b + donor.f_prefill * prefill_s
-    out = rows.assign(kernel_s=kernel_s, prefill_s=prefill_s, predicted_s=pred, rel_error=pred / meas - 1.0,
-                      role="held-out")[ok]
-    return OverheadFit(donor.step_overhead_s, donor.per_seq_overhead_s, donor.f_prefill, fit_on,
-                       out.reset_index(drop=True), donor.at_bound, donor_name)
+    out = _predicted_rows(rows, pricing, donor.step_overhead_s, donor.per_seq_overhead_s, "held-out")
+    return OverheadFit(donor.step_overhead_s, donor.per_seq_overhead_s, fit_on, out, donor.at_bound, donor_name)
 
 
 def read_silicon(root: Path) -> pd.DataFrame:

@@ -63,8 +63,9 @@ class KernelCalibration:
 
     def overhead_table(self) -> pd.DataFrame:
         return pd.DataFrame([{"system": s, "backend": b, "step_overhead_ms": o.step_overhead_s * 1e3,
-                              "per_seq_overhead_us": o.per_seq_overhead_s * 1e6, "f_prefill": o.f_prefill,
+                              "per_seq_overhead_us": o.per_seq_overhead_s * 1e6,
                               "fit_rows": int((o.rows["role"] == "fit").sum()),
+                              "excluded": int((o.rows["role"] == "fit-excluded").sum()),
                               "fit_models": ", ".join(sorted(set(o.rows.loc[o.rows["role"] == "fit", "model"])))
                               or f"- (transferred from {o.transferred_from})",
                               "at_bound": ", ".join(o.at_bound) or "-"}
@@ -91,7 +92,7 @@ def _fit_tpot(system: str, silicon: pd.DataFrame, data, fits: dict, pending: dic
     the version nearest the rows' engine version (TPOT rows of TensorRT-LLM with TensorRT-LLM's
     kernels, ...), then fit the engine overheads on the fit split and predict the held-out split.
     The SystemFit used is stored in `fits[(system, backend)]`; a backend with held-out rows but
-    no fit rows goes to `pending[(system, backend)] = (rows, kernel_s, prefill_s, label)`."""
+    no fit rows goes to `pending[(system, backend)] = (rows, kernel_s, pricing, label)`."""
     rows = silicon[(silicon["why_not"] == "") & (silicon["system"] == system)].reset_index(drop=True)
     out = {}
     for backend in sorted(rows["backend"].unique()) if len(rows) else []:
@@ -106,7 +107,7 @@ def _fit_tpot(system: str, silicon: pd.DataFrame, data, fits: dict, pending: dic
         ks, pre = eo.kernel_tpot_s(sub, fit.hw, fit.for_quant)
         label = f"{system}/{backend}: {SPLIT}; kernels {backend} nearest {ver or 'newest'} ({fit.tables()})"
         if (fm & np.isfinite(ks)).sum() >= 3:
-            out[(system, backend)] = eo.fit_overheads(sub, ks, pre, fm, label)
+            out[(system, backend)] = eo.fit_overheads(sub, pre, fm, label)
         elif np.isfinite(ks).any():
             pending[(system, backend)] = (sub, ks, pre, label)
     return out
@@ -120,7 +121,7 @@ def _transfer(pending: dict, overheads: dict) -> dict[tuple[str, str], eo.Overhe
         donor = overheads.get((SIBLING.get(s, ""), b))
         if donor is not None and not donor.transferred_from:
             name = f"{SIBLING[s]}/{b}"
-            out[(s, b)] = eo.predict_with(sub, ks, pre, donor, name,
+            out[(s, b)] = eo.predict_with(sub, pre, donor, name,
                                           f"{label}; no fit rows here: overheads of the {name} fit")
     return out
 
@@ -204,6 +205,8 @@ def write_fitted_profile(fit: SystemFit, cal: KernelCalibration, out_dir: Path, 
         prov["engine_overhead"] = {"split": ov.fit_on, "how": how,
                                    "fit_rows": int((ov.rows["role"] == "fit").sum()),
                                    "held_out_rows": int((ov.rows["role"] == "held-out").sum()),
+                                   "fit_excluded_rows": int((ov.rows["role"] == "fit-excluded").sum()),
+                                   "prefill": "priced as closed-loop mixed steps (calibrate/tpot_model.py), not fitted",
                                    "at_bound_zero": list(ov.at_bound)}
     doc["kernel_fit"] = {
         "gemm": {dt: _gemm_yaml(gf) for dt, gf in kf.gemm.items()},

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.cost.forward import PassCost, decode_cost, draft_cost, pass_cost, sampler_cost
+from specsim.cost.forward import PassCost, decode_cost, draft_cost, pass_cost, ragged_pass_times_s, sampler_cost
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.sd_costs import eager_overhead_s, ngram_cpu_s, ngram_cpu_s_per_ctx_token
 from specsim.hardware import HardwareSpec
 from specsim.model import DrafterArch, ModelSpec
 
-__all__ = ["StepCostTable", "step_cost", "step_cost_table", "tree_step_cost"]
+__all__ = ["StepCostTable", "mixed_step_time_s", "step_cost", "step_cost_table", "tree_step_cost"]
 
 
 def _sd_step(model: ModelSpec, drafter: DrafterArch, hw: HardwareSpec, layout: ParallelLayout, n: np.ndarray,
@@ -83,6 +83,41 @@ def step_cost(model: ModelSpec, drafter: DrafterArch | None, hw: HardwareSpec, l
         return cost.plus_overhead(eff.step_overhead_s + eff.per_seq_overhead_s * n)
     q1 = _first_q(first_pass_q, k + 1.0)
     return _sd_step(model, drafter, hw, layout, n, [(q1, 1.0)] + [(1.0, 1.0)] * (k - 1), float(k), proposal_rate)
+
+
+def mixed_step_time_s(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_decode, ctx_per_seq,
+                      n_prompts, prompt_tokens, separate: bool = False):
+    """One engine step of n_decode (> 0) decoding sequences of mean context ctx_per_seq that also
+    prefills n_prompts prompts of prompt_tokens tokens each (arrays broadcast; n_prompts may be
+    fractional: an expected count). The decode step (`step_cost`, k = 0, with its overheads) plus
+    the prefill's marginal cost:
+
+    * mixed (`separate=False`; chunked prefill / in-flight batching: vLLM V1, TensorRT-LLM): the
+      prompts ride in the same forward pass -- one ragged pass over n_decode single tokens and
+      the prompt tokens (GEMMs and MoE over all n_decode + n_prompts·prompt_tokens tokens at the
+      fitted GEMM law, decode attention over the cache, causal attention among the prompt
+      tokens), minus the decode-only pass. With no prompt it is the decode step exactly; when
+      the prompt tokens dominate, the GEMMs turn compute-bound and the marginal tends to the
+      prompts' FLOPs at the plateau rate (the weights are read once for both);
+    * separate (`separate=True`; SGLang's default: prefill and decode batches alternate, mixed
+      chunks off): a prefill pass of its own over the prompts (its own weight read) is added.
+    """
+    n = np.asarray(n_decode, dtype=float)
+    k = np.asarray(n_prompts, dtype=float)
+    q = np.asarray(prompt_tokens, dtype=float)
+    c = np.asarray(ctx_per_seq, dtype=float)
+    n, k, q, c = np.broadcast_arrays(n, k, q, c)
+    dec = np.asarray(step_cost(model, None, hw, layout, n, 0).time_s(n * c), dtype=float)
+    has = k > 0
+    ks = np.where(has, k, 1.0)
+    if separate:
+        extra = ragged_pass_times_s(model, hw, layout, ks, ks * q, ks * q * q, 0.0 * q, 0.0 * q, ks)
+    else:
+        mixed = ragged_pass_times_s(model, hw, layout, n + ks, n + ks * q, n + ks * q * q, n * c, n * c, n + ks)
+        alone = ragged_pass_times_s(model, hw, layout, n, n, n, n * c, n * c, n)
+        extra = mixed - alone
+    out = dec + np.where(has, extra, 0.0)
+    return float(out) if out.ndim == 0 else out
 
 
 def tree_step_cost(model: ModelSpec, drafter: DrafterArch, hw: HardwareSpec, layout: ParallelLayout,
