@@ -132,7 +132,7 @@ def test_bundled_targets_have_roles_and_fit_rows_name_their_parameters():
             # EAGLE-3 k=3 generation rows, and only the SD-overhead parameter (at most two exist)
             if t.row.params["run"] != "ar":
                 assert t.id in ("think_sd_generation_s", "zero_sd_generation_s"), t.id
-                assert set(t.row.pins) == {"sd_step_overhead_ms"} and not t.row.overrides, t.id
+                assert set(t.row.pins) == {"draft_overhead_ms"} and not t.row.overrides, t.id
     # SD rows other than the named k=3 SD-overhead fit are predictions; so is every async row
     for t in targets:
         if "async" in t.id or "ngram" in t.id or "_k5_" in t.id or "_k7_" in t.id:

@@ -195,7 +195,8 @@ def write_fitted_profile(fit: SystemFit, cal: KernelCalibration, out_dir: Path, 
         eff["step_overhead_ms"] = {"value": round(ov.step_overhead_s * 1e3, 4), "source": how}
         eff["per_seq_overhead_us"] = {"value": round(ov.per_seq_overhead_s * 1e6, 4), "source": how}
     _label_prior(eff["train_mfu"], "prior (kernel and TPOT tables do not time training): ")
-    _label_prior(eff["draft_overhead_ms"], "prior (no SD rows in the tables; fitted on EAGLE-3 rows elsewhere): ")
+    if not str(eff["draft_overhead_ms"].get("source", "")).startswith("fitted"):  # fit_8b may have fitted it
+        _label_prior(eff["draft_overhead_ms"], "prior (no SD rows in the tables; fitted on EAGLE-3 rows elsewhere): ")
     lat = doc.get("collective_latency_us", {})
     if "scaleout" in lat:
         _label_prior(lat["scaleout"], "prior (no scale-out tables): ")
