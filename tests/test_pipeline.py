@@ -200,8 +200,11 @@ def test_self_quant_never_stale(small):
     alphas = {r.mean_alpha for r in res.records}
     assert len(alphas) == 1
     assert all(r.versions_since_update == 0 for r in res.records)
+    # each step's τ is a fresh draw of per-sequence acceptance (Beta heterogeneity c = 6.71 in this
+    # scenario), so steps scatter around the configured 1.9 without drifting down
     taus = np.array([r.tau for r in res.records])
-    assert np.ptp(taus) < 0.05 * taus.mean()
+    assert abs(taus.mean() - 1.9) < 0.03 * 1.9
+    assert np.ptp(taus) < 0.08 * taus.mean()
     # re-quantized at every weight sync: a small memory-bound cost every step
     assert all(0 < r.drafter_update_s < r.weight_sync_s * 10 + 0.1 for r in res.records)
 
