@@ -45,6 +45,9 @@ def hardware_info(name_or_path: str) -> dict:
                           {"term": f"{label}.{dt}", "parameter": "flops_eff_max", "value": g.flops_eff_max, "unit": ""},
                           {"term": f"{label}.{dt}", "parameter": "m_half", "value": g.m_half_tokens, "unit": "tokens"},
                           {"term": f"{label}.{dt}", "parameter": "weight_bw_eff", "value": g.weight_bw_eff, "unit": ""}]
+                if g.token_s:
+                    terms.append({"term": f"{label}.{dt}", "parameter": "per_token", "value": g.token_s * 1e9,
+                                  "unit": "ns"})
         terms += [{"term": "decode_attention", "parameter": "latency", "value": kf.attn_latency_s * 1e6, "unit": "µs"},
                   {"term": "decode_attention", "parameter": "per_seq", "value": kf.attn_per_seq_s * 1e6, "unit": "µs"},
                   {"term": "decode_attention", "parameter": "kv_bw_eff", "value": kf.attn_kv_bw_eff, "unit": ""}]

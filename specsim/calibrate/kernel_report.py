@@ -235,8 +235,11 @@ def _label_prior(entry: dict, label: str) -> None:
 
 
 def _gemm_yaml(g) -> dict:
-    return {"latency_us": round(g.latency_s * 1e6, 4), "flops_eff_max": round(g.flops_eff_max, 4),
-            "m_half_tokens": round(g.m_half_tokens, 3), "weight_bw_eff": round(g.weight_bw_eff, 4)}
+    out = {"latency_us": round(g.latency_s * 1e6, 4), "flops_eff_max": round(g.flops_eff_max, 4),
+           "m_half_tokens": round(g.m_half_tokens, 3), "weight_bw_eff": round(g.weight_bw_eff, 4)}
+    if g.token_s:  # dense GEMM only (MoE fits have no per-token term)
+        out["per_token_ns"] = round(g.token_s * 1e9, 4)
+    return out
 
 
 def markdown(df: pd.DataFrame, floatfmt: str = ".3f") -> str:

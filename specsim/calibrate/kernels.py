@@ -116,7 +116,8 @@ def catalog_moe_shapes() -> dict[str, tuple[int, int, int, int]]:
 def _gemm_fit(t: kf.TermFit) -> GemmFit:
     p = t.params
     return GemmFit(latency_s=p["latency_us"] * 1e-6, flops_eff_max=p["flops_eff_max"],
-                   m_half_tokens=p["m_half_tokens"], weight_bw_eff=p["weight_bw_eff"])
+                   m_half_tokens=p["m_half_tokens"], weight_bw_eff=p["weight_bw_eff"],
+                   token_s=p.get("per_token_ns", 0.0) * 1e-9)
 
 
 def fit_system(system: str, backend: str = "vllm", hw: HardwareSpec | None = None,

@@ -5,8 +5,9 @@
 With a profile fitted to measured kernels (`hw.kernel_fit`, see hardware.KernelFit) the rates
 depend on the op's shape, and each kernel launch has a floor:
 
-    GEMM    t = n_kernels · latency_s + max(2mnk / (peak · flops_eff(m)), W / (hbm_bw · weight_bw_eff))
+    GEMM    t = n_kernels · (latency_s + m · token_s) + max(2mnk / (peak · flops_eff(m)), W / (hbm_bw · weight_bw_eff))
             flops_eff(m) = flops_eff_max · m / (m + m_half_tokens)          (m = tokens in the GEMM)
+            token_s: per-token cost of each launch (fp8: quantising its bf16 input; GemmFit)
     MoE     the same form with the grouped-GEMM terms, m = routed tokens per expert; the terms
             of the model's exact MoE shape where the profile fitted it (kernel_fit.moe_shapes),
             else the cross-shape law
@@ -75,11 +76,16 @@ def decode_attention_fixed_s(hw: HardwareSpec, n_seqs):
 
 def gemm_op_s(flops, nbytes, hw: HardwareSpec, math_dtype: str, m_tokens, n_kernels: float = 1.0,
               kernel: str = "gemm", shape: str | None = None):
-    """(time, compute side, memory side) of a (possibly fused) GEMM op of `n_kernels` launches;
+    """(time, compute side, memory side) of a (possibly fused) GEMM op of `n_kernels` launches,
+    each over `m_tokens` tokens (their per-token cost, GemmFit.token_s, adds to the fixed time);
     `shape` (moe_shape_key) selects a per-shape MoE fit where the profile has one."""
     c = compute_time_s(flops, hw, math_dtype, m_tokens, kernel, shape)
     m = memory_time_s(nbytes, hw, "moe" if kernel == "moe" else "weights", math_dtype, shape)
     lat = kernel_latency_s(hw, kernel, math_dtype, n_kernels, shape)
+    g = _fit(hw, kernel, math_dtype, shape) if m_tokens is not None and kernel == "gemm" else None
+    if g is not None and g.token_s:  # per-token cost of each launch (fp8 input quantisation)
+        lat = lat + float(n_kernels) * g.token_s * (m_tokens if np.ndim(m_tokens) == 0
+                                                     else np.asarray(m_tokens, dtype=float))
     t = (max(c, m) if isinstance(c, float) and isinstance(m, float) else np.maximum(c, m)) + lat
     return t, c, m
 
