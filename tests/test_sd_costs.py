@@ -6,7 +6,8 @@ import pytest
 from specsim.cost.forward import decode_cost, draft_cost, sampler_cost, verify_cost
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.roofline import memory_time_s
-from specsim.cost.sd_costs import FITTABLE, SD_COST_KEYS, SDCosts, load_sd_costs, sd_costs_to_yaml_dict
+from specsim.cost.sd_costs import (FITTABLE, SD_COST_KEYS, SDCosts, load_sd_costs, piecewise_overhead_s,
+                                   sd_costs_to_yaml_dict)
 from specsim.cost.step import step_cost, step_cost_table
 from specsim.errors import SpecError
 from specsim.hardware import load_hardware
@@ -75,6 +76,29 @@ def test_steps_past_the_captured_cuda_graphs_pay_eager_launches():
     ar = lambda n: _t(step_cost(Q8B, None, GB200, TP1, float(n), 0), 0.0) - _t(decode_cost(Q8B, GB200, TP1, float(n)), 0.0)
     assert ar(256) - ar(255) < 0.5 * Q8B.layers * sd.eager_layer_overhead_s
     assert ar(513) - ar(512) > Q8B.layers * sd.eager_layer_overhead_s  # past 512 a decode runs eagerly too
+
+
+def test_non_uniform_verify_batches_pay_piecewise_graphs():
+    """A batch mixing drafting and non-drafting requests (n-gram, p < 1) is not a uniform decode
+    batch: P = 1 − pⁿ − (1 − p)ⁿ of paying layers·piecewise_layer_overhead_s; never for p = 1,
+    one request, or a pass already running eagerly."""
+    sd, layers = GB200.sd_costs, Q8B.layers
+    full = layers * sd.piecewise_layer_overhead_s
+    n = np.array([1.0, 2.0, 8.0, 64.0])
+    got = piecewise_overhead_s(n, 0.1, n * 1.3, layers, sd)
+    np.testing.assert_allclose(got, (1 - 0.1 ** n - 0.9 ** n) * full)
+    assert got[0] == 0.0 and got[-1] == pytest.approx(full, rel=1e-2)
+    assert np.all(piecewise_overhead_s(n, 1.0, n * 4, layers, sd) == 0.0)
+    assert piecewise_overhead_s(np.array([256.0]), 0.1, np.array([600.0]), layers, sd)[0] == 0.0
+    # in the step: an n-gram step at p = 0.1 pays it on top of the p-scaled verify; at p = 1 not
+    k, b = 3, 64.0
+    extra = lambda p: _t(step_cost(Q8B, NGRAM, GB200, TP1, b, k, proposal_rate=p), 0.0)
+    no_pw = SDCosts(**{**{f: getattr(sd, f) for f in sd.__dataclass_fields__ if f != "sources"},
+                       "piecewise_layer_overhead_s": 0.0})
+    gb_no_pw = GB200.__class__(**{**GB200.__dict__, "sd_costs": no_pw})
+    base = lambda p: _t(step_cost(Q8B, NGRAM, gb_no_pw, TP1, b, k, proposal_rate=p), 0.0)
+    assert extra(0.1) - base(0.1) == pytest.approx((1 - 0.1 ** b - 0.9 ** b) * full)
+    assert extra(1.0) == pytest.approx(base(1.0))
 
 
 def test_self_drafter_pays_full_depth_quantized_passes():

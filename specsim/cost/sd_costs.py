@@ -29,6 +29,16 @@ This module holds the rest, each term derived from the work it does:
   ``cuda_graph_max_tokens`` tokens (default capture sizes up to 512). A pass with more tokens
   runs eagerly and pays a launch overhead per layer that is not hidden; a verify pass of
   256 sequences at k = 3 (1024 tokens) is such a pass, a decode step of 256 sequences is not.
+* Piecewise graphs for non-uniform batches (:func:`piecewise_overhead_s`): under vLLM's
+  FULL_AND_PIECEWISE CUDA-graph mode (vLLM PR #20059,
+  https://github.com/vllm-project/vllm/pull/20059) a *uniform* decode batch -- every request
+  with the same query length, 1 for plain decoding and 1 + k for a verify where every request
+  drafted k tokens -- replays one full graph, attention included; any other batch runs piecewise
+  graphs with each layer's attention launched outside the graph (the PR reports decode ITL 38 %
+  lower with full graphs for small models). A drafter that may propose nothing (n-gram: a share
+  p of the requests per step) makes the verify batch non-uniform unless all n requests drafted
+  or none did: probability 1 − pⁿ − (1 − p)ⁿ, and such a step pays layers ·
+  piecewise_layer_overhead_s. Model drafters (p = 1) keep the batch uniform and never pay it.
 
 Two SD-overhead parameters are FITTABLE (calibration may fit them, on the two EAGLE-3 k = 3
 rows only); everything else here is derived or a documented prior that no fit touches:
@@ -71,6 +81,9 @@ class SDCosts:
     eager_layer_overhead_s: launch time per layer of a pass that runs eagerly (prior 20 µs:
       ~5-10 kernels of a decoder layer at a few µs of CPU launch each, not hidden behind
       short kernels).
+    piecewise_layer_overhead_s: time per layer a non-uniform batch pays for running piecewise
+      graphs instead of one full graph (prior 20 µs: the attention op's Python dispatch and
+      metadata plus one graph replay per piece, a few µs each; no per-layer figure published).
     """
 
     sd_step_overhead_s: float = 1.0e-3
@@ -79,6 +92,7 @@ class SDCosts:
     ngram_request_overhead_s: float = 10 * 1e-6   # written so the µs round trip is exact
     cuda_graph_max_tokens: int = 512
     eager_layer_overhead_s: float = 20e-6
+    piecewise_layer_overhead_s: float = 20 * 1e-6   # the µs round trip is exact
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
 
@@ -90,6 +104,7 @@ SD_COST_KEYS = {
     "ngram_request_overhead_us": ("ngram_request_overhead_s", 1e-6),
     "cuda_graph_max_tokens": ("cuda_graph_max_tokens", 1.0),
     "eager_layer_overhead_us": ("eager_layer_overhead_s", 1e-6),
+    "piecewise_layer_overhead_us": ("piecewise_layer_overhead_s", 1e-6),
 }
 
 #: the two SD-overhead parameters a calibration may fit (profile keys)
@@ -152,3 +167,17 @@ def eager_overhead_s(pass_tokens, layers: int, sd: SDCosts):
     exceeds the largest captured CUDA graph, else 0 (vectorised over pass_tokens)."""
     t = np.asarray(pass_tokens, dtype=float)
     return np.where(t > sd.cuda_graph_max_tokens, layers * sd.eager_layer_overhead_s, 0.0)
+
+
+def piecewise_overhead_s(n_seqs, proposal_rate: float, pass_tokens, layers: int, sd: SDCosts):
+    """Expected overhead of a verify batch that is not uniform (see the module docstring): with n
+    requests each drafting with probability p, P(non-uniform) = 1 − pⁿ − (1 − p)ⁿ, times
+    layers·piecewise_layer_overhead_s; 0 for p = 1, for n ≤ 1, and for a pass already past the
+    captured sizes (it runs eagerly and pays :func:`eager_overhead_s` instead)."""
+    n = np.asarray(n_seqs, dtype=float)
+    p = float(proposal_rate)
+    if p >= 1.0:
+        return np.zeros_like(n)
+    mixed = np.where(n > 1.0, 1.0 - p ** n - (1.0 - p) ** n, 0.0)
+    graphed = np.asarray(pass_tokens, dtype=float) <= sd.cuda_graph_max_tokens
+    return np.where(graphed, mixed * layers * sd.piecewise_layer_overhead_s, 0.0)

@@ -15,7 +15,7 @@ import numpy as np
 
 from specsim.cost.forward import PassCost, decode_cost, draft_cost, pass_cost, ragged_pass_times_s, sampler_cost
 from specsim.cost.layout import ParallelLayout
-from specsim.cost.sd_costs import eager_overhead_s, ngram_cpu_s, ngram_cpu_s_per_ctx_token
+from specsim.cost.sd_costs import eager_overhead_s, ngram_cpu_s, ngram_cpu_s_per_ctx_token, piecewise_overhead_s
 from specsim.hardware import HardwareSpec
 from specsim.model import DrafterArch, ModelSpec
 
@@ -27,7 +27,8 @@ def _sd_step(model: ModelSpec, drafter: DrafterArch, hw: HardwareSpec, layout: P
     """Draft passes (q, logits per sequence; the first is the fused one) for the n·p proposing
     sequences, one verify over the actual query tokens n·(1 + p·draft_tokens) (a request without
     a draft is verified with q = 1), rejection sampling over those rows, eager launches, the SD
-    overheads; an n-gram proposer searches all n requests (found or not)."""
+    overheads; an n-gram proposer searches all n requests (found or not), and a batch mixing
+    drafting and non-drafting requests runs piecewise CUDA graphs (`piecewise_overhead_s`)."""
     eff, sd = hw.efficiency, hw.sd_costs
     dp = layout.attn_dp
     p = float(proposal_rate)
@@ -35,6 +36,7 @@ def _sd_step(model: ModelSpec, drafter: DrafterArch, hw: HardwareSpec, layout: P
     q_verify = drafted + 1.0
     cost = pass_cost(model, hw, layout, n, q_verify, q_verify)
     cost = cost.plus_overhead(eager_overhead_s(n * q_verify / dp, model.layers, sd))
+    cost = cost.plus_overhead(piecewise_overhead_s(n / dp, p, n * q_verify / dp, model.layers, sd))
     dm = drafter.model
     if dm is not None:
         n_prop = n if p == 1.0 else n * p
