@@ -32,14 +32,14 @@ def _sd_step(model: ModelSpec, drafter: DrafterArch, hw: HardwareSpec, layout: P
     eff, sd = hw.efficiency, hw.sd_costs
     dp = layout.attn_dp
     p = float(proposal_rate)
-    drafted = draft_tokens if p == 1.0 else p * draft_tokens   # expected draft tokens per sequence
+    drafted = p * draft_tokens   # expected draft tokens per sequence
     q_verify = drafted + 1.0
     cost = pass_cost(model, hw, layout, n, q_verify, q_verify)
     cost = cost.plus_overhead(eager_overhead_s(n * q_verify / dp, model.layers, sd))
     cost = cost.plus_overhead(piecewise_overhead_s(n / dp, p, n * q_verify / dp, model.layers, sd))
     dm = drafter.model
     if dm is not None:
-        n_prop = n if p == 1.0 else n * p
+        n_prop = n * p
         for i, (q, logits) in enumerate(passes):
             one = draft_cost(drafter, hw, layout, n_prop, q, first=(i == 0), logits_per_seq=logits)
             cost = cost + one.plus_overhead(eager_overhead_s(n_prop * q / dp, dm.layers, sd))

@@ -148,17 +148,21 @@ class StreamCluster:
         """Policy version each response of step j was admitted under."""
         return np.concatenate([e.admit_version[r[j]:r[j + 1]] for e, r in zip(self.engines, self.ranges)])
 
+    def _sd_counts(self, j: int) -> tuple[float, float]:
+        """Step j's trajectories: tokens they emitted under SD and their SD request-steps."""
+        tok = sum(float(e.seq_sd_tokens[r[j]:r[j + 1]].sum()) for e, r in zip(self.engines, self.ranges))
+        steps = sum(float(e.seq_sd_steps[r[j]:r[j + 1]].sum()) for e, r in zip(self.engines, self.ranges))
+        return tok, steps
+
     def step_tau(self, j: int) -> float:
         """τ of step j's trajectories as vLLM reports it: 1 + accepted / request-steps with a draft,
         the latter p · their verify steps (sim/common.py; p = 1: tokens over verify steps)."""
-        tok = sum(float(e.seq_sd_tokens[r[j]:r[j + 1]].sum()) for e, r in zip(self.engines, self.ranges))
-        steps = sum(float(e.seq_sd_steps[r[j]:r[j + 1]].sum()) for e, r in zip(self.engines, self.ranges))
+        tok, steps = self._sd_counts(j)
         return conditional_tau(tok, steps, self.world.acceptance.proposal_rate * steps)
 
     def step_tokens_per_seq_step(self, j: int) -> float:
         """Effective tokens per request-step of step j's trajectories under SD, 1 + p·(τ − 1)."""
-        tok = sum(float(e.seq_sd_tokens[r[j]:r[j + 1]].sum()) for e, r in zip(self.engines, self.ranges))
-        steps = sum(float(e.seq_sd_steps[r[j]:r[j + 1]].sum()) for e, r in zip(self.engines, self.ranges))
+        tok, steps = self._sd_counts(j)
         return tok / steps if steps > 0 else float("nan")
 
     def results(self) -> list[EngineResult]:
