@@ -131,6 +131,9 @@ class HardwareSpec:
     path: str | None = field(default=None, compare=False)
     kernel_fit: KernelFit | None = None
     sd_costs: SDCosts = field(default_factory=SDCosts)  # optional `sd_costs:` block (cost/sd_costs.py)
+    # per-call latency of the engines' one-shot NVLink all-reduce (cost/comm.all_reduce_s); None:
+    # the profile knows only the ring/tree algorithm (`collective_latency_us.nvlink_oneshot` absent)
+    nvlink_oneshot_latency_s: float | None = None
 
     def flops_per_s(self, dtype: str) -> float:
         """Peak dense FLOP/s for a math dtype; 4-bit weights run W4A16 at the bf16 rate."""
@@ -248,6 +251,8 @@ def load_hardware(name_or_path: str) -> HardwareSpec:
         path=where,
         kernel_fit=_kernel_fit(doc.get("kernel_fit"), where),
         sd_costs=load_sd_costs(doc.get("sd_costs"), where),
+        nvlink_oneshot_latency_s=(num("nvlink_oneshot", lat, "collective_latency_us.") * 1e-6
+                                  if "nvlink_oneshot" in lat else None),
     )
 
 

@@ -123,6 +123,33 @@ def test_supported_rows_maps_the_new_models_and_skips_nvfp4():
     assert set(ok.loc[ok["model"] == "Qwen3-32B", "weight_dtype"]) == {"bf16"}
 
 
+def test_an_fp8_row_of_a_block_scaled_checkpoint_runs_the_block_kernels(tmp_path):
+    """#11: vLLM labels every fp8 checkpoint `fp8`; the kernel follows the checkpoint's config."""
+    import json
+
+    cfg = tmp_path / "model_configs"
+    cfg.mkdir()
+    (cfg / "Qwen--Qwen3-235B-A22B-FP8_config.json").write_text(json.dumps(
+        {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}))
+    (cfg / "meta-llama--Llama-3.1-70B_config.json").write_text(json.dumps({"hidden_size": 8192}))
+    (cfg / "org--per-tensor_config.json").write_text(json.dumps({"quantization_config": {"quant_method": "fp8"}}))
+    (cfg / "org--broken_config.json").write_text("{not json")
+    assert eo.checkpoint_quant(cfg, "Qwen/Qwen3-235B-A22B-FP8") == "fp8_block"
+    assert eo.checkpoint_quant(cfg, "org/per-tensor") == "fp8"
+    assert eo.checkpoint_quant(cfg, "meta-llama/Llama-3.1-70B") is None  # a bf16 checkpoint (online fp8)
+    assert eo.checkpoint_quant(cfg, "org/broken") is None and eo.checkpoint_quant(cfg, "org/absent") is None
+    assert eo.checkpoint_quant(None, "Qwen/Qwen3-235B-A22B-FP8") is None
+    sil = _silicon("h200_sxm", [("Qwen/Qwen3-235B-A22B-FP8", "fp8", 2), ("meta-llama/Llama-3.1-70B", "fp8", 2)])
+    sil = sil.assign(moe_tp_size=2, moe_ep_size=1)
+    rows = eo.supported_rows(sil, cfg)
+    q = rows[rows["model"] == "Qwen3-235B-A22B"]
+    assert (q["gemm_quant"] == "fp8_block").all() and (q["moe_quant"] == "fp8_block").all()
+    assert (q["quant_from"] == "checkpoint weight_block_size").all()
+    lama = rows[rows["model"] == "Llama-3.1-70B"]
+    assert (lama["gemm_quant"] == "fp8").all() and (lama["quant_from"] == "label").all()
+    assert (eo.supported_rows(sil)["gemm_quant"] == "fp8").all()  # no configs folder: the label stands
+
+
 def _with_truth(sil: pd.DataFrame, fits: dict, s0: float, s1: float) -> pd.DataFrame:
     """Measured TPOT = the closed-loop mixed-step TPOT (tpot_model) with overheads s0, s1, per system."""
     rows = eo.supported_rows(sil)

@@ -150,6 +150,30 @@ def test_all_reduce_ring_formula():
     assert float(comm.all_reduce_s(nbytes, n, H100)) == pytest.approx(3 * lat + 2 * (n - 1) / n * nbytes / bw)
 
 
+def test_all_reduce_takes_the_faster_of_one_shot_and_ring_within_eight_gpus():
+    """#11: a small all-reduce inside NVLink runs the one-shot kernel (flat latency, (n-1)x the
+    traffic); groups above 8 GPUs and profiles without a one-shot latency use the ring law."""
+    from dataclasses import replace
+
+    hw = replace(H100, nvlink_oneshot_latency_s=3e-6, nvlink_latency_s=6e-6)
+    bw, lat = comm.link(hw, 8)
+    small = 64e3
+    assert float(comm.all_reduce_s(small, 8, hw)) == pytest.approx(3e-6 + 7 * small / bw)
+    assert float(comm.all_reduce_s(1e9, 8, hw)) == pytest.approx(3 * lat + 2 * 7 / 8 * 1e9 / bw)
+    sizes = np.geomspace(1e3, 1e9, 25)
+    both = comm.all_reduce_s(sizes, 4, hw)  # vectorised: elementwise min, never above either law
+    assert np.all(both <= 2 * lat + 1.5 * sizes / bw + 1e-15) and np.all(both <= 3e-6 + 3 * sizes / bw + 1e-15)
+    assert float(comm.all_reduce_s(small, 8, replace(hw, nvlink_oneshot_latency_s=None))) == pytest.approx(
+        3 * lat + 2 * 7 / 8 * small / bw)
+    gb = replace(GB200, nvlink_oneshot_latency_s=3e-6)
+    bw16, lat16 = comm.link(gb, 16)
+    assert float(comm.all_reduce_s(small, 16, gb)) == pytest.approx(4 * lat16 + 2 * 15 / 16 * small / bw16)
+    # an all-to-all is one step over the switch: the one-shot latency where the profile has one
+    assert float(comm.all_to_all_s(small, 8, hw)) == pytest.approx(3e-6 + 7 / 8 * small / bw)
+    assert float(comm.all_to_all_s(small, 16, hw)) == pytest.approx(H100.scaleout_latency_s + 15 / 16 * small
+                                                                    / comm.link(hw, 16)[0])
+
+
 # ----------------------------------------------------------------------------- memory
 def test_235b_bf16_tp4_on_h100_does_not_fit():
     with pytest.raises(LayoutError, match="needs 470 GB"):

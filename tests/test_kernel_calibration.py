@@ -26,7 +26,7 @@ HW = load_hardware("h200_sxm")
 TRUE_GEMM = {"latency_us": 4.0, "flops_eff_max": 0.75, "m_half_tokens": 60.0, "weight_bw_eff": 0.8}
 TRUE_ATTN = {"latency_us": 9.0, "per_seq_us": 0.05, "kv_bw_eff": 0.85}
 TRUE_MOE = {"latency_us": 30.0, "flops_eff_max": 0.3, "m_half_tokens": 2.0, "weight_bw_eff": 0.7}
-TRUE_AR = {"latency_us": 6.0, "bw_eff": 0.6}
+TRUE_AR = {"oneshot_latency_us": 3.5, "latency_us": 6.0, "bw_eff": 0.6}
 
 
 def _noise(rng, n):
@@ -71,7 +71,10 @@ def moe_table(rng):
 def nccl_table(rng):
     n, elems = (a.ravel() for a in np.meshgrid([2, 4, 8], 2.0 ** np.arange(10, 28, 2)))
     nbytes = elems * 2  # half: message_size counts elements
-    t = TRUE_AR["latency_us"] * 1e-6 * np.ceil(np.log2(n)) + 2 * (n - 1) / n * nbytes / (HW.nvlink_bw_bytes_per_s * TRUE_AR["bw_eff"])
+    bw = HW.nvlink_bw_bytes_per_s * TRUE_AR["bw_eff"]
+    ring = TRUE_AR["latency_us"] * 1e-6 * np.ceil(np.log2(n)) + 2 * (n - 1) / n * nbytes / bw
+    oneshot = TRUE_AR["oneshot_latency_us"] * 1e-6 + (n - 1) * nbytes / bw  # the engine takes the faster
+    t = np.minimum(ring, oneshot)
     return pd.DataFrame({"op_name": "all_reduce", "nccl_dtype": "half", "num_gpus": n, "message_size": elems,
                          "latency": t * 1e3 * _noise(rng, n.size)})
 
@@ -117,6 +120,26 @@ def test_fits_recover_known_parameters(root):
         assert fit.terms[term].median_abs_rel_error < 0.02
     assert fit.hw.efficiency.compute == pytest.approx(TRUE_GEMM["flops_eff_max"], rel=0.1)
     assert fit.hw.nvlink_latency_s == pytest.approx(TRUE_AR["latency_us"] * 1e-6, rel=0.1)
+    assert fit.hw.nvlink_oneshot_latency_s == pytest.approx(TRUE_AR["oneshot_latency_us"] * 1e-6, rel=0.1)
+
+
+def test_allreduce_fit_finds_the_one_shot_branch_and_beats_the_ring_law():
+    """#11: small all-reduces take the same time on 2, 4 and 8 GPUs (one-shot kernel); the fit must
+    find that branch (the min() has a second optimum without it) and describe the rows far better
+    than the ring law alone."""
+    from specsim.calibrate import kernel_fit as kf
+
+    rng = np.random.default_rng(3)
+    rows = kt.allreduce_rows(pd.DataFrame(), nccl_table(rng).assign(time_s=lambda d: d["latency"] * 1e-3))
+    got = kf.fit_allreduce(rows, HW)
+    assert got.params["oneshot_latency_us"] == pytest.approx(TRUE_AR["oneshot_latency_us"], rel=0.1)
+    assert got.median_abs_rel_error < 0.02
+    n, b = rows["num_gpus"].to_numpy(float), rows["nbytes"].to_numpy(float)
+    hops = np.ceil(np.log2(n))
+    a = np.column_stack([hops * 1e-6, 2 * (n - 1) / n * b])  # ring law: linear in (latency, 1 / bandwidth)
+    coef = np.linalg.lstsq(a / rows["time_s"].to_numpy()[:, None], np.ones(len(n)), rcond=None)[0]
+    ring_err = np.median(np.abs(a @ coef / rows["time_s"].to_numpy() - 1.0))
+    assert ring_err > 5 * got.median_abs_rel_error
 
 
 def test_under_determined_fit_is_refused():

@@ -66,7 +66,22 @@ def test_fixed_point_is_the_mixed_step_in_closed_form():
     dec = mixed_step_time_s(M, hw0, LAY, b, ctx, 0.0, isl)
     one = mixed_step_time_s(M, hw0, LAY, b, ctx, 1.0, isl)
     assert sol["prompts_per_step"][0] == pytest.approx(lam)
-    assert sol["tpot_s"][0] == pytest.approx(dec + lam * (one - dec) + s0 + s1 * b, rel=1e-9)
+    # a request waits for the other b - 1 clients' prompts only: its own prefill is in its TTFT
+    seen = lam * (b - 1) / b
+    assert sol["tpot_s"][0] == pytest.approx(dec + seen * (one - dec) + s0 + s1 * b, rel=1e-9)
+    assert sol["prefill_s"][0] == pytest.approx(seen * (one - dec), rel=1e-9)
+
+
+def test_one_client_is_pure_decode():
+    """At concurrency 1 no other prompt ever enters while the request decodes: TPOT is the decode
+    step plus the overheads, whatever the prompt length."""
+    s0, s1 = 1e-3, 20e-6
+    sol = tm.price_rows(pd.concat([_rows(1, isl, 64, ttft_s=0.05, backend=be) for isl in (100, 8000)
+                                   for be in ("vllm", "sglang")], ignore_index=True), HW).solve(s0, s1)
+    hw0 = HW.with_efficiency(step_overhead_s=0.0, per_seq_overhead_s=0.0)
+    dec = mixed_step_time_s(M, hw0, LAY, 1.0, np.array([100 + 32.0, 100 + 32.0, 8000 + 32.0, 8000 + 32.0]), 0.0, 100.0)
+    assert np.all(sol["prefill_s"] == 0.0)
+    assert sol["tpot_s"] == pytest.approx(dec + s0 + s1, rel=1e-6)
 
 
 def test_measured_ttft_lowers_the_prompt_rate_and_queued_clients_do_not_decode():

@@ -21,8 +21,11 @@ def hardware_info(name_or_path: str) -> dict:
         {"quantity": "HBM bandwidth", "value": hw.hbm_bw_bytes_per_s / 1e12, "unit": "TB/s", "source": src.get("hbm_tbps", "")},
         {"quantity": "NVLink per direction", "value": hw.nvlink_bw_bytes_per_s / 1e9, "unit": "GB/s",
          "source": src.get("nvlink_gbps_per_direction", "")},
-        {"quantity": "NVLink latency", "value": hw.nvlink_latency_s * 1e6, "unit": "µs",
+        {"quantity": "NVLink latency (ring/tree, per log2 hop)", "value": hw.nvlink_latency_s * 1e6, "unit": "µs",
          "source": src.get("collective_latency_us.nvlink", "")},
+        *([{"quantity": "NVLink one-shot all-reduce latency", "value": hw.nvlink_oneshot_latency_s * 1e6,
+            "unit": "µs", "source": src.get("collective_latency_us.nvlink_oneshot", "")}]
+          if hw.nvlink_oneshot_latency_s is not None else []),
         {"quantity": "scale-out latency", "value": hw.scaleout_latency_s * 1e6, "unit": "µs",
          "source": src.get("collective_latency_us.scaleout", "")},
     ]

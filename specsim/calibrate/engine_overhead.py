@@ -21,6 +21,7 @@ in specsim's catalog, on a layout specsim has (attention TP = tp_size; MoE eithe
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,8 +67,35 @@ def _clients(source, batch: float) -> float:
     return float(m.group(1)) if m else batch
 
 
-def supported_rows(silicon: pd.DataFrame) -> pd.DataFrame:
-    """The TPOT rows specsim can price, with model, layout, weight dtype and a `why_not` for others."""
+def checkpoint_quant(configs_dir: Path | None, model_path: str) -> str | None:
+    """The fp8 weight scaling a checkpoint ships, from its `config.json` in the data package's
+    `model_configs/` (`<org>--<name>_config.json`): 'fp8_block' when `quantization_config` sets a
+    `weight_block_size` (fine-grained block scales), 'fp8' for another fp8 config, None when the
+    folder has no config or no quantization config (a bf16 checkpoint).
+
+    Why (#11): the TPOT rows label the quantisation by the engine's method name. vLLM calls every
+    fp8 checkpoint `fp8` (its Fp8LinearMethod), yet on a block-scaled checkpoint it runs the
+    block-scaled kernels: Qwen/Qwen3-235B-A22B-FP8 (weight_block_size [128, 128]) is labelled
+    `fp8` on vLLM 0.12.0 and `fp8_block` on TensorRT-LLM and SGLang. The kernel follows the
+    checkpoint, not the label."""
+    if configs_dir is None:
+        return None
+    f = Path(configs_dir) / f"{str(model_path).replace('/', '--')}_config.json"
+    if not f.is_file():
+        return None
+    try:
+        q = json.loads(f.read_text()).get("quantization_config") or {}
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return None
+    if str(q.get("quant_method", "")).lower() != "fp8":
+        return None
+    return "fp8_block" if q.get("weight_block_size") else "fp8"
+
+
+def supported_rows(silicon: pd.DataFrame, configs_dir: Path | None = None) -> pd.DataFrame:
+    """The TPOT rows specsim can price, with model, layout, weight dtype and a `why_not` for others.
+    With `configs_dir` (the package's model_configs), an `fp8` row of a block-scaled checkpoint is
+    priced with the block-scaled kernels (`checkpoint_quant`); `quant_from` says which rows."""
     out = []
     for r in silicon.to_dict("records"):
         model = CATALOG_OF.get(str(r.get("model_path")))
@@ -93,12 +121,16 @@ def supported_rows(silicon: pd.DataFrame) -> pd.DataFrame:
         q = str(r.get("gemm_quant_mode") if isinstance(r.get("gemm_quant_mode"), str) else "")
         if not why and q not in PRICED_QUANT:
             why = f"weight quantisation {q} (specsim prices bf16, fp8, fp8_block)"
+        mq = str(r.get("moe_quant_mode") or "")
+        quant_from = "label"
+        if q == "fp8" and checkpoint_quant(configs_dir, str(r.get("model_path"))) == "fp8_block":
+            q, mq, quant_from = "fp8_block", ("fp8_block" if mq == "fp8" else mq), "checkpoint weight_block_size"
         wdt = "fp8" if q.startswith("fp8") else "bf16"
         # NVIDIA ModelOpt FP8 checkpoints also quantise the KV cache to FP8 (their hf_quant_config)
         kv = "fp8" if str(r.get("model_path", "")).startswith("nvidia/") and wdt == "fp8" else "bf16"
         out.append({"id": r.get("id"), "system": r.get("system"), "backend": r.get("backend"), "model": model,
                     "backend_version": str(r.get("backend_version") or ""),
-                    "moe_quant": str(r.get("moe_quant_mode") or ""), "gemm_quant": q,
+                    "moe_quant": mq, "gemm_quant": q, "quant_from": quant_from,
                     "model_path": r.get("model_path"), "weight_dtype": wdt, "kv_dtype": kv, "isl": _num(r.get("isl")),
                     "osl": _num(r.get("osl")), "batch": b, "tp": tp, "ep": ep,
                     "tpot_s": _num(r.get("silicon_tpot_ms")) * 1e-3, "ttft_s": _num(r.get("silicon_ttft_ms")) * 1e-3,
@@ -182,6 +214,12 @@ def predict_with(rows: pd.DataFrame, pricing: tm.RowPricing, donor: OverheadFit,
     system whose rows are all of held-out models (nothing of them enters any fit)."""
     out = _predicted_rows(rows, pricing, donor.step_overhead_s, donor.per_seq_overhead_s, "held-out")
     return OverheadFit(donor.step_overhead_s, donor.per_seq_overhead_s, fit_on, out, donor.at_bound, donor_name)
+
+
+def model_configs_dir(root: Path) -> Path | None:
+    """`model_configs/` of the data package (two levels above `systems/data`), if present."""
+    p = Path(root).parent.parent / "model_configs"
+    return p if p.is_dir() else None
 
 
 def read_silicon(root: Path) -> pd.DataFrame:

@@ -136,7 +136,7 @@ def calibrate_from_kernels(systems: list[str] | str = "all", backend: str = "vll
     data = kt.data_root(root)
     cal = KernelCalibration(fits={s: fit_system(s, backend, root=data) for s in names})
     try:
-        silicon = eo.supported_rows(eo.read_silicon(data))
+        silicon = eo.supported_rows(eo.read_silicon(data), eo.model_configs_dir(data))
     except SpecError as exc:
         silicon = None
         cal.notes.append(f"no TPOT rows ({exc}); engine overheads keep their priors")
@@ -187,7 +187,11 @@ def write_fitted_profile(fit: SystemFit, cal: KernelCalibration, out_dir: Path, 
                        "source": f"fitted: NVLink all-reduce bandwidth share, {pkg} {t['all_reduce'].table}"}
         doc.setdefault("collective_latency_us", {})["nvlink"] = {
             "value": round(t["all_reduce"].params["latency_us"], 3),
-            "source": f"fitted: all-reduce latency per log2 hop, {pkg} {t['all_reduce'].table}"}
+            "source": f"fitted: ring/tree all-reduce latency per log2 hop, {pkg} {t['all_reduce'].table}"}
+        doc["collective_latency_us"]["nvlink_oneshot"] = {
+            "value": round(t["all_reduce"].params["oneshot_latency_us"], 3),
+            "source": f"fitted: one-shot custom all-reduce latency per call (groups of <= 8 GPUs), {pkg} "
+                      f"{t['all_reduce'].table}"}
     ov, how = _overhead_for(fit.system, cal)
     if ov is not None:
         if ov.at_bound:

@@ -4,10 +4,10 @@ One call per system fits (kernel_fit.py): GEMM efficiency vs m and weight-stream
 bf16 and fp8 math, decode-attention KV bandwidth vs KV length and batch, MoE grouped-GEMM
 efficiency vs tokens per expert (the cross-shape law, plus a per-shape fit on the rows of each
 catalog MoE shape the table measured: one law across every shape of a table misprices a given
-shape by 15-30 %), and NVLink all-reduce latency + bandwidth. The profile's scalar
-efficiencies follow from them (compute = bf16 GEMM plateau, memory = bf16 weight-streaming
-bandwidth, comm = all-reduce bandwidth share, collective_latency_us.nvlink = all-reduce hop
-latency). The engine overheads are fitted to TPOT rows afterwards (engine_overhead.py). What stays
+shape by 15-30 %), and NVLink all-reduce latency + bandwidth (one-shot custom kernel vs ring/tree, the faster). The
+profile's scalar efficiencies follow from them (compute = bf16 GEMM plateau, memory = bf16
+weight-streaming bandwidth, comm = all-reduce bandwidth share, collective_latency_us.nvlink =
+ring/tree all-reduce hop latency, collective_latency_us.nvlink_oneshot = one-shot latency per call). The engine overheads are fitted to TPOT rows afterwards (engine_overhead.py). What stays
 a prior, and why, is written into each value's `source`.
 """
 
@@ -182,7 +182,9 @@ def fit_system(system: str, backend: str = "vllm", hw: HardwareSpec | None = Non
 
     fitted = replace(hw.with_efficiency(**changes), kernel_fit=kfit)
     if "all_reduce" in terms:
-        fitted = replace(fitted, nvlink_latency_s=terms["all_reduce"].params["latency_us"] * 1e-6)
+        ar = terms["all_reduce"].params
+        fitted = replace(fitted, nvlink_latency_s=ar["latency_us"] * 1e-6,
+                         nvlink_oneshot_latency_s=ar["oneshot_latency_us"] * 1e-6)
     return SystemFit(system, backend, terms, kfit, fitted, notes, version, shape_terms)
 
 

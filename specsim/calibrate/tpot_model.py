@@ -9,18 +9,24 @@ in steps of mean length t (the TPOT):
 
     S   = (osl − 1) + TTFT / t          steps per client cycle (TTFT is the row's measured value)
     λ   = N / S                         prompts that enter per step
-    n_d = min(B, N · (osl − 1) / S)     sequences decoding in a step (B = batch_size, the engine's
-                                        running batch; N > B only where requests queue)
+    n_d = min(B, 1 + (N − 1) · (osl − 1) / S)   sequences decoding in a step a request sees while it
+                                        decodes: itself and each other client with probability
+                                        (osl − 1)/S (B = batch_size, the engine's running batch;
+                                        N > B only where requests queue)
 
 and the mean step is priced as the engine runs it (cost.step.mixed_step_time_s): prompts are
 admitted whole up to the step token budget, so a share λ / k of the steps carries k = clip(λ,
 1, budget / isl) prompts and the rest are decode-only steps:
 
-    t = dec(n_d) + λ · δ(n_d, k) + step_overhead + per_seq_overhead · n_d
+    t = dec(n_d) + (N − 1)/N · λ · δ(n_d, k) + step_overhead + per_seq_overhead · n_d
 
 δ(n_d, k) = (mixed step with k prompts − decode step) / k: one ragged forward pass of n_d decode
 tokens and k·isl prompt tokens for vLLM V1 (chunked prefill) and TensorRT-LLM (in-flight
 batching); a separate prefill pass for SGLang (prefill and decode batches alternate by default).
+(N − 1)/N, and the 1 + in n_d: TPOT is measured from inside a decoding request. Its own prefill
+ends with its first token, inside its TTFT, so the steps between its tokens carry only the other
+N − 1 clients' prompts, (N − 1)/S per step, and it is itself always among the decoders (a row at
+concurrency 1 is the pure decode step at batch 1). λ itself sets how many prompts share a mixed step.
 No share of the prefill is fitted: the prefill enters with its full priced cost, and the measured
 TTFT only sets how often prompts arrive (a row whose TTFT is long -- queueing -- brings fewer
 prompts per decode step). t appears on both sides (through S); the fixed point is found by
@@ -86,11 +92,12 @@ class RowPricing:
         for _ in range(ITERATIONS):
             s = steps_dec + (0.0 if t is None else ttft / t)
             lam = self.clients / s
-            nd = np.minimum(self.batch, self.clients * steps_dec / s)
+            nd = self._decoding(steps_dec, s)
             share = np.clip(nd / self.batch, SHARE_GRID[0], 1.0)
             dec, delta = self._at(share, lam)
-            out = {"n_decode": nd, "prompts_per_step": lam, "decode_s": dec, "prefill_s": lam * delta}
-            t_new = dec + lam * delta + s0 + s1 * nd
+            seen = lam * self._others()
+            out = {"n_decode": nd, "prompts_per_step": lam, "decode_s": dec, "prefill_s": seen * delta}
+            t_new = dec + seen * delta + s0 + s1 * nd
             if t is not None and np.nanmax(np.abs(t_new / t - 1.0)) < 1e-9:
                 t = t_new
                 break
@@ -107,9 +114,19 @@ class RowPricing:
         ttft = np.where(np.isfinite(self.ttft_s), self.ttft_s, 0.0)
         s = steps_dec + ttft / t
         lam = self.clients / s
-        nd = np.minimum(self.batch, self.clients * steps_dec / s)
+        nd = self._decoding(steps_dec, s)
         _, delta = self._at(np.clip(nd / self.batch, SHARE_GRID[0], 1.0), lam)
-        return lam * delta / t
+        return lam * self._others() * delta / t
+
+    def _decoding(self, steps_dec: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """n_d: the decoding request itself and each other client that is decoding, capped at B."""
+        return np.minimum(self.batch, 1.0 + np.maximum(self.clients - 1.0, 0.0) * steps_dec / s)
+
+    def _others(self) -> np.ndarray:
+        """(N − 1)/N: the share of the prompts entering per step that a decoding request waits
+        for (the other clients'; its own prefill is in its TTFT)."""
+        n = np.maximum(self.clients, 1.0)
+        return (n - 1.0) / n
 
     def tpot_s(self, s0: float, s1: float) -> np.ndarray:
         return self.solve(s0, s1)["tpot_s"]

@@ -3,14 +3,28 @@
 Bandwidth-optimal (ring) formulas with a per-call latency term, as NCCL's performance notes
 describe (bus bandwidth = algorithm bandwidth · 2(n−1)/n for all-reduce):
 
-    all_reduce  t = lat · ⌈log2 n⌉ + 2(n−1)/n · bytes / (bw · eff_comm)
+    all_reduce  t = lat · ⌈log2 n⌉ + 2(n−1)/n · bytes / (bw · eff_comm)            (ring / tree)
+                within one NVLink domain of n ≤ 8 GPUs, where the profile has a one-shot latency,
+                the faster of that and t₁ = lat₁ + (n−1) · bytes / (bw · eff_comm)   (one-shot)
     all_gather / reduce_scatter  t = lat · ⌈log2 n⌉ + (n−1)/n · bytes / (bw · eff_comm)
-    all_to_all  t = lat + (n−1)/n · bytes_per_gpu / (bw · eff_comm)
+    all_to_all  t = lat_step + (n−1)/n · bytes_per_gpu / (bw · eff_comm)
     broadcast (pipelined)  t = lat · ⌈log2 n⌉ + bytes / (bw · eff_comm)
 
 A group of n GPUs communicates over NVLink when it fits in one NVLink domain; otherwise the
 slowest link it crosses is the per-GPU scale-out NIC (hierarchical algorithms still push the
 cross-domain share of the data through it). `bytes` is the buffer size on each GPU.
+
+Why the one-shot branch (#11): serving engines all-reduce small activations with a custom kernel
+in which every GPU reads its n−1 peers' buffers over NVSwitch in one step (vLLM
+`custom_all_reduce`, TensorRT-LLM's one-shot all-reduce, SGLang's copy of vLLM's), so its latency
+does not grow with ⌈log2 n⌉ but its traffic grows with n−1; NCCL's ring/tree wins for large
+messages, and the engine uses whichever is faster. The measured tables show it: on H100,
+an 8 KB all-reduce takes 3.5 / 3.6 / 3.9 µs on 2 / 4 / 8 GPUs, which the log2-hop law alone fits
+as 2.6 / 5.1 / 7.6 µs. The custom kernels exist for 2, 4, 6 and 8 GPUs only (vLLM's
+`_SUPPORTED_WORLD_SIZES`), so larger groups use the ring/tree law. An all-to-all and a
+point-to-point send are one step over the switch, like the one-shot kernel: within an NVLink
+domain their per-call latency `lat_step` is the one-shot latency where the profile has one (the
+only measured one-step NVLink latency), else the hop latency.
 """
 
 from __future__ import annotations
@@ -35,12 +49,23 @@ def _log2_steps(n: int) -> float:
     return float(np.ceil(np.log2(max(n, 2))))
 
 
+#: largest group the engines' one-shot custom all-reduce runs on (vLLM custom_all_reduce.py)
+ONESHOT_MAX_GPUS = 8
+
+
 def all_reduce_s(nbytes, group_gpus: int, hw: HardwareSpec):
+    """All-reduce of a `nbytes` buffer: ring/tree, or within NVLink the faster of that and the
+    one-shot kernel (module docstring)."""
     if group_gpus <= 1:
         return _zero(nbytes)
     bw, lat = link(hw, group_gpus)
     n = group_gpus
-    return lat * _log2_steps(n) + 2.0 * (n - 1) / n * nbytes / bw
+    ring = lat * _log2_steps(n) + 2.0 * (n - 1) / n * nbytes / bw
+    one = hw.nvlink_oneshot_latency_s
+    if one is None or n > min(ONESHOT_MAX_GPUS, hw.nvlink_domain_gpus):
+        return ring
+    oneshot = one + (n - 1) * nbytes / bw
+    return min(ring, oneshot) if np.ndim(ring) == 0 else np.minimum(ring, oneshot)
 
 
 def all_gather_s(nbytes, group_gpus: int, hw: HardwareSpec):
@@ -52,12 +77,20 @@ def all_gather_s(nbytes, group_gpus: int, hw: HardwareSpec):
     return lat * _log2_steps(n) + (n - 1) / n * nbytes / bw
 
 
+def _step_latency_s(hw: HardwareSpec, group_gpus: int) -> float:
+    """Latency of one step over the link a group uses (module docstring: `lat_step`)."""
+    _, lat = link(hw, group_gpus)
+    if group_gpus <= hw.nvlink_domain_gpus and hw.nvlink_oneshot_latency_s is not None:
+        return hw.nvlink_oneshot_latency_s
+    return lat
+
+
 def all_to_all_s(nbytes_per_gpu, group_gpus: int, hw: HardwareSpec):
     if group_gpus <= 1:
         return _zero(nbytes_per_gpu)
-    bw, lat = link(hw, group_gpus)
+    bw, _ = link(hw, group_gpus)
     n = group_gpus
-    return lat + (n - 1) / n * nbytes_per_gpu / bw
+    return _step_latency_s(hw, n) + (n - 1) / n * nbytes_per_gpu / bw
 
 
 def broadcast_s(nbytes, group_gpus: int, hw: HardwareSpec):
@@ -69,5 +102,6 @@ def broadcast_s(nbytes, group_gpus: int, hw: HardwareSpec):
 
 def p2p_s(nbytes, hw: HardwareSpec, across_domain: bool = False):
     """Point-to-point send (pipeline-stage boundary)."""
-    bw, lat = link(hw, hw.nvlink_domain_gpus + 1 if across_domain else 2)
-    return lat + nbytes / bw
+    group = hw.nvlink_domain_gpus + 1 if across_domain else 2
+    bw, _ = link(hw, group)
+    return _step_latency_s(hw, group) + nbytes / bw
