@@ -198,7 +198,7 @@ def test_fit_lengths_wrapper():
 
 
 def test_write_calibrated_profile(tmp_path, synthetic):
-    kernel, engine = synthetic
+    kernel, _ = synthetic
     fit = fit_hardware(HW, kernel, ms.make_engine_trace(np.random.default_rng(0), ks=(0,), n_steps=100))
     out = tmp_path / "h200_cal.yaml"
     write_calibrated_profile(HW, fit, HW.path, out, ["a.csv", "b.csv"], date="2025-01-02")

@@ -1,6 +1,7 @@
 """Cost layer: roofline decode/verify physics, TP/EP/comm, MoE expert reads, memory plan."""
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -219,3 +220,26 @@ def test_step_time_monotone_in_batch_and_context(model_layout, k, n1, n2, c1, c2
     assert t(0, c1) <= t(1, c1) * (1 + 1e-12)  # batch
     assert t(0, c1) <= t(0, c2) * (1 + 1e-12)  # context
     assert t(1, c1) <= t(1, c2) * (1 + 1e-12)
+
+
+def test_profile_one_shot_latency_loads_and_bad_values_name_the_field(tmp_path):
+    """`collective_latency_us.nvlink_oneshot` is optional (absent: ring law only); when present it
+    must be a positive number, and a bad one is a SpecError naming the field and the file."""
+    import yaml
+
+    from specsim.errors import SpecError
+    from specsim.hardware import load_hardware
+
+    doc = yaml.safe_load(Path(H100.path).read_text())
+    assert load_hardware(H100.path).nvlink_oneshot_latency_s == pytest.approx(
+        doc["collective_latency_us"]["nvlink_oneshot"]["value"] * 1e-6)
+    del doc["collective_latency_us"]["nvlink_oneshot"]
+    p = tmp_path / "no_oneshot.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    assert load_hardware(str(p)).nvlink_oneshot_latency_s is None
+    for bad in (-1.0, 0.0, "fast"):
+        doc["collective_latency_us"]["nvlink_oneshot"] = {"value": bad, "source": "test"}
+        p.write_text(yaml.safe_dump(doc))
+        with pytest.raises(SpecError) as err:
+            load_hardware(str(p))
+        assert "nvlink_oneshot" in str(err.value) and str(p) in str(err.value)

@@ -115,7 +115,7 @@ def test_batch_one_matches_leviathan(drafter, alpha, k, engine):
 def _fixed_batch_speedup(batch: int, k: int, alpha: float) -> float:
     """SD vs AR throughput for a fixed batch of `batch` short-context sequences (MT-Bench-like)."""
     work = make_work(0, 1, batch, median=400, sigma=1e-9, cap=400, prompt=128, alpha=alpha)
-    kw = dict(model="Qwen2.5-7B", hardware="h100_sxm", drafter="eagle3", mean_alpha=alpha, max_batch=batch)
+    kw = {"model": "Qwen2.5-7B", "hardware": "h100_sxm", "drafter": "eagle3", "mean_alpha": alpha, "max_batch": batch}
     ar = run_fast(make_config(SDPolicy("off"), **kw), work, np.random.default_rng(0)).rollout_s
     sd = run_fast(make_config(SDPolicy("always", k=k), **kw), work, np.random.default_rng(0)).rollout_s
     return ar / sd
@@ -137,7 +137,7 @@ def test_long_tail_and_threshold_beats_always():
     """The active batch shrinks as responses finish (the long tail), and switching SD on only
     below a batch size beats always-on SD when the batch starts large and compute-bound."""
     work = make_work(3, 32, 16, median=500, sigma=1.0, cap=8000, alpha=0.65)
-    kw = dict(model="Qwen3-8B", hardware="h100_sxm", max_batch=512, mean_alpha=0.65)
+    kw = {"model": "Qwen3-8B", "hardware": "h100_sxm", "max_batch": 512, "mean_alpha": 0.65}
     ar = run_fast(make_config(SDPolicy("off"), **kw), work, np.random.default_rng(0))
     always = run_fast(make_config(SDPolicy("always", k=7), **kw), work, np.random.default_rng(0))
     # the premise: at the full batch a k = 7 step costs more per expected token than a decode step

@@ -23,7 +23,6 @@ import typer.testing
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from small_sweep import TINY_SYNC
 
 from specsim.cli import app

@@ -7,6 +7,8 @@ overhead fit must recover the engine overheads from its fit split only.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -189,7 +191,7 @@ def test_tpot_overheads_recovered_from_the_fit_split_and_profiles_written(root, 
     info = hardware_info(cal.written["h200_sxm"])
     assert info["fitted_from_kernels"] and {q["term"] for q in info["fit_quality"]} >= {"gemm.bf16", "all_reduce"}
     assert "train_mfu" in info["priors"] and "step_overhead" not in info["priors"]
-    doc = yaml.safe_load(open(cal.written["h200_sxm"]))
+    doc = yaml.safe_load(Path(cal.written["h200_sxm"]).read_text())
     assert doc["kernel_fit"]["provenance"]["engine_overhead"]["fit_rows"] == 18
 
 

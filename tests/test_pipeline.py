@@ -1,5 +1,6 @@
 """RL pipeline on the simpy clock (specsim/sim/pipeline.py): sync, async with policy lag, staleness."""
 
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -93,7 +94,7 @@ def test_async_more_lag_never_slower(small, train_gpus):
         for a, b in zip(res.records, res.records[1:]):
             assert b.train_start_s >= a.step_end_s - 1e-9               # training is in order
         steps.append(res.steady()["step_s"])
-    assert all(b <= a * 1.01 for a, b in zip(steps, steps[1:])), steps
+    assert all(b <= a * 1.01 for a, b in pairwise(steps)), steps
     assert steps[1] < 0.9 * steps[0]
 
 
@@ -162,8 +163,8 @@ def test_fixed_drafter_goes_stale(small):
     alphas = [r.mean_alpha for r in res.records]
     taus = [r.tau for r in res.records]
     assert [r.versions_since_update for r in res.records] == [0, 1, 2, 3, 4]
-    assert all(b < a for a, b in zip(alphas, alphas[1:]))
-    assert all(b < a for a, b in zip(taus, taus[1:]))
+    assert all(b < a for a, b in pairwise(alphas))
+    assert all(b < a for a, b in pairwise(taus))
     assert all(r.drafter_update_s == 0 for r in res.records)
     # a staler drafter generates more slowly: the last step is slower than the first per token
     first, last = res.records[0], res.records[-1]

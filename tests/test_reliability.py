@@ -14,9 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from typer.testing import CliRunner
-
 from small_sweep import TINY_SYNC
+from typer.testing import CliRunner
 
 from specsim.cli import app
 from specsim.errors import SpecError, short_repr

@@ -6,8 +6,14 @@ import pytest
 from specsim.cost.forward import decode_cost, draft_cost, sampler_cost, verify_cost
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.roofline import memory_time_s
-from specsim.cost.sd_costs import (FITTABLE, SD_COST_KEYS, SDCosts, load_sd_costs, piecewise_overhead_s,
-                                   sd_costs_to_yaml_dict)
+from specsim.cost.sd_costs import (
+    FITTABLE,
+    SD_COST_KEYS,
+    SDCosts,
+    load_sd_costs,
+    piecewise_overhead_s,
+    sd_costs_to_yaml_dict,
+)
 from specsim.cost.step import step_cost, step_cost_table
 from specsim.errors import SpecError
 from specsim.hardware import load_hardware

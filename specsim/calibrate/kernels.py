@@ -4,11 +4,12 @@ One call per system fits (kernel_fit.py): GEMM efficiency vs m and weight-stream
 bf16 and fp8 math, decode-attention KV bandwidth vs KV length and batch, MoE grouped-GEMM
 efficiency vs tokens per expert (the cross-shape law, plus a per-shape fit on the rows of each
 catalog MoE shape the table measured: one law across every shape of a table misprices a given
-shape by 15-30 %), and NVLink all-reduce latency + bandwidth (one-shot custom kernel vs ring/tree, the faster). The
-profile's scalar efficiencies follow from them (compute = bf16 GEMM plateau, memory = bf16
-weight-streaming bandwidth, comm = all-reduce bandwidth share, collective_latency_us.nvlink =
-ring/tree all-reduce hop latency, collective_latency_us.nvlink_oneshot = one-shot latency per call). The engine overheads are fitted to TPOT rows afterwards (engine_overhead.py). What stays
-a prior, and why, is written into each value's `source`.
+shape by 15-30 %), and NVLink all-reduce latency + bandwidth (the faster of a one-shot custom kernel
+and a ring/tree). The profile's scalar efficiencies follow from them (compute = bf16 GEMM plateau,
+memory = bf16 weight-streaming bandwidth, comm = all-reduce bandwidth share,
+collective_latency_us.nvlink = ring/tree hop latency, collective_latency_us.nvlink_oneshot =
+one-shot latency per call). The engine overheads are fitted to TPOT rows afterwards
+(engine_overhead.py). What stays a prior, and why, is written into each value's `source`.
 """
 
 from __future__ import annotations
