@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pandas as pd
 import pytest
 from small_sweep import ROOT, SCEN, SMALL
@@ -248,3 +249,21 @@ def test_ray_missing_is_a_clear_error(monkeypatch, tmp_path):
     with pytest.raises(SpecError, match=r"specsim\[ray\]"):
         run_scenario(SCEN, SMALL, out=tmp_path / "x", backend="ray", progress=False, plots=False)
     assert not (tmp_path / "x").exists()
+
+
+def test_mean_ci_is_a_t_interval_intersected_with_the_metric_domain():
+    """Two replicates of a positive metric: t(0.975, 1) = 12.7 would put the lower bound below
+    zero; the interval is cut at 0 (coverage kept), the upper bound and the mean are untouched."""
+    from scipy import stats
+
+    from specsim.report.tables import mean_ci
+
+    m = mean_ci([0.8, 1.25])
+    half = stats.t.ppf(0.975, 1) * np.std([0.8, 1.25], ddof=1) / np.sqrt(2)
+    assert m["mean"] == pytest.approx(1.025) and m["ci95"][1] == pytest.approx(1.025 + half)
+    assert m["ci95"][0] == 0.0
+    raw = mean_ci([0.8, 1.25], floor=None)
+    assert raw["ci95"][0] == pytest.approx(1.025 - half) and raw["ci95"][0] < 0
+    tight = mean_ci([2.0, 2.01, 1.99])  # a narrow interval far from 0 is the plain t-interval
+    assert tight["ci95"][0] == pytest.approx(2.0 - stats.t.ppf(0.975, 2) * 0.01 / np.sqrt(3))
+    assert mean_ci([])["ci95"] is None and mean_ci([3.0])["ci95"] is None
