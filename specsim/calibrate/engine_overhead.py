@@ -97,6 +97,7 @@ def supported_rows(silicon: pd.DataFrame, configs_dir: Path | None = None) -> pd
     With `configs_dir` (the package's model_configs), an `fp8` row of a block-scaled checkpoint is
     priced with the block-scaled kernels (`checkpoint_quant`); `quant_from` says which rows."""
     out = []
+    scaling: dict[str, str | None] = {}  # model_path -> checkpoint_quant, one config read per checkpoint
     for r in silicon.to_dict("records"):
         model = CATALOG_OF.get(str(r.get("model_path")))
         tp, pp, b = _num(r.get("tp_size")), _num(r.get("pp_size")), _num(r.get("batch_size"))
@@ -123,7 +124,10 @@ def supported_rows(silicon: pd.DataFrame, configs_dir: Path | None = None) -> pd
             why = f"weight quantisation {q} (specsim prices bf16, fp8, fp8_block)"
         mq = str(r.get("moe_quant_mode") or "")
         quant_from = "label"
-        if q == "fp8" and checkpoint_quant(configs_dir, str(r.get("model_path"))) == "fp8_block":
+        path = str(r.get("model_path"))
+        if q == "fp8" and path not in scaling:
+            scaling[path] = checkpoint_quant(configs_dir, path)
+        if q == "fp8" and scaling[path] == "fp8_block":
             q, mq, quant_from = "fp8_block", ("fp8_block" if mq == "fp8" else mq), "checkpoint weight_block_size"
         wdt = "fp8" if q.startswith("fp8") else "bf16"
         # NVIDIA ModelOpt FP8 checkpoints also quantise the KV cache to FP8 (their hf_quant_config)
