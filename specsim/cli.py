@@ -205,7 +205,8 @@ def calibrate_cmd(
         con = _console()
         for title, key in (("kernel-term fits", "residuals"), ("MoE per-shape fits", "moe_shapes"),
                            ("engine overheads (TPOT)", "overheads"),
-                           ("held-out TPOT", "tpot")):
+                           ("held-out TPOT", "tpot"),
+                           ("priced prefill vs measured TTFT (never fitted)", "ttft_bound")):
             recs = info[key]
             if recs:
                 t = _table(title, *recs[0].keys())

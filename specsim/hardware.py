@@ -87,6 +87,15 @@ class KernelFit:
       exactly that MoE shape (the catalog's MoE models); a shape or dtype not listed falls back
       to the cross-shape `moe` law.
     provenance: free-form mapping (package, version, tables, rows, residuals) shown by `show hardware`.
+    insitu_stream_factor: HBM streaming inside the engine relative to the same kernel timed alone.
+      Every fitted streaming efficiency (GEMM weights, MoE expert weights, decode-attention KV) is
+      multiplied by it and capped at 1 (peak): `stream_eff`. Why: the tables time each kernel
+      alone, with its own ramp-up and tail; in a serving step the kernels run back to back in one
+      CUDA graph, and the measured TPOT rows of every engine and GPU scale with 1/TP (the share
+      of the step that streams per-GPU bytes) 6-34 % less steeply than the kernel sums priced
+      with the isolated rates (README, "in-situ streaming"). Fitted together with the engine
+      overheads on the TPOT fit split (calibrate/engine_overhead.fit_overheads); 1 where a
+      profile has no TPOT fit.
     """
 
     gemm: dict[str, GemmFit]
@@ -96,6 +105,20 @@ class KernelFit:
     moe: dict[str, GemmFit] = field(default_factory=dict)
     provenance: dict = field(default_factory=dict, compare=False)
     moe_shapes: dict[str, dict[str, GemmFit]] = field(default_factory=dict)
+    insitu_stream_factor: float = 1.0
+
+    def stream_eff(self, isolated_eff: float) -> float:
+        """The in-situ streaming efficiency of a kernel whose isolated fit is `isolated_eff`:
+        min(1, isolated_eff · insitu_stream_factor)."""
+        return min(1.0, float(isolated_eff) * self.insitu_stream_factor)
+
+    def max_useful_stream_factor(self) -> float:
+        """The factor beyond which every fitted stream sits at peak (1 / the smallest isolated
+        streaming efficiency): larger values change nothing."""
+        effs = [self.attn_kv_bw_eff, *(g.weight_bw_eff for g in self.gemm.values()),
+                *(g.weight_bw_eff for g in self.moe.values()),
+                *(g.weight_bw_eff for v in self.moe_shapes.values() for g in v.values())]
+        return 1.0 / min(effs)
 
     def gemm_for(self, math_dtype: str) -> GemmFit:
         """The GemmFit of a math dtype (fp8 falls back to bf16 when only bf16 was fitted)."""
@@ -150,6 +173,13 @@ class HardwareSpec:
     def with_efficiency(self, **changes: float) -> HardwareSpec:
         """A copy with some efficiency factors replaced (used by calibration)."""
         return replace(self, efficiency=replace(self.efficiency, **changes))
+
+    def with_insitu_stream_factor(self, factor: float) -> HardwareSpec:
+        """A copy whose kernel fit streams at `factor` times its isolated rates (KernelFit;
+        the profile itself when it has no kernel fit)."""
+        if self.kernel_fit is None:
+            return self
+        return replace(self, kernel_fit=replace(self.kernel_fit, insitu_stream_factor=float(factor)))
 
 
 _EFF_KEYS = {
@@ -301,7 +331,12 @@ def _kernel_fit(doc, where: str) -> KernelFit | None:
     if bw <= 0:
         raise SpecError("kernel_fit.decode_attention.kv_bw_eff", bw, "in (0, 1]", where)
     prov = doc.get("provenance") or {}
+    insitu = doc.get("insitu_stream_factor", 1.0)
+    if isinstance(insitu, bool) or not isinstance(insitu, (int, float)) or not 0.0 < insitu <= 10.0:
+        raise SpecError("kernel_fit.insitu_stream_factor", insitu,
+                        "a number in (0, 10] (in-situ over isolated HBM streaming rate; 1: as timed alone)", where)
     return KernelFit(gemm=gemm, attn_latency_s=_pos(att, "latency_us", where, "kernel_fit.decode_attention") * 1e-6,
+                     insitu_stream_factor=float(insitu),
                      attn_per_seq_s=_pos(att, "per_seq_us", where, "kernel_fit.decode_attention") * 1e-6,
                      attn_kv_bw_eff=bw, moe=_gemm_fits(doc.get("moe"), where, "kernel_fit.moe"),
                      provenance=prov if isinstance(prov, dict) else {"note": str(prov)},

@@ -101,7 +101,7 @@ def acceptance_model(sc: Scenario) -> DrafterAcceptance:
         if tau_fresh is None:
             raise SpecError("drafter.staleness.tau_after", st.tau_after, "used together with drafter.tau")
         stale = staleness_from_taus(tau_fresh, st.tau_after, st.after_versions, d.tau_at_k,
-                                    st.floor_alpha, d.position_decay, conc)
+                                    st.floor_alpha, d.position_decay, conc, tree=_tau_tree(sc))
     else:
         stale = Staleness(st.floor_alpha, st.rate_per_version or 0.0)
     if d.alpha is not None:

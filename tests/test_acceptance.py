@@ -312,3 +312,19 @@ def test_drafter_is_frozen_and_hashable():
         d.alpha0 = 0.1
     assert hash(d) == hash(DrafterAcceptance.from_tau("eagle3", 2.47, 3))
     assert d.tau(3) == pytest.approx(2.47, abs=1e-12)
+
+
+def test_staleness_from_taus_measured_on_a_tree_is_solved_on_that_tree():
+    """A τ measured drafting SGLang's beam tree (drafter.tau_tree_*) is not a chain τ: the fresh α
+    is back-solved on the tree (from_tau), so the staleness rate must be solved on it too, or the
+    τ the run reports after `after_versions` misses tau_after."""
+    from specsim.workload.tree_topk import TopKTree
+
+    tree = TopKTree(5, 8, 32)
+    st_tree = staleness_from_taus(4.68, 2.5, 100, 5, decay=0.94, concentration=6.7, tree=tree)
+    st_chain = staleness_from_taus(4.68, 2.5, 100, 5, decay=0.94, concentration=6.7)
+    d = DrafterAcceptance.from_tau("eagle3", 4.68, 5, decay=0.94, concentration=6.7, staleness=st_tree, tree=tree)
+    assert d.tau(5, 0, tree=tree) == pytest.approx(4.68, rel=1e-6)
+    assert d.tau(5, 100, tree=tree) == pytest.approx(2.5, rel=1e-6)
+    wrong = DrafterAcceptance.from_tau("eagle3", 4.68, 5, decay=0.94, concentration=6.7, staleness=st_chain, tree=tree)
+    assert abs(wrong.tau(5, 100, tree=tree) - 2.5) > 0.05

@@ -37,11 +37,12 @@ TP2 = ParallelLayout(tp=2)
 
 # ----------------------------------------------------------------------------- decode at batch 1
 def test_decode_batch1_8b_h100_is_weight_streaming_plus_overhead():
-    """Batch-1 decode = weights streamed at the fitted weight bandwidth + the fitted kernel launch
-    floors (4 GEMMs and one attention per layer, the LM head) + the engine overheads."""
+    """Batch-1 decode = weights streamed at the fitted weight bandwidth, in situ (KernelFit.stream_eff)
+    + the fitted kernel launch floors (4 GEMMs and one attention per layer, the LM head) + the engine
+    overheads."""
     eff, kf = H100.efficiency, H100.kernel_fit
     g = kf.gemm_for("bf16")
-    weights_s = Q8B.matmul_params_per_token * 2 / (H100.hbm_bw_bytes_per_s * g.weight_bw_eff)
+    weights_s = Q8B.matmul_params_per_token * 2 / (H100.hbm_bw_bytes_per_s * kf.stream_eff(g.weight_bw_eff))
     floors_s = Q8B.layers * (4 * g.latency_s + kf.attn_latency_s + kf.attn_per_seq_s) + g.latency_s
     expected_s = weights_s + floors_s + eff.step_overhead_s + eff.per_seq_overhead_s
     step_s = float(step_cost(Q8B, None, H100, TP1, 1, 0).time_s(256))
@@ -243,3 +244,42 @@ def test_profile_one_shot_latency_loads_and_bad_values_name_the_field(tmp_path):
         with pytest.raises(SpecError) as err:
             load_hardware(str(p))
         assert "nvlink_oneshot" in str(err.value) and str(p) in str(err.value)
+
+
+def test_insitu_stream_factor_scales_every_fitted_stream_capped_at_peak(tmp_path):
+    """kernel_fit.insitu_stream_factor multiplies the fitted weight, expert and KV streaming
+    efficiencies (capped at 1): a memory-bound decode pass gets faster by about that factor, a
+    factor of 1 changes nothing, absent means 1, and a bad value names the field and the file."""
+    import yaml
+
+    from specsim.cost.forward import decode_cost
+    from specsim.cost.layout import ParallelLayout
+    from specsim.errors import SpecError
+    from specsim.hardware import load_hardware
+    from specsim.model import load_model
+
+    m, lay = load_model("Llama-3.1-70B"), ParallelLayout(tp=1, weight_dtype="fp8")
+    base = H100.with_insitu_stream_factor(1.0)
+
+    def t(hw, n=4.0, ctx=4.0 * 2000):
+        return float(decode_cost(m, hw, lay, n).time_s(ctx))
+
+    assert t(base) == pytest.approx(t(replace(H100, kernel_fit=replace(H100.kernel_fit, insitu_stream_factor=1.0))))
+    kf = base.kernel_fit
+    f = 1.1
+    assert all(kf.stream_eff(e) * f <= 1.0 for e in (kf.gemm_for("fp8").weight_bw_eff, kf.attn_kv_bw_eff))
+    faster = t(base.with_insitu_stream_factor(f))
+    assert t(base) / f < faster < t(base)   # the streaming share speeds up by f; floors and overheads do not
+    capped = base.with_insitu_stream_factor(kf.max_useful_stream_factor())
+    assert t(capped.with_insitu_stream_factor(kf.max_useful_stream_factor() * 3)) == pytest.approx(t(capped))
+    doc = yaml.safe_load(Path(H100.path).read_text())
+    doc["kernel_fit"].pop("insitu_stream_factor", None)
+    p = tmp_path / "p.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    assert load_hardware(str(p)).kernel_fit.insitu_stream_factor == 1.0
+    for bad in (0.0, -1.0, "fast", True, 11.0):
+        doc["kernel_fit"]["insitu_stream_factor"] = bad
+        p.write_text(yaml.safe_dump(doc))
+        with pytest.raises(SpecError) as err:
+            load_hardware(str(p))
+        assert "insitu_stream_factor" in str(err.value) and str(p) in str(err.value)

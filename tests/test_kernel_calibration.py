@@ -184,6 +184,7 @@ def test_tpot_overheads_recovered_from_the_fit_split_and_profiles_written(root, 
     ov = cal.overheads[("h200_sxm", "vllm")]
     assert ov.step_overhead_s == pytest.approx(3e-3, rel=0.15)
     assert ov.per_seq_overhead_s == pytest.approx(10e-6, rel=0.3)
+    assert ov.insitu_stream_factor == pytest.approx(1.0, abs=0.05)  # the rows stream as the tables
     assert set(ov.rows.loc[ov.rows["role"] == "fit", "model"]) == {"Llama-3.1-8B"}  # the split
     tab = cal.tpot_table()
     held = tab[tab["role"] == "held-out"]
@@ -193,6 +194,35 @@ def test_tpot_overheads_recovered_from_the_fit_split_and_profiles_written(root, 
     assert "train_mfu" in info["priors"] and "step_overhead" not in info["priors"]
     doc = yaml.safe_load(Path(cal.written["h200_sxm"]).read_text())
     assert doc["kernel_fit"]["provenance"]["engine_overhead"]["fit_rows"] == 18
+    # the TTFT check counts the rows whose priced prefill exceeds the measured TTFT (100 ms here)
+    bound = cal.ttft_bound_table().set_index("model")
+    for model, g in ov.rows.groupby("model"):
+        assert bound.loc[model, "rows"] == len(g)
+        assert bound.loc[model, "ttft_below_prefill"] == int((g["prefill_alone_s"] > 0.1).sum())
+        assert bound.loc[model, "min_ratio"] == pytest.approx(float((0.1 / g["prefill_alone_s"]).min()))
+    assert bound.loc["Llama-3.1-8B", "ttft_below_prefill"] == 0
+    assert bound.loc["Qwen3-235B-A22B", "ttft_below_prefill"] > 0  # 4000-token prompts take > 100 ms there
+
+
+def test_insitu_stream_factor_recovered_from_rows_across_tp_and_written_to_the_profile(root, tmp_path):
+    """TPOT rows generated with every stream 1.25x faster than the tables (and overheads 3 ms,
+    10 µs): the overhead fit finds the factor from the rows' TP spread, and the written profile
+    carries it, so the simulator prices streaming at the in-situ rate."""
+    from specsim.calibrate.kernels import fit_system
+
+    fit = fit_system("h200_sxm", "vllm", root=root)
+    truth = fit.hw.with_insitu_stream_factor(1.25)
+    _silicon(truth, np.random.default_rng(5)).to_csv(root.parent / "silicon_sample.csv", index=False)
+    cal = calibrate_from_kernels("h200_sxm", "vllm", root=root, out_dir=tmp_path, date="2026-01-01")
+    ov = cal.overheads[("h200_sxm", "vllm")]
+    assert ov.insitu_stream_factor == pytest.approx(1.25, rel=0.06)
+    assert ov.step_overhead_s == pytest.approx(3e-3, rel=0.2)
+    assert "insitu_stream_factor" not in ov.at_bound
+    hw = load_hardware(cal.written["h200_sxm"])
+    assert hw.kernel_fit.insitu_stream_factor == pytest.approx(ov.insitu_stream_factor, abs=1e-4)
+    assert hw.kernel_fit.stream_eff(0.9) == 1.0 and hw.kernel_fit.stream_eff(0.5) == pytest.approx(
+        0.5 * ov.insitu_stream_factor, abs=1e-4)
+    assert cal.overhead_table()["insitu_stream_factor"].iloc[0] == pytest.approx(ov.insitu_stream_factor)
 
 
 def test_unsupported_layouts_are_named():

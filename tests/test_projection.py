@@ -58,3 +58,23 @@ def test_project_run_totals_are_consistent():
         assert p[f"{kind}_gpu_h"][0] == pytest.approx(m * 8)
     assert p["saved_wall_h"][0] == pytest.approx(p["ar_wall_h"][0] - p["sd_wall_h"][0])
     assert p["sd_last_step_s"][0] > 0 and p["sd_mean_tau"][0] > 1
+
+
+def test_speedup_vs_scale_bars_are_the_summary_interval_cut_at_zero(tmp_path):
+    """The plot's CSV carries the summary's interval (tables.mean_ci), not a symmetric mean ± half:
+    two noisy replicates reach below 0 with a plain t-interval, and the bar must stop at 0."""
+    from specsim.report.projection import speedup_vs_scale
+    from specsim.report.tables import mean_ci
+
+    frame = pd.DataFrame({"policy_lag": [1, 1, 1, 1, 1], "total_gpus": [512, 512, 1024, 1024, 2048],
+                          "e2e_speedup": [0.1, 1.9, 1.4, 1.5, 1.6]})
+    sc = load_scenario(ROOT / "scenarios" / "235b_scale.yaml")
+    png = speedup_vs_scale(tmp_path / "speedup_vs_scale", sc, frame)
+    assert png and Path(png).is_file()
+    data = pd.read_csv(tmp_path / "speedup_vs_scale.csv").set_index("total_gpus")
+    ref = mean_ci([0.1, 1.9])
+    assert data.loc[512, "ci95_lo"] == 0.0 and ref["ci95"][0] == 0.0      # a t-interval would give ≈ −10.4
+    assert data.loc[512, "ci95_hi"] == pytest.approx(ref["ci95"][1])
+    assert data.loc[1024, "ci95_lo"] == pytest.approx(mean_ci([1.4, 1.5])["ci95"][0])
+    assert 0 < data.loc[1024, "ci95_lo"] < 1.45 < data.loc[1024, "ci95_hi"]
+    assert np.isnan(data.loc[2048, "ci95_lo"]) and data.loc[2048, "count"] == 1

@@ -127,3 +127,17 @@ def test_fit_recovers_the_overheads_and_reports_rows_the_prefill_cannot_explain(
 def test_clients_read_from_the_source_string():
     assert eo._clients("x; silicon_concurrency=288; measured=2026", 144.0) == 288.0
     assert eo._clients(None, 16.0) == 16.0
+
+
+def test_prefill_alone_is_the_prompt_pass_with_the_fewest_decoders():
+    """RowPricing.prefill_alone_s: one whole prompt mixed into the step at the grid's smallest
+    decoding share, no engine overheads; it grows with the prompt and, for a long prompt, is close
+    to the prompt's own prefill pass (a TTFT lower bound, tpot_model docstring)."""
+    p = tm.price_rows(pd.concat([_rows(8, isl, 128) for isl in (500, 2000, 8000)], ignore_index=True), HW)
+    hw0 = HW.with_efficiency(step_overhead_s=0.0, per_seq_overhead_s=0.0)
+    n0 = 8.0 * tm.SHARE_GRID[0]
+    want = [mixed_step_time_s(M, hw0, LAY, n0, isl + 64.0, 1.0, isl) for isl in (500.0, 2000.0, 8000.0)]
+    got = p.prefill_alone_s()
+    assert got == pytest.approx(want, rel=1e-9)
+    assert got[0] < got[1] < got[2]
+    assert got[2] == pytest.approx(prefill_time_s(M, hw0, LAY, [8000.0]), rel=0.1)

@@ -91,6 +91,8 @@ def test_scenario_topk_tree_and_tau_on_a_tree_round_trip():
     assert isinstance(w.policy.tree, TopKTree) and "topk=8" in w.policy.label
     assert w.acceptance.tau(5, tree=w.policy.tree) == pytest.approx(4.68, rel=1e-6)
     assert w.acceptance.tau(5) < 4.68     # the same drafter on a chain of 5 emits fewer tokens
+    # the scenario's staleness (tau_after 2.0 after 100 versions) is solved on the same tree
+    assert w.acceptance.tau(5, step=100, tree=w.policy.tree) == pytest.approx(2.0, rel=1e-6)
 
 
 def test_topk_without_verify_tokens_is_an_error():

@@ -53,7 +53,9 @@ def hardware_info(name_or_path: str) -> dict:
                                   "unit": "ns"})
         terms += [{"term": "decode_attention", "parameter": "latency", "value": kf.attn_latency_s * 1e6, "unit": "µs"},
                   {"term": "decode_attention", "parameter": "per_seq", "value": kf.attn_per_seq_s * 1e6, "unit": "µs"},
-                  {"term": "decode_attention", "parameter": "kv_bw_eff", "value": kf.attn_kv_bw_eff, "unit": ""}]
+                  {"term": "decode_attention", "parameter": "kv_bw_eff", "value": kf.attn_kv_bw_eff, "unit": ""},
+                  {"term": "in-situ streaming", "parameter": "insitu_stream_factor (x every *_bw_eff, cap 1)",
+                   "value": kf.insitu_stream_factor, "unit": ""}]
         prov = dict(kf.provenance)
         for term, q in (prov.get("terms") or {}).items():
             if isinstance(q, dict):
@@ -77,5 +79,6 @@ def kernel_calibration_info(kernels: str, system: str, backend: str, out_dir: st
     cal = calibrate_from_kernels(system, backend, out_dir=out_dir)
     return {"residuals": cal.residual_table().to_dict("records"), "tpot": cal.tpot_table().to_dict("records"),
             "moe_shapes": cal.moe_shape_table().to_dict("records"),
+            "ttft_bound": cal.ttft_bound_table().to_dict("records"),
             "overheads": cal.overhead_table().to_dict("records"), "written": cal.written,
             "notes": cal.notes + [n for f in cal.fits.values() for n in f.notes]}

@@ -12,7 +12,11 @@ context isl + osl/2, λ the prompts that enter per step (from the concurrency, o
 measured TTFT), δ the priced marginal of a prompt in the step (one mixed forward pass for vLLM and
 TensorRT-LLM, a separate prefill pass for SGLang). The prefill is priced, not fitted: only the two
 overheads are (bounded least squares on relative residuals over the *fit* rows only; the held-out
-rows are predicted, never fitted).
+rows are predicted, never fitted) -- and, where the caller can re-price the rows, the in-situ
+streaming factor β of the kernel fit (hardware.KernelFit.insitu_stream_factor): dec and δ are
+priced with every fitted streaming efficiency times β (capped at peak), and β is the 1-D bounded
+minimum of the overhead fit's cost. It is identified by the fit rows' tensor-parallel spread: the
+per-GPU bytes a step streams fall as 1/TP, the step and per-sequence overheads do not.
 
 Rows (`silicon_sample.csv` of aiconfigurator-core): aggregated serving (`mode == agg`) of models
 in specsim's catalog, on a layout specsim has (attention TP = tp_size; MoE either TP-sharded
@@ -161,8 +165,9 @@ class OverheadFit:
     per_seq_overhead_s: float
     fit_on: str
     rows: pd.DataFrame  # every priced row: role (fit / held-out), measured, predicted, rel_error
-    at_bound: tuple[str, ...] = ()  # parameters the non-negative fit left at 0 (not determined > 0)
+    at_bound: tuple[str, ...] = ()  # parameters the fit left at a bound (not determined by the rows)
     transferred_from: str = ""  # "<system>/<backend>" whose fitted overheads predict these rows
+    insitu_stream_factor: float = 1.0  # β the rows were priced with (fitted, transferred, or 1)
 
     def summary(self) -> pd.DataFrame:
         """Median and 90th-percentile |relative error| per system, backend, model and role."""
@@ -178,24 +183,19 @@ def _predicted_rows(rows: pd.DataFrame, pricing: tm.RowPricing, s0: float, s1: f
     meas = rows["tpot_s"].to_numpy(float)
     out = rows.assign(kernel_s=pricing.dec_s[:, -1], decode_s=sol["decode_s"], prefill_s=sol["prefill_s"],
                       n_decode=sol["n_decode"], prompts_per_step=sol["prompts_per_step"],
+                      prefill_alone_s=pricing.prefill_alone_s(),
                       predicted_s=sol["tpot_s"], rel_error=sol["tpot_s"] / meas - 1.0, role=role)
     return out[pricing.ok].reset_index(drop=True)
 
 
-def fit_overheads(rows: pd.DataFrame, pricing: tm.RowPricing, fit_mask: np.ndarray, fit_on: str) -> OverheadFit:
-    """Bounded least squares (both >= 0) of the relative TPOT residual over the fit rows in the
-    two engine overheads, each row's TPOT solved as the closed-loop mixed-step fixed point
-    (tpot_model.RowPricing); predict every row. A fit-split row whose priced prefill alone
-    exceeds its measured step (`RowPricing.prefill_share` > 1: more prompt tokens per second than
-    an uncached prefill allows, so prompts must have hit a prefix cache) cannot be an uncached
-    steady state: it is predicted and reported (role 'fit-excluded') but not fitted. Refuses
-    fewer fit rows than its two parameters."""
-    meas = rows["tpot_s"].to_numpy(float)
-    consistent = pricing.prefill_share(meas) <= 1.0
-    fm = np.asarray(fit_mask, bool) & pricing.ok & consistent
-    if fm.sum() < 2:
-        raise SpecError("TPOT fit rows", int(fm.sum()), ">= 2 (one per parameter: step overhead, per-sequence overhead)",
-                        fit_on)
+#: search range of the in-situ streaming factor β (the upper end is also capped where every
+#: fitted stream reaches peak bandwidth: KernelFit.max_useful_stream_factor)
+STREAM_FACTOR_RANGE = (0.5, 2.0)
+
+
+def _fit_s(pricing: tm.RowPricing, meas: np.ndarray, fm: np.ndarray) -> tuple[float, float, float]:
+    """(s0, s1, cost): bounded least squares (both >= 0) of the relative TPOT residual over the
+    rows `fm`; cost is the mean squared relative residual."""
     sub = tm.RowPricing(*(getattr(pricing, f)[fm] for f in pricing.__dataclass_fields__))
     scale = np.array([1e-3, 1e-5])  # ms and 10 µs: parameters of order one for the solver
 
@@ -206,18 +206,66 @@ def fit_overheads(rows: pd.DataFrame, pricing: tm.RowPricing, fit_mask: np.ndarr
                                  xtol=1e-10, ftol=1e-12)
     s0, s1 = (float(v) for v in res.x * scale)
     s0, s1 = (v if v > 1e-6 * sc else 0.0 for v, sc in ((s0, 1e-3), (s1, 1e-5)))
+    return s0, s1, float(2.0 * res.cost / fm.sum())
+
+
+def fit_overheads(rows: pd.DataFrame, pricing: tm.RowPricing, fit_mask: np.ndarray, fit_on: str,
+                  reprice=None, factor_max: float | None = None) -> OverheadFit:
+    """Bounded least squares (both >= 0) of the relative TPOT residual over the fit rows in the
+    two engine overheads, each row's TPOT solved as the closed-loop mixed-step fixed point
+    (tpot_model.RowPricing); predict every row. A fit-split row whose priced prefill alone
+    exceeds its measured step (`RowPricing.prefill_share` > 1: more prompt tokens per second than
+    an uncached prefill allows, so prompts must have hit a prefix cache) cannot be an uncached
+    steady state: it is predicted and reported (role 'fit-excluded') but not fitted. Refuses
+    fewer fit rows than its two parameters.
+
+    `reprice(β)`, when given, prices the rows with the kernel fit streaming at β times its isolated
+    rates (hardware.KernelFit.insitu_stream_factor): β is then fitted too, as the bounded scalar
+    minimum (scipy minimize_scalar) over STREAM_FACTOR_RANGE, capped at `factor_max` (every stream
+    at peak), of the two-overhead fit's cost at that β; `pricing` is the β = 1 pricing, which
+    decides the fit-excluded rows. A β that ends within 1 % of an end of its range is reported in
+    `at_bound`."""
+    meas = rows["tpot_s"].to_numpy(float)
+    consistent = pricing.prefill_share(meas) <= 1.0
+    fm = np.asarray(fit_mask, bool) & pricing.ok & consistent
+    if fm.sum() < 2:
+        raise SpecError("TPOT fit rows", int(fm.sum()), ">= 2 (one per parameter: step overhead, per-sequence overhead)",
+                        fit_on)
+    beta, at = 1.0, []
+    if reprice is not None:
+        lo, hi = STREAM_FACTOR_RANGE
+        hi = min(hi, factor_max) if factor_max else hi
+        cache: dict[float, tm.RowPricing] = {}
+
+        def cost(b: float) -> float:
+            if b not in cache:
+                cache[b] = reprice(b)
+            return _fit_s(cache[b], meas, fm)[2]
+
+        res = optimize.minimize_scalar(cost, bounds=(lo, hi), method="bounded", options={"xatol": 2e-3})
+        beta = float(res.x)
+        pricing = cache.get(beta) or reprice(beta)
+        if beta > hi * 0.99 or beta < lo * 1.01:
+            at.append("insitu_stream_factor")
+    s0, s1, _ = _fit_s(pricing, meas, fm)
     role = np.where(fit_mask, np.where(consistent, "fit", "fit-excluded"), "held-out")
     out = _predicted_rows(rows, pricing, s0, s1, role[pricing.ok])
-    at = tuple(n for n, v in (("step_overhead_s", s0), ("per_seq_overhead_s", s1)) if v <= 0)
-    return OverheadFit(s0, s1, fit_on, out, at)
+    at = tuple(n for n, v in (("step_overhead_s", s0), ("per_seq_overhead_s", s1)) if v <= 0) + tuple(at)
+    return OverheadFit(s0, s1, fit_on, out, at, insitu_stream_factor=beta)
 
 
 def predict_with(rows: pd.DataFrame, pricing: tm.RowPricing, donor: OverheadFit, donor_name: str,
-                 fit_on: str) -> OverheadFit:
-    """Every row held out, predicted with another (system, backend)'s fitted overheads: for a
-    system whose rows are all of held-out models (nothing of them enters any fit)."""
+                 fit_on: str, reprice=None) -> OverheadFit:
+    """Every row held out, predicted with another (system, backend)'s fitted overheads -- and its
+    in-situ streaming factor, through `reprice(β)` when given: for a system whose rows are all of
+    held-out models (nothing of them enters any fit)."""
+    beta = donor.insitu_stream_factor
+    if reprice is not None and beta != 1.0:
+        pricing = reprice(beta)
+    else:
+        beta = 1.0
     out = _predicted_rows(rows, pricing, donor.step_overhead_s, donor.per_seq_overhead_s, "held-out")
-    return OverheadFit(donor.step_overhead_s, donor.per_seq_overhead_s, fit_on, out, donor.at_bound, donor_name)
+    return OverheadFit(donor.step_overhead_s, donor.per_seq_overhead_s, fit_on, out, donor.at_bound, donor_name, beta)
 
 
 def model_configs_dir(root: Path) -> Path | None:

@@ -64,12 +64,32 @@ class KernelCalibration:
     def overhead_table(self) -> pd.DataFrame:
         return pd.DataFrame([{"system": s, "backend": b, "step_overhead_ms": o.step_overhead_s * 1e3,
                               "per_seq_overhead_us": o.per_seq_overhead_s * 1e6,
+                              "insitu_stream_factor": o.insitu_stream_factor,
                               "fit_rows": int((o.rows["role"] == "fit").sum()),
                               "excluded": int((o.rows["role"] == "fit-excluded").sum()),
                               "fit_models": ", ".join(sorted(set(o.rows.loc[o.rows["role"] == "fit", "model"])))
                               or f"- (transferred from {o.transferred_from})",
                               "at_bound": ", ".join(o.at_bound) or "-"}
                              for (s, b), o in self.overheads.items()])
+
+    def ttft_bound_table(self) -> pd.DataFrame:
+        """The prefill pricing against the rows' measured TTFT, which it never saw: a TTFT holds at
+        least the request's own prefill pass (tpot_model.RowPricing.prefill_alone_s), so rows
+        where measured TTFT < priced prefill are over-priced prefills. Per system, backend and
+        model: rows, violations, the smallest TTFT / priced-prefill ratio, and the median ratio
+        over the rows at concurrency <= 4 with isl >= 4000 (little queueing, the prefill most of
+        the TTFT; NaN where there are none)."""
+        recs = []
+        for (s, b), o in self.overheads.items():
+            r = o.rows[np.isfinite(o.rows["ttft_s"]) & (o.rows["prefill_alone_s"] > 0)]
+            ratio = r["ttft_s"] / r["prefill_alone_s"]
+            lone = (r["clients"] <= 4) & (r["isl"] >= 4000)
+            for m, g in ratio.groupby(r["model"]):
+                q = g[lone.loc[g.index]]
+                recs.append({"system": s, "backend": b, "model": m, "rows": len(g),
+                             "ttft_below_prefill": int((g < 1.0).sum()), "min_ratio": float(g.min()),
+                             "median_ratio_long_prompt_low_conc": float(q.median()) if len(q) else float("nan")})
+        return pd.DataFrame(recs)
 
     def moe_shape_table(self) -> pd.DataFrame:
         """Kernel-fit residual on each catalog MoE shape: cross-shape law vs per-shape fit, for the
@@ -106,23 +126,33 @@ def _fit_tpot(system: str, silicon: pd.DataFrame, data, fits: dict, pending: dic
         fits[(system, backend)] = fit
         ks, pre = eo.kernel_tpot_s(sub, fit.hw, fit.for_quant)
         label = f"{system}/{backend}: {SPLIT}; kernels {backend} nearest {ver or 'newest'} ({fit.tables()})"
+        reprice = _repricer(sub, fit)
         if (fm & np.isfinite(ks)).sum() >= 3:
-            out[(system, backend)] = eo.fit_overheads(sub, pre, fm, label)
+            out[(system, backend)] = eo.fit_overheads(sub, pre, fm, label, reprice,
+                                                      fit.kernel_fit.max_useful_stream_factor())
         elif np.isfinite(ks).any():
-            pending[(system, backend)] = (sub, ks, pre, label)
+            pending[(system, backend)] = (sub, ks, pre, label, reprice)
     return out
+
+
+def _repricer(rows: pd.DataFrame, fit: SystemFit):
+    """β -> the rows' pricing with `fit`'s kernels streaming at β times their isolated rates."""
+    def reprice(beta: float):
+        return eo.kernel_tpot_s(rows, fit.hw, lambda g, m: fit.for_quant(g, m).with_insitu_stream_factor(beta))[1]
+    return reprice
 
 
 def _transfer(pending: dict, overheads: dict) -> dict[tuple[str, str], eo.OverheadFit]:
     """Predict each pending (system, backend) -- only held-out rows -- with the same backend's
     overheads fitted on the sibling GPU (SIBLING); none when the sibling has no fit either."""
     out = {}
-    for (s, b), (sub, ks, pre, label) in pending.items():
+    for (s, b), (sub, ks, pre, label, reprice) in pending.items():
         donor = overheads.get((SIBLING.get(s, ""), b))
         if donor is not None and not donor.transferred_from:
             name = f"{SIBLING[s]}/{b}"
             out[(s, b)] = eo.predict_with(sub, pre, donor, name,
-                                          f"{label}; no fit rows here: overheads of the {name} fit")
+                                          f"{label}; no fit rows here: overheads and in-situ streaming factor "
+                                          f"of the {name} fit", reprice)
     return out
 
 
@@ -195,7 +225,7 @@ def write_fitted_profile(fit: SystemFit, cal: KernelCalibration, out_dir: Path, 
     ov, how = _overhead_for(fit.system, cal)
     if ov is not None:
         if ov.at_bound:
-            how += f"; at the bound 0 (not determined above 0 by these rows): {', '.join(ov.at_bound)}"
+            how += f"; at a bound of the fit (not determined by these rows): {', '.join(ov.at_bound)}"
         eff["step_overhead_ms"] = {"value": round(ov.step_overhead_s * 1e3, 4), "source": how}
         eff["per_seq_overhead_us"] = {"value": round(ov.per_seq_overhead_s * 1e6, 4), "source": how}
     _label_prior(eff["train_mfu"], "prior (kernel and TPOT tables do not time training): ")
@@ -212,13 +242,17 @@ def write_fitted_profile(fit: SystemFit, cal: KernelCalibration, out_dir: Path, 
                                    "held_out_rows": int((ov.rows["role"] == "held-out").sum()),
                                    "fit_excluded_rows": int((ov.rows["role"] == "fit-excluded").sum()),
                                    "prefill": "priced as closed-loop mixed steps (calibrate/tpot_model.py), not fitted",
-                                   "at_bound_zero": list(ov.at_bound)}
+                                   "insitu_stream_factor": (f"fitted with the overheads ({how}): every fitted "
+                                                            "streaming efficiency (GEMM weights, MoE experts, "
+                                                            "decode-attention KV) times this factor, capped at 1"),
+                                   "at_bound": list(ov.at_bound)}
     doc["kernel_fit"] = {
         "gemm": {dt: _gemm_yaml(gf) for dt, gf in kf.gemm.items()},
         "decode_attention": {"latency_us": round(kf.attn_latency_s * 1e6, 4),
                              "per_seq_us": round(kf.attn_per_seq_s * 1e6, 5), "kv_bw_eff": round(kf.attn_kv_bw_eff, 4)},
         "moe": {dt: _gemm_yaml(gf) for dt, gf in kf.moe.items()},
         "moe_shapes": {k: {dt: _gemm_yaml(gf) for dt, gf in v.items()} for k, v in kf.moe_shapes.items()},
+        "insitu_stream_factor": round(ov.insitu_stream_factor, 4) if ov is not None else 1.0,
         "provenance": prov,
     }
     out = out_dir / f"{name}.yaml"

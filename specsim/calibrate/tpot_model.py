@@ -118,6 +118,14 @@ class RowPricing:
         _, delta = self._at(np.clip(nd / self.batch, SHARE_GRID[0], 1.0), lam)
         return lam * self._others() * delta / t
 
+    def prefill_alone_s(self) -> np.ndarray:
+        """The row's own prompt prefilled as one pass with (almost) no decoders beside it and no
+        engine overheads: the mixed step at the smallest decoding share with the smallest prompt
+        count (one whole prompt). A request's TTFT contains at least this pass, so a measured TTFT
+        below it means the prefill is over-priced (`KernelCalibration.ttft_bound_table`); it is
+        never fitted."""
+        return self.dec_s[:, 0] + self.per_prompt_s[:, 0, 0] * self.prompts[:, 0]
+
     def _decoding(self, steps_dec: np.ndarray, s: np.ndarray) -> np.ndarray:
         """n_d: the decoding request itself and each other client that is decoding, capped at B."""
         return np.minimum(self.batch, 1.0 + np.maximum(self.clients - 1.0, 0.0) * steps_dec / s)

@@ -14,6 +14,9 @@ depend on the op's shape, and each kernel launch has a floor:
     decode attention over a KV cache of B sequences
             t = attn_latency_s + attn_per_seq_s · B + kv_bytes / (hbm_bw · attn_kv_bw_eff)
 
+Every streaming efficiency above (weight_bw_eff, attn_kv_bw_eff) is taken in situ:
+min(1, eff · insitu_stream_factor) (hardware.KernelFit.stream_eff, fitted on engine TPOT rows).
+
 Without a kernel fit (or without a shape: `m_tokens=None`, `stream=None`) the scalar efficiencies
 of the profile apply, exactly as before. Vectorized: any argument may be a numpy array (the
 result broadcasts) or a plain float (the result is a float).
@@ -47,14 +50,14 @@ def memory_time_s(nbytes, hw: HardwareSpec, stream: str | None = None, math_dtyp
                   shape: str | None = None):
     """HBM time. `stream`: None (scalar efficiency.memory), 'weights' (GEMM weight streaming),
     'moe' (expert weights), 'kv' (decode attention reading the KV cache) -- fitted where the
-    profile has a kernel fit."""
+    profile has a kernel fit, at the in-situ rate (KernelFit.stream_eff)."""
     kf = hw.kernel_fit
     if kf is None or stream is None:
         eff = hw.efficiency.memory
     elif stream == "kv":
-        eff = kf.attn_kv_bw_eff
+        eff = kf.stream_eff(kf.attn_kv_bw_eff)
     else:
-        eff = _fit(hw, "moe" if stream == "moe" else "gemm", math_dtype, shape).weight_bw_eff
+        eff = kf.stream_eff(_fit(hw, "moe" if stream == "moe" else "gemm", math_dtype, shape).weight_bw_eff)
     return nbytes / (hw.hbm_bw_bytes_per_s * eff)
 
 

@@ -1,7 +1,7 @@
 """Projection plots and inverse answers of a results folder (drawn from the persisted points).
 
     speedup_vs_scale   SD's E2E speedup (vs the scenario's baseline) against total cluster GPUs,
-                       one line per policy lag, 95 % t-intervals over replicates
+                       one line per policy lag, 95 % t-intervals over replicates cut at 0 (tables.mean_ci)
     heatmap_k_tau      generation speedup over draft length k × acceptance length (drafter.tau)
 
 Inverse answers (summary.json "inverse", appended to summary.md):
@@ -23,6 +23,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from specsim.report import atomic
+from specsim.report.tables import mean_ci
 
 TARGET_SPEEDUPS = (1.25, 1.5, 2.0)
 LINES = ["-", "--", "-.", ":", (0, (5, 1, 1, 1))]
@@ -37,13 +38,16 @@ def _save(fig: Figure, stem: Path, data: pd.DataFrame) -> str:
 
 
 def _mean_ci(df: pd.DataFrame, by: list[str], col: str) -> pd.DataFrame:
-    g = df.groupby(by)[col]
-    out = g.agg(["mean", "std", "count"]).reset_index()
-    from scipy import stats
-
-    t = np.where(out["count"] > 1, stats.t.ppf(0.975, np.maximum(out["count"] - 1, 1)), np.nan)
-    out["half"] = t * out["std"].fillna(0) / np.sqrt(out["count"])
-    return out
+    """Per group of `by`: mean, replicate count and the 95 % t-interval of `col`, the summary's
+    interval (tables.mean_ci: cut at 0, where every plotted metric lives, so the bars may be
+    asymmetric); ci95_lo/ci95_hi are NaN for a single replicate."""
+    rows = []
+    for key, g in df.groupby(by):
+        m = mean_ci(g[col].tolist())
+        lo, hi = m["ci95"] if m["ci95"] else (np.nan, np.nan)
+        rows.append({**dict(zip(by, key if isinstance(key, tuple) else (key,))), "mean": m["mean"],
+                     "count": m["n"], "ci95_lo": lo, "ci95_hi": hi})
+    return pd.DataFrame(rows)
 
 
 def _first_crossing(x: np.ndarray, y: np.ndarray, target: float) -> float | None:
@@ -64,7 +68,8 @@ def speedup_vs_scale(stem: Path, sc, frame: pd.DataFrame) -> str | None:
     fig = Figure(figsize=(6.4, 4.2), layout="constrained")
     ax = fig.subplots()
     for i, (L, d) in enumerate(data.groupby(lag)):
-        ax.errorbar(d["total_gpus"], d["mean"], yerr=d["half"].fillna(0), ls=LINES[i % 5], marker=MARKERS[i % 6],
+        yerr = np.vstack([(d["mean"] - d["ci95_lo"]).fillna(0), (d["ci95_hi"] - d["mean"]).fillna(0)])
+        ax.errorbar(d["total_gpus"], d["mean"], yerr=yerr, ls=LINES[i % 5], marker=MARKERS[i % 6],
                     color="0.15", capsize=3, label=f"policy lag {L}")
     ax.axhline(1.0, color="0.6", lw=0.8)
     ax.set_xlabel("cluster GPUs (generation + training)")
@@ -72,7 +77,7 @@ def speedup_vs_scale(stem: Path, sc, frame: pd.DataFrame) -> str | None:
     ax.legend(fontsize=8)
     fig.suptitle(f"{sc.name}: SD speedup against cluster size, per policy lag\n{sc.model} on {sc.hardware}",
                  fontsize=9)
-    return _save(fig, stem, data.rename(columns={"mean": "e2e_speedup", "half": "ci95_half"}))
+    return _save(fig, stem, data.rename(columns={"mean": "e2e_speedup"}))
 
 
 def heatmap_k_tau(stem: Path, sc, frame: pd.DataFrame) -> str | None:

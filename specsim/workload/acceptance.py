@@ -141,11 +141,12 @@ class Staleness:
 
 
 def staleness_from_taus(tau_fresh: float, tau_after: float, after_versions: float, k: int,
-                        floor_alpha: float = 0.0, decay: float = 1.0, concentration=None) -> Staleness:
+                        floor_alpha: float = 0.0, decay: float = 1.0, concentration=None, tree=None) -> Staleness:
     """The Staleness whose tau falls from ``tau_fresh`` to ``tau_after`` in ``after_versions`` versions.
 
     Back-solves mean alpha for both taus at draft length k (same decay and heterogeneity as the
-    drafter, see :meth:`DrafterAcceptance.tau`), then
+    drafter, see :meth:`DrafterAcceptance.tau`; `tree` (depth k): both taus were measured drafting
+    that tree, as the fresh one in :meth:`DrafterAcceptance.from_tau`, so both are solved on it), then
     lambda = ln((alpha_fresh - floor) / (alpha_after - floor)) / after_versions. Calibrate it to
     a measured drift (e.g. ReSpec's fixed EAGLE-3 drafter, tau ~4 -> ~2 over 100 RL steps);
     the result is a model parameter, not a published number copied into the simulator.
@@ -156,8 +157,8 @@ def staleness_from_taus(tau_fresh: float, tau_after: float, after_versions: floa
     v = _real(after_versions, "drafter.staleness.after_versions", "a number of versions > 0")
     if not 0.0 < v < math.inf:
         raise SpecError("drafter.staleness.after_versions", after_versions, "a number of versions > 0")
-    a0 = mean_alpha_from_tau(tau_fresh, kk, d, c, "drafter.tau")
-    a1 = mean_alpha_from_tau(tau_after, kk, d, c, "drafter.staleness.tau_after")
+    a0 = mean_alpha_from_tau(tau_fresh, kk, d, c, "drafter.tau", tree)
+    a1 = mean_alpha_from_tau(tau_after, kk, d, c, "drafter.staleness.tau_after", tree)
     if a1 > a0:
         raise SpecError("drafter.staleness.tau_after", tau_after, f"<= tau_fresh ({tau_fresh:g})")
     f = _real(floor_alpha, "drafter.staleness.floor_alpha", "in [0, 1)")
