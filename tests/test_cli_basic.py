@@ -72,9 +72,9 @@ def test_show_model_json():
     assert [r["batch"] for r in rows] == [2**i for i in range(11)]
     assert rows[0]["bound"] == "memory" and rows[-1]["bound"] == "compute"
     assert info["kv_bytes_per_token"] == 147_456 and info["kv_capacity_tokens"] > 0
-    # fitted h100 profile: ~4.9 ms weight streaming (16.4 GB of bf16 weights at the in-situ rate, which
-    # the h100 vLLM TPOT fit puts at peak for bf16) + ~0.9 ms kernel launch floors + ~2.4 ms engine
-    # overhead (h100's own vLLM TPOT fit: step 2.38 ms + 8.1 µs per sequence)
+    # fitted h100 profile: ~4.5 ms weight streaming (15.1 GB of bf16 matmul weights at the in-situ rate,
+    # which the h100 vLLM TPOT fit puts at peak for bf16) + ~0.9 ms kernel launch floors + ~2.4 ms
+    # engine overhead (h100's own vLLM TPOT fit: step 2.38 ms + 8.1 µs per sequence)
     assert 7.3 < rows[0]["step_ms"] < 8.4
     steps = [r["step_ms"] for r in rows]
     assert steps == sorted(steps)
