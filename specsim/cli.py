@@ -123,7 +123,9 @@ def check(
     con.print(f"[bold green]OK[/bold green] {sc.name} ({scenario})")
     t = _table("summary", "item", "value", right_from=2)
     t.add_row("model / hardware", f"{world.model.name} on {world.hw.name}")
-    t.add_row("rollout", f"{world.engines} engines × {world.layout.describe()} = {sc.rollout.gpus} GPUs")
+    t.add_row("rollout", f"{world.engines} engines × {world.layout.describe()} = {sc.rollout.gpus} GPUs, "
+                         f"≤ {world.rollout.max_batch} running sequences each"
+                         + ("" if sc.rollout.max_batch else " (vLLM's default max_num_seqs for this GPU)"))
     t.add_row("training", f"{sc.pipeline.mode}, {sc.training_gpus} GPUs")
     t.add_row("KV capacity per engine", f"{world.kv_capacity_tokens:,} tokens "
                                         f"({info['max_length_sequences_in_kv']} max-length sequences)")

@@ -15,7 +15,7 @@ from specsim.cost.memory import memory_plan
 from specsim.cost.step import step_cost_table
 from specsim.cost.training import check_training_fits
 from specsim.errors import LayoutError, SpecError
-from specsim.hardware import load_hardware
+from specsim.hardware import HardwareSpec, load_hardware
 from specsim.model import drafter_arch, drafter_kind, load_model
 from specsim.scenario import Scenario, ScenarioError, source_file
 from specsim.speculation import from_section
@@ -118,6 +118,16 @@ def acceptance_model(sc: Scenario) -> DrafterAcceptance:
     return acc
 
 
+GIB_BYTES = 2**30
+
+
+def vllm_default_max_num_seqs(hw: HardwareSpec) -> int:
+    """vLLM's default `max_num_seqs` for one engine on this GPU: 1024 on a GPU with at least 70 GiB
+    of memory, 256 below (vLLM `EngineArgs.get_batch_defaults`, the same for the offline `LLM`
+    class and the API server; vLLM also keeps 256 on the A100 80 GB, which no bundled profile is)."""
+    return 1024 if hw.hbm_bytes >= 70 * GIB_BYTES else 256
+
+
 def resolve(sc: Scenario) -> World:
     """Resolve a scenario; raises ScenarioError (with the file) for anything that cannot run."""
     file = source_file(sc)
@@ -149,7 +159,8 @@ def resolve(sc: Scenario) -> World:
         acc = acceptance_model(sc)
         resp = length_distribution(w.response_tokens, "workload.response_tokens", base_dir)
         prompt = length_distribution(w.prompt_tokens, "workload.prompt_tokens", base_dir)
-        table = step_cost_table(model, arch if uses_drafter else None, hw, layout, r.max_batch, policy.ks,
+        max_batch = r.max_batch or vllm_default_max_num_seqs(hw)
+        table = step_cost_table(model, arch if uses_drafter else None, hw, layout, max_batch, policy.ks,
                                 first_pass_q={k: acc.tau(k, tree=policy.tree_for(k)) for k in policy.ks if k},
                                 tree_branching=policy.tree, proposal_rate=acc.proposal_rate)
         trainer = training_layout(sc, model, hw)
@@ -167,7 +178,7 @@ def resolve(sc: Scenario) -> World:
     return World(sc, hw, model, arch, layout, mem, int(kv_cap), r.gpus // layout.gpus, policy, acc, resp, prompt, table,
                  WorkloadSpec(int(sc.seed), w.prompts, w.group_size, w.max_prompt_tokens, w.max_response_tokens,
                               float(w.group_correlation), float(w.length_growth_per_step)),
-                 RolloutSpec(r.gpus, r.max_batch, r.kv_block_tokens, r.dispatch),
+                 RolloutSpec(r.gpus, max_batch, r.kv_block_tokens, r.dispatch),
                  PipelineSpec(sc.name, p.mode, p.steps, p.warmup_steps, p.policy_lag, p.partial_rollouts,
                               float(p.reward_s), float(p.engine_prepare_s)),
                  TrainerSpec(trainer, sc.training.weight_sync, float(sc.drafter.update_token_fraction)))

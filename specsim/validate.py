@@ -98,6 +98,14 @@ class ValidationRow:
         return (self.simulated - self.target.measured) / self.target.measured
 
     @property
+    def ordinal_margin(self) -> float:
+        """How far an ordinal row's claim holds: slower_s / faster_s − 1 (> 0 holds, < 0 fails by
+        that share of the `faster` arm's time); NaN for other rows."""
+        if not self.ordinal:
+            return float("nan")
+        return self.slower_s / self.faster_s - 1.0
+
+    @property
     def passed(self) -> bool:
         if self.ordinal:
             return bool(np.isfinite(self.slower_s) and np.isfinite(self.faster_s) and self.slower_s > self.faster_s)
@@ -110,8 +118,10 @@ class ValidationRow:
                              "role": t.role, "pins": list(t.row.pins), "measured": t.measured}
         if self.ordinal:
             p = t.row.params
-            d.update(simulated=f"slower {self.slower_s:.4g} s vs faster {self.faster_s:.4g} s",
+            d.update(simulated=f"slower {self.slower_s:.4g} s vs faster {self.faster_s:.4g} s "
+                               f"(margin {100 * self.ordinal_margin:+.1f} %)",
                      simulated_slower_s=self.slower_s, simulated_faster_s=self.faster_s,
+                     ordinal_margin_pct=100 * self.ordinal_margin,
                      error_pct=None, tolerance_pct=None,
                      measured=f"{p['slower']['run']}{_ov(p['slower'])} > {p['faster']['run']}{_ov(p['faster'])}")
         else:
@@ -122,7 +132,7 @@ class ValidationRow:
     def display(self) -> dict[str, str]:
         """The same row rounded for a table."""
         d = self.as_dict()
-        out = {k: str(v) for k, v in d.items()}
+        out = {k: "–" if v is None else str(v) for k, v in d.items()}
         out["params"] = yaml.safe_dump(d["params"], default_flow_style=True, width=10**6).strip() \
             if d["params"] and not self.ordinal else ""   # an ordinal row's claim is in `measured`
         if not self.ordinal:

@@ -1,11 +1,12 @@
 """Scenario files: loading, dotted overrides, and errors that name the file, the field and the value."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
-from specsim.resolve import resolve
+from specsim.resolve import resolve, vllm_default_max_num_seqs
 from specsim.scenario import ScenarioError, apply_overrides, load_scenario, parse_override, source_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +49,21 @@ def test_the_8b_scenario_resolves():
     assert world.kv_capacity_tokens > world.scenario.workload.max_response_tokens
     assert world.drafter.kind == "eagle3"
     assert world.acceptance.tau(3) == pytest.approx(2.77, rel=1e-6)
+
+
+def test_max_batch_defaults_to_vllms_own_for_the_gpu():
+    """vLLM's max_num_seqs default is 1024 on a GPU with >= 70 GiB and 256 below
+    (EngineArgs.get_batch_defaults); an omitted rollout.max_batch takes it from the profile."""
+    sc = load_scenario(SCENARIO, ["rollout.max_batch=null"])
+    assert sc.rollout.max_batch is None
+    world = resolve(sc)
+    assert world.rollout.max_batch == 1024
+    hw = world.hw
+    assert vllm_default_max_num_seqs(hw) == 1024
+    assert vllm_default_max_num_seqs(replace(hw, hbm_bytes=70 * 2**30)) == 1024
+    assert vllm_default_max_num_seqs(replace(hw, hbm_bytes=70 * 2**30 - 1)) == 256
+    assert vllm_default_max_num_seqs(replace(hw, hbm_bytes=48e9)) == 256
+    assert resolve(load_scenario(SCENARIO, ["rollout.max_batch=64"])).rollout.max_batch == 64
 
 
 # ----------------------------------------------------------------------------- overrides

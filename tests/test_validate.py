@@ -179,6 +179,10 @@ def test_ordinal_row_reports_both_values_and_its_verdict(tmp_path):
     d = a.as_dict()
     assert d["simulated_slower_s"] == a.slower_s and d["simulated_faster_s"] == a.faster_s
     assert d["result"] in ("pass", "FAIL") and d["error_pct"] is None
+    # the margin says how far each claim holds or fails; opposite claims have opposite signs
+    assert d["ordinal_margin_pct"] == pytest.approx(100 * (a.slower_s / a.faster_s - 1), rel=1e-12)
+    assert (a.ordinal_margin > 0) == a.passed and (b.ordinal_margin > 0) == b.passed
+    assert f"margin {d['ordinal_margin_pct']:+.1f} %" in d["simulated"]
 
 
 # ----------------------------------------------------------------------------- the workload fit

@@ -79,7 +79,8 @@ class RolloutSection(Strict):
     ep: int = Field(default=1, ge=1, le=4096)
     weight_dtype: DType = "bf16"
     kv_dtype: DType = "bf16"
-    max_batch: int = Field(default=256, ge=1, le=65536, description="vLLM max_num_seqs per engine")
+    max_batch: int | None = Field(default=None, ge=1, le=65536,
+                                  description="vLLM max_num_seqs per engine (default: vLLM's own, 1024 on a GPU with >= 70 GiB, 256 below)")
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     max_batched_tokens: int = Field(default=8192, ge=1, le=10**7)
     kv_block_tokens: int = Field(default=16, ge=1, le=4096)
