@@ -26,7 +26,7 @@ from specsim.workload.tree import DEFAULT_SIBLING_FACTOR
 from specsim.workload.tree_topk import TopKTree
 from specsim.world import PipelineSpec, RolloutSpec, TrainerSpec, WorkloadSpec, World
 
-__all__ = ["World", "acceptance_model", "length_distribution", "resolve"]
+__all__ = ["World", "acceptance_model", "length_distribution", "resolve", "vllm_default_max_num_seqs"]
 
 
 def length_distribution(spec, field_path: str, base_dir: Path | None) -> LengthDistribution:
