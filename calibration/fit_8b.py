@@ -2,7 +2,8 @@
 
     python calibration/fit_8b.py                 # fit, print, write the fitted fields into the scenarios
     python calibration/fit_8b.py --dry-run       # fit and print only
-    python calibration/fit_8b.py --targets F     # another target file with a `fit:` block
+    python calibration/fit_8b.py --targets F     # another target file with a `fit:` block, e.g.
+        calibration/targets/vllm_eagle3_bs1.yaml  (h100_sxm's two SD overheads, with --write-profile)
 
 One command, reproducible (deterministic simulator, fixed seeds, starts from the priors in the
 target file's `fit:` block, caches nothing). What is fitted to what, and why: calibration/README.md,
@@ -25,6 +26,14 @@ from specsim.errors import SpecError  # noqa: E402
 from specsim.scenario import ScenarioError  # noqa: E402
 
 DEFAULT = ROOT / "calibration" / "targets" / "nemo_rl_8b.yaml"
+
+
+def _command(targets: Path) -> str:
+    """The command line written beside each fitted value: names the target file unless it is the default."""
+    t = targets.resolve()
+    if t == DEFAULT.resolve():
+        return "python calibration/fit_8b.py"
+    return f"python calibration/fit_8b.py --targets {t.relative_to(ROOT) if t.is_relative_to(ROOT) else targets}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,8 +59,9 @@ def main(argv: list[str] | None = None) -> int:
         for r in s.rows:
             print(f"  row {r['target']:26s} measured {r['measured']:<8.4g} prior-sim {r['prior_simulated']:<9.4g} "
                   f"fitted-sim {r['fitted_simulated']:<9.4g} residual {r['residual_pct']:+.1f} %")
+    command = _command(Path(a.targets))
     if not a.dry_run:
-        comment = field_comments(a.targets, res, "python calibration/fit_8b.py")
+        comment = field_comments(a.targets, res, command)
         for f in write_scenarios(a.targets, res, comment):
             print(f"wrote {f}")
     hw_params = {q.path for s in res.stages for q in s.params if q.path.startswith("hardware.")}
@@ -62,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         profiles = {load_hardware(load_scenario(f).hardware).path for s in res.stages for q in s.params
                     if q.path.startswith("hardware.") for f in q.scenarios}
         for prof in sorted(profiles):
-            done = write_profile_values(a.targets, res, prof, "python calibration/fit_8b.py --write-profile")
+            done = write_profile_values(a.targets, res, prof, f"{command} --write-profile")
             print(f"wrote {prof}: {done}")
     elif hw_params:
         print(f"hardware parameters {sorted(hw_params)} reported only (--write-profile writes them)")

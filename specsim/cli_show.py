@@ -103,6 +103,7 @@ def show_hardware(
     con.print(f"[bold]{info['name']}[/bold]: {info['description']}   ({info['path']})")
     for title, key, cols in (("peaks", "peaks", ("quantity", "value", "unit", "source")),
                              ("efficiency", "efficiency", ("parameter", "value", "unit", "source")),
+                             ("speculative-decoding costs", "sd_costs", ("parameter", "value", "unit", "source")),
                              ("measured-kernel terms", "kernel_fit", ("term", "parameter", "value", "unit")),
                              ("fit quality", "fit_quality", ("term", "rows", "median_abs_rel_error", "p90_abs_rel_error",
                                                              "at_bound", "table"))):

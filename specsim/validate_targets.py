@@ -78,6 +78,12 @@ class BatchParams(_Strict):
     tokens: int = Field(default=512, ge=1, le=10**6)
 
 
+class EngineRunParams(BatchParams):
+    """The same fixed-batch engine run as BatchParams, for the AR baseline or the SD variant."""
+
+    run: Literal["ar", "sd"]
+
+
 class Arm(_Strict):
     """One side of an ordinal comparison: the AR baseline or the SD variant of the target's
     scenario with extra overrides."""
@@ -104,6 +110,7 @@ METRIC_PARAMS: dict[str, type[_Strict]] = {
     "simulated_tau": NoParams,          # the SD run's measured mean acceptance length (ratio of sums)
     "tau": TauParams,                   # the acceptance model's τ at an RL step
     "engine_speedup_at_batch": BatchParams,
+    "engine_tpot_s": EngineRunParams,   # mean time per output token of a running sequence, that run
     "exposed_generation_s": RunParams,  # generation time the trainer waits for (async)
     "effective_step_s": RunParams,      # steady step time (async: the pipeline's period)
     "ordinal": OrdinalParams,

@@ -306,3 +306,80 @@ def test_bundled_8b_fit_block_is_determined_and_every_parameter_pinned():
                                               (run == "sd" and t.row.params["stage"] == "generation"))
             if stage.name == "engine_prepare":   # the wake-up time is pinned by the AR prepare rows only
                 assert t.row.params["stage"] == "prepare", t.id
+
+
+def test_engine_speedup_metric_reports_the_configured_tau_under_heterogeneity():
+    """The fixed-batch engine metric serves the drafter's whole acceptance population (Beta
+    heterogeneity at evenly spaced quantiles): its SD run's ratio-of-sums τ is the configured τ
+    within 1 % at batch 1 and batch 32, where one batch at the mean α reports the mean α's τ
+    (higher by the heterogeneity's Jensen gap, > 1 % here)."""
+    import numpy as np
+
+    from specsim.resolve import resolve
+    from specsim.validate import fixed_batch_runs
+    from specsim.workload.acceptance import expected_tokens_per_verify
+
+    scen = DEFAULT_TARGET_DIR / "scenarios" / "vllm_eagle3_llama31_8b_h100_bs1.yaml"
+    for k, tau in ((3, 2.79), (7, 3.54)):
+        world = resolve(load_scenario(str(scen), [f"speculation.k={k}", f"drafter.tau={tau}",
+                                                  f"drafter.tau_at_k={k}"]))
+        mean_tau = float(expected_tokens_per_verify(world.acceptance.alpha0, k, world.acceptance.decay))
+        assert mean_tau > tau * 1.01   # the homogeneous shortcut would be off by more than the tolerance
+        for batch in (1, 32):
+            ar, sd = fixed_batch_runs(world, batch, 128, 256)
+            assert sd.total_tokens == ar.total_tokens == 256 * 256   # SD never changes response lengths
+            assert sd.sd_tokens / sd.sd_seq_steps == pytest.approx(tau, rel=0.01), (k, batch)
+            assert np.isfinite(ar.rollout_s / sd.rollout_s)
+
+
+def test_vllm_bs1_sweep_fits_the_short_drafts_and_predicts_the_long_ones():
+    """calibration/targets/vllm_eagle3_bs1.yaml: the two h100 SD overheads are pinned by the
+    K = 2, 3, 4 rows only, K = 5, 6, 7 are predictions, and the fit block is determined."""
+    from specsim.calib_workload import load_fit_block
+
+    f = DEFAULT_TARGET_DIR / "vllm_eagle3_bs1.yaml"
+    block = load_fit_block(f)
+    params = {p.name: p.path for st in block.stages for p in st.parameters}
+    assert set(params.values()) == {"hardware.efficiency.draft_overhead_ms", "hardware.sd_costs.sd_step_overhead_ms"}
+    targets = load_targets([str(f)])
+    sweep = [t for t in targets if t.metric == "engine_speedup_at_batch"]
+    ks = {t.id: t.row.overrides["speculation.k"] for t in sweep}
+    assert {ks[t.id] for t in sweep if t.role == "fit"} == {2, 3, 4}
+    assert {ks[t.id] for t in sweep if t.role == "prediction"} == {5, 6, 7}
+    for t in sweep:
+        assert t.row.overrides["drafter.tau_at_k"] == t.row.overrides["speculation.k"]
+        assert t.row.params["batch"] == 1
+    (vanilla,) = [t for t in targets if t.metric == "engine_tpot_s"]
+    assert vanilla.role == "prediction" and vanilla.row.params["run"] == "ar"
+
+
+def test_show_hardware_reports_which_sd_costs_are_fitted():
+    """`specsim show hardware` lists the SD-cost block with sources: h100_sxm's two SD overheads are
+    fitted (vLLM #20780), a GPU without SD timings (h200_sxm) still lists both as priors."""
+    from specsim.calibrate.describe import hardware_info
+
+    h100 = hardware_info("h100_sxm")
+    step = next(r for r in h100["sd_costs"] if r["parameter"] == "sd_step_overhead_ms")
+    assert step["source"].startswith("fitted") and "vllm_eagle3_bs1" in step["source"] and step["unit"] == "ms"
+    assert "sd_costs.sd_step_overhead_ms" not in h100["priors"] and "draft_overhead" not in h100["priors"]
+    h200 = hardware_info("h200_sxm")
+    assert "sd_costs.sd_step_overhead_ms" in h200["priors"] and "draft_overhead" in h200["priors"]
+    res = runner.invoke(app, ["show", "hardware", "h100_sxm"])
+    assert res.exit_code == 0 and "speculative-decoding costs" in res.output
+
+
+def test_engine_tpot_at_batch_one_is_the_priced_decode_step():
+    """engine_tpot_s of the AR run at batch 1 is the priced batch-1 decode step (step_cost with the
+    profile's overheads) between the first and the last context of the response: prefill passes
+    excluded, one token per step."""
+    from specsim.cost.step import step_cost
+    from specsim.resolve import resolve
+    from specsim.validate import _tpot_s, fixed_batch_runs
+
+    scen = DEFAULT_TARGET_DIR / "scenarios" / "vllm_eagle3_llama31_8b_h100_bs1.yaml"
+    world = resolve(load_scenario(str(scen)))
+    ar, sd = fixed_batch_runs(world, 1, 128, 256)
+    tpot = _tpot_s(ar, 1)
+    lo, hi = (float(step_cost(world.model, None, world.hw, world.layout, 1, 0).time_s(c)) for c in (128, 128 + 256))
+    assert lo * 0.999 <= tpot <= hi * 1.001
+    assert _tpot_s(sd, 1) < tpot   # SD at batch 1 with tau 2.79 emits tokens faster than AR

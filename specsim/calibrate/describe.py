@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from specsim.cost.sd_costs import SD_COST_KEYS
 from specsim.hardware import load_hardware
 
 
@@ -9,8 +10,10 @@ def hardware_info(name_or_path: str) -> dict:
     """A profile's peaks, fitted terms (with their fit quality) and which values are still priors.
 
     Returns {name, description, path, peaks: [{quantity, value, unit, source}], efficiency: [...],
-    kernel_fit: [{term, parameter, value, unit}] , fit_quality: [{term, rows, median_abs_rel_error,
-    p90_abs_rel_error, at_bound, table}], provenance: {...}, priors: [names still priors]}.
+    sd_costs: [{parameter, value, unit, source}] (cost/sd_costs.py; a key the profile lacks is its
+    documented default, labelled a prior), kernel_fit: [{term, parameter, value, unit}],
+    fit_quality: [{term, rows, median_abs_rel_error, p90_abs_rel_error, at_bound, table}],
+    provenance: {...}, priors: [names still priors]}.
     """
     hw = load_hardware(name_or_path)
     src = hw.sources
@@ -36,6 +39,11 @@ def hardware_info(name_or_path: str) -> dict:
                               ("per_seq_overhead", e.per_seq_overhead_s * 1e6, "µs", "per_seq_overhead_us"),
                               ("draft_overhead", e.draft_overhead_s * 1e3, "ms", "draft_overhead_ms"),
                               ("train_mfu", e.train_mfu, "", "train_mfu"))]
+    sd = [{"parameter": key, "value": getattr(hw.sd_costs, attr) / scale,
+           "unit": {"ms": "ms", "us": "µs"}.get(key.rsplit("_", 1)[-1], ""),
+           "source": hw.sd_costs.sources.get(f"sd_costs.{key}")
+           or "prior (the cost/sd_costs.py default; the profile has no value)"}
+          for key, (attr, scale) in SD_COST_KEYS.items()]
     terms: list[dict] = []
     quality: list[dict] = []
     prov: dict = {}
@@ -64,7 +72,9 @@ def hardware_info(name_or_path: str) -> dict:
                 quality.append({"term": term, **row})
     priors = [r["parameter"] for r in eff if str(r["source"]).startswith("prior")]
     priors += [r["quantity"] for r in peaks if str(r["source"]).startswith("prior")]
+    priors += [f"sd_costs.{r['parameter']}" for r in sd if not str(r["source"]).startswith(("fitted", "held"))]
     return {"name": hw.name, "description": hw.description, "path": hw.path, "peaks": peaks, "efficiency": eff,
+            "sd_costs": sd,
             "kernel_fit": terms, "fit_quality": quality, "provenance": prov, "priors": priors,
             "fitted_from_kernels": kf is not None}
 
