@@ -64,6 +64,11 @@ def test_run_json_and_folder(cli_run):
         assert len(pd.read_csv(out / "plots" / f"{name}.csv")) > 0, name
     md = (out / "summary.md").read_text()
     assert "Best configuration" in md and "Capacity plan" in md and "```yaml" in md
+    # the prose names the best point and the baseline in words: no unformatted template or dict repr
+    prose = md.split("```yaml")[0]
+    assert "{" not in prose and "}" not in prose, [ln for ln in prose.splitlines() if "{" in ln or "}" in ln]
+    b = info["best"]
+    assert f"Best point #{b['point']}: " + ", ".join(f"{k}={v}" for k, v in b["values"].items()) in md
 
 
 def test_rerun_table_resumes_and_prints(cli_run):

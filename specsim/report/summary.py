@@ -75,7 +75,7 @@ def summary_markdown(s: dict) -> str:
     swept = ", ".join(f"`{k}` ∈ {v}" for k, v in s["swept"].items()) or "nothing swept"
     L.append(f"- swept: {swept}")
     b = s["baseline"]
-    L.append(f"- baseline: the point with {b['overrides']} ({b['mode']}"
+    L.append(f"- baseline: the point with {_values_text(b['overrides'])} ({b['mode']}"
              f"{', = sync AR' if b['is_sync_ar'] else ''}); sync AR: {s['sync_ar']['definition']}"
              f"{' — the baseline itself' if s['sync_ar']['is_baseline'] else ''}")
     L.append(f"- speedups are steady-state (warm-up steps excluded) step-time ratios; intervals: {s['ci']}")
@@ -85,7 +85,7 @@ def summary_markdown(s: dict) -> str:
         L.append("## Best configuration")
         L.append("")
         L.append(f"Ranked by mean `{s['rank_by']}` (within {100 * TIE_REL:.1f} % the "
-                 "simpler configuration wins: smaller k, no SD first). Best point #{best['point']}: {_values_text(best['values'])} "
+                 f"simpler configuration wins: smaller k, no SD first). Best point #{best['point']}: {_values_text(best['values'])} "
                  f"— {best['sd_policy']}, k = {best['k']}, policy lag = {best['policy_lag']} ({best['mode']}).")
         L.append("")
         L.append("| quantity | value |")
