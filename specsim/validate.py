@@ -197,12 +197,6 @@ def fixed_batch_runs(world, batch: int, prompt: int, tokens: int):
     return ar, sd
 
 
-def _engine_speedup_at_batch(world, batch: int, prompt: int, tokens: int) -> float:
-    """AR time / SD time of `fixed_batch_runs`."""
-    ar, sd = fixed_batch_runs(world, batch, prompt, tokens)
-    return ar.rollout_s / sd.rollout_s
-
-
 def _tpot_s(res, batch: int) -> float:
     """Decode time per output token of a running sequence: (rollout − prefill passes) · batch /
     tokens (each step emits about `batch` sequences' tokens; exact at batch 1)."""
@@ -239,13 +233,12 @@ def simulate_target(t: Target, runs: _Runs) -> tuple[float, float | None, float 
         sc = load_scenario(scen, ov)
         k = sc.speculation.k if sc.speculation.policy != "adaptive" else sc.speculation.k_max
         return float(resolve(sc).acceptance.tau(k, p.step)), None, None
-    if m == "engine_speedup_at_batch":
-        sc = load_scenario(scen, ov + [f"rollout.max_batch={p.batch}"])
-        return _engine_speedup_at_batch(resolve(sc), p.batch, p.prompt, p.tokens), None, None
-    if m == "engine_tpot_s":
-        sc = load_scenario(scen, ov + [f"rollout.max_batch={p.batch}"])
-        ar, sd = fixed_batch_runs(resolve(sc), p.batch, p.prompt, p.tokens)
-        return _tpot_s(ar if p.run == "ar" else sd, p.batch), None, None
+    if m in ("engine_speedup_at_batch", "engine_tpot_s"):
+        world = resolve(load_scenario(scen, ov + [f"rollout.max_batch={p.batch}"]))
+        ar, sd = fixed_batch_runs(world, p.batch, p.prompt, p.tokens)
+        if m == "engine_tpot_s":
+            return _tpot_s(ar if p.run == "ar" else sd, p.batch), None, None
+        return ar.rollout_s / sd.rollout_s, None, None
     if m == "ordinal":
         slow = runs.steady(scen, ov + _overrides(p.slower.overrides), p.slower.run)[p.quantity]
         fast = runs.steady(scen, ov + _overrides(p.faster.overrides), p.faster.run)[p.quantity]
