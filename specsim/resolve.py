@@ -180,5 +180,5 @@ def resolve(sc: Scenario) -> World:
                               float(w.group_correlation), float(w.length_growth_per_step)),
                  RolloutSpec(r.gpus, max_batch, r.kv_block_tokens, r.dispatch),
                  PipelineSpec(sc.name, p.mode, p.steps, p.warmup_steps, p.policy_lag, p.partial_rollouts,
-                              float(p.reward_s), float(p.engine_prepare_s)),
+                              float(p.reward_s), float(p.engine_prepare_s), float(p.data_s)),
                  TrainerSpec(trainer, sc.training.weight_sync, float(sc.drafter.update_token_fraction)))

@@ -38,7 +38,7 @@ _OWNED = {
 }
 _TEMP = re.compile(r"^\..+\.[^.]+\.tmp$")
 #: steady-state figures every stored run has (floats; NaN allowed).
-STEADY_KEYS = ("generation_s", "step_s", "exposed_generation_s", "reward_s", "logprob_s", "train_s",
+STEADY_KEYS = ("generation_s", "step_s", "exposed_generation_s", "data_s", "reward_s", "logprob_s", "train_s",
                "weight_sync_s", "drafter_update_s", "tau", "mean_alpha", "versions_since_update",
                "mean_active_batch", "tokens", "verify_steps", "throughput_steps_per_h")
 META_KEYS = ("mode", "policy", "engines", "rollout_gpus", "training_gpus", "total_gpus", "replicate")

@@ -42,7 +42,7 @@ from specsim.errors import SpecError
 from specsim.scenario import Scenario, ScenarioError, apply_overrides, source_file
 
 RESERVED = ("replicates", "zip")
-STAGES = ("reward_s", "logprob_s", "train_s", "weight_sync_s", "drafter_update_s")
+STAGES = ("data_s", "reward_s", "logprob_s", "train_s", "weight_sync_s", "drafter_update_s")
 #: What turns a point into synchronous autoregressive decoding (plus, for an async point, moving
 #: the training pool's GPUs into the colocated pool: same total GPUs).
 SYNC_AR = {"pipeline.mode": "sync", "speculation.policy": "off"}

@@ -51,7 +51,7 @@ from specsim.validate_targets import (
 
 __all__ = ["DEFAULT_TARGET_DIR", "METRICS", "Target", "ValidationRow", "load_targets", "simulate_target", "validate"]
 
-STAGE_FIELD = {"generation": "generation_s", "logprob": "logprob_s", "training": "train_s",
+STAGE_FIELD = {"data": "data_s", "generation": "generation_s", "logprob": "logprob_s", "training": "train_s",
                "prepare": "weight_sync_s", "step": "step_s"}
 
 

@@ -51,9 +51,10 @@ class NoParams(_Strict):
 
 class StageParams(_Strict):
     """One stage of the steady step of the AR baseline (`ar`) or the SD variant (`sd`).
-    prepare = weight sync + rollout-engine preparation (simulated: weight_sync_s)."""
+    prepare = weight sync + rollout-engine preparation (simulated: weight_sync_s); data = loading
+    the step's prompt batch (simulated: data_s)."""
 
-    stage: Literal["generation", "logprob", "training", "prepare", "step"]
+    stage: Literal["data", "generation", "logprob", "training", "prepare", "step"]
     run: Literal["ar", "sd"]
 
 

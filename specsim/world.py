@@ -56,7 +56,10 @@ class PipelineSpec:
     staleness allowed, `partial_rollouts` = in-flight weight updates), `steps` simulated of which
     the first `warmup_steps` are left out of steady-state means; `reward_s` per step;
     `engine_prepare_s` per weight update of a colocated (sync) pool: waking the sleeping rollout
-    engine and the refit bookkeeping that no bandwidth term covers (fitted, not derived)."""
+    engine and the refit bookkeeping that no bandwidth term covers (fitted, not derived);
+    `data_s` per step: loading the step's prompt batch, on the critical path of a sync step (before
+    its generation) and, async, only for the first batch (the data loader prefetches the next
+    batches while the engines work, as NeMo-RL's async trajectory collector does)."""
 
     name: str
     mode: str
@@ -66,6 +69,7 @@ class PipelineSpec:
     partial_rollouts: bool
     reward_s: float
     engine_prepare_s: float = 0.0
+    data_s: float = 0.0
 
 
 @dataclass(frozen=True)

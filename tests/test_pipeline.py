@@ -38,9 +38,11 @@ def test_sync_step_is_the_sum_of_its_stages(small):
     assert res.mode == "sync" and len(res.records) == 4 and len(res.generations) == 4
     prev = 0.0
     for r in res.records:
-        stages = r.generation_s + r.reward_s + r.logprob_s + r.train_s + r.weight_sync_s + r.drafter_update_s
+        stages = (r.data_s + r.generation_s + r.reward_s + r.logprob_s + r.train_s + r.weight_sync_s
+                  + r.drafter_update_s)
         assert r.step_s == pytest.approx(stages, abs=1e-9)
-        assert r.gen_start_s == pytest.approx(prev, abs=1e-9)           # strictly sequential
+        assert r.data_s == small.pipeline.data_s > 0
+        assert r.gen_start_s == pytest.approx(prev + r.data_s, abs=1e-9)  # strictly sequential: load, then generate
         assert r.train_start_s == pytest.approx(r.gen_end_s, abs=1e-9)
         assert r.exposed_generation_s == r.generation_s
         assert r.policy_version == r.step
@@ -52,6 +54,24 @@ def test_sync_step_is_the_sum_of_its_stages(small):
     st = res.steady()
     assert st["step_s"] == pytest.approx(df["step_s"].iloc[1:].mean())
     assert st["throughput_steps_per_h"] == pytest.approx(3600 / st["step_s"])
+
+
+def test_data_loading_is_on_the_sync_critical_path_and_prefetched_async(small):
+    """pipeline.data_s: a sync step waits for its prompt batch every step; async, the loader
+    prefetches, so only the first batch delays the run: the whole timeline shifts by data_s and
+    every later step is unchanged."""
+    d = 5.0
+    sync0, sync1 = (_run(apply_overrides(small, {"pipeline.data_s": x})) for x in (0.0, d))
+    for a, b in zip(sync0.records, sync1.records):
+        assert b.step_s == pytest.approx(a.step_s + d, rel=1e-12) and b.generation_s == a.generation_s
+    as0, as1 = (_run(_async(small, **{"pipeline.data_s": x})) for x in (0.0, d))
+    assert as1.records[0].data_s == d and all(r.data_s == 0.0 for r in as1.records[1:])
+    assert as1.records[0].step_s == pytest.approx(as0.records[0].step_s + d, rel=1e-9)
+    for a, b in zip(as0.records[1:], as1.records[1:]):
+        assert b.step_s == pytest.approx(a.step_s, rel=1e-9, abs=1e-9)
+        assert b.step_end_s == pytest.approx(a.step_end_s + d, rel=1e-9)
+        assert b.exposed_generation_s == pytest.approx(a.exposed_generation_s, rel=1e-9, abs=1e-9)
+    assert as1.steady()["effective_step_s"] == pytest.approx(as0.steady()["effective_step_s"], rel=1e-9)
 
 
 def test_sync_e2e_speedup_is_amdahl(small):
@@ -107,7 +127,7 @@ def test_async_lag_zero_is_a_barrier_per_step(small):
     res = run_pipeline(world)
     for r in res.records:
         side = r.reward_s + r.logprob_s + r.train_s + r.weight_sync_s + r.drafter_update_s
-        assert r.step_s == pytest.approx(r.generation_s + side, abs=1e-9)
+        assert r.step_s == pytest.approx(r.data_s + r.generation_s + side, abs=1e-9)   # data_s: step 0 only
         assert r.policy_version == r.step
         barrier = simulate_generation(world, draw_step(world, r.step), r.versions_since_update)
         assert r.generation_s == pytest.approx(barrier.rollout_s, rel=1e-9)

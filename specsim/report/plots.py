@@ -28,8 +28,8 @@ from matplotlib.ticker import FuncFormatter
 from specsim.report import atomic
 
 STYLE = {"font.size": 10}
-HATCH = {"exposed": "////", "reward": "..", "logprob": "\\\\", "train": "", "sync": "xx", "gen_total": "oo"}
-GRAYS = {"exposed": "0.25", "reward": "0.95", "logprob": "0.75", "train": "0.55", "sync": "0.88"}
+HATCH = {"data": "--", "exposed": "////", "reward": "..", "logprob": "\\\\", "train": "", "sync": "xx", "gen_total": "oo"}
+GRAYS = {"data": "1.0", "exposed": "0.25", "reward": "0.95", "logprob": "0.75", "train": "0.55", "sync": "0.88"}
 
 
 def _title(sc, what: str) -> str:
@@ -213,7 +213,8 @@ def step_breakdown(stem: Path, sc, bars: list[dict]) -> str | None:
     data = pd.DataFrame(bars)
     fig, ax = _fig(1.6 + 2.0 * len(bars), 4.8)
     x = np.arange(len(bars))
-    parts = [("exposed_generation_s", "exposed generation", "exposed"), ("reward_s", "reward", "reward"),
+    parts = [("data_s", "data loading", "data"), ("exposed_generation_s", "exposed generation", "exposed"),
+             ("reward_s", "reward", "reward"),
              ("logprob_s", "logprob", "logprob"), ("train_s", "train (fwd+bwd)", "train"),
              ("sync_s", "weight sync + drafter update", "sync")]
     bottom = np.zeros(len(bars))
@@ -225,7 +226,7 @@ def step_breakdown(stem: Path, sc, bars: list[dict]) -> str | None:
            label="generation, total (part may be hidden behind training)")
     for i, b in enumerate(bars):
         ax.text(x[i], bottom[i] * 1.01, f"step {b['step_s']:.0f} s", ha="center", va="bottom", fontsize=8)
-        ax.text(x[i] + 0.27, b["exposed_generation_s"] / 2, f"{b['exposed_generation_s']:.0f} s\nexposed",
+        ax.text(x[i] + 0.27, b["data_s"] + b["exposed_generation_s"] / 2, f"{b['exposed_generation_s']:.0f} s\nexposed",
                 ha="left", va="center", fontsize=7)
     ax.set_xticks(x, [b["label"] for b in bars], fontsize=8)
     ax.set_xlim(-0.7, len(bars) - 0.2)
@@ -246,6 +247,7 @@ def breakdown_bars(plan, analysis: dict, frame: pd.DataFrame, runs: dict) -> lis
         df = pd.DataFrame(items)
         m = df.mean(numeric_only=True)
         return {"label": label, "generation_s": m["generation_s"], "exposed_generation_s": m["exposed_generation_s"],
+                "data_s": m["data_s"],
                 "reward_s": m["reward_s"], "logprob_s": m["logprob_s"], "train_s": m["train_s"],
                 "sync_s": m["weight_sync_s"] + m["drafter_update_s"], "weight_sync_s": m["weight_sync_s"],
                 "drafter_update_s": m["drafter_update_s"], "step_s": m["step_s"]}

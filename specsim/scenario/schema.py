@@ -198,6 +198,9 @@ class PipelineSection(Strict):
     reward_s: float = Field(default=2.0, ge=0, le=1e7)
     engine_prepare_s: float = Field(default=0.0, ge=0, le=1e5,
                                     description="colocated sync: rollout-engine wake-up and refit bookkeeping per step")
+    data_s: float = Field(default=0.0, ge=0, le=1e5,
+                          description="loading one step's prompt batch (NeMo-RL's 'data' stage): sync, before "
+                                      "generation; async, prefetched while the engines work (only the first batch waits)")
     baseline: dict[str, Any] = Field(default_factory=lambda: {"speculation.policy": "off"},
                                      description="dotted overrides that turn this scenario into its baseline")
 

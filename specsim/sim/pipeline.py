@@ -55,7 +55,8 @@ from specsim.world import World
 
 @dataclass
 class StepRecord:
-    """One RL step. Times in seconds on the pipeline clock (0 = first generation starts)."""
+    """One RL step. Times in seconds on the pipeline clock (0 = the run starts: the first prompt
+    batch is loaded, then generated)."""
 
     step: int
     policy_version: int           # the policy version that generated this step's rollouts
@@ -83,6 +84,7 @@ class StepRecord:
     mean_policy_age: float = 0.0  # mean over the step's trajectories of (step − version that started it)
     max_policy_age: float = 0.0
     tokens_per_step: float = float("nan")  # effective tokens per request-step under SD, 1 + p·(τ − 1)
+    data_s: float = 0.0           # loading the prompt batch, on the critical path (sync: every step; async: step 0)
 
     @property
     def training_side_s(self) -> float:
@@ -248,6 +250,8 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
     if mode == "sync":
         def colocated():
             for i in range(n_steps):
+                rows[i]["data_s"] = ps.data_s
+                yield env.timeout(ps.data_s)
                 rows[i]["gen_start_s"] = env.now
                 version = state["version"]
                 g = simulate_generation(world, draws[i], vsu_of(version), engine=engine)
@@ -266,12 +270,15 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
         env.process(colocated())
     else:
         generated = [env.event() for _ in range(n_steps)]
-        for j in range(min(lag + 1, n_steps)):
-            release(j)
 
         def generator():
+            # the data loader prefetches later batches while the engines work: only the first load waits
+            rows[0]["data_s"] = ps.data_s
+            yield env.timeout(ps.data_s)
+            for j in range(min(lag + 1, n_steps)):
+                release(j)
             before = stream.counters()
-            prev_f = 0.0
+            prev_f = env.now
             for j in range(n_steps):
                 while (f := stream.advance(j, env.peek())) is None:
                     yield env.timeout(max(0.0, env.peek() - env.now))
