@@ -19,13 +19,14 @@ down afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict
 from typing import Any
@@ -154,15 +155,52 @@ def _kill_pool(pool: ProcessPoolExecutor) -> None:
             pass
 
 
+@contextlib.contextmanager
+def _sigint_latch() -> Iterator[threading.Event]:
+    """While the block runs, Ctrl-C (SIGINT) raises KeyboardInterrupt as usual *and* sets the
+    yielded event. Why the event: Python drops an exception raised inside a finalizer (a generator
+    or object collected at that moment -- a simulation discards thousands), printing "Exception
+    ignored"; a Ctrl-C that lands there would be lost and the sweep would run to its end. The task
+    loop checks the event after every delivered result. Only in the main thread, and not where
+    SIGINT is ignored (a background job); the previous handler is restored afterwards."""
+    latched = threading.Event()
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, None):
+        yield latched
+        return
+
+    def on_sigint(signum, frame):
+        latched.set()
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield latched
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_tasks(tasks: list[RunTask], on_result: Callable[[RunTask, dict], None], *, jobs: int = 2,
               backend: str = "local", address: str | None = None) -> None:
     """Execute `tasks`, calling `on_result(task, result)` in this thread as each finishes.
 
     backend="local": one worker runs in this process; otherwise a spawn-context process pool of
-    min(jobs, CPUs, tasks) workers. backend="ray": see the module docstring."""
+    min(jobs, CPUs, tasks) workers. backend="ray": see the module docstring. A Ctrl-C stops the
+    loop with KeyboardInterrupt, at the latest right after the next result is delivered
+    (`_sigint_latch`)."""
     workers = check_backend(backend, jobs, address, probe=False)
     if not tasks:
         return
+    with _sigint_latch() as interrupted:
+        def deliver(task: RunTask, result: dict) -> None:
+            on_result(task, result)
+            if interrupted.is_set():
+                raise KeyboardInterrupt
+        _run_tasks(tasks, deliver, workers, backend, address)
+
+
+def _run_tasks(tasks: list[RunTask], on_result: Callable[[RunTask, dict], None], workers: int, backend: str,
+               address: str | None) -> None:
     if backend == "ray":
         _run_ray(_ray(), tasks, on_result, workers, address)
         return
