@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specsim.errors import LayoutError, SpecError
+from specsim.executors import sigint_latch
 from specsim.report.tables import jsonable
 from specsim.scenario import ScenarioError
 
@@ -82,9 +83,14 @@ def _fail(msg: str, code: int = EXIT_USER_ERROR) -> None:
 
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
-    """Map user errors to one stderr paragraph + exit 2, and bugs to ``internal error`` + exit 1."""
+    """Map user errors to one stderr paragraph + exit 2, bugs to ``internal error`` + exit 1, and
+    Ctrl-C to one line + exit 130 -- also a Ctrl-C whose KeyboardInterrupt Python dropped inside a
+    finalizer (executors.sigint_latch): the command then ends as interrupted, not as a success."""
     try:
-        yield
+        with sigint_latch() as interrupted:
+            yield
+            if interrupted.is_set():
+                raise KeyboardInterrupt
     except (typer.Exit, typer.Abort):
         raise
     except KeyboardInterrupt:

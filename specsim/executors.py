@@ -35,7 +35,7 @@ from specsim.errors import SpecError
 from specsim.scenario import ScenarioError, validate_doc
 from specsim.sweep import RunTask
 
-__all__ = ["available_cpus", "check_backend", "default_jobs", "execute", "run_tasks"]
+__all__ = ["available_cpus", "check_backend", "default_jobs", "execute", "run_tasks", "sigint_latch"]
 
 BACKENDS = ("local", "ray")
 #: Seconds to wait for a TCP answer from a Ray address before refusing it.
@@ -156,12 +156,13 @@ def _kill_pool(pool: ProcessPoolExecutor) -> None:
 
 
 @contextlib.contextmanager
-def _sigint_latch() -> Iterator[threading.Event]:
+def sigint_latch() -> Iterator[threading.Event]:
     """While the block runs, Ctrl-C (SIGINT) raises KeyboardInterrupt as usual *and* sets the
     yielded event. Why the event: Python drops an exception raised inside a finalizer (a generator
     or object collected at that moment -- a simulation discards thousands), printing "Exception
     ignored"; a Ctrl-C that lands there would be lost and the sweep would run to its end. The task
-    loop checks the event after every delivered result. Only in the main thread, and not where
+    loop checks the event after every delivered result, the CLI when a command ends
+    (cli_common.user_errors). Only in the main thread, and not where
     SIGINT is ignored (a background job); the previous handler is restored afterwards."""
     latched = threading.Event()
     if threading.current_thread() is not threading.main_thread() or \
@@ -187,11 +188,11 @@ def run_tasks(tasks: list[RunTask], on_result: Callable[[RunTask, dict], None], 
     backend="local": one worker runs in this process; otherwise a spawn-context process pool of
     min(jobs, CPUs, tasks) workers. backend="ray": see the module docstring. A Ctrl-C stops the
     loop with KeyboardInterrupt, at the latest right after the next result is delivered
-    (`_sigint_latch`)."""
+    (`sigint_latch`)."""
     workers = check_backend(backend, jobs, address, probe=False)
     if not tasks:
         return
-    with _sigint_latch() as interrupted:
+    with sigint_latch() as interrupted:
         def deliver(task: RunTask, result: dict) -> None:
             on_result(task, result)
             if interrupted.is_set():

@@ -97,6 +97,14 @@ def test_ctrl_c_mid_sweep_exits_130_cleanly_and_resumes(tmp_path):
     assert (clean / "points.csv").read_bytes() == (out / "points.csv").read_bytes()
 
 
+class SigintInFinalizer:
+    """Sends this process SIGINT from its finalizer, where Python drops the KeyboardInterrupt."""
+
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)   # the Python-level handler runs here; its KeyboardInterrupt is dropped
+
+
 @pytest.mark.skipif(os.name != "posix", reason="SIGINT is POSIX")
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")   # the dropped interrupt itself
 def test_ctrl_c_swallowed_by_a_finalizer_still_stops_the_sweep(monkeypatch):
@@ -106,11 +114,6 @@ def test_ctrl_c_swallowed_by_a_finalizer_still_stops_the_sweep(monkeypatch):
     latches the signal and stops right after the result in hand is delivered (and saved)."""
     from specsim import executors
     from specsim.sweep import RunTask
-
-    class SigintInFinalizer:
-        def __del__(self):
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.2)   # the Python-level handler runs here; its KeyboardInterrupt is dropped
 
     def fake_execute(task):
         if task.key == "k1":
@@ -126,6 +129,24 @@ def test_ctrl_c_swallowed_by_a_finalizer_still_stops_the_sweep(monkeypatch):
         executors.run_tasks(tasks, lambda t, r: delivered.append(r["key"]), jobs=1)
     assert delivered == ["k1"]                      # the result in hand is kept, then the loop stops
     assert signal.getsignal(signal.SIGINT) is before  # the previous handler is back
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGINT is POSIX")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_command_whose_ctrl_c_was_dropped_ends_as_interrupted(capsys):
+    """Outside a task loop (planning, reports) a dropped Ctrl-C cannot stop the work at once, but the
+    command must not then report success: it ends with the interrupt line and exit 130."""
+    import typer
+
+    from specsim.cli_common import EXIT_INTERRUPTED, user_errors
+
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(typer.Exit) as exc, user_errors():
+        obj = SigintInFinalizer()
+        del obj
+    assert exc.value.exit_code == EXIT_INTERRUPTED == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 # ============================================================================ workers die with their parent
