@@ -162,7 +162,8 @@ def validate_cmd(
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     write_csv(folder / "validation.csv", frame)
-    cols = ["target", "metric", "params", "role", "measured", "simulated", "error_pct", "tolerance_pct", "result"]
+    cols = ["target", "metric", "params", "role", "measured", "simulated", "simulated_se_pct", "error_pct",
+            "tolerance_pct", "result"]
     md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     shown = [r.display() for r in rows]   # rounded for reading; CSV/JSON keep full precision
     md += ["| " + " | ".join(r[c] for c in cols) + " |" for r in shown]

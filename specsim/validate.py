@@ -89,6 +89,9 @@ class ValidationRow:
     simulated: float
     slower_s: float | None = None    # ordinal rows: the two simulated values
     faster_s: float | None = None
+    # standard error of the simulated value from the spread of its steady steps, relative to the
+    # value (ordinal rows: of the margin, in its units); None where the metric is deterministic
+    simulated_se: float | None = None
 
     @property
     def ordinal(self) -> bool:
@@ -129,7 +132,8 @@ class ValidationRow:
                      measured=f"{p['slower']['run']}{_ov(p['slower'])} > {p['faster']['run']}{_ov(p['faster'])}")
         else:
             d.update(simulated=self.simulated, error_pct=100 * self.error, tolerance_pct=100 * t.tolerance)
-        d.update(result="pass" if self.passed else "FAIL", source=t.row.source, file=t.file)
+        d.update(simulated_se_pct=None if self.simulated_se is None else 100 * self.simulated_se,
+                 result="pass" if self.passed else "FAIL", source=t.row.source, file=t.file)
         return d
 
     def display(self) -> dict[str, str]:
@@ -141,6 +145,8 @@ class ValidationRow:
         if not self.ordinal:
             out.update(simulated=f"{self.simulated:.4g}", error_pct=f"{100 * self.error:+.1f}",
                        tolerance_pct=f"{100 * self.target.tolerance:.1f}")
+        if self.simulated_se is not None:
+            out["simulated_se_pct"] = f"{100 * self.simulated_se:.1f}" if np.isfinite(self.simulated_se) else "n/a"
         return out
 
 
@@ -204,27 +210,66 @@ def _tpot_s(res, batch: int) -> float:
 
 
 class _Runs:
-    """Steady pipeline results, simulated once per (scenario, overrides, run)."""
+    """Steady pipeline results, simulated once per (scenario, overrides, run): the steady means and
+    the steady steps' records (for the standard error of each mean)."""
 
     def __init__(self):
         self._cache: dict = {}
 
-    def steady(self, scenario: str, overrides: list[str], run: str) -> dict[str, float]:
+    def _result(self, scenario: str, overrides: list[str], run: str):
         key = (scenario, tuple(overrides), run)
         if key not in self._cache:
             sc = load_scenario(scenario, overrides)
             if run == "ar":   # the scenario's own baseline overrides (default: speculation.policy=off)
                 sc = apply_overrides(sc, dict(sc.pipeline.baseline))
-            self._cache[key] = run_pipeline(resolve(sc)).steady()
+            res = run_pipeline(resolve(sc))
+            frame = res.steps_frame()
+            self._cache[key] = (res.steady(), frame[frame["step"] >= res.warmup_steps].reset_index(drop=True))
         return self._cache[key]
+
+    def steady(self, scenario: str, overrides: list[str], run: str) -> dict[str, float]:
+        return self._result(scenario, overrides, run)[0]
+
+    def steps(self, scenario: str, overrides: list[str], run: str, column: str) -> np.ndarray:
+        """The steady steps' values of one StepRecord column."""
+        return self._result(scenario, overrides, run)[1][column].to_numpy(float)
+
+
+def _mean_se(x: np.ndarray) -> float | None:
+    """Relative standard error of the mean of steady per-step values (None with fewer than 2
+    steps, NaN when the mean is 0). Sync steps are independent draws; async steps overlap, so
+    there it understates the error."""
+    x = np.asarray(x, float)
+    if len(x) < 2:
+        return None
+    m = x.mean()
+    return float(x.std(ddof=1) / np.sqrt(len(x)) / abs(m)) if m != 0 else float("nan")
+
+
+def _ratio_se(a: np.ndarray, b: np.ndarray) -> float | None:
+    """Relative standard error of mean(a) / mean(b) over paired steps (common random numbers: step
+    i of both runs drew the same responses), by the delta method:
+    (se/R)² = (s_a² / ā² + s_b² / b̄² − 2 s_ab / (ā b̄)) / n."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    n = min(len(a), len(b))
+    if n < 2:
+        return None
+    a, b = a[:n], b[:n]
+    ma, mb = a.mean(), b.mean()
+    if ma == 0 or mb == 0:
+        return float("nan")
+    c = np.cov(a, b, ddof=1)
+    v = (c[0, 0] / ma**2 + c[1, 1] / mb**2 - 2 * c[0, 1] / (ma * mb)) / n
+    return float(np.sqrt(max(v, 0.0)))
 
 
 def _effective_step(s: dict[str, float]) -> float:
     return s.get("effective_step_s", s["step_s"])
 
 
-def simulate_target(t: Target, runs: _Runs) -> tuple[float, float | None, float | None]:
-    """(simulated value, slower_s, faster_s) of one target; the last two only for ordinal rows."""
+def simulate_target(t: Target, runs: _Runs) -> tuple[float, float | None, float | None, float | None]:
+    """(simulated value, slower_s, faster_s, simulated_se) of one target; slower_s and faster_s only
+    for ordinal rows (whose se is the margin's); se None where the metric is deterministic."""
     row, scen = t.row, t.scenario_path
     ov = _overrides(row.overrides)
     p = row.parsed_params
@@ -232,32 +277,44 @@ def simulate_target(t: Target, runs: _Runs) -> tuple[float, float | None, float 
     if m == "tau":
         sc = load_scenario(scen, ov)
         k = sc.speculation.k if sc.speculation.policy != "adaptive" else sc.speculation.k_max
-        return float(resolve(sc).acceptance.tau(k, p.step)), None, None
+        return float(resolve(sc).acceptance.tau(k, p.step)), None, None, None
     if m in ("engine_speedup_at_batch", "engine_tpot_s"):
         world = resolve(load_scenario(scen, ov + [f"rollout.max_batch={p.batch}"]))
         ar, sd = fixed_batch_runs(world, p.batch, p.prompt, p.tokens)
         if m == "engine_tpot_s":
-            return _tpot_s(ar if p.run == "ar" else sd, p.batch), None, None
-        return ar.rollout_s / sd.rollout_s, None, None
+            return _tpot_s(ar if p.run == "ar" else sd, p.batch), None, None, None
+        return ar.rollout_s / sd.rollout_s, None, None, None
     if m == "ordinal":
-        slow = runs.steady(scen, ov + _overrides(p.slower.overrides), p.slower.run)[p.quantity]
-        fast = runs.steady(scen, ov + _overrides(p.faster.overrides), p.faster.run)[p.quantity]
-        return float("nan"), float(slow), float(fast)
+        arms = [(ov + _overrides(a.overrides), a.run) for a in (p.slower, p.faster)]
+        slow, fast = (runs.steady(scen, o, r)[p.quantity] for o, r in arms)
+        se = _ratio_se(*(runs.steps(scen, o, r, p.quantity) for o, r in arms))
+        return float("nan"), float(slow), float(fast), None if se is None else se * slow / fast
     b, v = runs.steady(scen, ov, "ar"), runs.steady(scen, ov, "sd")
+
+    def col(run: str, name: str) -> np.ndarray:
+        return runs.steps(scen, ov, run, name)
+
     if m in ("stage_s", "exposed_generation_s", "effective_step_s"):
         s = b if p.run == "ar" else v
-        if m == "stage_s":
-            return float(s[STAGE_FIELD[p.stage]]), None, None
-        return float(s["exposed_generation_s"] if m == "exposed_generation_s" else _effective_step(s)), None, None
-    value = {
-        "generation_speedup": lambda: b["generation_s"] / v["generation_s"],
-        "e2e_speedup": lambda: _effective_step(b) / _effective_step(v),
-        "generation_share": lambda: b["generation_s"] / b["step_s"],
-        "rollout_time_reduction": lambda: 1 - v["generation_s"] / b["generation_s"],
-        "e2e_time_reduction": lambda: 1 - _effective_step(v) / _effective_step(b),
-        "simulated_tau": lambda: v["tau"],
-    }[m]()
-    return float(value), None, None
+        name = STAGE_FIELD[p.stage] if m == "stage_s" else "exposed_generation_s" if m == "exposed_generation_s" \
+            else "step_s"
+        value = float(s[name]) if m != "effective_step_s" else float(_effective_step(s))
+        return value, None, None, _mean_se(col(p.run, name))
+    value, (num, den), flip = {
+        "generation_speedup": (b["generation_s"] / v["generation_s"], (("ar", "generation_s"), ("sd", "generation_s")), False),
+        "e2e_speedup": (_effective_step(b) / _effective_step(v), (("ar", "step_s"), ("sd", "step_s")), False),
+        "generation_share": (b["generation_s"] / b["step_s"], (("ar", "generation_s"), ("ar", "step_s")), False),
+        "rollout_time_reduction": (1 - v["generation_s"] / b["generation_s"], (("sd", "generation_s"), ("ar", "generation_s")), True),
+        "e2e_time_reduction": (1 - _effective_step(v) / _effective_step(b), (("sd", "step_s"), ("ar", "step_s")), True),
+        "simulated_tau": (v["tau"], (("sd", "tau"), None), False),
+    }[m]
+    if den is None:
+        return float(value), None, None, _mean_se(col(*num))
+    se = _ratio_se(col(*num), col(*den))
+    if se is not None and flip:   # 1 − R: the same absolute error, relative to the reduction
+        r = 1.0 - value
+        se = se * r / abs(value) if value != 0 else float("nan")
+    return float(value), None, None, se
 
 
 def validate(paths: list[str] | None = None, tolerance: float | None = None,
@@ -276,10 +333,10 @@ def validate(paths: list[str] | None = None, tolerance: float | None = None,
         if tol is not None and t.row.metric != "ordinal":
             t = replace(t, tolerance=tol)
         try:
-            sim, slow, fast = simulate_target(t, runs)
+            sim, slow, fast, se = simulate_target(t, runs)
         except ScenarioError as exc:
             raise ScenarioError(exc.file, exc.field, exc.value, f"{exc.allowed} (target {t.id} in {t.file})") from None
         except SpecError as exc:
             raise SpecError(exc.field, exc.value, f"{exc.allowed} (target {t.id})", exc.where or t.file) from None
-        rows.append(ValidationRow(t, sim, slow, fast))
+        rows.append(ValidationRow(t, sim, slow, fast, se))
     return rows

@@ -174,8 +174,8 @@ def test_missing_required_field(tmp_path):
 
 def test_cross_field_rule_names_one_field():
     with pytest.raises(ScenarioError) as err:
-        load_scenario(SCENARIO, ["pipeline.warmup_steps=4"])
-    _assert_names(err.value, SCENARIO, "pipeline.warmup_steps", "4")
+        load_scenario(SCENARIO, ["pipeline.warmup_steps=41"])
+    _assert_names(err.value, SCENARIO, "pipeline.warmup_steps", "41")
 
 
 # ----------------------------------------------------------------------------- files

@@ -185,6 +185,49 @@ def test_ordinal_row_reports_both_values_and_its_verdict(tmp_path):
     assert f"margin {d['ordinal_margin_pct']:+.1f} %" in d["simulated"]
 
 
+def test_ratio_standard_error_closed_forms():
+    """The delta-method error of mean(a)/mean(b) over paired steps: zero when a is proportional to
+    b (the same draws scale both runs), the error of mean(a) when b is constant, and the two
+    relative variances added for independent a and b."""
+    import numpy as np
+
+    from specsim.validate import _mean_se, _ratio_se
+
+    rng = np.random.default_rng(0)
+    b = rng.lognormal(4.0, 0.2, 40)
+    assert _ratio_se(1.7 * b, b) == pytest.approx(0.0, abs=1e-12)
+    a = rng.lognormal(3.0, 0.3, 40)
+    assert _ratio_se(a, np.full(40, 5.0)) == pytest.approx(_mean_se(a), rel=1e-12)
+    assert _mean_se(a) == pytest.approx(a.std(ddof=1) / np.sqrt(40) / a.mean(), rel=1e-12)
+    c = rng.permutation(b)                      # the same spread, drawn apart from a
+    cov = np.cov(a, c, ddof=1)[0, 1]
+    expected = np.sqrt(_mean_se(a) ** 2 + _mean_se(c) ** 2 - 2 * cov / (40 * a.mean() * c.mean()))
+    assert _ratio_se(a, c) == pytest.approx(expected, rel=1e-12)
+    assert _mean_se(a[:1]) is None and _ratio_se(a[:1], b[:1]) is None
+
+
+def test_stage_rows_report_the_standard_error_of_their_steady_steps(tmp_path):
+    """A stage row's simulated_se is sd / sqrt(n) / mean of that stage over the run's steady steps;
+    a deterministic metric (τ) reports none; the CSV carries the column."""
+    import numpy as np
+
+    from specsim.resolve import resolve
+    from specsim.scenario import apply_overrides
+    from specsim.sim.pipeline import run_pipeline
+
+    ov = dict(SMALL, **{"pipeline.steps": 9})
+    rows = [{"id": "gen", "scenario": S8B, "overrides": ov, "metric": "stage_s", "params": {"stage": "generation", "run": "sd"},
+             "measured": 50.0, "tolerance": 0.5, "role": "prediction", "source": "[S] test"},
+            tau_row(id="tau")]
+    gen, tau = validate([write(tmp_path, rows)])
+    res = run_pipeline(resolve(apply_overrides(load_scenario(S8B), ov)))
+    x = np.array([r.generation_s for r in res.records[res.warmup_steps:]])
+    assert len(x) == 8 and gen.simulated == pytest.approx(x.mean(), rel=1e-12)
+    assert gen.simulated_se == pytest.approx(x.std(ddof=1) / np.sqrt(8) / x.mean(), rel=1e-9) and gen.simulated_se > 0
+    assert tau.simulated_se is None and tau.as_dict()["simulated_se_pct"] is None
+    assert gen.as_dict()["simulated_se_pct"] == pytest.approx(100 * gen.simulated_se)
+
+
 # ----------------------------------------------------------------------------- the workload fit
 def _fit_doc(tmp_path, params, rows):
     return write(tmp_path, rows, "fit.yaml", fit={"stages": [{"name": "s", "parameters": params}]})
