@@ -21,6 +21,11 @@ Metrics (what is simulated for each):
                            and the steady step period (`effective_step_s` from the pipeline when
                            it reports one, else the steady step_s — the same quantity)
   ordinal {quantity, slower, faster}   passes when `slower` simulates slower than `faster`
+
+Every row simulated from pipeline runs also carries the standard error of its value, from the
+spread of the run's steady steps (`_mean_se`; a ratio by the delta method over paired steps,
+`_ratio_se`; an ordinal row the margin's): the scenarios' steady steps are the sample a published
+mean over a training run is estimated from.
 """
 
 from __future__ import annotations
