@@ -192,7 +192,7 @@ def calibrate_cmd(
     out: Annotated[str | None, typer.Option("--out", help="Write the calibrated profile YAML here (--kernels: a folder).")] = None,
     fmt: FormatOpt = Format.table,
     kernels: Annotated[str | None, typer.Option("--kernels", help="Fit to measured kernel tables instead: aiconfigurator.")] = None,
-    system: Annotated[str, typer.Option("--system", help="With --kernels: h100_sxm, h200_sxm, b200_sxm, gb200 or all.")] = "all",
+    system: Annotated[str, typer.Option("--system", help="With --kernels: h100_sxm, h200_sxm, b200_sxm, gb200, a100_sxm or all.")] = "all",
     backend: Annotated[str, typer.Option("--backend", help="With --kernels: engine whose kernel tables are fitted.")] = "vllm",
 ) -> None:
     """Fit a hardware profile's efficiency factors (and acceptance, lengths) to traces."""

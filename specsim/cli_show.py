@@ -116,6 +116,9 @@ def show_hardware(
     if prov:
         con.print(f"fitted from {prov.get('package')} ({prov.get('system')}/{prov.get('backend')}, {prov.get('date')}); "
                   f"reproduce: {prov.get('command')}")
+        beta = prov.get("insitu_stream_fit") or {}
+        if beta.get("how"):
+            con.print(f"in-situ streaming factor: {beta['how']}")
     con.print("still priors: " + (", ".join(info["priors"]) or "none"))
 
 

@@ -159,6 +159,10 @@ class DrafterKind:
     request-steps that carry a draft (1 for model drafters; the n-gram proposer drafts only when
     it finds a match, otherwise the request decodes one token): the tokens per request-step are
     1 + p·(τ − 1) with τ vLLM's conditional mean acceptance length (see the YAML's header).
+    shares_target_kv: the drafter's attention layers read the target's KV cache and keep none of
+    their own (no KV bytes per token beyond the target's). shares_target_head: its embedding and
+    LM head are the target's modules at the target's weight dtype (not drafter weights; its LM
+    head streams the target's bytes).
     """
 
     name: str
@@ -174,6 +178,9 @@ class DrafterKind:
     plausible_max_tau: float | None = None
     proposal_rate: float = 1.0
     proposal_rate_source: str = "a model drafter proposes k tokens for every running request every step"
+    shares_target_kv: bool = False
+    shares_target_head: bool = False
+    sharing_source: str = ""
 
     @property
     def gpu_pass(self) -> bool:
@@ -230,7 +237,8 @@ class DrafterArch:
 
     @property
     def kv_layers(self) -> int:
-        return self.model.layers if self.model else 0
+        """Layers whose KV the drafter keeps itself (0 when it reads the target's cache)."""
+        return self.model.layers if self.model and not self.spec.shares_target_kv else 0
 
     @property
     def spec(self) -> DrafterKind:

@@ -123,9 +123,9 @@ GIB_BYTES = 2**30
 
 def vllm_default_max_num_seqs(hw: HardwareSpec) -> int:
     """vLLM's default `max_num_seqs` for one engine on this GPU: 1024 on a GPU with at least 70 GiB
-    of memory, 256 below (vLLM `EngineArgs.get_batch_defaults`, the same for the offline `LLM`
-    class and the API server; vLLM also keeps 256 on the A100 80 GB, which no bundled profile is)."""
-    return 1024 if hw.hbm_bytes >= 70 * GIB_BYTES else 256
+    of memory whose name does not contain "a100", 256 otherwise (vLLM `EngineArgs.get_batch_defaults`,
+    the same for the offline `LLM` class and the API server; the A100 80 GB keeps 256)."""
+    return 1024 if hw.hbm_bytes >= 70 * GIB_BYTES and "a100" not in hw.name.lower() else 256
 
 
 def resolve(sc: Scenario) -> World:

@@ -6,8 +6,15 @@ finish, preemption); between those events n is fixed and so is the choice.
 
 * off            k = 0
 * always(k)      k
-* threshold(k, max_batch)   k while n <= max_batch, else 0 — EfficientRollout's toggle: speculate
+* threshold(k, max_batch)   k while n <= max_batch, else 0 — a fixed batch threshold: speculate
                  only once the shrinking batch is memory-bound
+* toggle(k, margin)         k while the predicted SD speedup τ(α̂, k) · step_s(0) / step_s(k, n, C)
+                 is >= 1 + margin, else 0 — EfficientRollout's roofline toggle
+                 (github.com/furiosa-ai/EfficientRollout: vLLM core.py _check_sd_toggle, sd_toggle/
+                 predict.py should_enable_sd, margin 0.05 in its run scripts), priced by the engine's
+                 own cost table instead of its fitted roofline. Its engine also latches SD on for the
+                 rest of a rollout once enabled; in a closed rollout the running batch only shrinks,
+                 so the test rarely flips back, and specsim re-evaluates it at every batch change.
 * adaptive(k_max)           argmax over k in 0..k_max of expected tokens per second
                  n·τ(α̂, k) / step_s(k, n, C)  — ReSpec's / EfficientRollout's acceptance-aware
                  choice, priced by the same cost table the engine uses. α̂ is the engine's
@@ -26,26 +33,32 @@ from specsim.workload.acceptance import expected_tokens_per_verify
 from specsim.workload.tree import DEFAULT_SIBLING_FACTOR, TreeShape
 from specsim.workload.tree_topk import TopKTree
 
+KINDS = ("off", "always", "threshold", "toggle", "adaptive")
+
 
 @dataclass(frozen=True)
 class SDPolicy:
-    """A draft-length policy. `kind`: off | always | threshold | adaptive."""
+    """A draft-length policy. `kind`: off | always | threshold | toggle | adaptive; `margin` is the
+    toggle's required predicted speedup above 1."""
 
     kind: str
     k: int = 0
     max_batch: int = 0
     k_max: int = 0
     tree: TreeShape | TopKTree | None = None
+    margin: float = 0.0
 
     def __post_init__(self):
-        if self.kind not in ("off", "always", "threshold", "adaptive"):
-            raise SpecError("speculation.policy", self.kind, "one of off, always, threshold, adaptive")
+        if self.kind not in KINDS:
+            raise SpecError("speculation.policy", self.kind, "one of " + ", ".join(KINDS))
         if self.k < 0 or self.k_max < 0:
             raise SpecError("speculation.k", self.k, ">= 0")
+        if self.margin < 0:
+            raise SpecError("speculation.toggle_margin", self.margin, ">= 0")
         if self.tree is not None:
-            if self.kind not in ("always", "threshold"):
+            if self.kind not in ("always", "threshold", "toggle"):
                 raise SpecError("speculation.tree_branching", self.tree_label,
-                                "only with policy always or threshold (a fixed tree), not " + self.kind)
+                                "only with policy always, threshold or toggle (a fixed tree), not " + self.kind)
             if self.k != self.tree.depth:
                 raise SpecError("speculation.k", self.k,
                                 f"the tree's depth {self.tree.depth} (len(speculation.tree_branching))")
@@ -74,6 +87,7 @@ class SDPolicy:
         k = self.tree_label if self.tree is not None else f"k={self.k}"
         return {"off": "off", "always": f"always({k})",
                 "threshold": f"threshold({k}, max_batch={self.max_batch})",
+                "toggle": f"toggle({k}, margin={self.margin:g})",
                 "adaptive": f"adaptive(k<={self.k_max})"}[self.kind]
 
 
@@ -101,7 +115,10 @@ def choose_k(policy: SDPolicy, ctx: PolicyContext, n_active: int, total_ctx_toke
     tau = expected_tokens_per_verify(np.full(len(ks), ctx.alpha_estimate), ks, ctx.position_decay)
     if ctx.proposal_rate != 1.0:
         tau = 1.0 + ctx.proposal_rate * (tau - 1.0)
-    return int(ks[int(np.argmax(tau / step_s))])
+    rate = tau / step_s
+    if policy.kind == "toggle":   # ks == (0, k): predicted speedup rate_k / rate_0
+        return policy.k if rate[1] >= (1.0 + policy.margin) * rate[0] else 0
+    return int(ks[int(np.argmax(rate))])
 
 
 def from_section(section) -> SDPolicy:
@@ -133,4 +150,5 @@ def from_section(section) -> SDPolicy:
         if tree is not None:
             raise SpecError("speculation.k", 0, f"the tree's depth {tree.depth} (a tree needs k = depth)")
         return SDPolicy("off")
-    return SDPolicy(section.policy, k=section.k, max_batch=section.max_batch, k_max=section.k_max, tree=tree)
+    return SDPolicy(section.policy, k=section.k, max_batch=section.max_batch, k_max=section.k_max, tree=tree,
+                    margin=getattr(section, "toggle_margin", 0.05) if section.policy == "toggle" else 0.0)

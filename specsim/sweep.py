@@ -161,8 +161,12 @@ def run_doc(sc: Scenario) -> dict:
     elif spec["policy"] == "adaptive":
         spec.pop("k", None)
         spec.pop("max_batch", None)
-    elif spec["policy"] == "threshold":
+    elif spec["policy"] in ("threshold", "toggle"):
         spec.pop("k_max", None)
+        if spec["policy"] == "toggle":
+            spec.pop("max_batch", None)
+    if spec.get("policy") != "toggle":   # only the toggle reads it (keeps every other run key as before)
+        spec.pop("toggle_margin", None)
     if doc["pipeline"]["mode"] == "sync":
         doc["pipeline"].pop("policy_lag", None)
         doc["pipeline"].pop("partial_rollouts", None)

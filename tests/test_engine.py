@@ -23,6 +23,8 @@ GRID = [
     ("k=7 tight", SDPolicy("always", k=7), 16_000),
     ("threshold", SDPolicy("threshold", k=3, max_batch=24), 10**7),
     ("threshold tight", SDPolicy("threshold", k=5, max_batch=24), 16_000),
+    ("toggle", SDPolicy("toggle", k=5, margin=0.05), 10**7),
+    ("toggle tight", SDPolicy("toggle", k=5, margin=0.05), 16_000),
     ("adaptive", SDPolicy("adaptive", k_max=7), 10**7),
     ("adaptive tight", SDPolicy("adaptive", k_max=7), 16_000),
 ]
@@ -252,3 +254,27 @@ def test_arrivals_fast_matches_reference(policy):
             out.append(res.rollout_s)
     rel = abs(np.mean(fast) - np.mean(ref)) / np.mean(ref)
     assert rel < 0.01, f"fast {np.mean(fast):.3f}s vs reference {np.mean(ref):.3f}s ({rel:.2%})"
+
+
+def test_toggle_speculates_exactly_when_the_predicted_speedup_clears_the_margin():
+    """EfficientRollout's toggle: k where τ(α̂, k)·step(0)/step(k) >= 1 + margin, else 0, from the
+    engine's own cost table; with an unreachable margin it never speculates (the AR rollout, to the
+    step), with margin 0 it is argmax over {0, k}."""
+    from specsim.speculation import choose_k
+
+    cfg = make_config(SDPolicy("toggle", k=5, margin=0.05), mean_alpha=0.55, max_batch=512)
+    t, ctx = cfg.policy_ctx.table, cfg.policy_ctx
+    tau5 = float(expected_tokens_per_verify(np.array([0.55]), np.array([5]), 1.0)[0])
+    seen = set()
+    for n in (1, 8, 64, 256, 512):
+        c = n * 2000.0
+        speedup = tau5 * t.step_s(0, n, c) / t.step_s(5, n, c)
+        want = 5 if speedup >= 1.05 else 0
+        assert choose_k(cfg.policy, ctx, n, c) == want
+        assert choose_k(SDPolicy("toggle", k=5, margin=0.0), ctx, n, c) == (5 if speedup >= 1.0 else 0)
+        seen.add(want)
+    assert seen == {0, 5}, "the grid must cross the toggle's switch point"
+    work = make_work(0, groups=8, group_size=8, median=400, cap=1200, concentration=10.0)
+    never = run_fast(make_config(SDPolicy("toggle", k=5, margin=1e3), mean_alpha=0.8), work, np.random.default_rng(1))
+    ar = run_fast(make_config(SDPolicy("off"), mean_alpha=0.8), work, np.random.default_rng(1))
+    assert never.sd_steps == 0 and never.rollout_s == pytest.approx(ar.rollout_s, rel=1e-12)

@@ -253,7 +253,33 @@ def test_cli_show_hardware_and_calibrate_option_errors():
     assert r.exit_code == 2 and "--kernels" in r.output
 
 
+def test_w4a16_law_is_fitted_from_another_backends_table_when_the_engines_has_none(root, tmp_path):
+    """A W4A16 (`int4_wo`) GEMM law comes from the vLLM table when it has such rows, else from another
+    backend's table of the same system (A100: TensorRT-LLM), labelled; it recovers the known terms."""
+    import shutil
+
+    from specsim.calibrate.kernels import fit_system
+
+    data = tmp_path / "data"
+    shutil.copytree(root, data)
+    true = {"latency_us": 15.0, "flops_eff_max": 0.7, "m_half_tokens": 30.0, "weight_bw_eff": 0.9}
+    d = data / "h200_sxm" / "gemm" / "trtllm" / "1.0.0"
+    d.mkdir(parents=True)
+    gemm_table(np.random.default_rng(3), true, dtype="int4_wo", wb=0.5).to_parquet(d / "gemm_perf.parquet")
+    fit = fit_system("h200_sxm", "vllm", root=data)
+    got = fit.terms["gemm.int4"]
+    assert got.table.startswith("h200_sxm/gemm/trtllm/")
+    for name, v in true.items():
+        assert got.params[name] == pytest.approx(v, rel=0.1), name
+    assert any("gemm.int4" in n and "trtllm" in n for n in fit.notes)
+    assert fit.kernel_fit.gemm_for("int4").latency_s == pytest.approx(15e-6, rel=0.1)
+    assert "int4" not in fit_system("h200_sxm", "vllm", root=root).kernel_fit.gemm   # no such rows anywhere
+
+
 def test_bundled_profiles_carry_kernel_fits_with_provenance():
+    a100 = load_hardware("a100_sxm").kernel_fit
+    assert {"gemm.bf16", "gemm.int4", "decode_attention", "all_reduce"} <= set(a100.provenance["terms"])
+    assert a100.provenance["insitu_stream_fit"]["fit_rows"] == 5   # its own engine timings, not transferred
     for name in ("h100_sxm", "h200_sxm", "b200", "gb200"):
         hw = load_hardware(name)
         assert hw.kernel_fit is not None, name

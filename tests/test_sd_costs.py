@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from specsim.cost.forward import decode_cost, draft_cost, sampler_cost, verify_cost
+from specsim.cost.forward import decode_cost, draft_cost, pass_cost, sampler_cost, verify_cost
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.roofline import memory_time_s
 from specsim.cost.sd_costs import (
@@ -110,9 +110,36 @@ def test_non_uniform_verify_batches_pay_piecewise_graphs():
 def test_self_drafter_pays_full_depth_quantized_passes():
     d = _t(draft_cost(SELF, GB200, TP1, 1.0), 0.0)
     dec = _t(decode_cost(Q8B, GB200, TP1, 1.0), 0.0)
-    # 4-bit weights: a quarter of the bf16 weight stream, plus KV, the head and the per-kernel launch floors of
-    # the measured-kernel fit, which do not shrink with the weights: well under a decode, well over a quarter
-    assert 0.25 * dec < d < 0.8 * dec
+    # 4-bit layers: a quarter of the bf16 weight stream, plus KV, the shared bf16 LM head and the per-kernel
+    # launch floors of the measured-kernel fit, which do not shrink with the weights: under a decode, over a quarter
+    assert 0.25 * dec < d < 0.9 * dec
+    # the LM head is the target's (EfficientRollout shares it, FP16): the same bytes as the decode's head
+    head_d = d - _t(draft_cost(SELF, GB200, TP1, 1.0, logits_per_seq=0.0), 0.0)
+    head_dec = dec - _t(pass_cost(Q8B, GB200, TP1, 1.0, 1.0, 0.0), 0.0)
+    assert head_d == pytest.approx(head_dec, rel=1e-9) and head_d > 0
+
+
+def test_self_drafter_shares_the_targets_kv_and_embeddings():
+    from specsim.cost.memory import drafter_weight_bytes_per_gpu, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
+
+    assert kv_bytes_per_token_per_gpu(Q8B, TP1, SELF) == kv_bytes_per_token_per_gpu(Q8B, TP1)
+    assert kv_bytes_per_token_per_gpu(Q8B, TP1, EAGLE) > kv_bytes_per_token_per_gpu(Q8B, TP1)
+    layers_bf16 = weight_bytes_per_gpu(Q8B, TP1, embeddings=False)
+    assert drafter_weight_bytes_per_gpu(SELF, TP1) == pytest.approx(layers_bf16 / 4)
+
+
+def test_w4a16_gemm_law_prices_int4_weights_where_fitted():
+    """A100 carries a W4A16 law fitted on measured int4 weight-only kernels; a 4-bit GEMM at small m
+    then streams its 4-bit bytes instead of binding on the bf16 law's small-m compute branch."""
+    a100 = load_hardware("a100_sxm")
+    assert "int4" in a100.kernel_fit.gemm and "int4" not in GB200.kernel_fit.gemm
+    from specsim.cost.roofline import gemm_op_s
+    n = k = 8192
+    w4 = gemm_op_s(2 * n * k, n * k * 0.5, a100, "int4", 1.0)[0]
+    bf = gemm_op_s(2 * n * k, n * k * 2.0, a100, "bf16", 1.0)[0]
+    assert w4 < 0.6 * bf
+    # no int4 law: the bf16 law prices it (compute branch and floor of bf16)
+    assert GB200.kernel_fit.gemm_for("int4") is GB200.kernel_fit.gemm["bf16"]
 
 
 def test_table_takes_first_pass_tokens_per_k():

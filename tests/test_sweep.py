@@ -57,10 +57,10 @@ def test_point_id_stable_and_order_independent():
 
 
 def test_zip_groups_vary_together():
-    sc = load_scenario(ROOT / "scenarios" / "efficient_rollout_h100.yaml")
+    sc = load_scenario(ROOT / "scenarios" / "efficient_rollout_a100.yaml")
     combos = combinations(sc)
-    assert combos == [{"speculation.policy": p, "speculation.max_batch": m} for p, m in
-                      [("always", 32), ("threshold", 16), ("threshold", 32), ("threshold", 64), ("adaptive", 32)]]
+    assert combos == [{"speculation.policy": p, "speculation.k": k} for p, k in
+                      [("always", 7), ("toggle", 7), ("toggle", 5), ("threshold", 5), ("adaptive", 5)]]
     sc2 = apply_overrides(sc, {"sweep": {"speculation.policy": ["always", "threshold"], "speculation.max_batch": [8, 16],
                                          "speculation.k": [2, 4], "zip": [["speculation.policy", "speculation.max_batch"]]}})
     combos2 = combinations(sc2)
@@ -70,7 +70,7 @@ def test_zip_groups_vary_together():
 
 def test_zip_errors_name_the_field():
     """Refused when the scenario is validated (so `check` refuses them too), naming sweep.zip."""
-    sc = load_scenario(ROOT / "scenarios" / "efficient_rollout_h100.yaml")
+    sc = load_scenario(ROOT / "scenarios" / "efficient_rollout_a100.yaml")
     with pytest.raises(ScenarioError, match="sweep.zip.*one length"):
         apply_overrides(sc, {"sweep": {"speculation.policy": ["always", "threshold"], "speculation.max_batch": [8],
                                        "zip": [["speculation.policy", "speculation.max_batch"]]}})

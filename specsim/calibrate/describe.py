@@ -72,7 +72,7 @@ def hardware_info(name_or_path: str) -> dict:
                 quality.append({"term": term, **row})
     priors = [r["parameter"] for r in eff if str(r["source"]).startswith("prior")]
     priors += [r["quantity"] for r in peaks if str(r["source"]).startswith("prior")]
-    priors += [f"sd_costs.{r['parameter']}" for r in sd if not str(r["source"]).startswith(("fitted", "held"))]
+    priors += [f"sd_costs.{r['parameter']}" for r in sd if not str(r["source"]).startswith(("fitted", "held", "transferred"))]
     return {"name": hw.name, "description": hw.description, "path": hw.path, "peaks": peaks, "efficiency": eff,
             "sd_costs": sd,
             "kernel_fit": terms, "fit_quality": quality, "provenance": prov, "priors": priors,

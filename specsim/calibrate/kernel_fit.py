@@ -29,7 +29,10 @@ from scipy import optimize
 from specsim.errors import SpecError
 from specsim.hardware import DTYPE_BYTES, HardwareSpec
 
-_DT = {"bf16": ("bf16", 2.0), "fp8": ("fp8", 1.0), "fp8_tensor": ("fp8", 1.0), "fp8_block": ("fp8", 1.0)}
+#: term dtype -> (the math dtype whose peak prices it, weight bytes per element); int4 = W4A16
+#: weight-only GEMMs, bf16 math (HardwareSpec.flops_per_s maps int4 to the bf16 peak)
+_DT = {"bf16": ("bf16", 2.0), "fp8": ("fp8", 1.0), "fp8_tensor": ("fp8", 1.0), "fp8_block": ("fp8", 1.0),
+       "int4": ("int4", 0.5)}
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,7 @@ def fit_gemm(rows: pd.DataFrame, hw: HardwareSpec, dtype: str, table: str = "gem
 
     names, x0, lo, hi = (("latency_us", "flops_eff_max", "log10_m_half", "weight_bw_eff", "per_token_ns"),
                          (5.0, 0.7, 2.0, 0.8, 1.0), (0.0, 0.05, 0.0, 0.05, 0.0), (1000.0, 1.0, 5.0, 1.0, 100.0))
-    q = 4 if mdt == "bf16" else 5  # a bf16 GEMM quantises nothing: no per-token term
+    q = 5 if mdt == "fp8" else 4  # only fp8 math quantises its input: no per-token term for bf16 / W4A16
     f = _fit(f"gemm.{dtype}", table, names[:q], x0[:q], lo[:q], hi[:q], predict, rows["time_s"],
              rows[["m", "n", "k"]])
     return _with_m_half_tokens(f)

@@ -229,22 +229,28 @@ def write_fitted_profile(fit: SystemFit, cal: KernelCalibration, out_dir: Path, 
         eff["step_overhead_ms"] = {"value": round(ov.step_overhead_s * 1e3, 4), "source": how}
         eff["per_seq_overhead_us"] = {"value": round(ov.per_seq_overhead_s * 1e6, 4), "source": how}
     _label_prior(eff["train_mfu"], "prior (kernel and TPOT tables do not time training): ")
-    if not str(eff["draft_overhead_ms"].get("source", "")).startswith("fitted"):  # fit_8b may have fitted it
+    if not str(eff["draft_overhead_ms"].get("source", "")).startswith(("fitted", "transferred")):  # kept as written
         _label_prior(eff["draft_overhead_ms"], "prior (no SD rows in the tables; fitted on EAGLE-3 rows elsewhere): ")
     lat = doc.get("collective_latency_us", {})
     if "scaleout" in lat:
         _label_prior(lat["scaleout"], "prior (no scale-out tables): ")
     kf = fit.kernel_fit
     prov = provenance(fit, date)
+    beta = round(ov.insitu_stream_factor, 4) if ov is not None else 1.0
+    kept = (doc.get("kernel_fit") or {}).get("provenance", {}).get("insitu_stream_fit")
+    if kept and ov is not None and not how.startswith("fitted to"):
+        # β fitted on this GPU's own engine timings (calibrate/forward_sweep.py) beats a transferred one
+        beta, prov["insitu_stream_fit"] = float(doc["kernel_fit"]["insitu_stream_factor"]), kept
     if ov is not None:
         prov["engine_overhead"] = {"split": ov.fit_on, "how": how,
                                    "fit_rows": int((ov.rows["role"] == "fit").sum()),
                                    "held_out_rows": int((ov.rows["role"] == "held-out").sum()),
                                    "fit_excluded_rows": int((ov.rows["role"] == "fit-excluded").sum()),
                                    "prefill": "priced as closed-loop mixed steps (calibrate/tpot_model.py), not fitted",
-                                   "insitu_stream_factor": (f"fitted with the overheads ({how}): every fitted "
-                                                            "streaming efficiency (GEMM weights, MoE experts, "
-                                                            "decode-attention KV) times this factor, capped at 1"),
+                                   "insitu_stream_factor": kept["how"] if "insitu_stream_fit" in prov else (
+                                       f"fitted with the overheads ({how}): every fitted streaming efficiency "
+                                       "(GEMM weights, MoE experts, decode-attention KV) times this factor, "
+                                       "capped at 1"),
                                    "at_bound": list(ov.at_bound)}
     doc["kernel_fit"] = {
         "gemm": {dt: _gemm_yaml(gf) for dt, gf in kf.gemm.items()},
@@ -252,7 +258,7 @@ def write_fitted_profile(fit: SystemFit, cal: KernelCalibration, out_dir: Path, 
                              "per_seq_us": round(kf.attn_per_seq_s * 1e6, 5), "kv_bw_eff": round(kf.attn_kv_bw_eff, 4)},
         "moe": {dt: _gemm_yaml(gf) for dt, gf in kf.moe.items()},
         "moe_shapes": {k: {dt: _gemm_yaml(gf) for dt, gf in v.items()} for k, v in kf.moe_shapes.items()},
-        "insitu_stream_factor": round(ov.insitu_stream_factor, 4) if ov is not None else 1.0,
+        "insitu_stream_factor": beta,
         "provenance": prov,
     }
     out = out_dir / f"{name}.yaml"

@@ -30,9 +30,9 @@ from specsim.errors import SpecError
 
 PACKAGE = "aiconfigurator-core"
 PACKAGE_VERSION = "0.12.0"
-SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm", "gb200")
+SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm", "gb200", "a100_sxm")
 #: specsim profile name of each system
-PROFILE_OF = {"h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm", "b200_sxm": "b200", "gb200": "gb200"}
+PROFILE_OF = {"h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm", "b200_sxm": "b200", "gb200": "gb200", "a100_sxm": "a100_sxm"}
 _ELEM_BYTES = {"half": 2, "bfloat16": 2, "float16": 2, "fp16": 2, "int8": 1, "fp8": 1, "float32": 4}
 
 
@@ -108,13 +108,15 @@ GEMM_MIN_DIM = 256
 
 
 def gemm_rows(df: pd.DataFrame, dtype: str) -> pd.DataFrame:
-    """GEMM rows of one math dtype (bf16 = 'bfloat16', fp8 = per-tensor 'fp8', else 'fp8_block')
-    with n and k >= GEMM_MIN_DIM."""
+    """GEMM rows of one math dtype (bf16 = 'bfloat16', int4 = the W4A16 weight-only 'int4_wo',
+    fp8 = per-tensor 'fp8', else 'fp8_block') with n and k >= GEMM_MIN_DIM."""
     if df.empty:
         return df
     df = df[(df["n"] >= GEMM_MIN_DIM) & (df["k"] >= GEMM_MIN_DIM)]
     if dtype == "bf16":
         return df[df["gemm_dtype"] == "bfloat16"]
+    if dtype == "int4":
+        return df[df["gemm_dtype"] == "int4_wo"]
     if dtype == "fp8_block":  # a TPOT row whose `gemm_quant_mode` is fp8_block
         return df[df["gemm_dtype"] == "fp8_block"]
     sub = df[df["gemm_dtype"] == "fp8"]

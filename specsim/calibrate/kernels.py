@@ -121,6 +121,28 @@ def _gemm_fit(t: kf.TermFit) -> GemmFit:
                    token_s=p.get("per_token_ns", 0.0) * 1e-9)
 
 
+def _w4a16_rows(data: Path, system: str, backend: str, gemm, src: str, version: str | None):
+    """(rows, table) of W4A16 weight-only GEMMs (`int4_wo`) on `system`: the backend's own table
+    when it has them, else the first other backend's newest table that does (A100: TensorRT-LLM
+    1.0.0; vLLM's table times bf16 only). A W4A16 GEMM dequantises in registers and runs bf16
+    math, so its small-m time is the 4-bit weight stream plus a launch floor, not the bf16 law's:
+    priced with the bf16 law, a Qwen2.5-7B 4-bit draft pass costs 0.72 of a bf16 decode pass on
+    A100 (that law's small-m compute branch binds once the weights shrink 4x), where
+    EfficientRollout's A100 forward timings measure 0.45 at batch 1. None when no table of the
+    system has such rows (the bf16 law then prices int4 weights, KernelFit.gemm_for)."""
+    rows = kt.gemm_rows(gemm, "int4")
+    if len(rows):
+        return rows, src
+    for other in ("trtllm", "sglang", "vllm"):
+        if other == backend:
+            continue
+        df, osrc = kt.read_table(data, system, "gemm", other, "gemm_perf", version)
+        rows = kt.gemm_rows(df, "int4")
+        if len(rows):
+            return rows, osrc
+    return None
+
+
 def fit_system(system: str, backend: str = "vllm", hw: HardwareSpec | None = None,
                root: str | Path | None = None, version: str | None = None) -> SystemFit:
     """Fit every kernel term of `system` from its `backend` tables (NCCL from the nccl folder):
@@ -141,6 +163,12 @@ def fit_system(system: str, backend: str = "vllm", hw: HardwareSpec | None = Non
         rows = kt.gemm_rows(gemm, dt)
         if len(rows) and not (dt == "fp8_block" and (gemm["gemm_dtype"] == "fp8").sum() == 0):
             terms[f"gemm.{dt}"] = kf.fit_gemm(rows, hw, dt, src)
+    w4 = _w4a16_rows(data, system, backend, gemm, src, version)
+    if w4 is not None:
+        terms["gemm.int4"] = kf.fit_gemm(w4[0], hw, "int4", w4[1])
+        if w4[1].split("/")[2] != backend:
+            notes.append(f"gemm.int4: W4A16 weight-only kernels measured under {w4[1].split('/')[2]} "
+                         f"({w4[1]}); {backend}'s tables time none")
     att, src = kt.read_table(data, system, "attention", backend, "generation_attention_perf", version)
     terms["decode_attention"] = kf.fit_decode_attention(kt.decode_attention_rows(att), hw, src)
     moe, src = kt.read_table(data, system, "moe", backend, "moe_perf", version)

@@ -80,8 +80,12 @@ class PassCost:
 
 
 def math_dtype(weight_dtype: str) -> str:
-    """Dtype the GEMMs run in: fp8 weights run fp8 math; 4-bit weights run W4A16 (bf16 math)."""
-    return {"fp8": "fp8", "int8": "fp8"}.get(weight_dtype, "bf16")
+    """Dtype the GEMMs run in: fp8 weights run fp8 math. int4 weights run W4A16 kernels (bf16
+    tensor-core math on weights dequantised in registers): 'int4' keys the profile's weight-only
+    GEMM law where one was fitted on measured W4A16 kernels (KernelFit.gemm_for falls back to bf16's
+    otherwise) and is priced at the bf16 peak (HardwareSpec.flops_per_s). Other 4-bit weights
+    (fp4) keep the bf16 key."""
+    return {"fp8": "fp8", "int8": "fp8", "int4": "int4"}.get(weight_dtype, "bf16")
 
 
 def expected_experts_hit(experts: int, top_k: int, routed_tokens):
@@ -105,11 +109,14 @@ def _roofline_op(compute_rate: float, memory_rate: float):
 
 
 def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs, q_per_seq: float,
-              logits_per_seq: float | None = None, weight_dtype: str | None = None) -> PassCost:
+              logits_per_seq: float | None = None, weight_dtype: str | None = None,
+              head_weight_dtype: str | None = None) -> PassCost:
     """Affine cost of one forward pass of `n_seqs` sequences (array ok), q_per_seq new tokens each.
 
     `logits_per_seq`: tokens per sequence that go through the LM head (decode 1, verify k+1,
-    prefill 1, logprob q). `weight_dtype` overrides the layout's (a 4-bit self-drafter).
+    prefill 1, logprob q). `weight_dtype` overrides the layout's (a 4-bit self-drafter);
+    `head_weight_dtype` the LM head's (default: the pass's weight dtype; a self-drafter sharing
+    the target's head streams it at the target's dtype).
     """
     n = float(n_seqs) if np.ndim(n_seqs) == 0 else np.asarray(n_seqs, dtype=float)
     q = float(q_per_seq) if np.ndim(q_per_seq) == 0 else np.asarray(q_per_seq, dtype=float)
@@ -178,8 +185,14 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
             layer_comm = layer_comm + comm.all_reduce_s(act_msg, tp, hw)
 
     head_tokens = n * logits / dp
-    head_t, head_c, head_m = gop(2 * head_tokens * model.hidden * model.vocab / tp,
-                                 model.hidden * model.vocab * wb / tp, head_tokens, 1)
+    hdt = head_weight_dtype or wdt
+    head_t, head_c, head_m = gemm_op_s(2 * head_tokens * model.hidden * model.vocab / tp,
+                                       model.hidden * model.vocab * DTYPE_BYTES[hdt] / tp, hw, math_dtype(hdt),
+                                       head_tokens, 1)
+    if np.any(np.asarray(logits) == 0):   # no logits: the LM head does not run (a forward-only timing)
+        runs = np.asarray(logits) > 0
+        head_t, head_c, head_m = (np.where(runs, x, 0.0) if np.ndim(x) or np.ndim(runs) else float(x * runs)
+                                  for x in (head_t, head_c, head_m))
     pp_comm = (layout.pp - 1) * comm.p2p_s(act_msg, hw, across_domain=False) if layout.pp > 1 else 0.0
 
     L = model.layers
@@ -230,7 +243,9 @@ def draft_cost(drafter: DrafterArch, hw, layout, n_seqs, q_per_seq: float = 1.0,
     spec = drafter.spec
     if not first and spec.cost_shape == "head" and spec.fusion_inputs:
         dm = replace(dm, extra_params_per_layer=dm.extra_params_per_layer - spec.fusion_inputs * dm.hidden ** 2)
-    return pass_cost(dm, hw, layout, n_seqs, q_per_seq, logits_per_seq, weight_dtype=drafter.weight_dtype)
+    head = layout.weight_dtype if spec.shares_target_head else None
+    return pass_cost(dm, hw, layout, n_seqs, q_per_seq, logits_per_seq, weight_dtype=drafter.weight_dtype,
+                     head_weight_dtype=head)
 
 
 def sampler_cost(model: ModelSpec, hw, n_seqs, rows_per_seq: float, draft_rows_per_seq: float = 0.0,

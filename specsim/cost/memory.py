@@ -24,22 +24,26 @@ from specsim.model import DrafterArch, ModelSpec
 GB = 1e9
 
 
-def weight_bytes_per_gpu(model: ModelSpec, layout: ParallelLayout, weight_dtype: str | None = None) -> float:
+def weight_bytes_per_gpu(model: ModelSpec, layout: ParallelLayout, weight_dtype: str | None = None,
+                         embeddings: bool = True) -> float:
+    """Weight bytes on one GPU; `embeddings=False` leaves out the embedding and LM head."""
     wb = DTYPE_BYTES[weight_dtype or layout.weight_dtype]
     moe_routed = model.moe.experts * model.expert_params if model.moe else 0
     dense = model.layer_params - moe_routed
     per_layer = dense / layout.tp + moe_routed / max(layout.tp, layout.ep)
     head = 0 if model.tied_embeddings else model.lm_head_params
     layers_local = int(np.ceil(model.layers / layout.pp))
-    return wb * (layers_local * per_layer + (model.embedding_params + head) / layout.tp)
+    return wb * (layers_local * per_layer + (model.embedding_params + head) / layout.tp * embeddings)
 
 
 def drafter_weight_bytes_per_gpu(drafter: DrafterArch | None, layout: ParallelLayout) -> float:
+    """The drafter's own weights on one GPU (not its embedding and LM head when it shares the
+    target's: DrafterKind.shares_target_head)."""
     if drafter is None or drafter.model is None:
         return 0.0
     lay = ParallelLayout(tp=layout.tp, pp=1, ep=1, weight_dtype=drafter.weight_dtype or layout.weight_dtype,
                          kv_dtype=layout.kv_dtype, act_dtype=layout.act_dtype)
-    return weight_bytes_per_gpu(drafter.model, lay) / layout.pp
+    return weight_bytes_per_gpu(drafter.model, lay, embeddings=not drafter.spec.shares_target_head) / layout.pp
 
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, layout: ParallelLayout, drafter: DrafterArch | None = None) -> float:

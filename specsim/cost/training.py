@@ -377,9 +377,12 @@ def requantize_s(model: ModelSpec, hw: HardwareSpec, rollout: ParallelLayout, dr
     """self_quant: after each weight sync every rollout GPU re-quantizes its shard of the new
     weights (a memory-bound pass: read the rollout-dtype shard, write the quantized one):
         t = (shard bytes in the rollout dtype + shard bytes in the drafter dtype) / (HBM bw · eff)
-    The absmax/scale arithmetic is a few FLOPs per weight, far below the ridge point."""
+    The absmax/scale arithmetic is a few FLOPs per weight, far below the ridge point. A drafter
+    sharing the target's embedding and LM head (DrafterKind.shares_target_head) re-quantizes the
+    transformer layers only."""
     if not drafter.spec.requantized_at_sync or drafter.model is None:
         return 0.0
-    read = weight_bytes_per_gpu(model, rollout)
-    write = weight_bytes_per_gpu(model, rollout, drafter.weight_dtype or rollout.weight_dtype)
+    emb = not drafter.spec.shares_target_head
+    read = weight_bytes_per_gpu(model, rollout, embeddings=emb)
+    write = weight_bytes_per_gpu(model, rollout, drafter.weight_dtype or rollout.weight_dtype, embeddings=emb)
     return float(memory_time_s(read + write, hw))

@@ -176,12 +176,16 @@ class DrafterSection(Strict):
 
 class SpeculationSection(Strict):
     """SD policy per engine step: off; always(k); threshold(k, max_batch) — speculate only while
-    the active batch is <= max_batch; adaptive — choose k in 0..k_max each step."""
+    the active batch is <= max_batch; toggle(k, toggle_margin) — speculate while the engine's own
+    cost model predicts SD at k at least 1 + toggle_margin times faster than decoding
+    (EfficientRollout's roofline toggle); adaptive — choose k in 0..k_max each step."""
 
-    policy: Literal["off", "always", "threshold", "adaptive"] = "always"
+    policy: Literal["off", "always", "threshold", "toggle", "adaptive"] = "always"
     k: int = Field(default=3, ge=0, le=32)
     max_batch: int = Field(default=64, ge=1)
     k_max: int = Field(default=7, ge=1, le=32)
+    toggle_margin: float = Field(default=0.05, ge=0, le=10,
+                                 description="toggle: the predicted SD speedup must reach 1 + toggle_margin")
     tree_branching: list[int] | None = Field(default=None, description="draft tree: children per node at depths 1..k")
     tree_sibling_factor: float | None = Field(default=None, ge=0, le=1, description="tree sibling factor rho (default 0.5)")
     tree_topk: int | None = Field(default=None, ge=1, le=64, description="SGLang EAGLE beam tree: eagle_topk K (depth = k)")

@@ -89,7 +89,7 @@ class FastState:
         self.slots_max = max(cfg.policy.ks) + 1
         self.fixed_rows = {kk: cfg.table.fixed_s[cfg.table.index(kk)].tolist() for kk in cfg.policy.ks}
         self.ctx_rows = {kk: cfg.table.per_ctx_s[cfg.table.index(kk)].tolist() for kk in cfg.policy.ks}
-        self.batch_dependent = cfg.policy.kind in ("threshold", "adaptive")  # off/always ignore the batch
+        self.batch_dependent = cfg.policy.kind in ("threshold", "toggle", "adaptive")  # off/always ignore the batch
         steps = work.step_ids if work.step_ids is not None else np.zeros(n, dtype=np.int64)
         self.step_ids = np.asarray(steps, dtype=np.int64)
         if open_:   # responses left per RL step (a closed rollout never watches a step)

@@ -1,0 +1,184 @@
+"""Forward-pass timings measured inside a serving engine: price them, fit the in-situ streaming
+factor on the clean rows, report every row.
+
+A forward-pass sweep (e.g. EfficientRollout's A100 sweep,
+calibration/published/efficientrollout_a100_qwen25_7b.csv) times the model forward of one engine
+step with CUDA events, CUDA graphs on: no LM head, no sampler, no scheduler. So a row is priced by
+`pass_cost` with zero logits (the LM head does not run) and no engine overhead:
+
+    target_decode    pass_cost(target, B, q = 1)             at context B · c
+    target_verify    pass_cost(target, B, q = gamma + 1)     at context B · c
+    drafter_decode   draft_cost(drafter, B, q = 1, later pass) at context B · c
+
+c = seq + (tokens generated during the timed steps + 1) / 2, the mean context per request.
+
+What such rows can fit: the in-situ streaming factor β of the profile's kernel fit
+(hardware.KernelFit.insitu_stream_factor): every fitted streaming efficiency (GEMM weights, decode
+KV) is taken times β, capped at 1. The engine's CPU overheads are not in a forward timing, so they
+are not fitted here. The fit rows are `target_decode` at batch 1: a batch of one request cannot
+share KV with another, while a sweep that repeats one prompt `batch` times (as EfficientRollout's
+does) lets the prefix cache share the prompt's KV across the batch, so at larger batch x context the
+physical KV read is well below B · c tokens (64 x 4096 tokens: 15 GB of distinct KV would take
+7.4 ms at the A100's peak, the measured step grows by 2.2 ms from 256 to 4096 tokens). Those rows,
+the verify rows and the drafter rows are predictions: reported, never fitted.
+
+β is the bounded scalar minimum of Σ ln(priced / measured)² over the fit rows (scipy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import optimize
+
+from specsim.cost.forward import draft_cost, pass_cost
+from specsim.cost.layout import ParallelLayout
+from specsim.errors import SpecError
+from specsim.hardware import HardwareSpec
+from specsim.model import drafter_arch, load_model
+
+MODES = ("target_decode", "target_verify", "drafter_decode")
+COLUMNS = ("model", "batch", "seq", "gamma", "mode", "median_ms", "n_samples")
+#: β search interval: below 0.5 an engine would stream at half its isolated-kernel rate; above 1.6
+#: every A100/Hopper stream is at its cap long before
+BETA_BOUNDS = (0.5, 1.6)
+
+
+@dataclass(frozen=True)
+class SweepFit:
+    """Result of :func:`fit_stream_factor`: β, how many rows fitted it, every row's residual."""
+
+    hardware: str
+    beta: float
+    beta_before: float
+    fit_rows: int
+    rows: pd.DataFrame   # mode, batch, seq, gamma, role, measured_ms, priced_ms, rel_error, before_rel_error
+
+    def summary(self) -> pd.DataFrame:
+        """Median / p90 |relative error| and signed median per mode and role."""
+        g = self.rows.assign(abs_err=self.rows["rel_error"].abs())
+        out = g.groupby(["mode", "role"], sort=False).agg(
+            rows=("rel_error", "size"), median_abs=("abs_err", "median"),
+            p90_abs=("abs_err", lambda s: float(np.quantile(s, 0.9))), signed_median=("rel_error", "median"),
+            before_signed_median=("before_rel_error", "median"))
+        return out.reset_index()
+
+
+def read_sweep(path: str | Path) -> pd.DataFrame:
+    """The sweep rows (comment lines `#` skipped); SpecError naming the file, column and value on
+    bad input."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError("sweep file", str(path), "an existing CSV file")
+    try:
+        df = pd.read_csv(p, comment="#")
+    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
+        raise SpecError("sweep file", str(path), f"a CSV file ({exc})", str(p)) from None
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise SpecError("columns", missing, f"a sweep with columns {list(COLUMNS)}", str(p))
+    bad = df[~df["mode"].isin(MODES)]
+    if len(bad):
+        raise SpecError("mode", bad["mode"].iloc[0], f"one of {list(MODES)}", str(p))
+    for col in ("batch", "seq", "gamma", "median_ms"):
+        v = pd.to_numeric(df[col], errors="coerce")
+        lo = 1 if col == "batch" else 0
+        wrong = v.isna() | (v < lo) | ((col == "median_ms") & (v <= 0))
+        if wrong.any():
+            raise SpecError(col, df[col][wrong].iloc[0], f"a number >= {lo}" + (" (> 0 ms)" if col == "median_ms" else ""),
+                            str(p))
+        df[col] = v
+    verify = df["mode"] == "target_verify"
+    if (df.loc[verify, "gamma"] < 1).any():
+        raise SpecError("gamma", 0, "gamma >= 1 on target_verify rows", str(p))
+    return df.reset_index(drop=True)
+
+
+def price_rows(df: pd.DataFrame, hw: HardwareSpec, generated_tokens: int = 50,
+               drafter_kind: str = "self_quant") -> np.ndarray:
+    """Forward time (s) of every row (module docstring); all rows share one model (TP 1)."""
+    models = df["model"].unique()
+    if len(models) != 1:
+        raise SpecError("model", list(models), "one model per sweep")
+    model = load_model(str(models[0]))
+    lay = ParallelLayout(tp=1)
+    drafter = drafter_arch(drafter_kind, model)
+    b = df["batch"].to_numpy(float)
+    ctx = b * (df["seq"].to_numpy(float) + (generated_tokens + 1) / 2.0)
+    out = np.empty(len(df))
+    for mode in MODES:
+        m = (df["mode"] == mode).to_numpy()
+        if not m.any():
+            continue
+        if mode == "drafter_decode":
+            cost = draft_cost(drafter, hw, lay, b[m], 1.0, first=False, logits_per_seq=0.0)
+        else:
+            q = 1.0 if mode == "target_decode" else df.loc[m, "gamma"].to_numpy(float) + 1.0
+            cost = pass_cost(model, hw, lay, b[m], q, 0.0)
+        out[m] = cost.time_s(ctx[m])
+    return out
+
+
+def fit_stream_factor(df: pd.DataFrame, hw: HardwareSpec, generated_tokens: int = 50) -> SweepFit:
+    """Fit β on the batch-1 target_decode rows; price every row before and after."""
+    if hw.kernel_fit is None:
+        raise SpecError("hardware", hw.name, "a profile with a kernel fit (specsim calibrate --kernels)")
+    fit = ((df["mode"] == "target_decode") & (df["batch"] == 1)).to_numpy()
+    if fit.sum() < 2:
+        raise SpecError("rows", int(fit.sum()), "at least two target_decode rows at batch 1 to fit on")
+    meas = df["median_ms"].to_numpy(float) * 1e-3
+
+    def at(beta: float) -> HardwareSpec:
+        return replace(hw, kernel_fit=replace(hw.kernel_fit, insitu_stream_factor=float(beta)))
+
+    def cost(beta: float) -> float:
+        r = np.log(price_rows(df[fit], at(beta), generated_tokens) / meas[fit])
+        return float(r @ r)
+
+    res = optimize.minimize_scalar(cost, bounds=BETA_BOUNDS, method="bounded", options={"xatol": 1e-4})
+    beta = float(res.x)
+    before = price_rows(df, hw, generated_tokens)
+    after = price_rows(df, at(beta), generated_tokens)
+    rows = pd.DataFrame({
+        "mode": df["mode"], "batch": df["batch"].astype(int), "seq": df["seq"].astype(int),
+        "gamma": df["gamma"].astype(int), "role": np.where(fit, "fit", "check"),
+        "measured_ms": meas * 1e3, "priced_ms": after * 1e3,
+        "rel_error": after / meas - 1.0, "before_rel_error": before / meas - 1.0})
+    return SweepFit(hw.name, beta, float(hw.kernel_fit.insitu_stream_factor), int(fit.sum()), rows)
+
+
+def write_stream_factor(profile: str | Path, fit: SweepFit, source: str, command: str) -> None:
+    """Write β into the profile's `kernel_fit.insitu_stream_factor`, with its provenance
+    (`kernel_fit.provenance.insitu_stream_fit`: source file, command, rows, residuals), atomically;
+    the written profile must load. `specsim calibrate --kernels` keeps it on a rerun when the
+    profile's engine overheads are transferred (kernel_report.write_fitted_profile)."""
+    import yaml
+
+    from specsim.errors import load_yaml_text
+    from specsim.hardware import load_hardware
+    from specsim.report.atomic import write_text
+
+    p = Path(profile)
+    text = p.read_text(encoding="utf-8")
+    header = "".join(ln for ln in text.splitlines(keepends=True)[:50] if ln.startswith("#"))
+    doc = load_yaml_text(text)
+    kf = doc.get("kernel_fit")
+    if not isinstance(kf, dict):
+        raise SpecError("kernel_fit", None, "a kernel_fit block (run specsim calibrate --kernels first)", str(p))
+    kf["insitu_stream_factor"] = round(fit.beta, 4)
+    s = fit.summary()
+    how = (f"fitted by `{command}` to the {fit.fit_rows} batch-1 target_decode rows of {source} (forward-pass "
+           f"timings in the engine, CUDA graphs on); transferred value before: {fit.beta_before:.4g}")
+    kf.setdefault("provenance", {})["insitu_stream_fit"] = {
+        "how": how, "fit_rows": fit.fit_rows,
+        "residuals": {f"{r['mode']}.{r['role']}": {"rows": int(r["rows"]), "median_abs_rel_error": round(float(r["median_abs"]), 4),
+                                                   "signed_median": round(float(r["signed_median"]), 4)}
+                      for _, r in s.iterrows()}}
+    eo = kf["provenance"].get("engine_overhead")
+    if isinstance(eo, dict):
+        eo["insitu_stream_factor"] = how
+    write_text(p, header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120))
+    load_hardware(str(p))
