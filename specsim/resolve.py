@@ -142,6 +142,9 @@ def resolve(sc: Scenario) -> World:
             raise SpecError("rollout.gpus", r.gpus, f"a multiple of the {layout.gpus} GPUs of one engine ({layout.describe()})")
         arch = drafter_arch(sc.drafter.kind, model, sc.drafter.draft_vocab, sc.drafter.draft_ffn)
         policy = from_section(sc.speculation)
+        if policy.estimate == "measured" and sc.pipeline.mode != "sync":
+            raise SpecError("speculation.acceptance_estimate", "measured",
+                            "drafter with pipeline.mode async (the measured estimate is per sync rollout)")
         uses_drafter = policy.kind != "off"
         w = sc.workload
         need_tokens = w.max_prompt_tokens + w.max_response_tokens + max(policy.ks) + 1

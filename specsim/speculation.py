@@ -17,8 +17,13 @@ finish, preemption); between those events n is fixed and so is the choice.
                  so the test rarely flips back, and specsim re-evaluates it at every batch change.
 * adaptive(k_max)           argmax over k in 0..k_max of expected tokens per second
                  n·τ(α̂, k) / step_s(k, n, C)  — ReSpec's / EfficientRollout's acceptance-aware
-                 choice, priced by the same cost table the engine uses. α̂ is the engine's
-                 current acceptance estimate (the drafter's α at this RL step).
+                 choice, priced by the same cost table the engine uses.
+
+α̂ is the engine's acceptance estimate (`speculation.acceptance_estimate`): the drafter's mean α at
+this RL step ("drafter"), or the α whose τ at the draft length used equals the acceptance length
+the engine measured over its SD steps of the previous RL step ("measured", as EfficientRollout's
+engine freezes it at each rollout's wake-up: sim/cluster.measured_alpha_estimates). The two differ
+where the sequences running during SD steps accept differently from the whole population.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ KINDS = ("off", "always", "threshold", "toggle", "adaptive")
 @dataclass(frozen=True)
 class SDPolicy:
     """A draft-length policy. `kind`: off | always | threshold | toggle | adaptive; `margin` is the
-    toggle's required predicted speedup above 1."""
+    toggle's required predicted speedup above 1; `estimate` where α̂ comes from (module docstring)."""
 
     kind: str
     k: int = 0
@@ -47,6 +52,7 @@ class SDPolicy:
     k_max: int = 0
     tree: TreeShape | TopKTree | None = None
     margin: float = 0.0
+    estimate: str = "drafter"
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -55,6 +61,8 @@ class SDPolicy:
             raise SpecError("speculation.k", self.k, ">= 0")
         if self.margin < 0:
             raise SpecError("speculation.toggle_margin", self.margin, ">= 0")
+        if self.estimate not in ("drafter", "measured"):
+            raise SpecError("speculation.acceptance_estimate", self.estimate, "drafter or measured")
         if self.tree is not None:
             if self.kind not in ("always", "threshold", "toggle"):
                 raise SpecError("speculation.tree_branching", self.tree_label,
@@ -151,4 +159,5 @@ def from_section(section) -> SDPolicy:
             raise SpecError("speculation.k", 0, f"the tree's depth {tree.depth} (a tree needs k = depth)")
         return SDPolicy("off")
     return SDPolicy(section.policy, k=section.k, max_batch=section.max_batch, k_max=section.k_max, tree=tree,
-                    margin=getattr(section, "toggle_margin", 0.05) if section.policy == "toggle" else 0.0)
+                    margin=getattr(section, "toggle_margin", 0.05) if section.policy == "toggle" else 0.0,
+                    estimate=getattr(section, "acceptance_estimate", "drafter"))

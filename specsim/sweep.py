@@ -167,6 +167,8 @@ def run_doc(sc: Scenario) -> dict:
             spec.pop("max_batch", None)
     if spec.get("policy") != "toggle":   # only the toggle reads it (keeps every other run key as before)
         spec.pop("toggle_margin", None)
+    if spec.get("acceptance_estimate", "drafter") == "drafter":   # the default: run keys as before
+        spec.pop("acceptance_estimate", None)
     if doc["pipeline"]["mode"] == "sync":
         doc["pipeline"].pop("policy_lag", None)
         doc["pipeline"].pop("partial_rollouts", None)

@@ -260,3 +260,38 @@ def test_sim_imports_nothing_upward():
                 [a.name for a in node.names] if isinstance(node, ast.Import) else [])
             for name in names:
                 assert not name.startswith(upward), f"{path.name} imports {name}"
+
+
+def test_measured_acceptance_estimate_inverts_the_reported_tau(small):
+    """`speculation.acceptance_estimate: measured`: each engine's next-step α̂ is the α whose τ at the
+    draft length it used equals the acceptance length it reported; homogeneous acceptance gives back
+    the drafter's α (within 3 %: a response's last step emits what is left), the rollout is then the
+    drafter-estimate one within 1 %, and async pipelines refuse it by name."""
+    from specsim.sim.cluster import draw_step, measured_alpha_estimates, simulate_generation
+    from specsim.workload.acceptance import expected_tokens_per_verify
+
+    sc = apply_overrides(small, {"speculation.policy": "toggle", "speculation.k": 3, "drafter.heterogeneity": None})
+    world = resolve(sc)
+    g = simulate_generation(world, draw_step(world, 0, 0))
+    est = measured_alpha_estimates(world, g, {})
+    assert set(est) == {r.name for r in g.engines if r.sd_steps > 0} and est
+    alpha = float(world.acceptance.alpha_at_version(0))
+    for r in g.engines:
+        if r.name in est:
+            tau = float(expected_tokens_per_verify(np.array([est[r.name]]), np.array([3]), world.acceptance.decay)[0])
+            assert tau == pytest.approx(r.mean_accept_len, rel=1e-6)
+            assert est[r.name] == pytest.approx(alpha, rel=0.03)
+    assert measured_alpha_estimates(world, g, {"engine99": 0.5})["engine99"] == 0.5   # no SD steps: kept
+    drafter = _run(sc)
+    meas = _run(apply_overrides(sc, {"speculation.acceptance_estimate": "measured"}))
+    assert meas.steady()["generation_s"] == pytest.approx(drafter.steady()["generation_s"], rel=0.01)
+    with pytest.raises(ScenarioError, match="speculation.acceptance_estimate"):
+        resolve(_async(apply_overrides(sc, {"speculation.acceptance_estimate": "measured"})))
+
+
+def test_default_acceptance_estimate_keeps_run_keys(small):
+    from specsim.sweep import run_key
+
+    explicit = apply_overrides(small, {"speculation.acceptance_estimate": "drafter", "speculation.toggle_margin": 0.3})
+    assert run_key(explicit, 0) == run_key(small, 0)
+    assert run_key(apply_overrides(small, {"speculation.acceptance_estimate": "measured"}), 0) != run_key(small, 0)

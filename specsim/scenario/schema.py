@@ -186,6 +186,11 @@ class SpeculationSection(Strict):
     k_max: int = Field(default=7, ge=1, le=32)
     toggle_margin: float = Field(default=0.05, ge=0, le=10,
                                  description="toggle: the predicted SD speedup must reach 1 + toggle_margin")
+    acceptance_estimate: Literal["drafter", "measured"] = Field(
+        default="drafter", description=(
+            "the acceptance the toggle / adaptive policies price with: the drafter's mean (drafter), or each "
+            "engine's acceptance length measured over its SD steps of the previous RL step (measured; "
+            "EfficientRollout's toggle; sync pipelines)"))
     tree_branching: list[int] | None = Field(default=None, description="draft tree: children per node at depths 1..k")
     tree_sibling_factor: float | None = Field(default=None, ge=0, le=1, description="tree sibling factor rho (default 0.5)")
     tree_topk: int | None = Field(default=None, ge=1, le=64, description="SGLang EAGLE beam tree: eagle_topk K (depth = k)")

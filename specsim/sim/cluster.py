@@ -22,6 +22,7 @@ from specsim.sim.common import EngineConfig, EngineResult, EngineWork, condition
 from specsim.sim.engine import run_fast
 from specsim.sim.reference import run_reference
 from specsim.speculation import PolicyContext, SDPolicy
+from specsim.workload.acceptance_math import alpha_from_tau
 from specsim.workload.lengths import growth_factor, sample_group_lengths, sample_prompt_lengths
 from specsim.world import World
 
@@ -162,10 +163,30 @@ def engine_config(world: World, name: str, mean_alpha: float, policy: SDPolicy |
         proposal_rate=world.acceptance.proposal_rate)
 
 
+def measured_alpha_estimates(world: World, gen: GenerationResult, previous: dict[str, float]) -> dict[str, float]:
+    """Each engine's acceptance estimate for the next RL step, `speculation.acceptance_estimate:
+    measured`: the α whose τ at the draft length it used (draft passes per SD step) equals the
+    acceptance length it reported over this step's SD steps (vLLM's conditional mean,
+    EngineResult.mean_accept_len). An engine without SD steps keeps its previous estimate.
+    EfficientRollout's engine measures this over a rollout and freezes it at the next wake-up
+    (github.com/furiosa-ai/EfficientRollout, vllm/v1/engine/core.py)."""
+    out = dict(previous)
+    for r in gen.engines:
+        tau = r.mean_accept_len
+        if r.sd_steps <= 0 or not np.isfinite(tau):
+            continue
+        k = max(1, round(r.draft_passes / r.sd_steps))
+        tau = min(max(tau, 1.0 + 1e-9), k + 1.0 - 1e-9)
+        out[r.name] = float(alpha_from_tau(tau, k, world.acceptance.decay))
+    return out
+
+
 def simulate_generation(world: World, draw: StepDraw, versions_since_update: float = 0.0, *,
-                        engine: str = "fast", record_timeline: bool = True) -> GenerationResult:
+                        engine: str = "fast", record_timeline: bool = True,
+                        alpha_estimates: dict[str, float] | None = None) -> GenerationResult:
     """Run one generation phase. `versions_since_update`: drafter staleness (policy versions
-    since the drafter was last trained) — sets the mean acceptance."""
+    since the drafter was last trained) — sets the mean acceptance. `alpha_estimates`: engine
+    name -> the acceptance its SD policy prices with (default: the mean acceptance)."""
     mean_alpha = float(world.acceptance.alpha_at_version(versions_since_update))
     alphas = sequence_alphas(mean_alpha, world.acceptance.concentration, draw.alpha_quantiles)
     groups = draw.response_tokens.shape
@@ -185,6 +206,8 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
             continue
         work = EngineWork(idx, group_of[idx], prompt_of[idx], lengths[idx], alphas[idx])
         cfg = replace(base_cfg, name=f"engine{e}")
+        if alpha_estimates and cfg.name in alpha_estimates:
+            cfg = replace(cfg, policy_ctx=replace(cfg.policy_ctx, alpha_estimate=alpha_estimates[cfg.name]))
         rng = np.random.default_rng([draw.engine_seed, e])
         results.append(runner(cfg, work, rng))
     rollout_s = max((r.rollout_s for r in results), default=0.0)

@@ -48,7 +48,7 @@ import simpy
 
 from specsim.cost import training as tc
 from specsim.errors import SpecError
-from specsim.sim.cluster import GenerationResult, draw_step, simulate_generation
+from specsim.sim.cluster import GenerationResult, draw_step, measured_alpha_estimates, simulate_generation
 from specsim.sim.stream import StreamCluster
 from specsim.world import World
 
@@ -248,14 +248,21 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
                        drafter_update_s=du, step_end_s=env.now)
 
     if mode == "sync":
+        measured = world.policy.estimate == "measured"
+        estimates: dict[str, float] = {}   # engine -> α̂ measured on its previous step (first step: the drafter's)
+
         def colocated():
+            nonlocal estimates
             for i in range(n_steps):
                 rows[i]["data_s"] = ps.data_s
                 yield env.timeout(ps.data_s)
                 rows[i]["gen_start_s"] = env.now
                 version = state["version"]
-                g = simulate_generation(world, draws[i], vsu_of(version), engine=engine)
+                g = simulate_generation(world, draws[i], vsu_of(version), engine=engine,
+                                        alpha_estimates=estimates if measured else None)
                 gens[i] = g
+                if measured:
+                    estimates = measured_alpha_estimates(world, g, estimates)
                 rows[i].update(policy_version=version, versions_since_update=vsu_of(version),
                                generation_s=g.rollout_s, tau=g.mean_accept_len, mean_alpha=g.mean_alpha,
                                tokens_per_step=g.tokens_per_seq_step,
