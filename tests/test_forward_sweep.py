@@ -59,6 +59,20 @@ def test_stream_factor_recovered_and_every_row_reported():
     assert set(s["mode"]) == {"target_decode", "target_verify", "drafter_decode"}
 
 
+def test_other_models_are_held_out_never_fitted():
+    """With `fit_model`, only that model's batch-1 decode rows fit: another model's rows, even
+    generated with a different β, cannot move the fit; they are reported as held-out."""
+    qwen = _grid(1.07)
+    llama = _grid(1.4, seed=1).assign(model="Llama-3.1-8B-Instruct")   # the sweep's name, catalog Llama-3.1-8B
+    llama["median_ms"] = price_rows(llama, replace(A100, kernel_fit=replace(A100.kernel_fit, insitu_stream_factor=1.4))) * 1e3
+    fit = fit_stream_factor(pd.concat([qwen, llama], ignore_index=True), A100, fit_model="Qwen2.5-7B")
+    assert fit.beta == pytest.approx(1.07, abs=0.01)
+    roles = fit.rows.groupby("model")["role"].unique()
+    assert set(roles["Llama-3.1-8B-Instruct"]) == {"held-out"} and set(roles["Qwen2.5-7B"]) == {"fit", "check"}
+    held = fit.rows[fit.rows["model"] == "Llama-3.1-8B-Instruct"]
+    assert held["rel_error"].median() > 0.02     # priced at 1.07, measured at 1.4: over-priced, and reported
+
+
 def test_bundled_sweep_reads_and_the_profile_write_keeps_it_loadable(tmp_path):
     df = read_sweep(ROOT / "calibration" / "published" / "efficientrollout_a100_qwen25_7b.csv")
     assert len(df) == 135 and set(df["mode"]) == {"target_decode", "target_verify", "drafter_decode"}

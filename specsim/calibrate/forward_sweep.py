@@ -20,7 +20,9 @@ share KV with another, while a sweep that repeats one prompt `batch` times (as E
 does) lets the prefix cache share the prompt's KV across the batch, so at larger batch x context the
 physical KV read is well below B · c tokens (64 x 4096 tokens: 15 GB of distinct KV would take
 7.4 ms at the A100's peak, the measured step grows by 2.2 ms from 256 to 4096 tokens). Those rows,
-the verify rows and the drafter rows are predictions: reported, never fitted.
+the verify rows and the drafter rows are predictions: reported, never fitted. With `fit_model`
+only that model's batch-1 rows fit, and every row of the sweep's other models is held out (the
+same GPU and engine, another model: a test of β and of the kernel laws, not only of one model).
 
 β is the bounded scalar minimum of Σ ln(priced / measured)² over the fit rows (scipy).
 """
@@ -41,6 +43,8 @@ from specsim.hardware import HardwareSpec
 from specsim.model import drafter_arch, load_model
 
 MODES = ("target_decode", "target_verify", "drafter_decode")
+#: sweep model name -> catalog model (same architecture)
+CATALOG_OF = {"Llama-3.1-8B-Instruct": "Llama-3.1-8B"}
 COLUMNS = ("model", "batch", "seq", "gamma", "mode", "median_ms", "n_samples")
 #: β search interval: below 0.5 an engine would stream at half its isolated-kernel rate; above 1.6
 #: every A100/Hopper stream is at its cap long before
@@ -58,9 +62,9 @@ class SweepFit:
     rows: pd.DataFrame   # mode, batch, seq, gamma, role, measured_ms, priced_ms, rel_error, before_rel_error
 
     def summary(self) -> pd.DataFrame:
-        """Median / p90 |relative error| and signed median per mode and role."""
+        """Median / p90 |relative error| and signed median per model, mode and role."""
         g = self.rows.assign(abs_err=self.rows["rel_error"].abs())
-        out = g.groupby(["mode", "role"], sort=False).agg(
+        out = g.groupby(["model", "mode", "role"], sort=False).agg(
             rows=("rel_error", "size"), median_abs=("abs_err", "median"),
             p90_abs=("abs_err", lambda s: float(np.quantile(s, 0.9))), signed_median=("rel_error", "median"),
             before_signed_median=("before_rel_error", "median"))
@@ -97,36 +101,46 @@ def read_sweep(path: str | Path) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
+def read_sweeps(paths) -> pd.DataFrame:
+    """Several sweep files (one model each, e.g.) as one frame."""
+    return pd.concat([read_sweep(p) for p in paths], ignore_index=True)
+
+
 def price_rows(df: pd.DataFrame, hw: HardwareSpec, generated_tokens: int = 50,
                drafter_kind: str = "self_quant") -> np.ndarray:
-    """Forward time (s) of every row (module docstring); all rows share one model (TP 1)."""
-    models = df["model"].unique()
-    if len(models) != 1:
-        raise SpecError("model", list(models), "one model per sweep")
-    model = load_model(str(models[0]))
+    """Forward time (s) of every row (module docstring), each at its model (TP 1)."""
     lay = ParallelLayout(tp=1)
-    drafter = drafter_arch(drafter_kind, model)
     b = df["batch"].to_numpy(float)
     ctx = b * (df["seq"].to_numpy(float) + (generated_tokens + 1) / 2.0)
     out = np.empty(len(df))
-    for mode in MODES:
-        m = (df["mode"] == mode).to_numpy()
-        if not m.any():
-            continue
-        if mode == "drafter_decode":
-            cost = draft_cost(drafter, hw, lay, b[m], 1.0, first=False, logits_per_seq=0.0)
-        else:
-            q = 1.0 if mode == "target_decode" else df.loc[m, "gamma"].to_numpy(float) + 1.0
-            cost = pass_cost(model, hw, lay, b[m], q, 0.0)
-        out[m] = cost.time_s(ctx[m])
+    for name in df["model"].unique():
+        try:
+            model = load_model(CATALOG_OF.get(str(name), str(name)))
+        except SpecError as exc:
+            raise SpecError("model", name, exc.allowed) from None
+        drafter = drafter_arch(drafter_kind, model)
+        for mode in MODES:
+            m = ((df["mode"] == mode) & (df["model"] == name)).to_numpy()
+            if not m.any():
+                continue
+            if mode == "drafter_decode":
+                cost = draft_cost(drafter, hw, lay, b[m], 1.0, first=False, logits_per_seq=0.0)
+            else:
+                q = 1.0 if mode == "target_decode" else df.loc[m, "gamma"].to_numpy(float) + 1.0
+                cost = pass_cost(model, hw, lay, b[m], q, 0.0)
+            out[m] = cost.time_s(ctx[m])
     return out
 
 
-def fit_stream_factor(df: pd.DataFrame, hw: HardwareSpec, generated_tokens: int = 50) -> SweepFit:
-    """Fit β on the batch-1 target_decode rows; price every row before and after."""
+def fit_stream_factor(df: pd.DataFrame, hw: HardwareSpec, generated_tokens: int = 50,
+                      fit_model: str | None = None) -> SweepFit:
+    """Fit β on the batch-1 target_decode rows (of `fit_model` only, when given: the other models'
+    rows are then held out); price every row before and after. Roles: fit, check (the fit model's
+    other rows), held-out (other models)."""
     if hw.kernel_fit is None:
         raise SpecError("hardware", hw.name, "a profile with a kernel fit (specsim calibrate --kernels)")
-    fit = ((df["mode"] == "target_decode") & (df["batch"] == 1)).to_numpy()
+    own = np.ones(len(df), dtype=bool) if fit_model is None else (df["model"] == fit_model).to_numpy()
+    fit = ((df["mode"] == "target_decode") & (df["batch"] == 1)).to_numpy() & own
     if fit.sum() < 2:
         raise SpecError("rows", int(fit.sum()), "at least two target_decode rows at batch 1 to fit on")
     meas = df["median_ms"].to_numpy(float) * 1e-3
@@ -143,8 +157,8 @@ def fit_stream_factor(df: pd.DataFrame, hw: HardwareSpec, generated_tokens: int 
     before = price_rows(df, hw, generated_tokens)
     after = price_rows(df, at(beta), generated_tokens)
     rows = pd.DataFrame({
-        "mode": df["mode"], "batch": df["batch"].astype(int), "seq": df["seq"].astype(int),
-        "gamma": df["gamma"].astype(int), "role": np.where(fit, "fit", "check"),
+        "model": df["model"], "mode": df["mode"], "batch": df["batch"].astype(int), "seq": df["seq"].astype(int),
+        "gamma": df["gamma"].astype(int), "role": np.where(fit, "fit", np.where(own, "check", "held-out")),
         "measured_ms": meas * 1e3, "priced_ms": after * 1e3,
         "rel_error": after / meas - 1.0, "before_rel_error": before / meas - 1.0})
     return SweepFit(hw.name, beta, float(hw.kernel_fit.insitu_stream_factor), int(fit.sum()), rows)
@@ -174,9 +188,9 @@ def write_stream_factor(profile: str | Path, fit: SweepFit, source: str, command
            f"timings in the engine, CUDA graphs on); transferred value before: {fit.beta_before:.4g}")
     kf.setdefault("provenance", {})["insitu_stream_fit"] = {
         "how": how, "fit_rows": fit.fit_rows,
-        "residuals": {f"{r['mode']}.{r['role']}": {"rows": int(r["rows"]), "median_abs_rel_error": round(float(r["median_abs"]), 4),
-                                                   "signed_median": round(float(r["signed_median"]), 4)}
-                      for _, r in s.iterrows()}}
+        "residuals": {f"{r['model']}.{r['mode']}.{r['role']}": {
+            "rows": int(r["rows"]), "median_abs_rel_error": round(float(r["median_abs"]), 4),
+            "signed_median": round(float(r["signed_median"]), 4)} for _, r in s.iterrows()}}
     eo = kf["provenance"].get("engine_overhead")
     if isinstance(eo, dict):
         eo["insitu_stream_factor"] = how
