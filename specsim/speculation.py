@@ -64,9 +64,9 @@ class SDPolicy:
         if self.estimate not in ("drafter", "measured"):
             raise SpecError("speculation.acceptance_estimate", self.estimate, "drafter or measured")
         if self.tree is not None:
-            if self.kind not in ("always", "threshold", "toggle"):
+            if self.kind not in ("always", "threshold"):   # toggle / adaptive price a chain's τ
                 raise SpecError("speculation.tree_branching", self.tree_label,
-                                "only with policy always, threshold or toggle (a fixed tree), not " + self.kind)
+                                "only with policy always or threshold (a fixed tree), not " + self.kind)
             if self.k != self.tree.depth:
                 raise SpecError("speculation.k", self.k,
                                 f"the tree's depth {self.tree.depth} (len(speculation.tree_branching))")

@@ -106,6 +106,9 @@ def test_scenario_tree_fields_resolve_and_validate():
         resolve(load_scenario(SCENARIO, ["speculation.tree_branching=[4,2]"]))
     with pytest.raises(ScenarioError, match="speculation.tree_branching"):
         resolve(load_scenario(SCENARIO, ["speculation.tree_branching=[4,0,1]"]))
+    for policy in ("toggle", "adaptive"):   # they price a chain's τ: a tree is refused by name
+        with pytest.raises(ScenarioError, match="speculation.tree_branching"):
+            resolve(load_scenario(SCENARIO, ["speculation.tree_branching=[4,2,1]", f"speculation.policy={policy}"]))
 
 
 def test_tree_summary_for_show_drafter():
