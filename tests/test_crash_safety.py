@@ -219,3 +219,26 @@ def test_killed_parent_leaves_no_orphaned_workers(tmp_path, sig):
     for p in left:   # do not leave them behind if the test fails
         os.kill(p, signal.SIGKILL)
     assert not left, f"orphaned after {sig.name}: {left}"
+
+
+def test_ctrl_c_while_the_command_line_is_still_importing_exits_130_without_a_traceback(monkeypatch, capsys):
+    """The console script imports pandas/scipy/matplotlib before any command handler exists: a
+    Ctrl-C there must end like one inside a command (exit 130, one line), not with a traceback."""
+    import builtins
+
+    from specsim import _launch
+    from specsim.cli_common import EXIT_INTERRUPTED
+
+    real_import = builtins.__import__
+
+    def interrupted_import(name, *args, **kwargs):
+        if name == "specsim.cli":
+            raise KeyboardInterrupt
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", interrupted_import)
+    with pytest.raises(SystemExit) as exc:
+        _launch.main()
+    assert exc.value.code == EXIT_INTERRUPTED == _launch.EXIT_INTERRUPTED
+    err = capsys.readouterr().err
+    assert err == "interrupted\n"

@@ -297,3 +297,34 @@ def test_prior_label_is_not_stacked_by_a_refit():
     for _ in range(3):
         _label_prior(entry, "prior (no tables): ")
     assert entry["source"] == "prior (no tables): vLLM overhead, order of magnitude"
+
+
+def test_recalibration_keeps_a_beta_fitted_on_the_gpus_own_sweep_and_replaces_a_transferred_one(root, tmp_path):
+    """A100's β is fitted on its own engine timings (calibration/fit_a100_sweep.py) while its
+    overheads are transferred: a `--kernels` rerun must keep that β and its provenance, not
+    overwrite it with the donor's. A profile whose overheads are fitted on its own TPOT rows takes
+    the β fitted with them."""
+    import shutil
+
+    from specsim.calibrate.kernels import fit_system
+
+    data = tmp_path / "data"
+    shutil.copytree(root, data)
+    shutil.copytree(data / "h200_sxm", data / "a100_sxm")   # A100 tables: the synthetic h200 schema
+    fit = fit_system("h200_sxm", "vllm", root=root)
+    _silicon(fit.hw.with_insitu_stream_factor(1.25), np.random.default_rng(5)).to_csv(
+        data.parent / "silicon_sample.csv", index=False)
+    bundled = load_hardware("a100_sxm").kernel_fit
+    assert "insitu_stream_fit" in bundled.provenance
+    cal = calibrate_from_kernels(["h200_sxm", "a100_sxm"], "vllm", root=data, out_dir=tmp_path / "out",
+                                 date="2026-01-01")
+    donor = cal.overheads[("h200_sxm", "vllm")].insitu_stream_factor
+    assert donor == pytest.approx(1.25, rel=0.06)
+    a100 = load_hardware(cal.written["a100_sxm"]).kernel_fit
+    assert a100.insitu_stream_factor == pytest.approx(bundled.insitu_stream_factor, abs=1e-4)
+    assert a100.insitu_stream_factor != pytest.approx(donor, abs=0.05)
+    assert a100.provenance["insitu_stream_fit"] == bundled.provenance["insitu_stream_fit"]
+    assert "transferred from the h200_sxm" in a100.provenance["engine_overhead"]["how"]
+    own = load_hardware(cal.written["h200_sxm"]).kernel_fit
+    assert own.insitu_stream_factor == pytest.approx(donor, abs=1e-4)
+    assert "insitu_stream_fit" not in own.provenance
