@@ -119,6 +119,9 @@ def show_hardware(
         beta = prov.get("insitu_stream_fit") or {}
         if beta.get("how"):
             con.print(f"in-situ streaming factor: {beta['how']}")
+        multi = prov.get("multi_token_attention_fit") or {}
+        if multi.get("how"):
+            con.print(f"multi-token attention (passes with > 1 query token per sequence): {multi['how']}")
     con.print("still priors: " + (", ".join(info["priors"]) or "none"))
 
 

@@ -74,6 +74,45 @@ def moe_shape_key(hidden: int, expert_ffn: int, experts: int, top_k: int) -> str
 
 
 @dataclass(frozen=True)
+class MultiTokenAttentionFit:
+    """Attention over the KV cache in a pass where some sequence brings more than one query token
+    (an SD verify, an EAGLE-3 or MTP first draft pass over the accepted tokens, a step that mixes
+    prompts with decodes), on an
+    engine whose attention kernel then runs one thread block (CTA) per (sequence, query head,
+    `tile_rows` query rows) over the sequence's whole cache: FlashAttention-2 as vLLM runs it on
+    Ampere. FA2 packs the query heads of a KV head into one tile and splits the cache across
+    blocks only when every sequence brings exactly one token (`mha_varlen_fwd`: the
+    seqlen_q = 1 "ngroups swap" and `set_params_splitkv`; vLLM V1's FlashAttention backend calls
+    it flash decoding, `np.all(query_lens == 1)`); otherwise paged KV forces its split-KV kernel
+    with one split, kBlockM = 64 query rows per block (`run_mha_fwd_splitkv_dispatch`), which
+    computes a 64-row tile for 1 + k real rows and re-reads each KV head once per query head.
+
+    Per layer, with n_cta = sequences · query heads per GPU · ceil(q / tile_rows) blocks spread
+    over `sms` multiprocessors, each block walking its sequence's c cached tokens:
+
+        t = c · s_per_kv_token · w,   w = 1 if n_cta <= sms else ceil(n_cta / sms) / coresident_speedup
+
+    s_per_kv_token: a block's time per cached token when it has its SM to itself (fitted);
+    coresident_speedup: an SM's throughput with two blocks resident over one (fitted; the kernel's
+    80 KB of shared memory per block fits two on an A100 SM). The pass takes the larger of this and
+    the KV-streaming time of the decode law. Fitted on measured verify timings
+    (calibrate/forward_sweep.fit_multi_token_attention); None: the decode law prices every pass
+    (the kernels of the other profiles' engines pack query heads and split the cache for any q).
+    """
+
+    sms: int
+    tile_rows: int
+    s_per_kv_token: float
+    coresident_speedup: float
+
+    def wave_factor(self, n_cta):
+        """w above, elementwise."""
+        n = np.asarray(n_cta, dtype=float)
+        w = np.where(n <= self.sms, 1.0, np.ceil(n / self.sms) / self.coresident_speedup)
+        return float(w) if np.ndim(w) == 0 else w
+
+
+@dataclass(frozen=True)
 class KernelFit:
     """Shape-dependent achieved rates fitted to measured kernel tables (`specsim calibrate
     --kernels`), each term physically named; None in a profile means the scalar efficiencies rule.
@@ -96,6 +135,8 @@ class KernelFit:
       with the isolated rates (README, "in-situ streaming"). Fitted together with the engine
       overheads on the TPOT fit split (calibrate/engine_overhead.fit_overheads); 1 where a
       profile has no TPOT fit.
+    multi_token_attention: MultiTokenAttentionFit where the engine's attention kernel loses its
+      cache split for passes with more than one query token per sequence; None elsewhere.
     """
 
     gemm: dict[str, GemmFit]
@@ -106,6 +147,7 @@ class KernelFit:
     provenance: dict = field(default_factory=dict, compare=False)
     moe_shapes: dict[str, dict[str, GemmFit]] = field(default_factory=dict)
     insitu_stream_factor: float = 1.0
+    multi_token_attention: MultiTokenAttentionFit | None = None
 
     def stream_eff(self, isolated_eff: float) -> float:
         """The in-situ streaming efficiency of a kernel whose isolated fit is `isolated_eff`:
@@ -340,7 +382,33 @@ def _kernel_fit(doc, where: str) -> KernelFit | None:
                      attn_per_seq_s=_pos(att, "per_seq_us", where, "kernel_fit.decode_attention") * 1e-6,
                      attn_kv_bw_eff=bw, moe=_gemm_fits(doc.get("moe"), where, "kernel_fit.moe"),
                      provenance=prov if isinstance(prov, dict) else {"note": str(prov)},
-                     moe_shapes=_moe_shapes(doc.get("moe_shapes"), where))
+                     moe_shapes=_moe_shapes(doc.get("moe_shapes"), where),
+                     multi_token_attention=_multi_token_attention(doc.get("multi_token_attention"), where))
+
+
+def _multi_token_attention(block, where: str) -> MultiTokenAttentionFit | None:
+    """`kernel_fit.multi_token_attention` (MultiTokenAttentionFit; written by
+    calibration/fit_a100_sweep.py): sms, tile_rows, s_per_kv_token_ns, coresident_speedup."""
+    if block is None:
+        return None
+    p = "kernel_fit.multi_token_attention"
+    if not isinstance(block, dict):
+        raise SpecError(p, block, "a mapping with sms, tile_rows, s_per_kv_token_ns, coresident_speedup", where)
+    ints = {}
+    for key in ("sms", "tile_rows"):
+        v = block.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise SpecError(f"{p}.{key}", v, "a positive integer", where)
+        ints[key] = v
+    ns = _pos(block, "s_per_kv_token_ns", where, p)
+    if ns <= 0:
+        raise SpecError(f"{p}.s_per_kv_token_ns", ns, "a positive number (ns per cached token per block)", where)
+    sp = block.get("coresident_speedup")
+    if isinstance(sp, bool) or not isinstance(sp, (int, float)) or not 1.0 <= sp <= 2.0:
+        raise SpecError(f"{p}.coresident_speedup", sp,
+                        "a number in [1, 2] (an SM's throughput with two resident blocks over one)", where)
+    return MultiTokenAttentionFit(sms=ints["sms"], tile_rows=ints["tile_rows"], s_per_kv_token=ns * 1e-9,
+                                  coresident_speedup=float(sp))
 
 
 def _moe_shapes(block, where: str) -> dict[str, dict[str, GemmFit]]:

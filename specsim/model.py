@@ -245,6 +245,16 @@ class DrafterArch:
         """The registry entry of this drafter's kind."""
         return drafter_kind(self.kind)
 
+    @property
+    def catches_up_on_accepted(self) -> bool:
+        """Does a step's first draft pass run over the tokens the verify just accepted (q = τ per
+        sequence)? A drafter with its own KV cache and hidden-state input (EAGLE-3, MTP) must extend
+        both over them first. One that reads the target's cache (`shares_target_kv`) finds their KV
+        there, written by the verify, and drafts from the token the verify sampled: every pass has
+        one query token (EfficientRollout's QuantizedSelfDrafterProposer.propose: max_query_len = 1,
+        input = next_token_ids)."""
+        return self.model is not None and not self.spec.shares_target_kv
+
 
 DRAFTER_KINDS = drafter_kind_names()
 

@@ -164,7 +164,8 @@ def resolve(sc: Scenario) -> World:
         prompt = length_distribution(w.prompt_tokens, "workload.prompt_tokens", base_dir)
         max_batch = r.max_batch or vllm_default_max_num_seqs(hw)
         table = step_cost_table(model, arch if uses_drafter else None, hw, layout, max_batch, policy.ks,
-                                first_pass_q={k: acc.tau(k, tree=policy.tree_for(k)) for k in policy.ks if k},
+                                first_pass_q={k: acc.tau(k, tree=policy.tree_for(k)) if arch.catches_up_on_accepted
+                                              else 1.0 for k in policy.ks if k},
                                 tree_branching=policy.tree, proposal_rate=acc.proposal_rate)
         trainer = training_layout(sc, model, hw)
     except SpecError as exc:

@@ -300,9 +300,9 @@ def test_prior_label_is_not_stacked_by_a_refit():
 
 
 def test_recalibration_keeps_a_beta_fitted_on_the_gpus_own_sweep_and_replaces_a_transferred_one(root, tmp_path):
-    """A100's β is fitted on its own engine timings (calibration/fit_a100_sweep.py) while its
-    overheads are transferred: a `--kernels` rerun must keep that β and its provenance, not
-    overwrite it with the donor's. A profile whose overheads are fitted on its own TPOT rows takes
+    """A100's β (and its multi-token attention term) are fitted on its own engine timings
+    (calibration/fit_a100_sweep.py) while its overheads are transferred: a `--kernels` rerun must
+    keep them and their provenance, not overwrite β with the donor's. A profile whose overheads are fitted on its own TPOT rows takes
     the β fitted with them."""
     import shutil
 
@@ -325,6 +325,9 @@ def test_recalibration_keeps_a_beta_fitted_on_the_gpus_own_sweep_and_replaces_a_
     assert a100.insitu_stream_factor != pytest.approx(donor, abs=0.05)
     assert a100.provenance["insitu_stream_fit"] == bundled.provenance["insitu_stream_fit"]
     assert "transferred from the h200_sxm" in a100.provenance["engine_overhead"]["how"]
+    # the multi-token attention term, fitted on the same engine timings, is kept too
+    assert a100.multi_token_attention == bundled.multi_token_attention is not None
+    assert a100.provenance["multi_token_attention_fit"] == bundled.provenance["multi_token_attention_fit"]
     own = load_hardware(cal.written["h200_sxm"]).kernel_fit
     assert own.insitu_stream_factor == pytest.approx(donor, abs=1e-4)
     assert "insitu_stream_fit" not in own.provenance

@@ -128,6 +128,25 @@ def test_self_drafter_shares_the_targets_kv_and_embeddings():
     assert drafter_weight_bytes_per_gpu(SELF, TP1) == pytest.approx(layers_bf16 / 4)
 
 
+def test_only_drafters_with_their_own_cache_catch_up_on_the_accepted_tokens():
+    """EAGLE-3 and MTP extend their own KV and hidden states over the accepted tokens in the
+    first draft pass (q = τ); the self-drafter reads the target's cache and drafts every pass from
+    one token (EfficientRollout's propose: max_query_len = 1); the resolved scenario's table says so."""
+    from specsim.resolve import resolve
+    from specsim.scenario import load_scenario
+
+    assert EAGLE.catches_up_on_accepted and drafter_arch("mtp", Q8B).catches_up_on_accepted
+    assert not SELF.catches_up_on_accepted and not NGRAM.catches_up_on_accepted
+    from pathlib import Path
+
+    world = resolve(load_scenario(Path(__file__).resolve().parents[1] / "scenarios" / "efficient_rollout_a100.yaml"))
+    a100, q7b = load_hardware("a100_sxm"), load_model("Qwen2.5-7B")
+    one = step_cost(q7b, drafter_arch("self_quant", q7b), a100, TP1, 16.0, 5, first_pass_q=1.0)
+    row = world.table.ks.index(5)
+    assert world.table.fixed_s[row, 16] == pytest.approx(float(one.fixed_s), rel=1e-12)
+    assert world.table.per_ctx_s[row, 16] == pytest.approx(float(one.per_ctx_token_s), rel=1e-12)
+
+
 def test_w4a16_gemm_law_prices_int4_weights_where_fitted():
     """A100 carries a W4A16 law fitted on measured int4 weight-only kernels; a 4-bit GEMM at small m
     then streams its 4-bit bytes instead of binding on the bf16 law's small-m compute branch."""

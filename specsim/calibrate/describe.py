@@ -64,6 +64,14 @@ def hardware_info(name_or_path: str) -> dict:
                   {"term": "decode_attention", "parameter": "kv_bw_eff", "value": kf.attn_kv_bw_eff, "unit": ""},
                   {"term": "in-situ streaming", "parameter": "insitu_stream_factor (x every *_bw_eff, cap 1)",
                    "value": kf.insitu_stream_factor, "unit": ""}]
+        mt = kf.multi_token_attention
+        if mt is not None:
+            terms += [{"term": "multi-token attention", "parameter": "per cached token per block",
+                       "value": mt.s_per_kv_token * 1e9, "unit": "ns"},
+                      {"term": "multi-token attention", "parameter": "co-resident speedup",
+                       "value": mt.coresident_speedup, "unit": ""},
+                      {"term": "multi-token attention", "parameter": "SMs / tile rows",
+                       "value": f"{mt.sms} / {mt.tile_rows}", "unit": ""}]
         prov = dict(kf.provenance)
         for term, q in (prov.get("terms") or {}).items():
             if isinstance(q, dict):

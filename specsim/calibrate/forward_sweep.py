@@ -25,6 +25,20 @@ only that model's batch-1 rows fit, and every row of the sweep's other models is
 same GPU and engine, another model: a test of β and of the kernel laws, not only of one model).
 
 β is the bounded scalar minimum of Σ ln(priced / measured)² over the fit rows (scipy).
+
+The verify rows fit one more A100 term: the cache attention of a pass with more than one query
+token per sequence (hardware.MultiTokenAttentionFit). vLLM runs FlashAttention-2 on Ampere, which
+splits the cache across blocks and packs a KV head's query heads into one tile only when every
+sequence brings a single token; a verify (1 + γ tokens each) runs one block per (sequence, query
+head) over the whole cache. At batch 1 the measured verify grows with the prompt 6-10x faster
+than the KV it reads (Qwen2.5-7B: 0.62 ms per 1,000 tokens, against 0.06 ms for the q = 1
+decode), in proportion to layers x query heads across the three models. `fit_multi_token_attention`
+fits its two terms (a block's time per cached token alone on its SM; an SM's throughput with two
+blocks over one) on the fit model's verify rows at batch < 8, after β. Rows at batch >= 8 are
+never fitted: the sweep repeats one prompt, and with >= 8 requests sharing a >= 256-token prefix
+vLLM V1 switches to cascade attention (`use_cascade_attention` in its FlashAttention backend),
+which attends to the shared prompt once for all of them -- not what an RL batch of distinct
+prompts runs.
 """
 
 from __future__ import annotations
@@ -39,7 +53,7 @@ from scipy import optimize
 from specsim.cost.forward import draft_cost, pass_cost
 from specsim.cost.layout import ParallelLayout
 from specsim.errors import SpecError
-from specsim.hardware import HardwareSpec
+from specsim.hardware import HardwareSpec, MultiTokenAttentionFit
 from specsim.model import drafter_arch, load_model
 
 MODES = ("target_decode", "target_verify", "drafter_decode")
@@ -164,11 +178,103 @@ def fit_stream_factor(df: pd.DataFrame, hw: HardwareSpec, generated_tokens: int 
     return SweepFit(hw.name, beta, float(hw.kernel_fit.insitu_stream_factor), int(fit.sum()), rows)
 
 
-def write_stream_factor(profile: str | Path, fit: SweepFit, source: str, command: str) -> None:
-    """Write β into the profile's `kernel_fit.insitu_stream_factor`, with its provenance
-    (`kernel_fit.provenance.insitu_stream_fit`: source file, command, rows, residuals), atomically;
-    the written profile must load. `specsim calibrate --kernels` keeps it on a rerun when the
-    profile's engine overheads are transferred (kernel_report.write_fitted_profile)."""
+#: vLLM V1 attends a prefix shared by >= 8 requests once for all of them (cascade attention); the
+#: sweep repeats one prompt, so its rows at this batch and above are not an RL batch's attention
+CASCADE_MIN_REQUESTS = 8
+#: FlashAttention-2's split-KV kernel (forced for paged KV) tiles 64 query rows per block
+#: (flash_fwd_launch_template.h, run_mha_fwd_splitkv_dispatch: kBlockM = 64)
+FA2_SPLITKV_TILE_ROWS = 64
+
+
+@dataclass(frozen=True)
+class MultiTokenFit:
+    """Result of :func:`fit_multi_token_attention`: the fitted term, its fit rows, every row."""
+
+    hardware: str
+    term: MultiTokenAttentionFit
+    fit_rows: int
+    rows: pd.DataFrame   # as SweepFit.rows; role 'fit', 'check', 'check (cascade)', 'held-out', 'held-out (cascade)'
+
+    def summary(self) -> pd.DataFrame:
+        return SweepFit.summary(self)  # same columns
+
+
+def with_multi_token_attention(hw: HardwareSpec, term: MultiTokenAttentionFit | None) -> HardwareSpec:
+    """`hw` whose kernel fit prices multi-token cache attention with `term` (None: the decode law)."""
+    if hw.kernel_fit is None:
+        raise SpecError("hardware", hw.name, "a profile with a kernel fit (specsim calibrate --kernels)")
+    return replace(hw, kernel_fit=replace(hw.kernel_fit, multi_token_attention=term))
+
+
+def fit_multi_token_attention(df: pd.DataFrame, hw: HardwareSpec, sms: int, generated_tokens: int = 50,
+                              fit_model: str | None = None,
+                              tile_rows: int = FA2_SPLITKV_TILE_ROWS) -> MultiTokenFit:
+    """Fit MultiTokenAttentionFit's s_per_kv_token and coresident_speedup (module docstring) on the
+    target_verify rows at batch < CASCADE_MIN_REQUESTS (of `fit_model` only, when given), every
+    other term of the pass as `hw` prices it; price every row before (`hw` as given) and after.
+    Least squares on ln(priced / measured) (scipy); a fit needs rows with blocks <= sms (they
+    fix the per-token time) and rows with more (they fix the speedup)."""
+    own = np.ones(len(df), dtype=bool) if fit_model is None else (df["model"] == fit_model).to_numpy()
+    verify = (df["mode"] == "target_verify").to_numpy()
+    clean = (df["batch"] < CASCADE_MIN_REQUESTS).to_numpy()
+    fit = verify & clean & own
+    heads = np.array([load_model(CATALOG_OF.get(str(m), str(m))).heads for m in df["model"]], dtype=float)
+    blocks = df["batch"].to_numpy(float) * heads * np.ceil((df["gamma"].to_numpy(float) + 1.0) / tile_rows)
+    if (fit & (blocks <= sms)).sum() < 2 or (fit & (blocks > sms)).sum() < 1:
+        raise SpecError("rows", int(fit.sum()),
+                        f"target_verify rows at batch < {CASCADE_MIN_REQUESTS}: at least two whose blocks fit on "
+                        f"the {sms} SMs and one with more")
+    meas = df["median_ms"].to_numpy(float) * 1e-3
+
+    def term(x) -> MultiTokenAttentionFit:
+        return MultiTokenAttentionFit(sms=int(sms), tile_rows=int(tile_rows), s_per_kv_token=float(np.exp(x[0])) * 1e-9,
+                                      coresident_speedup=float(x[1]))
+
+    def resid(x) -> np.ndarray:
+        return np.log(price_rows(df[fit], with_multi_token_attention(hw, term(x)), generated_tokens) / meas[fit])
+
+    res = optimize.least_squares(resid, x0=[np.log(20.0), 1.5], bounds=([np.log(0.1), 1.0], [np.log(1000.0), 2.0]))
+    got = term(res.x)
+    before = price_rows(df, hw, generated_tokens)
+    after = price_rows(df, with_multi_token_attention(hw, got), generated_tokens)
+    base = np.where(fit, "fit", np.where(own, "check", "held-out"))
+    role = np.where(verify & ~clean, np.char.add(base, " (cascade)"), base)
+    rows = pd.DataFrame({
+        "model": df["model"], "mode": df["mode"], "batch": df["batch"].astype(int), "seq": df["seq"].astype(int),
+        "gamma": df["gamma"].astype(int), "role": role, "measured_ms": meas * 1e3, "priced_ms": after * 1e3,
+        "rel_error": after / meas - 1.0, "before_rel_error": before / meas - 1.0})
+    return MultiTokenFit(hw.name, got, int(fit.sum()), rows)
+
+
+def write_multi_token_attention(profile: str | Path, fit: MultiTokenFit, source: str, command: str) -> None:
+    """Write the fitted term into the profile's `kernel_fit.multi_token_attention`, with its
+    provenance (`kernel_fit.provenance.multi_token_attention_fit`), atomically; the written
+    profile must load. `specsim calibrate --kernels` keeps both on a rerun."""
+    def edit(kf: dict) -> None:
+        t = fit.term
+        kf["multi_token_attention"] = {"sms": t.sms, "tile_rows": t.tile_rows,
+                                       "s_per_kv_token_ns": round(t.s_per_kv_token * 1e9, 4),
+                                       "coresident_speedup": round(t.coresident_speedup, 4)}
+        kf.setdefault("provenance", {})["multi_token_attention_fit"] = {
+            "how": (f"fitted by `{command}` to the {fit.fit_rows} target_verify rows at batch < {CASCADE_MIN_REQUESTS} "
+                    f"of {source} (forward-pass timings in the engine, CUDA graphs on; rows at larger batch share one "
+                    "prompt and run cascade attention, never fitted); sms: the GPU's multiprocessors; tile_rows: "
+                    "FlashAttention-2's split-KV kernel, kBlockM = 64"),
+            "fit_rows": fit.fit_rows, "residuals": _residuals_yaml(fit.summary())}
+        kf["provenance"] = kf.pop("provenance")   # last, where `specsim calibrate --kernels` writes it
+
+    _edit_kernel_fit(profile, edit)
+
+
+def _residuals_yaml(summary: pd.DataFrame) -> dict:
+    return {f"{r['model']}.{r['mode']}.{r['role']}": {
+        "rows": int(r["rows"]), "median_abs_rel_error": round(float(r["median_abs"]), 4),
+        "signed_median": round(float(r["signed_median"]), 4)} for _, r in summary.iterrows()}
+
+
+def _edit_kernel_fit(profile: str | Path, edit) -> None:
+    """Apply `edit` to the profile's `kernel_fit` mapping and write the profile back atomically
+    (its header comments kept); the written profile must load."""
     import yaml
 
     from specsim.errors import load_yaml_text
@@ -182,17 +288,24 @@ def write_stream_factor(profile: str | Path, fit: SweepFit, source: str, command
     kf = doc.get("kernel_fit")
     if not isinstance(kf, dict):
         raise SpecError("kernel_fit", None, "a kernel_fit block (run specsim calibrate --kernels first)", str(p))
-    kf["insitu_stream_factor"] = round(fit.beta, 4)
-    s = fit.summary()
-    how = (f"fitted by `{command}` to the {fit.fit_rows} batch-1 target_decode rows of {source} (forward-pass "
-           f"timings in the engine, CUDA graphs on); transferred value before: {fit.beta_before:.4g}")
-    kf.setdefault("provenance", {})["insitu_stream_fit"] = {
-        "how": how, "fit_rows": fit.fit_rows,
-        "residuals": {f"{r['model']}.{r['mode']}.{r['role']}": {
-            "rows": int(r["rows"]), "median_abs_rel_error": round(float(r["median_abs"]), 4),
-            "signed_median": round(float(r["signed_median"]), 4)} for _, r in s.iterrows()}}
-    eo = kf["provenance"].get("engine_overhead")
-    if isinstance(eo, dict):
-        eo["insitu_stream_factor"] = how
+    edit(kf)
     write_text(p, header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120))
     load_hardware(str(p))
+
+
+def write_stream_factor(profile: str | Path, fit: SweepFit, source: str, command: str) -> None:
+    """Write β into the profile's `kernel_fit.insitu_stream_factor`, with its provenance
+    (`kernel_fit.provenance.insitu_stream_fit`: source file, command, rows, residuals), atomically;
+    the written profile must load. `specsim calibrate --kernels` keeps it on a rerun when the
+    profile's engine overheads are transferred (kernel_report.write_fitted_profile)."""
+    def edit(kf: dict) -> None:
+        kf["insitu_stream_factor"] = round(fit.beta, 4)
+        how = (f"fitted by `{command}` to the {fit.fit_rows} batch-1 target_decode rows of {source} (forward-pass "
+               f"timings in the engine, CUDA graphs on); transferred value before: {fit.beta_before:.4g}")
+        kf.setdefault("provenance", {})["insitu_stream_fit"] = {
+            "how": how, "fit_rows": fit.fit_rows, "residuals": _residuals_yaml(fit.summary())}
+        eo = kf["provenance"].get("engine_overhead")
+        if isinstance(eo, dict):
+            eo["insitu_stream_factor"] = how
+
+    _edit_kernel_fit(profile, edit)

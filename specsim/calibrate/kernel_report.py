@@ -241,6 +241,10 @@ def write_fitted_profile(fit: SystemFit, cal: KernelCalibration, out_dir: Path, 
     if kept and ov is not None and not how.startswith("fitted to"):
         # β fitted on this GPU's own engine timings (calibrate/forward_sweep.py) beats a transferred one
         beta, prov["insitu_stream_fit"] = float(doc["kernel_fit"]["insitu_stream_factor"]), kept
+    old_kf = doc.get("kernel_fit") or {}
+    multi_token = old_kf.get("multi_token_attention")  # fitted on engine timings (forward_sweep.py): kept
+    if multi_token is not None and "multi_token_attention_fit" in old_kf.get("provenance", {}):
+        prov["multi_token_attention_fit"] = old_kf["provenance"]["multi_token_attention_fit"]
     if ov is not None:
         prov["engine_overhead"] = {"split": ov.fit_on, "how": how,
                                    "fit_rows": int((ov.rows["role"] == "fit").sum()),
@@ -259,6 +263,7 @@ def write_fitted_profile(fit: SystemFit, cal: KernelCalibration, out_dir: Path, 
         "moe": {dt: _gemm_yaml(gf) for dt, gf in kf.moe.items()},
         "moe_shapes": {k: {dt: _gemm_yaml(gf) for dt, gf in v.items()} for k, v in kf.moe_shapes.items()},
         "insitu_stream_factor": beta,
+        **({"multi_token_attention": multi_token} if multi_token is not None else {}),
         "provenance": prov,
     }
     out = out_dir / f"{name}.yaml"

@@ -27,7 +27,13 @@ import numpy as np
 
 from specsim.cost import comm
 from specsim.cost.layout import ParallelLayout
-from specsim.cost.roofline import compute_time_s, decode_attention_fixed_s, gemm_op_s, memory_time_s
+from specsim.cost.roofline import (
+    compute_time_s,
+    decode_attention_fixed_s,
+    gemm_op_s,
+    memory_time_s,
+    multi_token_attention_per_ctx_s,
+)
 from specsim.cost.sd_costs import sampler_bytes
 from specsim.hardware import DTYPE_BYTES, HardwareSpec, moe_shape_key
 from specsim.model import DrafterArch, ModelSpec
@@ -200,7 +206,11 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
     # attention over the cache, per context token (C = Σ c_i over the whole engine)
     ctx_c = L * compute_time_s(4 * heads_local * model.head_dim * q / dp, hw, "bf16")
     ctx_m = L * memory_time_s(kv_bytes_tok_layer / dp, hw, stream="kv")
+    # q > 1 on an engine whose attention kernel then runs unsplit, one block per query head
+    ctx_c = np.maximum(ctx_c, L * multi_token_attention_per_ctx_s(hw, n / dp, q, heads_local) / dp)
     scalar = isinstance(n, float) and isinstance(q, float)
+    if scalar:
+        ctx_c = float(ctx_c)
     ones = 1.0 if scalar else np.ones(np.broadcast(n, q).shape)
     per_ctx = (max(ctx_c, ctx_m) if scalar else np.maximum(ctx_c, ctx_m)) * ones
     comm_total = L * layer_comm + pp_comm
@@ -279,6 +289,10 @@ def ragged_pass_times_s(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayo
     ragged_new = compute_time_s(attn_flops * (np.asarray(sum_q_sq, dtype=float) + sq) / 2, hw)
     new_adj = L * (np.maximum(ragged_new, mem_new) - np.maximum(uniform_new, mem_new))
     ctx_c = L * compute_time_s(attn_flops * np.asarray(sum_qc, dtype=float), hw)
+    # some sequence brings > 1 token (Σq² > Σq): an unsplit kernel runs every sequence unsplit
+    multi = np.asarray(sum_q_sq, dtype=float) > sq + 1e-9
+    ctx_c = np.maximum(ctx_c, L * np.asarray(sum_c, dtype=float) / dp
+                       * multi_token_attention_per_ctx_s(hw, n / dp, q_eff, model.heads / layout.tp, multi))
     ctx_m = L * memory_time_s(np.asarray(sum_c, dtype=float) * kv_local, hw, stream="kv")
     return np.asarray(base.fixed_s + new_adj + np.maximum(ctx_c, ctx_m), dtype=float)
 

@@ -13,6 +13,9 @@ depend on the op's shape, and each kernel launch has a floor:
             else the cross-shape law
     decode attention over a KV cache of B sequences
             t = attn_latency_s + attn_per_seq_s · B + kv_bytes / (hbm_bw · attn_kv_bw_eff)
+    cache attention of a pass with q > 1 tokens per sequence, where the profile's engine runs
+            one block per (sequence, query head) without a cache split (hardware.MultiTokenAttentionFit)
+            t = max(the decode law, c · s_per_kv_token · wave_factor(blocks))   c = cached tokens per sequence
 
 Every streaming efficiency above (weight_bw_eff, attn_kv_bw_eff) is taken in situ:
 min(1, eff · insitu_stream_factor) (hardware.KernelFit.stream_eff, fitted on engine TPOT rows).
@@ -106,3 +109,23 @@ def arithmetic_intensity(flops, nbytes):
 def ridge_point(hw: HardwareSpec, math_dtype: str = "bf16") -> float:
     """Achieved FLOP/s over achieved bytes/s: ops above this intensity are compute-bound."""
     return (hw.flops_per_s(math_dtype) * hw.efficiency.compute) / (hw.hbm_bw_bytes_per_s * hw.efficiency.memory)
+
+
+def multi_token_attention_per_ctx_s(hw: HardwareSpec, n_seqs, q_per_seq, heads_per_gpu: float, multi=None):
+    """Per-layer time, per cached token of the whole batch (C = Σ c_i), of the cache attention of a
+    pass whose sequences bring q_per_seq query tokens each, where the profile's engine runs one
+    block per (sequence, query head, tile of query rows) over the sequence's whole cache
+    (hardware.MultiTokenAttentionFit): c · s · w per layer with c = C / n, so s · w / n per token of
+    C. `multi` (default q > 1): where some sequence brings more than one token (the kernel loses
+    its cache split for the whole batch). 0 without such a fit."""
+    kf = hw.kernel_fit
+    mt = kf.multi_token_attention if kf is not None else None
+    n = np.asarray(n_seqs, dtype=float)
+    q = np.asarray(q_per_seq, dtype=float)
+    if mt is None:
+        out = 0.0 * n * q
+    else:
+        on = q > 1.0 if multi is None else np.asarray(multi, dtype=bool)
+        blocks = n * heads_per_gpu * np.ceil(np.maximum(q, 1.0) / mt.tile_rows)
+        out = np.where(on & (n > 0), mt.s_per_kv_token * mt.wave_factor(blocks) / np.maximum(n, 1e-12), 0.0)
+    return float(out) if np.ndim(out) == 0 else out

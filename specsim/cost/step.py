@@ -67,7 +67,8 @@ def step_cost(model: ModelSpec, drafter: DrafterArch | None, hw: HardwareSpec, l
 
     k = 0: one decode pass + its sampler (+ eager launches past the captured CUDA-graph sizes).
     k > 0: k sequential draft passes (the first over `first_pass_q` tokens per sequence: the
-    expected tokens emitted per step, τ at k, which resolve passes; default 1) + one verify pass
+    expected tokens emitted per step, τ at k, which resolve passes for a drafter that catches up
+    on the accepted tokens, `DrafterArch.catches_up_on_accepted`; default 1) + one verify pass
     over k+1 tokens + rejection sampling over n·(k+1) full-vocabulary rows + eager launches for
     any pass over more tokens than the largest captured graph + the two fittable SD overheads
     (k·draft_overhead_s, sd_step_overhead_s) + for an n-gram drafter its CPU proposer,
