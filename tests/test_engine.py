@@ -28,15 +28,23 @@ GRID = [
     ("adaptive", SDPolicy("adaptive", k_max=7), 10**7),
     ("adaptive tight", SDPolicy("adaptive", k_max=7), 16_000),
 ]
+# the A100 profile's verify attention steps with the batch (ceil(blocks / SMs) waves): a step cost
+# per context token that jumps with n, with the self-drafter's one-token passes
+A100_SELF = {"hardware": "a100_sxm", "model": "Qwen2.5-7B", "drafter": "self_quant"}
+GRID += [
+    ("A100 self-drafter k=5", SDPolicy("always", k=5), 10**7, A100_SELF),
+    ("A100 self-drafter toggle tight", SDPolicy("toggle", k=5, margin=0.05), 16_000, A100_SELF),
+]
 
 
-@pytest.mark.parametrize("label,policy,kv", GRID, ids=[g[0] for g in GRID])
-def test_fast_matches_reference(label, policy, kv):
+@pytest.mark.parametrize("label,policy,kv,setup", [g if len(g) == 4 else (*g, {}) for g in GRID],
+                         ids=[g[0] for g in GRID])
+def test_fast_matches_reference(label, policy, kv, setup):
     """Rollout time within 1 % (mean over 24 draws), identical tokens, on a grid of policies and
     KV budgets (tight budgets force preemption). The two engines draw acceptance independently,
     so single runs differ by the noise of the last finisher (~2 % here); 14 % of the responses
     hit the length cap, which keeps that noise small."""
-    cfg = make_config(policy, max_batch=64, kv_capacity_tokens=kv, hardware="h100_sxm")
+    cfg = make_config(policy, max_batch=64, kv_capacity_tokens=kv, **{"hardware": "h100_sxm", **setup})
     fast, ref = [], []
     preempted = 0
     for seed in range(24):
