@@ -97,7 +97,8 @@ class MultiTokenAttentionFit:
     80 KB of shared memory per block fits two on an A100 SM). The pass takes the larger of this and
     the KV-streaming time of the decode law. Fitted on measured verify timings
     (calibrate/forward_sweep.fit_multi_token_attention); None: the decode law prices every pass
-    (the kernels of the other profiles' engines pack query heads and split the cache for any q).
+    (the other profiles' engines pack a KV head's query heads into one tile for any q: an
+    assumption, with no q > 1 timings of those GPUs to test it).
     """
 
     sms: int
