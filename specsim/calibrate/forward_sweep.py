@@ -30,9 +30,9 @@ The verify rows fit one more A100 term: the cache attention of a pass with more 
 token per sequence (hardware.MultiTokenAttentionFit). vLLM runs FlashAttention-2 on Ampere, which
 splits the cache across blocks and packs a KV head's query heads into one tile only when every
 sequence brings a single token; a verify (1 + γ tokens each) runs one block per (sequence, query
-head) over the whole cache. At batch 1 the measured verify grows with the prompt 6-10x faster
-than the KV it reads (Qwen2.5-7B: 0.62 ms per 1,000 tokens, against 0.06 ms for the q = 1
-decode), in proportion to layers x query heads across the three models. `fit_multi_token_attention`
+head) over the whole cache. At batch 1 the measured verify grows with the prompt 8-20x faster
+than the q = 1 decode over the same KV (Qwen2.5-7B: 0.61 against 0.03 ms per 1,000 tokens), in
+proportion to layers x query heads across the three models. `fit_multi_token_attention`
 fits its two terms (a block's time per cached token alone on its SM; an SM's throughput with two
 blocks over one) on the fit model's verify rows at batch < 8, after β. Rows at batch >= 8 are
 never fitted: the sweep repeats one prompt, and with >= 8 requests sharing a >= 256-token prefix
