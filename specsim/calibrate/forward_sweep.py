@@ -77,13 +77,18 @@ class SweepFit:
     rows: pd.DataFrame   # mode, batch, seq, gamma, role, measured_ms, priced_ms, rel_error, before_rel_error
 
     def summary(self) -> pd.DataFrame:
-        """Median / p90 |relative error| and signed median per model, mode and role."""
-        g = self.rows.assign(abs_err=self.rows["rel_error"].abs())
-        out = g.groupby(["model", "mode", "role"], sort=False).agg(
-            rows=("rel_error", "size"), median_abs=("abs_err", "median"),
-            p90_abs=("abs_err", lambda s: float(np.quantile(s, 0.9))), signed_median=("rel_error", "median"),
-            before_signed_median=("before_rel_error", "median"))
-        return out.reset_index()
+        return residual_summary(self.rows)
+
+
+def residual_summary(rows: pd.DataFrame) -> pd.DataFrame:
+    """Median / p90 |relative error| and signed median (after and before a fit) per model, mode
+    and role of a fit's priced rows."""
+    g = rows.assign(abs_err=rows["rel_error"].abs())
+    out = g.groupby(["model", "mode", "role"], sort=False).agg(
+        rows=("rel_error", "size"), median_abs=("abs_err", "median"),
+        p90_abs=("abs_err", lambda s: float(np.quantile(s, 0.9))), signed_median=("rel_error", "median"),
+        before_signed_median=("before_rel_error", "median"))
+    return out.reset_index()
 
 
 def read_sweep(path: str | Path) -> pd.DataFrame:
@@ -197,7 +202,7 @@ class MultiTokenFit:
     rows: pd.DataFrame   # as SweepFit.rows; role 'fit', 'check', 'check (cascade)', 'held-out', 'held-out (cascade)'
 
     def summary(self) -> pd.DataFrame:
-        return SweepFit.summary(self)  # same columns
+        return residual_summary(self.rows)
 
 
 def with_multi_token_attention(hw: HardwareSpec, term: MultiTokenAttentionFit | None) -> HardwareSpec:
