@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
+import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
@@ -20,10 +22,16 @@ from specsim.resolve import resolve
 from specsim.scenario import load_scenario
 from specsim.sim.cluster import draw_step, simulate_generation
 
+#: vLLM speculators PR #684's curve (calibration/published/eagle3_context_curve.csv) as [tokens, relative alpha]
+PR684 = [[c, r] for c, r in pd.read_csv(Path(__file__).resolve().parents[1] / "calibration" / "published"
+                                        / "eagle3_context_curve.csv")[["context_tokens", "relative_alpha"]].to_numpy().tolist()]
+
 CASES = [
     # label, scenario, overrides, run the reference too
     ("Qwen3-8B sync, 32 GB200, 512x16, 16K, AR", "scenarios/8b_rl_think_sync.yaml", ["speculation.policy=off"], True),
     ("Qwen3-8B sync, 32 GB200, 512x16, 16K, EAGLE-3 k=3", "scenarios/8b_rl_think_sync.yaml", [], True),
+    ("Qwen3-8B sync, 32 GB200, 512x16, 16K, EAGLE-3 k=3, acceptance falling with context (PR #684)",
+     "scenarios/8b_rl_think_sync.yaml", [f"drafter.context_curve={PR684}"], True),
     ("Qwen3-235B-A22B, 2048 GB200, 4096x16, 32K, k=3", "scenarios/235b_async.yaml",
      ["workload.prompts=4096", "rollout.gpus=2048", "speculation.k=3", "rollout.weight_dtype=bf16",
       "rollout.tp=4", "rollout.ep=4", "workload.response_tokens.median=5000", "workload.response_tokens.p99=30000"],
@@ -61,7 +69,7 @@ def main() -> None:
         else:
             row = ("-", f"{fast_s:.3f}", "-", "-")
         table.add_row(label, f"{draw.n_responses:,}", f"{fast.total_tokens:,}", *row)
-    Console(width=150).print(table)
+    Console(width=170).print(table)
 
 
 if __name__ == "__main__":

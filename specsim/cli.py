@@ -134,6 +134,10 @@ def check(
     t.add_row("workload", f"{w.prompts} prompts × {w.group_size} = {info['responses_per_step']:,} responses/step, "
                           f"max {w.max_response_tokens} tokens")
     t.add_row("drafter", f"{d.kind}, α0 = {info['alpha0']:.3f}, τ = {info['tau_at_k']['tau']:.2f} at k = {d.tau_at_k}")
+    if info["tau_over_context"]:
+        oc = info["tau_over_context"]
+        t.add_row(f"τ at k = {oc['k']} over context", ", ".join(f"{c // 1000}k {v:.2f}" for c, v in oc["tau"].items())
+                  + f" (mean α; curve scaled ×{oc['scale']:.3f} so the run reports τ)")
     t.add_row("SD policy", world.policy.label)
     t.add_row("sweep", f"{sc.rows:,} rows (combinations × replicates)")  # rel (#15 row 2)
     con.print(t)

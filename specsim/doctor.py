@@ -8,7 +8,10 @@ and checked. Warnings never fail a scenario; bad input fails earlier, in the loa
 
 from __future__ import annotations
 
+import numpy as np
+
 from specsim.model import drafter_kind, drafter_kind_names
+from specsim.workload.acceptance_math import expected_tokens_per_verify
 
 #: Documented heuristics (not physics, not fitted): warn — never fail — when a scenario leaves the
 #: range where the models were built and checked.
@@ -83,4 +86,21 @@ def check_report(world, file: str) -> dict:
         "drafter": d.kind, "alpha0": world.acceptance.alpha0,
         "tau_at_k": {"k": d.tau_at_k, "tau": float(world.acceptance.tau(d.tau_at_k, 0))},
         "policy": world.policy.label, "warnings": doctor_warnings(world),
+        "tau_over_context": tau_over_context(world),
     }
+
+
+#: contexts (tokens) at which `specsim check` shows a context curve's effect
+CONTEXT_PROBES = (1000, 2000, 4000, 8000, 12000, 16000, 20000)
+
+
+def tau_over_context(world) -> dict | None:
+    """With `drafter.context_curve`: the normalising scale s and τ at `drafter.tau_at_k` of a
+    sequence with the mean acceptance at each probe context (null without a curve)."""
+    ctx = world.context
+    if ctx is None:
+        return None
+    k, acc = world.scenario.drafter.tau_at_k, world.acceptance
+    alphas = ctx.alpha_at(acc.alpha0, np.asarray(CONTEXT_PROBES, dtype=float))
+    taus = expected_tokens_per_verify(alphas, k, acc.decay)
+    return {"scale": ctx.scale, "k": k, "tau": {int(c): float(t) for c, t in zip(CONTEXT_PROBES, taus)}}

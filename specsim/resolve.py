@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.memory import memory_plan
 from specsim.cost.step import step_cost_table
@@ -21,6 +23,7 @@ from specsim.scenario import Scenario, ScenarioError, source_file
 from specsim.speculation import from_section
 from specsim.trainer import training_layout
 from specsim.workload.acceptance import DrafterAcceptance, Staleness, staleness_from_taus, temperature_alpha
+from specsim.workload.context_acceptance import ContextAcceptance, ContextCurve, normalising_scale
 from specsim.workload.lengths import LengthDistribution
 from specsim.workload.tree import DEFAULT_SIBLING_FACTOR
 from specsim.workload.tree_topk import TopKTree
@@ -118,6 +121,48 @@ def acceptance_model(sc: Scenario) -> DrafterAcceptance:
     return acc
 
 
+#: quantile bins of the response-length distribution over which the context curve's normalising
+#: scale is solved (midpoints; the top bins carry the capped tail)
+CONTEXT_LENGTH_BINS = 400
+
+
+def context_model(sc: Scenario, acc: DrafterAcceptance, resp: LengthDistribution,
+                  prompt: LengthDistribution) -> ContextAcceptance | None:
+    """The drafter's acceptance over the context (`drafter.context_curve`), or None.
+
+    Only a drafter trained offline (a kind that goes stale: EAGLE-3, MTP) has a training length to
+    fall beyond; a self-drafter is the policy itself and an n-gram proposer has no training. A
+    chain drafted at every step only: the tree laws have no per-token form here, and the
+    normalisation counts every step as a draft. With `drafter.tau` the curve is
+    normalised so that the run reports the configured τ (its scale is solved over the workload's
+    response lengths at the fresh drafter, the mean prompt as the context's start, lengths at
+    step 0: `length_growth_per_step` is not in it); with `drafter.alpha` that α is the
+    short-context acceptance (scale 1)."""
+    d = sc.drafter
+    if d.context_curve is None:
+        return None
+    if not drafter_kind(d.kind).goes_stale:
+        raise SpecError("drafter.context_curve", d.context_curve,
+                        f"omitted for a {d.kind} drafter (no offline training length to fall beyond; eagle3 or mtp)")
+    sp = sc.speculation
+    if sp.tree_branching is not None or sp.tree_topk is not None or d.tau_tree_topk is not None:
+        raise SpecError("drafter.context_curve", d.context_curve, "omitted with a token tree (chains only)")
+    if acc.proposal_rate != 1.0:
+        raise SpecError("drafter.context_curve", d.context_curve,
+                        f"omitted with drafter.proposal_rate {acc.proposal_rate:g} (a curve needs a drafter that "
+                        "drafts at every step)")
+    curve = ContextCurve.from_points(d.context_curve)
+    if d.alpha is not None:
+        return ContextAcceptance(curve, 1.0)
+    w = sc.workload
+    u = (np.arange(CONTEXT_LENGTH_BINS) + 0.5) / CONTEXT_LENGTH_BINS
+    lengths = np.clip(np.rint(resp.ppf(u)), 1, w.max_response_tokens)
+    weights = np.full(CONTEXT_LENGTH_BINS, 1.0 / CONTEXT_LENGTH_BINS)
+    scale = normalising_scale(curve, acc.tau(d.tau_at_k), acc.alpha0, acc.concentration, d.tau_at_k, acc.decay,
+                              prompt.mean_tokens(w.max_prompt_tokens), lengths, weights)
+    return ContextAcceptance(curve, scale)
+
+
 GIB_BYTES = 2**30
 
 
@@ -162,6 +207,7 @@ def resolve(sc: Scenario) -> World:
         acc = acceptance_model(sc)
         resp = length_distribution(w.response_tokens, "workload.response_tokens", base_dir)
         prompt = length_distribution(w.prompt_tokens, "workload.prompt_tokens", base_dir)
+        context = context_model(sc, acc, resp, prompt)
         max_batch = r.max_batch or vllm_default_max_num_seqs(hw)
         table = step_cost_table(model, arch if uses_drafter else None, hw, layout, max_batch, policy.ks,
                                 first_pass_q={k: acc.tau(k, tree=policy.tree_for(k)) if arch.catches_up_on_accepted
@@ -185,4 +231,4 @@ def resolve(sc: Scenario) -> World:
                  RolloutSpec(r.gpus, max_batch, r.kv_block_tokens, r.dispatch),
                  PipelineSpec(sc.name, p.mode, p.steps, p.warmup_steps, p.policy_lag, p.partial_rollouts,
                               float(p.reward_s), float(p.engine_prepare_s), float(p.data_s)),
-                 TrainerSpec(trainer, sc.training.weight_sync, float(sc.drafter.update_token_fraction)))
+                 TrainerSpec(trainer, sc.training.weight_sync, float(sc.drafter.update_token_fraction)), context)

@@ -20,6 +20,7 @@ from specsim.hardware import HardwareSpec
 from specsim.model import DrafterArch, ModelSpec
 from specsim.speculation import SDPolicy
 from specsim.workload.acceptance import DrafterAcceptance
+from specsim.workload.context_acceptance import ContextAcceptance
 from specsim.workload.lengths import LengthDistribution
 
 
@@ -87,7 +88,8 @@ class World:
     """A scenario resolved into specs. `engines` data-parallel rollout engines of `layout`.
 
     `scenario` is the schema object the world came from, kept for the layers above the simulator
-    (reports, doctor); the simulator never reads it."""
+    (reports, doctor); the simulator never reads it. `context`: the drafter's acceptance falling
+    with the context (drafter.context_curve with its normalising scale), None when not configured."""
 
     scenario: Any
     hw: HardwareSpec
@@ -106,6 +108,7 @@ class World:
     rollout: RolloutSpec
     pipeline: PipelineSpec
     trainer: TrainerSpec
+    context: ContextAcceptance | None = None
 
     def prefill_fn(self):
         """Prices prefill passes given as sums (see cost/forward.prefill_batches_s)."""

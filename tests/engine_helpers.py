@@ -17,14 +17,14 @@ from specsim.speculation import PolicyContext, SDPolicy
 
 def make_config(policy: SDPolicy, *, model="Qwen3-8B", hardware="h100_sxm", drafter="eagle3", tp=1,
                 max_batch=64, kv_capacity_tokens=10**7, block_tokens=16, mean_alpha=0.7, hw=None,
-                name="test") -> EngineConfig:
+                name="test", context=None) -> EngineConfig:
     m = load_model(model)
     hw = hw or load_hardware(hardware)
     layout = ParallelLayout(tp=tp)
     arch = drafter_arch(drafter, m)
     table = step_cost_table(m, arch, hw, layout, max_batch, policy.ks)
     return EngineConfig(name, table, policy, PolicyContext(table, mean_alpha), max_batch, kv_capacity_tokens,
-                        block_tokens, partial(prefill_batches_s, m, hw, layout))
+                        block_tokens, partial(prefill_batches_s, m, hw, layout), context=context)
 
 
 def make_work(seed: int, groups: int, group_size: int, *, median=400.0, sigma=0.8, cap=3000, prompt=128,

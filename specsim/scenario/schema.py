@@ -161,6 +161,9 @@ class DrafterSection(Strict):
     proposal_rate: float | None = Field(default=None, gt=0, le=1, description=(
         "share of request-steps that carry a draft (default: the kind's, catalog/drafters.yaml; "
         "tau is conditional on a draft, as vLLM reports it)"))
+    context_curve: list[list[float]] | None = Field(default=None, max_length=1000, description=(
+        "[[context_tokens, relative_alpha], ...]: per-token acceptance relative to short contexts, for a "
+        "drafter trained on shorter sequences (workload/context_acceptance.py; none = no fall with context)"))
 
     @model_validator(mode="after")
     def _acceptance_given(self):

@@ -160,7 +160,7 @@ def engine_config(world: World, name: str, mean_alpha: float, policy: SDPolicy |
         max_batch=world.rollout.max_batch, kv_capacity_tokens=world.kv_capacity_tokens,
         block_tokens=world.rollout.kv_block_tokens, prefill_batches_s=world.prefill_fn(),
         position_decay=world.acceptance.decay, record_timeline=record_timeline,
-        proposal_rate=world.acceptance.proposal_rate)
+        proposal_rate=world.acceptance.proposal_rate, context=world.context)
 
 
 def measured_alpha_estimates(world: World, gen: GenerationResult, previous: dict[str, float]) -> dict[str, float]:

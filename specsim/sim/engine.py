@@ -20,6 +20,14 @@ segment progress is fluid (μ_i per step); when k changes every active response 
 its fluid progress. KV blocks are fluid too: Σ⌈x/b⌉ ≈ Σx/b + n(b−1)/(2b). The tests bound the
 error against the reference engine (rollout time within 1 %, identical tokens).
 
+Acceptance falling with the context (cfg.context, workload/context_acceptance.py). A response is
+keyed by the constant acceptance that conserves its expected verify steps over the tokens it has
+left, and its fluid progress follows its acceptance profile. The profile is cut at the curve's
+points; each piece runs at its own rate, the rates stretched so the last piece ends at the drawn
+finish boundary. The rate changes are events like finishes (`rate_heap`, FastState.apply_rates),
+so the context the steps pay for grows as it does in the reference engine. The closed-form tail
+drain is off then (its rates are constant).
+
 Accounting. Tokens are counted, not copied: each response's emitted tokens are the sum of its
 progress over every stint (fluid progress when it is re-keyed or preempted, the rest of its
 length at its drawn finishing step, minus the fraction a preemption discards), and the tokens per
@@ -172,6 +180,10 @@ class FastEngine(FastState):
             heapq.heappop(heap)
         s, A, B, n, k = self.s, self.A, self.B, self.n_act, self.k
         b = heap[0][0]
+        if self.rate_heap:
+            b_rate = self.next_rate_s()
+            if b_rate is not None and b_rate < b:
+                b = b_rate
         if B > 0 and n > 1:
             x = (self.cap - self.GB - n * self.rbar) * self.blk - n * (k + 1)
             s_kv = math.floor((x - (A - self.SP)) / B) + 1
@@ -253,7 +265,7 @@ class FastEngine(FastState):
         admit_s = self.admit_s + offsets[self.admit_pf]
         finish_s = self.finish_s + offsets[self.finish_pf]
         self.prefill_total += float(offsets[-1])
-        t = self.t + float(offsets[-1])
+        t = float(self.t) + float(offsets[-1])
         tl = self.tl
         tl.t_s = (np.asarray(tl.t_s, dtype=float) + offsets[np.asarray(self.tl_pf, dtype=np.int64)]).tolist()
         ints = np.rint(self.emitted)
@@ -279,6 +291,8 @@ class FastEngine(FastState):
             if not queue and drain_tail():
                 continue
             segment(INF)
+            if self.rate_heap:
+                self.apply_rates()
             if heap and heap[0][0] == self.s:
                 finish()
 
@@ -306,6 +320,8 @@ class FastEngine(FastState):
             if not self.queue and self.drainable and self._drain_tail():
                 continue
             self._segment(until_s)
+            if self.rate_heap:
+                self.apply_rates()
             if self.heap and self.heap[0][0] == self.s:
                 self._finish()
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from specsim.sim.common import EngineConfig, EngineWork, PrefillLog, Timeline
 from specsim.sim.fastlaw import ScalarOps, StepLaw, step_law, steps_to_finish
+from specsim.workload.context_acceptance import context_segments, invert_tau, segment_steps
 
 INF = float("inf")
 
@@ -34,7 +35,7 @@ class FastState:
                  "fin_pf", "fin_t", "finish_b", "finish_pf", "finish_s", "fixed_rows", "g0", "gate",
                  "group_active", "groups", "groups_l", "heap", "is_active", "k", "laws", "mu", "n_act",
                  "open", "order", "pblocks_l", "policy_version", "preempt", "prefill_total", "prefills",
-                 "prompt_blocks", "queue", "rbar", "remaining", "s", "s0", "saved", "scalar_laws",
+                 "prompt_blocks", "queue", "rate_heap", "rbar", "remaining", "s", "s0", "saved", "scalar_laws",
                  "sd_seq_steps", "sd_steps", "sd_tokens", "seq_sd_steps", "seq_sd_tokens", "seq_steps",
                  "slots_max", "step_ids", "step_l", "steps", "t", "tl", "tl_pf", "version",
                  "weighted_active", "work", "z")
@@ -77,6 +78,7 @@ class FastState:
         self.queue = deque(range(n))
         self.order: list[int] = []     # admission order (lazy deletion)
         self.heap: list[tuple[int, int, int]] = []
+        self.rate_heap: list[tuple[int, int, int, float]] = []   # (boundary, i, version, new rate): cfg.context
         self.group_active: dict[int, int] = {}
         self.A = self.B = self.SP = self.SL = self.GB = 0.0
         self.n_act = self.s = self.k = 0
@@ -101,7 +103,7 @@ class FastState:
         # open: work arrives and weights change at scheduled times; prefills are priced as they happen
         self.open = open_
         self.closed = not open_
-        self.drainable = self.closed and cfg.policy.kind in ("off", "always")
+        self.drainable = self.closed and cfg.policy.kind in ("off", "always") and cfg.context is None
         self.all_arrived = not open_
         self.arrival = np.full(n, INF if open_ else 0.0)
         self.events: list[tuple[float, int, str, object]] = []
@@ -116,6 +118,19 @@ class FastState:
                                      self.cfg.proposal_rate)
         return self.laws[kk]
 
+    def context_law(self, idx: np.ndarray, kk: int) -> tuple[StepLaw, np.ndarray, np.ndarray]:
+        """Acceptance falling with the context (cfg.context): the laws of `idx` over the tokens each
+        has left, keyed at the constant acceptance that conserves their expected verify steps
+        over the contexts P + g0 .. P + L (so a response re-keyed late in its life, at a
+        readmission or a new k, runs at its late acceptance), with the tokens and expected steps
+        of each segment between the curve's points (for :meth:`rate_profile`)."""
+        ctx, d = self.cfg.context, self.cfg.position_decay
+        left = self.L[idx] - self.g0[idx]
+        edges, tokens = context_segments(ctx.curve, self.P[idx] + self.g0[idx], left)
+        steps = segment_steps(ctx, self.alphas[idx], edges, tokens, kk, d)
+        alphas = invert_tau(left / steps.sum(axis=1), kk, d)
+        return step_law(alphas, kk, d, self.cfg.policy.tree_for(kk), self.cfg.proposal_rate), tokens, steps
+
     def scalar_law(self, kk: int) -> tuple[list, ...]:
         if kk not in self.scalar_laws:
             lw = self.law(kk)
@@ -125,7 +140,8 @@ class FastState:
     def key(self, idx: np.ndarray, kk: int) -> None:
         """Set rate and finish boundary for `idx` (their g0 = progress at boundary s)."""
         s, heap = self.s, self.heap
-        if len(idx) == 1:  # the common single readmission: the same law on Python floats
+        by_context = self.cfg.context is not None and kk > 0
+        if len(idx) == 1 and not by_context:  # the common single readmission: the same law on Python floats
             i = int(idx[0])
             m, *consts = (a[i] for a in self.scalar_law(kk))
             need = int(steps_to_finish(float(self.L[i] - self.g0[i]), consts, float(self.z[i]), kk, ScalarOps))
@@ -137,10 +153,15 @@ class FastState:
             self.finish_b[i] = s + need
             heapq.heappush(heap, (s + need, i, int(self.version[i])))
             return
-        lw = self.law(kk)
-        m = lw.mu[idx]
-        need = steps_to_finish(self.L[idx] - self.g0[idx], (lw.inv_mu[idx], lw.offset[idx], lw.sd1[idx],
-                                                            lw.skew1[idx]), self.z[idx], kk)
+        if by_context:
+            lw, seg_tokens, seg_steps = self.context_law(idx, kk)
+            m, consts = lw.mu, (lw.inv_mu, lw.offset, lw.sd1, lw.skew1)
+        else:
+            lw = self.law(kk)
+            m, consts = lw.mu[idx], (lw.inv_mu[idx], lw.offset[idx], lw.sd1[idx], lw.skew1[idx])
+        need = steps_to_finish(self.L[idx] - self.g0[idx], consts, self.z[idx], kk)
+        if by_context:
+            m = self.rate_profile(idx, need, m, seg_tokens, seg_steps)
         self.mu[idx] = m
         self.s0[idx] = s
         self.A += float((self.P[idx] + self.g0[idx] - m * s).sum())
@@ -156,6 +177,78 @@ class FastState:
             for entry in entries:
                 heapq.heappush(heap, entry)
 
+    def rate_profile(self, idx: np.ndarray, need: np.ndarray, mu: np.ndarray, seg_tokens: np.ndarray,
+                     seg_steps: np.ndarray) -> np.ndarray:
+        """Progress along the acceptance profile (cfg.context): each keyed response's remaining
+        tokens are cut at the curve's points (:meth:`context_law`); segment j of r_j tokens takes
+        its expected steps, stretched so the segments end at the drawn finish boundary (`need`
+        steps from now) and rounded to whole steps (a segment left with no step joins the next).
+        Returns the first segment's rate and queues the later rates as events (`rate_heap`), so
+        the batch's context grows fast while acceptance is high and slowly where it has fallen,
+        as in the reference engine; the finish boundaries (and their law) are unchanged. A
+        response whose remaining tokens cross no point keeps its law's rate `mu`. Vectorised."""
+        first = np.array(mu, dtype=float, copy=True)
+        steps = np.asarray(need, dtype=float)
+        rows = np.flatnonzero(((seg_tokens > 0).sum(axis=1) > 1) & (steps >= 2))
+        if not len(rows):
+            return first
+        tokens, steps = seg_tokens[rows], steps[rows]
+        r = tokens.sum(axis=1)
+        expected = np.cumsum(seg_steps[rows], axis=1)
+        ends = np.minimum(np.rint(expected * (steps / expected[:, -1])[:, None]), steps[:, None])
+        ends[:, -1] = steps
+        done = np.where(ends >= steps[:, None], r[:, None], np.cumsum(tokens, axis=1))
+        # knots (step, tokens done) from (0, 0); of knots at the same step the first is kept (the
+        # segments after it join the next span), at the finish step the tokens done are all r
+        knot_s = np.concatenate((np.zeros((len(rows), 1)), ends), axis=1)
+        knot_t = np.concatenate((np.zeros((len(rows), 1)), done), axis=1)
+        keep = np.concatenate((np.ones((len(rows), 1), dtype=bool), knot_s[:, 1:] > knot_s[:, :-1]), axis=1)
+        row_of = np.broadcast_to(np.arange(len(rows))[:, None], keep.shape)[keep]
+        ks, kt = knot_s[keep], knot_t[keep]
+        pair = row_of[1:] == row_of[:-1]                 # consecutive kept knots of one response
+        span_row, span_start = row_of[:-1][pair], ks[:-1][pair]
+        rate = (kt[1:] - kt[:-1])[pair] / (ks[1:] - ks[:-1])[pair]
+        opening = span_start == 0
+        first[rows[span_row[opening]]] = rate[opening]
+        later = ~opening
+        who = idx[rows[span_row[later]]]
+        entries = list(zip((self.s + span_start[later]).astype(np.int64).tolist(), who.tolist(),
+                           (self.version[who] + 1).tolist(), rate[later].tolist()))   # key() bumps the version
+        if len(entries) > len(self.rate_heap):
+            self.rate_heap.extend(entries)
+            heapq.heapify(self.rate_heap)
+        else:
+            for entry in entries:
+                heapq.heappush(self.rate_heap, entry)
+        return first
+
+    def apply_rates(self) -> None:
+        """Rate changes due at boundary s (see rate_profile): progress so far is counted at the
+        old rate (as unkey does), then the response runs on at the new one, its finish unchanged."""
+        heap, s = self.rate_heap, self.s
+        due, rates = [], []
+        while heap and heap[0][0] <= s:
+            b, i, ver, rate = heapq.heappop(heap)
+            if self.is_active[i] and ver == self.version[i] and b == s:
+                due.append(i)
+                rates.append(rate)
+        if not due:
+            return
+        idx = np.asarray(due, dtype=np.int64)
+        m = np.asarray(rates)
+        self.unkey(idx)
+        self.mu[idx] = m
+        self.s0[idx] = s
+        self.A += float((self.P[idx] + self.g0[idx] - m * s).sum())
+        self.B += float(m.sum())
+
+    def next_rate_s(self) -> int | None:
+        """The next valid rate-change boundary (stale entries dropped), None if there is none."""
+        heap = self.rate_heap
+        while heap and (not self.is_active[heap[0][1]] or heap[0][2] != self.version[heap[0][1]]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
     def unkey(self, idx: np.ndarray) -> None:
         """Freeze progress of `idx` at boundary s, count it as emitted, take them out of the aggregates."""
         s = self.s
@@ -169,7 +262,7 @@ class FastState:
                 if self.open:
                     self.seq_sd_tokens[i] += g - g0
                     self.seq_sd_steps[i] += s - self.s0[i]
-            self.A -= self.P_l[i] + g0 - mu * self.s0[i]
+            self.A -= self.P_l[i] + g0 - mu * float(self.s0[i])
             self.B -= mu
             self.g0[i] = g
             self.s0[i] = s

@@ -185,7 +185,8 @@ class ReferenceEngine:
         nb = len(idx)
         dt = cfg.table.step_s(k, nb, float((P[idx] + gen[idx]).sum()))
         if k > 0:
-            emitted = sample_tokens_per_verify(self.rng, self.alphas[idx], k, cfg.position_decay, cfg.policy.tree_for(k))
+            alphas = self.alphas[idx] if cfg.context is None else cfg.context.alpha_at(self.alphas[idx], P[idx] + gen[idx])
+            emitted = sample_tokens_per_verify(self.rng, alphas, k, cfg.position_decay, cfg.policy.tree_for(k))
             if cfg.proposal_rate < 1.0:   # a request-step without a draft decodes one token
                 proposes = self.rng.random(nb) < cfg.proposal_rate
                 emitted = np.where(proposes, emitted, 1)

@@ -99,15 +99,15 @@ class StreamCluster:
         los = [int(r[j]) for r in self.ranges]
         tails = [u[lo:] for u, lo in zip(self.u, los)]
         alphas = sequence_alpha_fn(mean_alpha, self.world.acceptance.concentration)(np.concatenate(tails))
-        laws = {}
-        if self.fast:
+        laws = None if self.world.context is not None else {}   # None: each engine keys its own (sim/fast_state.law)
+        if self.fast and laws is not None:
             pol = self.world.policy
             laws = {k: step_law(alphas, k, self.world.acceptance.decay, pol.tree_for(k),
                                 self.world.acceptance.proposal_rate) for k in pol.ks}
         offsets = np.cumsum([0] + [len(x) for x in tails])
         for eng, lo, a, b in zip(self.engines, los, offsets[:-1], offsets[1:]):
-            part = {k: StepLaw(*(x[a:b] for x in (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1)))
-                    for k, lw in laws.items()}
+            part = None if laws is None else {k: StepLaw(*(x[a:b] for x in (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1)))
+                                              for k, lw in laws.items()}
             eng.switch(t_s, version, alphas[a:b], mean_alpha, in_flight, part, lo)
 
     def _done(self, j: int) -> bool:
