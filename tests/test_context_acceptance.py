@@ -114,41 +114,48 @@ def test_the_run_reports_the_configured_tau():
     assert world.context.alpha_at(0.7, 16000.0) < 0.2 * world.context.alpha_at(0.7, 1000.0)
 
 
-def test_a_falling_curve_slows_generation_and_leaves_lengths_alone():
+@pytest.fixture(scope="module")
+def sync_runs():
+    """Two sync steps of the RL-Think workload (small): the PR #684 curve on both engines, and the
+    fast engine without a curve at the same configured tau."""
+    base = apply_overrides(load_scenario(THINK), {**SMALL, "pipeline.steps": 2, "pipeline.warmup_steps": 0})
+    falling = resolve(apply_overrides(base, {"drafter.context_curve": PR684}))
+    return {"fast": run_pipeline(falling, engine="fast"), "reference": run_pipeline(falling, engine="reference"),
+            "flat": run_pipeline(resolve(base), engine="fast")}
+
+
+def _mean(run, column: str) -> float:
+    return float(np.mean([getattr(x, column) for x in run.records]))
+
+
+def test_a_falling_curve_slows_generation_and_leaves_lengths_alone(sync_runs):
     """At the same reported tau, acceptance moved from the long responses to the short ones slows
     a sync step (its long responses decide when generation ends); responses are unchanged."""
-    base = apply_overrides(load_scenario(THINK), SMALL)
-    flat = run_pipeline(resolve(base))
-    falling = run_pipeline(resolve(apply_overrides(base, {"drafter.context_curve": PR684})))
+    flat, falling = sync_runs["flat"], sync_runs["fast"]
     assert [r.tokens for r in falling.records] == [r.tokens for r in flat.records]
-    assert np.mean([r.generation_s for r in falling.records]) > 1.05 * np.mean([r.generation_s for r in flat.records])
+    assert _mean(falling, "generation_s") > 1.05 * _mean(flat, "generation_s")
 
 
-def _both_engines(overrides: dict, column: str):
-    """(fast mean, reference mean) of a StepRecord column, and both runs, on the RL-Think
-    workload (small) with the PR #684 curve and `overrides`."""
-    sc = apply_overrides(load_scenario(THINK), {**SMALL, "drafter.context_curve": PR684, **overrides})
-    world = resolve(sc)
-    f = run_pipeline(world, engine="fast")
-    r = run_pipeline(world, engine="reference")
-    return np.mean([getattr(x, column) for x in f.records]), np.mean([getattr(x, column) for x in r.records]), f, r
-
-
-def test_fast_matches_reference_on_the_8b_workload_with_a_falling_curve():
+def test_fast_matches_reference_on_the_8b_workload_with_a_falling_curve(sync_runs):
     """The fast engine keys a response by one law and moves its progress along the acceptance
     profile (sim/fast_state.rate_profile); on the RL-Think workload with the PR #684 curve its
     generation time is within 1 % of the reference engine's, which samples every step (measured
     +0.04 %; without the profile, at one constant acceptance per response, it ran 3-6 % fast on
     the full RL-Think workload)."""
-    tf, tr, _, _ = _both_engines({"pipeline.steps": 2, "pipeline.warmup_steps": 0}, "generation_s")
+    tf, tr = _mean(sync_runs["fast"], "generation_s"), _mean(sync_runs["reference"], "generation_s")
     assert abs(tf - tr) / tr < 0.01, (tf, tr)
+    assert [x.tokens for x in sync_runs["fast"].records] == [x.tokens for x in sync_runs["reference"].records]
 
 
 def test_async_with_a_falling_curve_matches_reference():
     """In-flight weight switches re-key responses mid-life (each engine keys its own laws): the
     async generation window within 1 % of the reference engine's (measured +0.33 %)."""
-    tf, tr, f, r = _both_engines({"pipeline.steps": 3, "pipeline.mode": "async", "training.gpus": 4,
-                                  "pipeline.policy_lag": 1, "pipeline.partial_rollouts": True}, "gen_window_s")
+    sc = apply_overrides(load_scenario(THINK), {**SMALL, "drafter.context_curve": PR684, "pipeline.steps": 3,
+                                                "pipeline.mode": "async", "training.gpus": 4,
+                                                "pipeline.policy_lag": 1, "pipeline.partial_rollouts": True})
+    world = resolve(sc)
+    f, r = run_pipeline(world, engine="fast"), run_pipeline(world, engine="reference")
+    tf, tr = _mean(f, "gen_window_s"), _mean(r, "gen_window_s")
     assert abs(tf - tr) / tr < 0.01, (tf, tr)
     assert [x.tokens for x in f.records] == [x.tokens for x in r.records]
 
