@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -273,11 +274,22 @@ def _num(doc: dict, key: str, where: str, positive: bool = True) -> tuple[float,
 
 
 def load_hardware(name_or_path: str) -> HardwareSpec:
-    """Load a bundled profile by name (`gb200`) or a user profile by path."""
+    """Load a bundled profile by name (`gb200`) or a user profile by path.
+
+    Parsed profiles are memoised by path and content (:func:`_parse_profile`): a sweep or a
+    capacity plan resolves many worlds on one profile, and parsing its YAML was a fifth of a
+    small run's time. The file is read every time, so one edited on disk is parsed again; the
+    returned spec is frozen, so callers cannot see each other's changes."""
     path = _resolve_profile_path(name_or_path)
-    where = str(path)
+    return _parse_profile(str(path), path.read_bytes())
+
+
+@lru_cache(maxsize=32)
+def _parse_profile(where: str, data: bytes) -> HardwareSpec:
+    """The profile whose file at `where` holds `data` (both are the cache key)."""
+    path = Path(where)
     try:
-        doc = load_yaml_text(path.read_text())
+        doc = load_yaml_text(data.decode())
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise SpecError("hardware", str(path), f"a valid YAML file ({exc.__class__.__name__})") from None
     if not isinstance(doc, dict):

@@ -246,6 +246,25 @@ def test_profile_one_shot_latency_loads_and_bad_values_name_the_field(tmp_path):
         assert "nvlink_oneshot" in str(err.value) and str(p) in str(err.value)
 
 
+def test_a_profile_edited_on_disk_is_read_again(tmp_path):
+    """load_hardware memoises parsed profiles by path and content: the same file gives the same
+    frozen spec, and an edit (even one that keeps the size) gives the new values."""
+    import yaml
+
+    from specsim.hardware import load_hardware
+
+    doc = yaml.safe_load(Path(H100.path).read_text())
+    p = tmp_path / "edited.yaml"
+    doc["hbm_tbps"]["value"] = 3.25
+    p.write_text(yaml.safe_dump(doc))
+    first = load_hardware(str(p))
+    assert load_hardware(str(p)) is first
+    doc["hbm_tbps"]["value"] = 3.75   # same length on disk
+    p.write_text(yaml.safe_dump(doc))
+    assert load_hardware(str(p)).hbm_bw_bytes_per_s == pytest.approx(3.75e12)
+    assert first.hbm_bw_bytes_per_s == pytest.approx(3.25e12)
+
+
 def test_insitu_stream_factor_scales_every_fitted_stream_capped_at_peak(tmp_path):
     """kernel_fit.insitu_stream_factor multiplies the fitted weight, expert and KV streaming
     efficiencies (capped at 1): a memory-bound decode pass gets faster by about that factor, a
