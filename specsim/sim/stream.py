@@ -99,7 +99,7 @@ class StreamCluster:
         los = [int(r[j]) for r in self.ranges]
         tails = [u[lo:] for u, lo in zip(self.u, los)]
         alphas = sequence_alpha_fn(mean_alpha, self.world.acceptance.concentration)(np.concatenate(tails))
-        laws = None if self.world.context is not None else {}   # None: each engine keys its own (sim/fast_state.law)
+        laws = None if self.world.context is not None else {}   # None: each engine keys its own (FastState.context_law)
         if self.fast and laws is not None:
             pol = self.world.policy
             laws = {k: step_law(alphas, k, self.world.acceptance.decay, pol.tree_for(k),
