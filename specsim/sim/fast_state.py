@@ -21,7 +21,7 @@ import numpy as np
 
 from specsim.sim.common import EngineConfig, EngineWork, PrefillLog, Timeline
 from specsim.sim.fastlaw import ScalarOps, StepLaw, step_law, steps_to_finish
-from specsim.workload.context_acceptance import context_segments, invert_tau, segment_steps
+from specsim.workload.context_acceptance import invert_tau, segment_steps
 
 INF = float("inf")
 
@@ -126,9 +126,8 @@ class FastState:
         of each segment between the curve's points (for :meth:`rate_profile`)."""
         ctx, d = self.cfg.context, self.cfg.position_decay
         left = self.L[idx] - self.g0[idx]
-        edges, tokens = context_segments(ctx.curve, self.P[idx] + self.g0[idx], left)
-        steps = segment_steps(ctx, self.alphas[idx], edges, tokens, kk, d)
-        alphas = invert_tau(left / steps.sum(axis=1), kk, d)
+        tokens, steps = segment_steps(ctx, self.alphas[idx], self.P[idx] + self.g0[idx], left, kk, d)
+        alphas = invert_tau(left / steps.sum(axis=1), kk, d)   # effective_alphas, keeping the segments
         return step_law(alphas, kk, d, self.cfg.policy.tree_for(kk), self.cfg.proposal_rate), tokens, steps
 
     def scalar_law(self, kk: int) -> tuple[list, ...]:

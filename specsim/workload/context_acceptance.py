@@ -37,7 +37,7 @@ over its tokens. That conserves each sequence's step count, not the order of its
 constant rate the batch's context would grow too slowly early and too fast late (the fast engine
 ran 3-6 % fast on the RL-Think workload that way). So the fast engine also moves each response's
 progress along its acceptance profile, piece by piece between the curve's points
-(:func:`context_segments`, :func:`segment_steps`; sim/fast_state.rate_profile), and agrees with
+(:func:`segment_steps`; sim/fast_state.rate_profile), and agrees with
 the reference engine within 1 % (tests/test_context_acceptance.py, tests/test_engine.py).
 """
 
@@ -53,8 +53,8 @@ from specsim.errors import SpecError
 from specsim.workload.acceptance_math import expected_tokens_per_verify
 from specsim.workload.population import beta_nodes
 
-__all__ = ["ALPHA_MAX", "ContextAcceptance", "ContextCurve", "context_segments", "effective_alphas", "invert_tau",
-           "normalising_scale", "segment_steps", "workload_tau"]
+__all__ = ["ALPHA_MAX", "ContextAcceptance", "ContextCurve", "effective_alphas", "invert_tau", "normalising_scale",
+           "segment_steps", "workload_tau"]
 
 #: acceptance is capped below 1 (a sequence that always accepts would make tau_k = k + 1 exact)
 ALPHA_MAX = 0.9999
@@ -131,7 +131,7 @@ def invert_tau(tau, k: int, decay: float) -> np.ndarray:
     return 0.5 * (lo + hi)
 
 
-def context_segments(curve: ContextCurve, start_tokens, tokens) -> tuple[np.ndarray, np.ndarray]:
+def _segments(curve: ContextCurve, start_tokens, tokens) -> tuple[np.ndarray, np.ndarray]:
     """Each sequence's `tokens` tokens from context `start_tokens` cut at the curve's points:
     (edges (n, points + 2), tokens per segment (n, points + 1)); a point outside a sequence's
     span gives an empty segment. rho is linear inside every segment."""
@@ -142,24 +142,22 @@ def context_segments(curve: ContextCurve, start_tokens, tokens) -> tuple[np.ndar
     return edges, np.diff(edges, axis=1)
 
 
-def segment_steps(ctx: ContextAcceptance, alphas, edges: np.ndarray, tokens: np.ndarray, k: int,
-                  decay: float) -> np.ndarray:
-    """Expected verify steps of each segment (tokens × the mean of 1 / tau_k(alpha_i(c)) over its
-    tokens, midpoint rule with SEGMENT_BINS bins) for sequences of base acceptance `alphas` (n,)."""
+def segment_steps(ctx: ContextAcceptance, alphas, start_tokens, tokens, k: int,
+                  decay: float) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens and expected verify steps of each segment between the curve's points (n,
+    points + 1) of sequences with base acceptance `alphas` (n,) and `tokens` tokens from context
+    `start_tokens`: a segment's steps are its tokens × the mean of 1 / tau_k(alpha_i(c)) over
+    them (midpoint rule, SEGMENT_BINS bins)."""
+    edges, seg_tokens = _segments(ctx.curve, start_tokens, tokens)
     f = (np.arange(SEGMENT_BINS) + 0.5) / SEGMENT_BINS
-    c = edges[:, :-1, None] + tokens[:, :, None] * f
+    c = edges[:, :-1, None] + seg_tokens[:, :, None] * f
     per_token = ctx.alpha_at(np.asarray(alphas, dtype=float)[:, None, None], c)
-    return tokens * np.mean(1.0 / expected_tokens_per_verify(per_token, k, decay), axis=-1)
+    return seg_tokens, seg_tokens * np.mean(1.0 / expected_tokens_per_verify(per_token, k, decay), axis=-1)
 
 
-def _harmonic_tau(ctx: ContextAcceptance, alphas, prompt_tokens, response_tokens, k: int, decay: float) -> np.ndarray:
-    """Per sequence: L / (expected verify steps), the harmonic mean of tau_k over its tokens."""
-    a = np.asarray(alphas, dtype=float)
-    L = np.asarray(response_tokens, dtype=float)
-    edges, tokens = context_segments(ctx.curve, prompt_tokens, L)
-    steps = segment_steps(ctx, a, edges, tokens, k, decay).sum(axis=1)
-    at_start = expected_tokens_per_verify(ctx.alpha_at(a, prompt_tokens), k, decay)
-    return np.where(steps > 0, L / np.where(steps > 0, steps, 1.0), at_start)
+def _harmonic_tau(ctx: ContextAcceptance, alphas, start_tokens, tokens, k: int, decay: float) -> np.ndarray:
+    """Per sequence (tokens >= 1): tokens / expected verify steps, the harmonic mean of tau_k."""
+    return np.asarray(tokens, dtype=float) / segment_steps(ctx, alphas, start_tokens, tokens, k, decay)[1].sum(axis=1)
 
 
 def effective_alphas(ctx: ContextAcceptance | None, alphas, prompt_tokens, response_tokens, k: int,
