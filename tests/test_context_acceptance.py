@@ -149,8 +149,8 @@ def test_fast_matches_reference_on_the_8b_workload_with_a_falling_curve(sync_run
 
 def test_async_with_a_falling_curve_matches_reference():
     """In-flight weight switches re-key responses mid-life (each engine keys its own laws): the
-    async generation window within 1 % of the reference engine's (measured +0.33 %)."""
-    sc = apply_overrides(load_scenario(THINK), {**SMALL, "drafter.context_curve": PR684, "pipeline.steps": 3,
+    async generation window within 1 % of the reference engine's (measured +0.002 % over two steps)."""
+    sc = apply_overrides(load_scenario(THINK), {**SMALL, "drafter.context_curve": PR684, "pipeline.steps": 2,
                                                 "pipeline.mode": "async", "training.gpus": 4,
                                                 "pipeline.policy_lag": 1, "pipeline.partial_rollouts": True})
     world = resolve(sc)

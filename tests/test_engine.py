@@ -43,9 +43,8 @@ GRID += [
 # fast engine preempts ~4 % less often than the reference and is 1.5-1.9 % fast (README, "Acceptance
 # falling with the context")
 FALLING = {"context": ContextAcceptance(ContextCurve((200.0, 700.0, 1300.0), (1.0, 0.55, 0.2)), 1.1)}
-GRID += [   # ample KV with a falling curve: tests/test_context_acceptance.py, on the RL-Think workload
+GRID += [   # ample KV and mid-life re-keying (in-flight switches) with a falling curve: tests/test_context_acceptance.py
     ("k=5 tight, falling with context", SDPolicy("always", k=5), 24_000, FALLING),
-    ("toggle, falling with context", SDPolicy("toggle", k=5, margin=0.05), 10**7, FALLING),
 ]
 
 
