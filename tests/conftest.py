@@ -4,6 +4,9 @@ Property tests must not fail "sometimes": the `ci` profile (loaded by default) d
 hypothesis (examples derived from each test's source, the same on every run and machine),
 keeps no example database between runs, and prints the reproduction blob of any failure.
 `HYPOTHESIS_PROFILE=dev pytest` explores fresh random examples locally.
+
+Tests marked `long` are moved to the front of the collection: the suite runs on every core
+(pytest-xdist, work stealing), and a long test that starts last would end the run alone.
 """
 
 import os
@@ -16,3 +19,8 @@ settings.register_profile(
 )
 settings.register_profile("dev", derandomize=False, print_blob=True, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Queue the tests marked `long` first, keeping the order of the rest."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)

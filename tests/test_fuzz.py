@@ -155,6 +155,7 @@ def _no_traceback(text: str) -> None:
     assert "Traceback" not in text and "internal error" not in text, text
 
 
+@pytest.mark.long
 @settings(max_examples=N_EXAMPLES, deadline=None, database=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
 @given(case=st.sampled_from(["valid", "broken", "broken"]).flatmap(

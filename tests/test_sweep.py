@@ -225,6 +225,7 @@ def test_deterministic_across_runs_and_jobs(full_run, tmp_path):
     assert (out2 / "steps.csv").read_bytes() == (ref_out / "steps.csv").read_bytes()
 
 
+@pytest.mark.long
 def test_ray_backend_matches_local(full_run, tmp_path):
     pytest.importorskip("ray")
     _, ref_out = full_run
