@@ -83,6 +83,18 @@ def test_override_can_create_a_section():
     assert sc.output.capacity.target_step_s == 60.0
 
 
+def test_a_sweep_entry_is_set_by_its_own_dotted_path():
+    """`--set sweep.speculation.k=[0,3]` (the form `specsim run --help` shows) sets the sweep entry
+    `speculation.k`, next to the file's other entries; an unknown swept path is still named."""
+    sc = load_scenario(SCENARIO, ["sweep.speculation.k=[0, 3]", "sweep.pipeline.policy_lag=[1, 2]",
+                                  "sweep.replicates=2", "pipeline.mode=async", "training.gpus=8"])
+    assert sc.sweep["speculation.k"] == [0, 3] and sc.sweep["pipeline.policy_lag"] == [1, 2]
+    assert sc.sweep["replicates"] == 2 and sc.rows == 8
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(SCENARIO, ["sweep.speculation.kk=[0, 3]"])
+    assert "speculation.kk" in str(err.value)
+
+
 def test_apply_overrides_revalidates():
     sc = load_scenario(SCENARIO)
     new = apply_overrides(sc, {"rollout.tp": 2})

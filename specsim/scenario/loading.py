@@ -35,11 +35,19 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def set_dotted(doc: dict, path: str, value: Any, file: str | None = None) -> dict:
-    """Set `a.b.c` in a nested dict (copying), checking every part names a real field."""
+    """Set `a.b.c` in a nested dict (copying), checking every part names a real field.
+
+    Under `sweep` the rest of the path is one key, the swept field's own dotted path:
+    `sweep.speculation.k=[0, 3]` sets the sweep entry `speculation.k` (and `sweep.replicates=1`
+    its replicate count); the sweep validator then checks the path names a real field."""
     parts = path.split(".")
     if not all(parts):
         raise ScenarioError(file, path, path, "a dotted field path like speculation.k")
     out = copy.deepcopy(doc)
+    if parts[0] == "sweep" and len(parts) > 1:
+        sweep = out.get("sweep")
+        out["sweep"] = {**(sweep if isinstance(sweep, dict) else {}), ".".join(parts[1:]): value}
+        return out
     cur = out
     for i, part in enumerate(parts):
         model = _model_for_path(parts[:i], Scenario)
