@@ -116,6 +116,7 @@ def check(
     w, d = sc.workload, sc.drafter
     info["sweep_rows"] = sc.rows  # rows the sweep asks for (limit MAX_SWEEP_ROWS)
     info["sweep"] = check_points(sc)  # refuses every point `run` would refuse
+    info["warnings"] += info["sweep"].pop("warnings")
     if fmt is Format.json:
         _emit_json(info)
         return

@@ -35,6 +35,14 @@ def max_length_sequences_in_kv(world) -> int:
     return world.kv_capacity_tokens // (w.max_prompt_tokens + w.max_response_tokens)
 
 
+def steady_fill_warning(ps) -> str:
+    """The warning for an async run too short to have a steady step past its fill
+    (`specsim.world.PipelineSpec.fill_steps`)."""
+    return (f"pipeline.steps = {ps.steps} leaves no steady step after the async pipeline's fill (steps 0-"
+            f"{ps.fill_steps - 1} at policy_lag {ps.policy_lag}): its steady means include fill steps; "
+            f"run at least {ps.fill_steps + 1} steps")
+
+
 def doctor_warnings(world) -> list[str]:
     """Plausibility warnings for a resolved scenario (a `specsim.resolve.World`); empty when all is usual.
 
@@ -51,6 +59,8 @@ def doctor_warnings(world) -> list[str]:
     if sc.pipeline.mode == "async" and sc.pipeline.policy_lag > DOCTOR_MAX_POLICY_LAG:
         out.append(f"pipeline.policy_lag = {sc.pipeline.policy_lag} is above {DOCTOR_MAX_POLICY_LAG}: "
                    "far more off-policy than NeMo-RL (1) or AReaL (2-8) run")
+    if world.pipeline.steady_includes_fill:
+        out.append(steady_fill_warning(world.pipeline))
     w = sc.workload
     fit = max_length_sequences_in_kv(world)
     if fit < DOCTOR_MIN_MAX_LENGTH_SEQUENCES_IN_KV:

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from specsim import results_dir
 from specsim.capacity import capacity_plan, capacity_sizes
+from specsim.doctor import steady_fill_warning
 from specsim.executors import check_backend, run_tasks
 from specsim.report import atomic, projection
 from specsim.report.progress import Progress
@@ -130,6 +131,7 @@ class _Plan:
     tasks: dict[str, RunTask]                     # run key -> task (points, baselines, sync AR)
     sync_ar_is_baseline: bool
     roles: dict[str, set[str]] = field(default_factory=dict)   # run key -> {point, baseline, sync_ar}
+    notes: list[tuple[dict, str]] = field(default_factory=list)  # (point values, warning) per combination
 
 
 def _plan(sc: Scenario, engine: str = "fast") -> _Plan:
@@ -142,13 +144,14 @@ def _plan(sc: Scenario, engine: str = "fast") -> _Plan:
     roles: dict[str, set[str]] = {}
     per_index: dict[int, tuple[Scenario, Scenario, Scenario | None]] = {}
     all_sync_is_base = True
+    notes: list[tuple[dict, str]] = []
     for p in points:
         if p.index not in per_index:
             try:
                 psc = point_scenario(sc, p)
                 base = baseline_of(psc)
                 sync = sync_ar_of(psc)
-                resolve(psc)      # fail fast (exit 2) on a point that cannot exist
+                world = resolve(psc)      # fail fast (exit 2) on a point that cannot exist
                 resolve(base)
             except ScenarioError as exc:
                 raise ScenarioError(source_file(sc), "sweep", p.label(),
@@ -157,6 +160,8 @@ def _plan(sc: Scenario, engine: str = "fast") -> _Plan:
             all_sync_is_base &= same
             per_index[p.index] = (psc, base, None if same else sync)
             point_sc[p.index] = psc
+            if world.pipeline.steady_includes_fill:
+                notes.append((p.values, steady_fill_warning(world.pipeline)))
         psc, base, sync = per_index[p.index]
         t_run = RunTask.of(psc, p.replicate, "point", engine)
         t_base = RunTask.of(base, p.replicate, "baseline", engine)
@@ -168,7 +173,7 @@ def _plan(sc: Scenario, engine: str = "fast") -> _Plan:
             if t.key not in tasks or (tasks[t.key].role != "point" and t.role == "point"):
                 tasks[t.key] = t
         keys[p.point_id] = (t_run.key, t_base.key, t_sync.key if t_sync else t_base.key)
-    return _Plan(sc, points, point_sc, keys, tasks, all_sync_is_base, roles)
+    return _Plan(sc, points, point_sc, keys, tasks, all_sync_is_base, roles, notes)
 
 
 def check_points(sc: Scenario) -> dict:
@@ -176,7 +181,13 @@ def check_points(sc: Scenario) -> dict:
     resolves (fits its GPUs). Raises ScenarioError naming `sweep`; returns the counts."""
     plan = _plan(sc)
     return {"rows": len(plan.points), "combinations": len({p.index for p in plan.points}), "runs": len(plan.tasks),
-            "max_rows": MAX_SWEEP_ROWS}
+            "max_rows": MAX_SWEEP_ROWS,
+            "warnings": [f"{_where(values)}: {text}" for values, text in plan.notes if values]}
+
+
+def _where(values: dict) -> str:
+    """A sweep point named by its swept values (the scenario itself when nothing is swept)."""
+    return ", ".join(f"{k}={v}" for k, v in values.items()) or "the scenario"
 
 
 def show_scenario(path: str | Path, overrides: Sequence[str] = ()) -> dict:
@@ -220,6 +231,7 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
     if workers < jobs and backend == "local":
         warnings.append(f"--jobs {jobs} capped at {workers}: this process may use {workers} CPU(s)")
     plan = _plan(sc, engine)
+    warnings += [f"{_where(values)}: {text}" for values, text in plan.notes]
     out_dir = Path(out) if out is not None else _default_out(sc)
     resolved_text = to_yaml(sc)
     results_dir.prepare(out_dir, resolved_text, force)

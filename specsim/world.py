@@ -72,6 +72,25 @@ class PipelineSpec:
     engine_prepare_s: float = 0.0
     data_s: float = 0.0
 
+    @property
+    def fill_steps(self) -> int:
+        """Steps that belong to the pipeline's fill, not its steady state: async, steps 0..L are
+        all admitted at t = 0 (versions 0..L need no trained update) and finish together in one
+        burst, and step L + 1's generation window starts at that burst's end, so steps below L + 2
+        are fill; a sync pipeline has none (each step starts from an idle pool)."""
+        return self.policy_lag + 2 if self.mode == "async" else 0
+
+    @property
+    def steady_from_step(self) -> int:
+        """The first step of the steady-state means: after the configured warm-up and the fill,
+        keeping at least the last step."""
+        return min(max(self.warmup_steps, self.fill_steps), self.steps - 1)
+
+    @property
+    def steady_includes_fill(self) -> bool:
+        """Too few steps for a steady window past the fill: the means then include fill steps."""
+        return self.steady_from_step < self.fill_steps
+
 
 @dataclass(frozen=True)
 class TrainerSpec:

@@ -7,7 +7,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCEN = str(ROOT / "scenarios" / "30b_a3b_h100_async.yaml")
 SMALL = ["rollout.gpus=8", "training.gpus=16", "workload.prompts=16", "workload.group_size=4",
          "workload.max_response_tokens=4096", "workload.response_tokens={kind: lognormal, median: 600, p99: 3500}",
-         "pipeline.steps=3", "sweep={speculation.k: [0, 3], pipeline.policy_lag: [0, 1], replicates: 2}",
+         "pipeline.steps=4", "sweep={speculation.k: [0, 3], pipeline.policy_lag: [0, 1], replicates: 2}",
          "output.capacity.rollout_gpus=[4, 8]"]
 
 TINY_SYNC = {

@@ -295,3 +295,27 @@ def test_default_acceptance_estimate_keeps_run_keys(small):
     explicit = apply_overrides(small, {"speculation.acceptance_estimate": "drafter", "speculation.toggle_margin": 0.3})
     assert run_key(explicit, 0) == run_key(small, 0)
     assert run_key(apply_overrides(small, {"speculation.acceptance_estimate": "measured"}), 0) != run_key(small, 0)
+
+
+def test_async_steady_means_leave_out_the_fill(small):
+    """Async steps 0..L need no trained version: they are admitted together at t = 0 and the
+    trainer drains that buffer faster than the pool refills it, so the steady means start at
+    max(warmup_steps, L + 2); sync keeps its warm-up; a run too short for a step past the fill
+    is flagged by `specsim check` (doctor) instead of silently averaging fill steps."""
+    from specsim.doctor import doctor_warnings
+
+    for lag in (0, 1, 3):
+        world = resolve(_async(apply_overrides(small, {"pipeline.steps": 7, "pipeline.warmup_steps": 1}),
+                               **{"pipeline.policy_lag": lag}))
+        res = run_pipeline(world)
+        assert res.warmup_steps == lag + 2 == world.pipeline.steady_from_step
+        assert all(r.gen_start_s == res.records[0].gen_start_s for r in res.records[:lag + 1])
+        assert res.records[lag + 1].gen_start_s > res.records[0].gen_start_s
+        steady_step_s = np.mean([r.step_s for r in res.records[lag + 2:]])
+        assert res.steady()["step_s"] == pytest.approx(steady_step_s, rel=1e-12)
+        assert not world.pipeline.steady_includes_fill
+        assert not any("fill" in w for w in doctor_warnings(world))
+    assert _run(apply_overrides(small, {"pipeline.steps": 4, "pipeline.warmup_steps": 1})).warmup_steps == 1
+    short = resolve(_async(apply_overrides(small, {"pipeline.steps": 3, "pipeline.warmup_steps": 1})))
+    assert short.pipeline.steady_includes_fill and short.pipeline.steady_from_step == 2
+    assert any("run at least 4 steps" in w for w in doctor_warnings(short))

@@ -145,7 +145,7 @@ def test_results_folder_contents(full_run):
     assert len(df) == 8 and df["point_id"].is_unique
     assert list(df["point"]) == sorted(df["point"])
     steps = pd.read_csv(out / "steps.csv")
-    assert len(steps) == 8 * 3 and set(steps["point_id"]) == set(df["point_id"])
+    assert len(steps) == 8 * 4 and set(steps["point_id"]) == set(df["point_id"])   # pipeline.steps=4
     assert len(list((out / "points").glob("*.json"))) == 8
     # the sync AR baseline is computed once per replicate, not per point
     runs = pd.read_csv(out / "runs.csv")

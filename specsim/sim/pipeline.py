@@ -186,7 +186,7 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
     n_steps = int(steps if steps is not None else ps.steps)
     if n_steps < 1:
         raise SpecError("pipeline.steps", n_steps, ">= 1")
-    warmup = min(ps.warmup_steps, n_steps - 1)
+    warmup = min(max(ps.warmup_steps, ps.fill_steps), n_steps - 1)
     costs = _Costs(world)
     draws = [draw_step(world, i, replicate) for i in range(n_steps)]
     env = simpy.Environment()
