@@ -1,20 +1,26 @@
 """The capacity plan's runs: the best SD configuration and its AR counterpart at several rollout
 cluster sizes (`output.capacity.rollout_gpus`, or ×¼, ½, 1, 2 of the scenario's, in whole
-engines). `report/tables.capacity_table` turns the finished runs into the plan."""
+engines; an empty list: no plan), each over the sweep's replicates (`output.capacity.replicates`
+overrides the count). Replicate r uses the same draws as the sweep's replicate r, so the plan's
+run at the scenario's own size is the sweep point's run, and the plan's step times are the means
+the points table shows (one replicate of a tail-bound async run can differ from the mean by 15 %:
+a plan on one replicate used to call a larger pool slower). `report/tables.capacity_table` turns
+the finished runs into the plan."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from specsim.scenario import Scenario, ScenarioError, apply_overrides, source_file
-from specsim.sweep import RunTask, is_ar, k_of
+from specsim.sweep import RunTask, is_ar, k_of, replicates
 
-__all__ = ["capacity_plan", "capacity_sizes"]
+__all__ = ["capacity_plan", "capacity_replicates", "capacity_sizes"]
 
 
 def capacity_sizes(sc: Scenario, gpus_per_engine: int) -> list[int]:
-    """output.capacity.rollout_gpus, or ×0.25, 0.5, 1, 2 of the rollout GPUs in whole engines."""
-    if sc.output.capacity.rollout_gpus:
+    """output.capacity.rollout_gpus, or ×0.25, 0.5, 1, 2 of the rollout GPUs in whole engines;
+    [] when the list is empty (no capacity plan)."""
+    if sc.output.capacity.rollout_gpus is not None:
         return sorted({int(n) for n in sc.output.capacity.rollout_gpus})
     base = sc.rollout.gpus
     out = set()
@@ -24,14 +30,22 @@ def capacity_sizes(sc: Scenario, gpus_per_engine: int) -> list[int]:
     return sorted(out)
 
 
+def capacity_replicates(sc: Scenario) -> int:
+    """Replicates per capacity size: output.capacity.replicates, else the sweep's."""
+    return int(sc.output.capacity.replicates or replicates(sc))
+
+
 def capacity_plan(sc: Scenario, plan, analysis: dict, engine: str) -> dict:
-    """Tasks for the capacity plot: the best SD point (best k) and the same with SD off, at each size."""
+    """Tasks for the capacity plot: the best SD point (best k) and the same with SD off, at each
+    size, for replicates 0..R-1 (paired with the sweep's)."""
     best_sd = analysis.get("best_sd")
     ref_index = best_sd["point"] if best_sd else analysis["best"]["point"]
     ref = plan.point_sc[ref_index]
     r = ref.rollout
     per_engine = max(r.tp, r.ep) * r.pp
-    sizes = sorted(set(capacity_sizes(sc, per_engine)) | {r.gpus})
+    wanted = capacity_sizes(sc, per_engine)
+    sizes = sorted(set(wanted) | {r.gpus}) if wanted else []
+    n_rep = capacity_replicates(sc)
     tasks: dict[str, RunTask] = {}
     entries = []
     errors = []
@@ -51,11 +65,13 @@ def capacity_plan(sc: Scenario, plan, analysis: dict, engine: str) -> dict:
             except ScenarioError as exc:
                 errors.append({"rollout_gpus": n, "variant": variant, "error": str(exc)})
                 continue
-            t = RunTask.of(s, 0, "capacity", engine)
-            tasks.setdefault(t.key, t)
-            entries.append({"rollout_gpus": n, "variant": variant, "key": t.key,
-                            "total_gpus": s.total_gpus})
+            for rep in range(n_rep):
+                t = RunTask.of(s, rep, "capacity", engine)
+                tasks.setdefault(t.key, t)
+                entries.append({"rollout_gpus": n, "variant": variant, "replicate": rep, "key": t.key,
+                                "total_gpus": s.total_gpus})
     return {"reference_point": ref_index, "k": k_of(ref), "sd_policy": ref.speculation.policy,
-            "has_sd": bool(best_sd), "sizes": sizes, "scenario_rollout_gpus": r.gpus, "gpus_per_engine": per_engine,
+            "has_sd": bool(best_sd), "sizes": sizes, "replicates": n_rep,
+            "scenario_rollout_gpus": r.gpus, "gpus_per_engine": per_engine,
             "target_step_s": sc.output.capacity.target_step_s, "entries": entries, "errors": errors, "tasks": tasks,
             "is_ar_reference": is_ar(ref)}

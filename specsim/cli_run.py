@@ -77,6 +77,8 @@ def run(
 def _print_run(res) -> None:
     from rich.table import Table
 
+    from specsim.report.summary import bottleneck_text
+
     s = res.summary
     con = console()
     con.print(f"[bold]{s['scenario']}[/bold]: {s['model']} on {s['hardware']} — {res.rows} rows "
@@ -106,6 +108,10 @@ def _print_run(res) -> None:
         con.print(f"[bold]best[/bold] (*): {vals} — {b['sd_policy']}, k={b['k']}, {lag}: "
                   f"E2E {_ci(b['e2e_speedup_vs_sync_ar'])}× vs sync AR, {_ci(b['e2e_speedup'])}× vs baseline, "
                   f"generation {_ci(b['generation_speedup'])}×")
+    idle = (b or {}).get("trainer_idle_share") or {}
+    if idle.get("mean") is not None:
+        con.print(f"bottleneck of the best point: {bottleneck_text(idle['mean'])} "
+                  f"(trainer idle {100 * idle['mean']:.1f} % of the step)")
     if s.get("sd_gain_over_best_ar"):
         con.print(f"SD gain over the best AR configuration: {_ci(s['sd_gain_over_best_ar'])}×")
     if s["replicates"] < 2:

@@ -296,11 +296,21 @@ def _ratio(num: float | None, den: float | None) -> float:
     return float(num) / float(den)
 
 
+def trainer_idle_share(mode: str, steady: dict) -> float:
+    """Async: the share of the steady step the trainer waits for rollouts (exposed generation ÷
+    step). Near 0 the pipeline is trainer-bound (more rollout GPUs or a faster rollout cannot
+    shorten the step; the trainer pool can); clearly above 0 it is generation-bound. Sync: NaN
+    (one colocated pool: generation is a stage, not a wait)."""
+    if mode != "async":
+        return float("nan")
+    return _ratio(steady["exposed_generation_s"], steady["step_s"])
+
+
 #: The columns of a point row after the identity columns and the swept paths, in order.
 ROW_COLUMNS = (
     "scenario", "model", "hardware", "mode", "sd_policy", "k", "policy_lag", "drafter", "rollout_gpus",
     "training_gpus", "total_gpus", "engines", "generation_s", "step_s", *STAGES, "exposed_generation_s",
-    "generation_share", "tau", "mean_alpha", "versions_since_update", "mean_active_batch", "tokens_per_step",
+    "trainer_idle_share", "generation_share", "tau", "mean_alpha", "versions_since_update", "mean_active_batch", "tokens_per_step",
     "verify_steps", "baseline_generation_s", "baseline_step_s", "baseline_exposed_generation_s",
     "generation_speedup", "e2e_speedup", "exposed_generation_saving_s", "sync_ar_generation_s", "sync_ar_step_s",
     "generation_speedup_vs_sync_ar", "e2e_speedup_vs_sync_ar", "gpu_hours_per_step", "tokens_per_s_per_gpu",
@@ -339,6 +349,7 @@ def point_row(point: SweepPoint, sc: Scenario, run: dict, baseline: dict, sync_a
         row[st] = s[st]
     row.update({
         "exposed_generation_s": s["exposed_generation_s"],
+        "trainer_idle_share": trainer_idle_share(sc.pipeline.mode, s),
         "generation_share": _ratio(gw(s), s["step_s"]),
         "tau": s["tau"], "mean_alpha": s["mean_alpha"], "versions_since_update": s["versions_since_update"],
         "mean_active_batch": s["mean_active_batch"], "tokens_per_step": s["tokens"], "verify_steps": s["verify_steps"],

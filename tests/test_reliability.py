@@ -431,6 +431,36 @@ def test_row18_rising_step_time_is_flagged():
     assert "**note**: AR step time rises" in summary_markdown(s)
 
 
+def test_row18_a_rise_inside_the_replicates_spread_is_not_flagged():
+    """With per-replicate (paired) step times the note needs the paired ratio's 95 % interval to
+    lie above 1: a mean rise that some replicate contradicts is noise; one every replicate shows is not."""
+    from specsim.report.tables import capacity_notes
+
+    def rows(small, large):
+        return [{"variant": "sd", "rollout_gpus": n, "step_s": sum(v) / len(v),
+                 "step_s_by_replicate": {str(i): x for i, x in enumerate(v)}} for n, v in ((384, small), (768, large))]
+
+    assert capacity_notes(rows([111.4, 108.4, 130.0], [128.8, 108.4, 117.4])) == []   # +1.4 % on the means
+    notes = capacity_notes(rows([100.0, 110.0, 120.0], [110.0, 121.0, 132.5]))          # +10 % in each replicate
+    assert len(notes) == 1 and "paired over 3 replicates" in notes[0]
+    # one replicate: the means, as before
+    assert len(capacity_notes(rows([100.0], [110.0]))) == 1
+
+
+def test_capacity_plan_can_be_switched_off_and_its_replicates_set(tmp_path):
+    path = tiny(tmp_path)
+    res = run(path, tmp_path / "none", "output.capacity.rollout_gpus=[]")
+    s = json.loads((Path(res.out_dir) / "summary.json").read_text())
+    assert s["capacity"]["rows"] == [] and "Capacity plan" not in (Path(res.out_dir) / "summary.md").read_text()
+    assert not any("capacity" in r for r in pd.read_csv(Path(res.out_dir) / "runs.csv")["role"])
+    res = run(path, tmp_path / "one", "output.capacity.rollout_gpus=[1]", "output.capacity.replicates=2",
+              "sweep.replicates=1")
+    cap = json.loads((Path(res.out_dir) / "summary.json").read_text())["capacity"]
+    assert cap["replicates"] == 2 and {r["replicates"] for r in cap["rows"]} == {2}
+    r, text = cli("check", path, "--set", "output.capacity.replicates=0")
+    assert r.exit_code == 2 and "output.capacity.replicates" in text and "0" in text
+
+
 def test_row18_a_tie_goes_to_the_simpler_configuration(tmp_path):
     from specsim.report.tables import analyse
     from specsim.sweep import row_columns

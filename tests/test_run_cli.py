@@ -71,6 +71,41 @@ def test_run_json_and_folder(cli_run):
     assert f"Best point #{b['point']}: " + ", ".join(f"{k}={v}" for k, v in b["values"].items()) in md
 
 
+def test_capacity_plan_is_the_mean_over_the_sweep_replicates(cli_run):
+    """The plan runs every size for each of the sweep's replicates (paired draws), so at the
+    scenario's own size its step times are the points table's means of the reference point and of
+    its AR sibling, not one replicate's."""
+    _, out = cli_run
+    s = json.loads((out / "summary.json").read_text())
+    cap = s["capacity"]
+    pts = pd.read_csv(out / "points.csv")
+    ref = pts[pts["point"] == cap["reference_point"]]
+    lag = int(ref["pipeline.policy_lag"].iloc[0])
+    ar = pts[(pts["speculation.k"] == 0) & (pts["pipeline.policy_lag"] == lag)]
+    own = {r["variant"]: r for r in cap["rows"] if r["rollout_gpus"] == cap["sizes"][-1]}
+    assert cap["replicates"] == 2 and all(r["replicates"] == 2 for r in cap["rows"])
+    assert math.isclose(own["sd"]["step_s"], ref["step_s"].mean(), rel_tol=1e-9)
+    assert math.isclose(own["ar"]["step_s"], ar["step_s"].mean(), rel_tol=1e-9)
+    lo, hi = own["sd"]["step_s_ci95"]
+    assert lo <= own["sd"]["step_s"] <= hi
+    assert sorted(own["sd"]["step_s_by_replicate"]) == ["0", "1"]
+    assert cap["target_step_s"] == own["ar"]["step_s"]
+
+
+def test_trainer_idle_share_is_the_async_trainer_wait(cli_run):
+    """points.csv: trainer_idle_share = exposed generation / step for every async row (the trainer's
+    wait is part of an async step, so it lies in [0, 1)); summary.md labels the best point's bottleneck."""
+    _, out = cli_run
+    pts = pd.read_csv(out / "points.csv")
+    assert (pts["mode"] == "async").all()
+    want = pts["exposed_generation_s"] / pts["step_s"]
+    assert ((pts["trainer_idle_share"] - want).abs() < 1e-12).all()
+    assert ((pts["trainer_idle_share"] >= 0) & (pts["trainer_idle_share"] < 1)).all()
+    md = (out / "summary.md").read_text()
+    assert "| trainer idle (exposed generation ÷ step) |" in md
+    assert ("trainer-bound" in md) or ("generation-bound" in md)
+
+
 def test_rerun_table_resumes_and_prints(cli_run):
     _, out = cli_run
     res = CliRunner().invoke(_app(), ["run", SCEN, *_sets(), "--out", str(out), "--jobs", "1", "--no-progress"])

@@ -194,7 +194,7 @@ def rollout_timeline(stem: Path, sc, data: pd.DataFrame) -> str | None:
     a1.set_ylabel("active sequences (batch)")
     a2.set_ylabel("tokens/s (engine)")
     a3.set_xlabel("time since generation start (s)")
-    a1.set_ylim(bottom=0)
+    a1.set_ylim(0, a1.get_ylim()[1] * 1.25)   # headroom for the box above the curves
     a2.set_ylim(bottom=0)
     handles, labels = a1.get_legend_handles_labels()
     if spans:
@@ -279,7 +279,9 @@ def capacity_plan(stem: Path, sc, capacity: dict) -> str | None:
     rows = [r for r in capacity["rows"] if r["step_s"] is not None]
     if not rows:
         return None
-    data = pd.DataFrame(capacity["rows"])
+    ci = lambda r, i: r["step_s_ci95"][i] if r.get("step_s_ci95") else None
+    data = pd.DataFrame([{**{k: v for k, v in r.items() if k not in ("step_s_ci95", "step_s_by_replicate")},
+                          "step_s_ci95_lo": ci(r, 0), "step_s_ci95_hi": ci(r, 1)} for r in capacity["rows"]])
     fig, (a1, a2) = _fig(10.5, 4.4, ncols=2)
     styles = {"ar": {"ls": "--", "marker": "s", "color": "black", "mfc": "white", "label": "without SD (AR)"},
               "sd": {"ls": "-", "marker": "o", "color": "0.35", "label": f"with SD (k = {capacity['k']})"}}
@@ -289,6 +291,11 @@ def capacity_plan(stem: Path, sc, capacity: dict) -> str | None:
             continue
         n = [r["rollout_gpus"] for r in d]
         a1.plot(n, [r["step_s"] for r in d], **styles[v])
+        if any(r.get("step_s_ci95") for r in d):   # the replicates' 95 % interval of the mean step
+            lo = [r["step_s"] - (ci(r, 0) if ci(r, 0) is not None else r["step_s"]) for r in d]
+            hi = [(ci(r, 1) if ci(r, 1) is not None else r["step_s"]) - r["step_s"] for r in d]
+            a1.errorbar(n, [r["step_s"] for r in d], yerr=[lo, hi], fmt="none", ecolor=styles[v]["color"],
+                        elinewidth=0.8, capsize=3)
         a2.plot(n, [r["gpu_hours_per_1000_steps"] for r in d], **styles[v])
     target = capacity.get("target_step_s")
     sizes = capacity["sizes"]
@@ -307,8 +314,8 @@ def capacity_plan(stem: Path, sc, capacity: dict) -> str | None:
             elif m is not None:
                 lines.append(f"{'with SD' if v == 'sd' else 'without SD'}: not reached")
     if lines:
-        a1.text(0.98, 0.03, "min rollout GPUs for target\n" + "\n".join(lines), transform=a1.transAxes,
-                ha="right", va="bottom", fontsize=8, bbox={"boxstyle": "round", "fc": "white", "ec": "0.5"})
+        a1.text(0.98, 0.97, "min rollout GPUs for target\n" + "\n".join(lines), transform=a1.transAxes,
+                ha="right", va="top", fontsize=8, bbox={"boxstyle": "round", "fc": "white", "ec": "0.5"})
     for ax in (a1, a2):
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [str(s) for s in sizes])
@@ -319,7 +326,7 @@ def capacity_plan(stem: Path, sc, capacity: dict) -> str | None:
     a2.set_ylabel("GPU-hours per 1,000 RL steps (all GPUs)")
     a1.legend(fontsize=8, loc="lower left", framealpha=0.9)
     a2.legend(fontsize=8, loc="best", framealpha=0.9)
-    a1.set_ylim(bottom=0)
+    a1.set_ylim(0, a1.get_ylim()[1] * 1.25)   # headroom for the box above the curves
     a2.set_ylim(bottom=0)
     a2.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     fig.suptitle(_title(sc, "capacity plan: rollout cluster size"), fontsize=9)

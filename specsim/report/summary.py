@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specsim.report.tables import NO_CI_NOTE, TIE_REL, fmt_ci, jsonable
+from specsim.report.tables import NO_CI_NOTE, TIE_REL, TRAINER_BOUND_IDLE, bottleneck, fmt_ci, jsonable
 
 __all__ = ["summary_dict", "summary_markdown"]
 
@@ -15,6 +15,15 @@ def _point_public(e: dict | None) -> dict | None:
     if e is None:
         return None
     return {k: v for k, v in e.items()}
+
+
+def bottleneck_text(idle_share: float) -> str:
+    """What an async point's trainer idle share means for sizing."""
+    if bottleneck(idle_share) == "trainer":
+        return (f"trainer-bound: the trainer waits < {100 * TRAINER_BOUND_IDLE:.0f} % of the step, so faster or "
+                "more rollouts save less than that; trainer throughput sets the step")
+    return ("generation-bound: the trainer waits for rollouts; faster decoding shortens the step, more rollout "
+            "engines only while a step's groups queue for engines (not once its longest responses set the pace)")
 
 
 def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str, version: str,
@@ -98,6 +107,10 @@ def summary_markdown(s: dict) -> str:
                      "the steps in flight)" if best["mode"] == "async" else "generation time")
         L.append(f"| {gen_label} | {fmt_ci(best['generation_s'], 1)} s |")
         L.append(f"| exposed generation | {fmt_ci(best['exposed_generation_s'], 1)} s |")
+        idle = best.get("trainer_idle_share") or {}
+        if idle.get("mean") is not None:
+            L.append(f"| trainer idle (exposed generation ÷ step) | {fmt_ci(idle, 3)} — "
+                     f"{bottleneck_text(idle['mean'])} |")
         L.append(f"| τ (tokens per verify) | {fmt_ci(best['tau'], 2)} |")
         L.append(f"| GPU-hours per step | {fmt_ci(best['gpu_hours_per_step'], 2)} |")
         L.append("")
@@ -110,19 +123,26 @@ def summary_markdown(s: dict) -> str:
         L.append("")
     L.append("## All points (means over replicates; 95 % CI where n ≥ 2)")
     L.append("")
-    L.append("| # | point | policy | E2E vs sync AR | E2E vs baseline | generation vs baseline | step s | τ |")
-    L.append("|---|---|---|---|---|---|---|---|")
+    idle_col = any((e.get("trainer_idle_share") or {}).get("mean") is not None for e in s["points"])
+    L.append("| # | point | policy | E2E vs sync AR | E2E vs baseline | generation vs baseline | step s | τ |"
+             + (" trainer idle |" if idle_col else ""))
+    L.append("|---|---|---|---|---|---|---|---|" + ("---|" if idle_col else ""))
     for e in s["points"]:
+        idle = e.get("trainer_idle_share") or {}
+        extra = ((f" {fmt_ci(idle, 3)} ({bottleneck(idle['mean'])}) |" if idle.get("mean") is not None else " — |")
+                 if idle_col else "")
         L.append(f"| {e['point']} | {_values_text(e['values'])} | {e['sd_policy']} | "
                  f"{fmt_ci(e['e2e_speedup_vs_sync_ar'])} | {fmt_ci(e['e2e_speedup'])} | "
-                 f"{fmt_ci(e['generation_speedup'])} | {fmt_ci(e['step_s'], 1)} | {fmt_ci(e['tau'], 2)} |")
+                 f"{fmt_ci(e['generation_speedup'])} | {fmt_ci(e['step_s'], 1)} | {fmt_ci(e['tau'], 2)} |{extra}")
     L.append("")
     cap = s.get("capacity") or {}
     if cap.get("rows"):
         L.append("## Capacity plan")
         L.append("")
         sd_label = f"SD (k = {cap['k']}, best SD point #{cap['reference_point']})" if cap["has_sd"] else "SD: none"
-        L.append(f"Rollout cluster sizes {cap['sizes']} (whole engines of {cap['gpus_per_engine']} GPUs), replicate 0, "
+        n_rep = cap.get("replicates", 1)
+        reps = f"means over {n_rep} replicates (95 % CI)" if n_rep > 1 else "one replicate"
+        L.append(f"Rollout cluster sizes {cap['sizes']} (whole engines of {cap['gpus_per_engine']} GPUs), {reps}, "
                  f"AR vs {sd_label}. Target step time: "
                  + (f"{cap['target_step_s']:.1f} s ({cap['target_source']})." if cap.get("target_step_s") else "n/a."))
         L.append("")
@@ -141,13 +161,17 @@ def summary_markdown(s: dict) -> str:
             L.append(f"- **note**: {note}")
         if cap.get("notes"):
             L.append("")
-        L.append("| variant | rollout GPUs | total GPUs | step s | GPU-hours / 1,000 steps | note |")
-        L.append("|---|---|---|---|---|---|")
+        idle_col = any(r.get("trainer_idle_share") is not None for r in cap["rows"])
+        L.append("| variant | rollout GPUs | total GPUs | step s | GPU-hours / 1,000 steps |"
+                 + (" trainer idle | bottleneck |" if idle_col else "") + " note |")
+        L.append("|---|---|---|---|---|" + ("---|---|" if idle_col else "") + "---|")
         for r in cap["rows"]:
-            step = f"{r['step_s']:.1f}" if r["step_s"] is not None else "—"
+            step = fmt_ci({"mean": r["step_s"], "ci95": r.get("step_s_ci95")}, 1) if r["step_s"] is not None else "—"
             gh = f"{r['gpu_hours_per_1000_steps']:,.0f}" if r["gpu_hours_per_1000_steps"] is not None else "—"
-            L.append(f"| {r['variant'].upper()} | {r['rollout_gpus']} | {r['total_gpus'] or '—'} | {step} | {gh} | "
-                     f"{(r['error'] or '')[:120]} |")
+            idle = r.get("trainer_idle_share")
+            extra = (f" {100 * idle:.1f} % | {bottleneck(idle)} |" if idle is not None else " — | — |") if idle_col else ""
+            L.append(f"| {r['variant'].upper()} | {r['rollout_gpus']} | {r['total_gpus'] or '—'} | {step} | {gh} |"
+                     f"{extra} {(r['error'] or '')[:120]} |")
         L.append("")
     if s.get("plots"):
         L.append("## Plots")

@@ -10,9 +10,10 @@ speedup vs each point's baseline. Means within TIE_REL (0.5 %) of the leader are
 simpler configuration wins it (smaller k — no SD first — then sweep order): a τ = 1 drafter that
 merely matches AR is never reported as the best choice.
 
-Capacity. `capacity_table` prices each simulated rollout size with and without SD and finds the
-smallest that reaches the target step time; `capacity_notes` flags a step time that rises with
-more GPUs (reported in summary.md, never silently plotted).
+Capacity. `capacity_table` prices each simulated rollout size with and without SD (the mean step
+over the plan's replicates, paired with the sweep's) and finds the smallest that reaches the
+target step time; `capacity_notes` flags a mean step time that rises with more GPUs (reported in
+summary.md, never silently plotted).
 
 Confidence intervals. Each replicate r of a point is a paired comparison (the point and its
 baselines see the same random draws), so a speedup has one value per replicate; the interval is
@@ -34,8 +35,10 @@ from specsim.report import atomic
 
 #: Per-point metrics aggregated over replicates (mean and 95 % CI).
 METRICS = ("e2e_speedup_vs_sync_ar", "e2e_speedup", "generation_speedup", "generation_speedup_vs_sync_ar",
-           "step_s", "generation_s", "exposed_generation_s", "tau", "mean_active_batch", "gpu_hours_per_step",
-           "tokens_per_s_per_gpu", "generation_share")
+           "step_s", "generation_s", "exposed_generation_s", "trainer_idle_share", "tau", "mean_active_batch",
+           "gpu_hours_per_step", "tokens_per_s_per_gpu", "generation_share")
+#: Metrics bounded above (a share of the step cannot exceed it): their intervals are cut there.
+SHARE_CEILING = {"trainer_idle_share": 1.0}
 #: Columns describing a point (identical over its replicates).
 DESCRIBE = ("mode", "sd_policy", "k", "policy_lag", "rollout_gpus", "training_gpus", "total_gpus")
 
@@ -103,13 +106,14 @@ def write_runs_csv(path: Path, plan, cap_plan: dict, runs: dict) -> Path:
 
 
 # ============================================================================ statistics
-def mean_ci(values, floor: float | None = 0.0) -> dict:
+def mean_ci(values, floor: float | None = 0.0, ceiling: float | None = None) -> dict:
     """{n, mean, sd, ci95: [lo, hi] | None}: t-interval over finite values; none for n < 2.
 
     The interval is intersected with the metric's domain [floor, ∞): every summary metric is a
     time, a rate, a share or a ratio of them, never negative, and a t-interval from 2-3 replicates
     (t = 12.7 at n = 2) otherwise reaches below zero ("speedup 1.02 [-1.22, 3.26]"). Intersecting a
-    confidence interval with the parameter space keeps its coverage. floor=None: no domain."""
+    confidence interval with the parameter space keeps its coverage. floor=None: no domain below;
+    ceiling: the domain's upper end where it has one (a share: 1)."""
     from scipy import stats
 
     x = np.asarray([v for v in values if v is not None and math.isfinite(float(v))], float)
@@ -122,7 +126,24 @@ def mean_ci(values, floor: float | None = 0.0) -> dict:
     sd = float(x.std(ddof=1))
     half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
     lo = mean - half if floor is None else max(mean - half, floor)
-    return {"n": n, "mean": mean, "sd": sd, "ci95": [lo, mean + half]}
+    hi = mean + half if ceiling is None else min(mean + half, ceiling)
+    return {"n": n, "mean": mean, "sd": sd, "ci95": [lo, hi]}
+
+
+#: Async: below this share of the step spent waiting for rollouts, the trainer sets the pace.
+TRAINER_BOUND_IDLE = 0.10
+
+
+def bottleneck(idle_share: float | None) -> str | None:
+    """'trainer' or 'generation' for an async point from its trainer idle share (exposed
+    generation ÷ step); None for sync or unknown. The async step is the trainer's wait plus its
+    work, so the wait bounds what any rollout-side change can save: below TRAINER_BOUND_IDLE
+    (10 %) faster or more rollouts shorten the step by less than that, and the trainer pool sets
+    the period (the 8B async run: AR 10.4 of 75.0 s, SD 0.6 of 60.5 s). Above it the rollouts
+    set it."""
+    if idle_share is None or not math.isfinite(idle_share):
+        return None
+    return "trainer" if idle_share < TRAINER_BOUND_IDLE else "generation"
 
 
 def tie_tolerance(m: dict) -> float:
@@ -158,7 +179,7 @@ def analyse(sc, rows: list[dict], cols: list[str]) -> dict:
         for c in DESCRIBE:
             entry[c] = _clean(first[c])
         for m in METRICS:
-            entry[m] = mean_ci(g[m].astype(float))
+            entry[m] = mean_ci(g[m].astype(float), ceiling=SHARE_CEILING.get(m))
         agg.append(entry)
 
     def best_of(entries):
@@ -211,19 +232,41 @@ def _vs_k0(df: pd.DataFrame, swept: list[str]) -> pd.DataFrame | None:
 
 # ============================================================================ capacity
 def capacity_table(cap_plan: dict, runs: dict) -> dict:
-    """Step time and GPU-hours per 1,000 RL steps per rollout size, AR and SD; the target and the
-    smallest rollout pool that reaches it, with and without SD."""
-    rows = []
+    """Step time and GPU-hours per 1,000 RL steps per rollout size, AR and SD, as means over the
+    plan's replicates (95 % t-interval of the step time where n ≥ 2); the target and the smallest
+    rollout pool whose mean step reaches it, with and without SD. A size whose runs all failed
+    carries the first error."""
+    from specsim.sweep import trainer_idle_share
+
+    by_size: dict[tuple[str, int], dict] = {}
     for e in cap_plan["entries"]:
+        g = by_size.setdefault((e["variant"], e["rollout_gpus"]),
+                               {"total_gpus": e["total_gpus"], "step": [], "gen": [], "idle": [], "errors": [],
+                                "by_rep": {}})
         r = runs.get(e["key"], {})
         s = r.get("steady")
-        rows.append({"rollout_gpus": e["rollout_gpus"], "total_gpus": e["total_gpus"], "variant": e["variant"],
-                     "step_s": s["step_s"] if s else None, "generation_s": s["generation_s"] if s else None,
-                     "gpu_hours_per_1000_steps": (e["total_gpus"] * s["step_s"] * 1000 / 3600) if s else None,
-                     "error": r.get("error", "")})
+        if s:
+            g["step"].append(s["step_s"])
+            g["by_rep"][int(e.get("replicate", 0))] = s["step_s"]
+            g["gen"].append(s["generation_s"])
+            g["idle"].append(trainer_idle_share(r.get("meta", {}).get("mode", ""), s))
+        elif r.get("error"):
+            g["errors"].append(r["error"])
+    rows = []
+    for (variant, n), g in by_size.items():
+        step = mean_ci(g["step"])
+        ok = step["mean"] is not None
+        rows.append({"rollout_gpus": n, "total_gpus": g["total_gpus"], "variant": variant,
+                     "step_s": step["mean"], "step_s_ci95": step["ci95"], "replicates": step["n"],
+                     "step_s_by_replicate": {str(k): v for k, v in sorted(g["by_rep"].items())},
+                     "generation_s": mean_ci(g["gen"])["mean"], "trainer_idle_share": mean_ci(g["idle"])["mean"],
+                     "gpu_hours_per_1000_steps": (g["total_gpus"] * step["mean"] * 1000 / 3600) if ok else None,
+                     "error": "" if ok else (g["errors"][0] if g["errors"] else "")})
     for err in cap_plan["errors"]:
         rows.append({"rollout_gpus": err["rollout_gpus"], "total_gpus": None, "variant": err["variant"],
-                     "step_s": None, "generation_s": None, "gpu_hours_per_1000_steps": None, "error": err["error"]})
+                     "step_s": None, "step_s_ci95": None, "replicates": 0, "generation_s": None,
+                     "trainer_idle_share": None,
+                     "gpu_hours_per_1000_steps": None, "error": err["error"]})
     rows.sort(key=lambda r: (r["variant"], r["rollout_gpus"]))
     target = cap_plan["target_step_s"]
     target_source = "output.capacity.target_step_s"
@@ -238,7 +281,7 @@ def capacity_table(cap_plan: dict, runs: dict) -> dict:
         if pts:
             minimum[variant] = _min_gpus(sorted(pts), target, cap_plan["gpus_per_engine"])
     return {"rows": rows, "target_step_s": target, "target_source": target_source, "minimum": minimum,
-            "notes": capacity_notes(rows),
+            "notes": capacity_notes(rows), "replicates": cap_plan.get("replicates", 1),
             "k": cap_plan["k"], "has_sd": cap_plan["has_sd"], "reference_point": cap_plan["reference_point"],
             "gpus_per_engine": cap_plan["gpus_per_engine"], "sizes": cap_plan["sizes"]}
 
@@ -246,16 +289,29 @@ def capacity_table(cap_plan: dict, runs: dict) -> dict:
 def capacity_notes(rows: list[dict]) -> list[str]:
     """Flags for a capacity plan a reader should not take at face value: a step time that rises
     when the rollout pool grows (more GPUs should never be slower; it points at a per-step cost
-    that grows with the pool, e.g. weight sync or a smaller per-engine batch, worth checking)."""
+    that grows with the pool, e.g. weight sync or a smaller per-engine batch, worth checking).
+
+    With replicates the comparison is paired: replicate r of both sizes sees the same draws, so
+    the ratio of their step times is taken per replicate and the note fires only when its mean
+    exceeds 1 + RISE_REL *and* its 95 % interval excludes 1 -- a rise inside the replicates'
+    spread (a tail-bound async step varies by ±20 % between replicates) is not flagged. With one
+    replicate (or rows without per-replicate times) the means are compared as they are."""
     notes = []
     for variant, label in (("ar", "AR"), ("sd", "SD")):
-        pts = sorted((r["rollout_gpus"], r["step_s"]) for r in rows
-                     if r["variant"] == variant and r["step_s"] is not None)
-        for (n0, s0), (n1, s1) in itertools.pairwise(pts):
-            if s1 > s0 * (1 + RISE_REL):
+        pts = sorted(((r["rollout_gpus"], r["step_s"], r.get("step_s_by_replicate") or {}) for r in rows
+                      if r["variant"] == variant and r["step_s"] is not None), key=lambda t: t[0])
+        for (n0, s0, b0), (n1, s1, b1) in itertools.pairwise(pts):
+            common = sorted(set(b0) & set(b1))
+            if len(common) >= 2:
+                m = mean_ci([b1[r] / b0[r] for r in common], floor=None)
+                rises = m["mean"] > 1 + RISE_REL and m["ci95"][0] > 1
+                detail = f", paired over {len(common)} replicates: ×{m['mean']:.3f} [{m['ci95'][0]:.3f}, {m['ci95'][1]:.3f}]"
+            else:
+                rises, detail = s1 > s0 * (1 + RISE_REL), ""
+            if rises:
                 notes.append(f"{label} step time rises from {s0:.1f} s at {n0} to {s1:.1f} s at {n1} rollout GPUs "
-                             f"(+{100 * (s1 / s0 - 1):.1f} %): more GPUs are slower here; check which stage grows "
-                             "(steps.csv / runs.csv) before sizing on it")
+                             f"(+{100 * (s1 / s0 - 1):.1f} %{detail}): more GPUs are slower here; check which stage "
+                             "grows (steps.csv / runs.csv) before sizing on it")
     return notes
 
 

@@ -226,6 +226,7 @@ class PipelineSection(Strict):
 class CapacitySection(Strict):
     rollout_gpus: list[int] | None = None
     target_step_s: float | None = Field(default=None, gt=0)
+    replicates: int | None = Field(default=None, ge=1, le=1000)
 
 
 class OutputSection(Strict):
