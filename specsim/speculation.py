@@ -23,7 +23,12 @@ finish, preemption); between those events n is fixed and so is the choice.
 this RL step ("drafter"), or the α whose τ at the draft length used equals the acceptance length
 the engine measured over its SD steps of the previous RL step ("measured", as EfficientRollout's
 engine freezes it at each rollout's wake-up: sim/cluster.measured_alpha_estimates). The two differ
-where the sequences running during SD steps accept differently from the whole population.
+where the sequences running during SD steps accept differently from the whole population. With
+acceptance falling with the context (`drafter.context_curve`), the drafter's α̂ is taken at the
+batch's mean context, α̂(C / n) = min(s · α̂ · ρ(C / n), α_max) (workload/context_acceptance.py), as
+the engines accept: priced at the short-context α a toggle kept SD on deep into a long tail where
+it loses. A measured α̂ already holds the curve's effect (it is what the engine accepted) and is
+taken as it is.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import numpy as np
 from specsim.cost.step import StepCostTable
 from specsim.errors import SpecError
 from specsim.workload.acceptance import expected_tokens_per_verify
+from specsim.workload.context_acceptance import ContextAcceptance
 from specsim.workload.tree import DEFAULT_SIBLING_FACTOR, TreeShape
 from specsim.workload.tree_topk import TopKTree
 
@@ -101,12 +107,22 @@ class SDPolicy:
 
 @dataclass(frozen=True)
 class PolicyContext:
-    """What a policy may read: the engine's cost table and its acceptance estimate."""
+    """What a policy may read: the engine's cost table and its acceptance estimate. `context`:
+    the drafter's acceptance curve over the context when the estimate is the drafter's own
+    short-context α (None: no curve, or a measured estimate that already holds it)."""
 
     table: StepCostTable
     alpha_estimate: float
     position_decay: float = 1.0
     proposal_rate: float = 1.0   # share of request-steps with a draft: tokens/step = 1 + p(τ − 1)
+    context: ContextAcceptance | None = None
+
+    def alpha_for(self, n_active: int, total_ctx_tokens: float) -> float:
+        """α̂ for a batch of n_active sequences holding total_ctx_tokens: at their mean context
+        under a context curve, else the estimate itself."""
+        if self.context is None or n_active <= 0:
+            return self.alpha_estimate
+        return float(self.context.alpha_at(self.alpha_estimate, total_ctx_tokens / n_active))
 
 
 def choose_k(policy: SDPolicy, ctx: PolicyContext, n_active: int, total_ctx_tokens: float) -> int:
@@ -120,7 +136,8 @@ def choose_k(policy: SDPolicy, ctx: PolicyContext, n_active: int, total_ctx_toke
     ks = np.asarray(policy.ks)
     rows = np.array([ctx.table.index(int(k)) for k in ks])
     step_s = ctx.table.fixed_s[rows, n_active] + ctx.table.per_ctx_s[rows, n_active] * total_ctx_tokens
-    tau = expected_tokens_per_verify(np.full(len(ks), ctx.alpha_estimate), ks, ctx.position_decay)
+    tau = expected_tokens_per_verify(np.full(len(ks), ctx.alpha_for(n_active, total_ctx_tokens)), ks,
+                                     ctx.position_decay)
     if ctx.proposal_rate != 1.0:
         tau = 1.0 + ctx.proposal_rate * (tau - 1.0)
     rate = tau / step_s

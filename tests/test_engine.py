@@ -297,3 +297,56 @@ def test_toggle_speculates_exactly_when_the_predicted_speedup_clears_the_margin(
     never = run_fast(make_config(SDPolicy("toggle", k=5, margin=1e3), mean_alpha=0.8), work, np.random.default_rng(1))
     ar = run_fast(make_config(SDPolicy("off"), mean_alpha=0.8), work, np.random.default_rng(1))
     assert never.sd_steps == 0 and never.rollout_s == pytest.approx(ar.rollout_s, rel=1e-12)
+
+
+def test_toggle_prices_the_acceptance_at_the_batch_context_under_a_context_curve():
+    """With drafter.context_curve the drafter's α̂ is taken at the batch's mean context, as the
+    engines accept: where the curve drops α to a tenth the toggle turns SD off at a long mean
+    context and keeps it on at a short one. A measured α̂ already holds the curve (no curve in the
+    policy context) and is priced as it is."""
+    from dataclasses import replace
+
+    from specsim.speculation import choose_k
+    from specsim.workload.context_acceptance import ContextAcceptance, ContextCurve
+
+    cfg = make_config(SDPolicy("toggle", k=3, margin=0.05), mean_alpha=0.8, max_batch=64)
+    curve = ContextAcceptance(ContextCurve((1000.0, 4000.0), (1.0, 0.1)))
+    ctx = replace(cfg.policy_ctx, context=curve)
+    n = 4
+    assert ctx.alpha_for(n, n * 500.0) == pytest.approx(0.8)
+    assert ctx.alpha_for(n, n * 8000.0) == pytest.approx(0.08)
+    assert choose_k(cfg.policy, cfg.policy_ctx, n, n * 8000.0) == 3      # priced at the short-context α
+    assert choose_k(cfg.policy, ctx, n, n * 500.0) == 3
+    assert choose_k(cfg.policy, ctx, n, n * 8000.0) == 0                  # priced where the batch is
+    tau = float(expected_tokens_per_verify(np.array([0.08]), np.array([3]), 1.0)[0])
+    t = ctx.table
+    assert tau * t.step_s(0, n, n * 8000.0) / t.step_s(3, n, n * 8000.0) < 1.05
+
+
+def test_measured_acceptance_estimates_drop_the_curve_from_the_policy(monkeypatch):
+    """A measured α̂ is what the engine accepted, the curve's fall included: simulate_generation
+    removes the curve from a policy context that prices with one, and keeps it for the drafter's."""
+    from pathlib import Path
+
+    from specsim.resolve import resolve
+    from specsim.scenario import load_scenario
+    from specsim.sim import cluster
+
+    sc = load_scenario(Path(__file__).resolve().parents[1] / "scenarios" / "8b_rl_think_sync.yaml",
+                       ["workload.prompts=4", "rollout.gpus=2", "speculation.policy=toggle",
+                        "drafter.context_curve=[[2000, 1.0], [16000, 0.5]]"])
+    world = resolve(sc)
+    seen = {}
+
+    def spy(cfg, work, rng):
+        seen[cfg.name] = cfg.policy_ctx.context
+        return run_fast(cfg, work, rng)
+
+    monkeypatch.setattr(cluster, "run_fast", spy)
+    draw = cluster.draw_step(world, 0, 0)
+    cluster.simulate_generation(world, draw)
+    assert world.context is not None and set(seen) == {"engine0", "engine1"}
+    assert all(c is world.context for c in seen.values())
+    seen.clear()
+    cluster.simulate_generation(world, draw, alpha_estimates={"engine0": 0.5})
+    assert seen["engine0"] is None and seen["engine1"] is world.context

@@ -156,7 +156,8 @@ def engine_config(world: World, name: str, mean_alpha: float, policy: SDPolicy |
     pol = policy or world.policy
     return EngineConfig(
         name=name, table=world.table, policy=pol,
-        policy_ctx=PolicyContext(world.table, mean_alpha, world.acceptance.decay, world.acceptance.proposal_rate),
+        policy_ctx=PolicyContext(world.table, mean_alpha, world.acceptance.decay, world.acceptance.proposal_rate,
+                                 context=world.context),
         max_batch=world.rollout.max_batch, kv_capacity_tokens=world.kv_capacity_tokens,
         block_tokens=world.rollout.kv_block_tokens, prefill_batches_s=world.prefill_fn(),
         position_decay=world.acceptance.decay, record_timeline=record_timeline,
@@ -207,7 +208,8 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
         work = EngineWork(idx, group_of[idx], prompt_of[idx], lengths[idx], alphas[idx])
         cfg = replace(base_cfg, name=f"engine{e}")
         if alpha_estimates and cfg.name in alpha_estimates:
-            cfg = replace(cfg, policy_ctx=replace(cfg.policy_ctx, alpha_estimate=alpha_estimates[cfg.name]))
+            cfg = replace(cfg, policy_ctx=replace(cfg.policy_ctx, alpha_estimate=alpha_estimates[cfg.name],
+                                                  context=None))   # measured: the curve is in it
         rng = np.random.default_rng([draw.engine_seed, e])
         results.append(runner(cfg, work, rng))
     rollout_s = max((r.rollout_s for r in results), default=0.0)
