@@ -77,7 +77,7 @@ def run(
 def _print_run(res) -> None:
     from rich.table import Table
 
-    from specsim.report.summary import bottleneck_text
+    from specsim.report.summary import bottleneck_text, runner_up_text
 
     s = res.summary
     con = console()
@@ -108,6 +108,10 @@ def _print_run(res) -> None:
         con.print(f"[bold]best[/bold] (*): {vals} — {b['sd_policy']}, k={b['k']}, {lag}: "
                   f"E2E {_ci(b['e2e_speedup_vs_sync_ar'])}× vs sync AR, {_ci(b['e2e_speedup'])}× vs baseline, "
                   f"generation {_ci(b['generation_speedup'])}×")
+    margin = s.get("best_vs_runner_up")
+    if margin:
+        runner = next((e for e in s["points"] if e["point"] == margin["runner_up"]), {"values": {}})
+        con.print(runner_up_text(margin, s["rank_by"], _short_values(runner["values"])))
     idle = (b or {}).get("trainer_idle_share") or {}
     if idle.get("mean") is not None:
         con.print(f"bottleneck of the best point: {bottleneck_text(idle['mean'])} "

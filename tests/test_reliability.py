@@ -481,6 +481,44 @@ def test_row18_a_tie_goes_to_the_simpler_configuration(tmp_path):
     assert clear["best"]["k"] == 2
 
 
+def test_best_vs_runner_up_is_paired_over_replicates(tmp_path):
+    """The best point against the runner-up: the ranking metric's ratio per replicate (paired
+    draws). A lead every replicate shows is separated even when the per-point intervals overlap;
+    a lead one replicate reverses is not, and the summary says the two are not ranked."""
+    from specsim.report.summary import runner_up_text
+    from specsim.report.tables import analyse
+    from specsim.sweep import row_columns
+
+    sc = load_scenario(tiny(tmp_path), ["sweep={speculation.k: [0, 1, 2]}"])
+    cols = row_columns(["speculation.k"])
+
+    def rows(speedups):
+        out = []
+        for point, per_rep in enumerate(speedups):
+            for rep, x in enumerate(per_rep):
+                r = {c: 1.0 for c in cols}
+                r.update({"point": point, "point_id": f"p{point}", "replicate": rep, "seed": rep,
+                          "speculation.k": point, "k": point, "mode": "sync", "policy_lag": 0,
+                          "sd_policy": "off" if point == 0 else f"always(k={point})",
+                          "e2e_speedup_vs_sync_ar": x, "step_s": 100 / x})
+                out.append(r)
+        return out
+
+    # replicate-to-replicate spread 1.0 .. 2.0, point 2 ahead of point 1 by 5 % in every replicate
+    clear = analyse(sc, rows([[0.9, 1.4, 1.9], [1.0, 1.5, 2.0], [1.05, 1.575, 2.1]]), cols)
+    m = clear["best_vs_runner_up"]
+    assert clear["best"]["point"] == 2 and m["runner_up"] == 1 and m["replicates"] == 3
+    assert m["ratio"]["mean"] == pytest.approx(1.05) and m["separated"]
+    assert clear["points"][2]["e2e_speedup_vs_sync_ar"]["ci95"][0] < clear["points"][1]["e2e_speedup_vs_sync_ar"]["mean"]
+    mixed = analyse(sc, rows([[0.9, 1.4, 1.9], [1.0, 1.5, 2.0], [1.2, 1.4, 2.1]]), cols)
+    m = mixed["best_vs_runner_up"]
+    assert mixed["best"]["point"] == 2 and not m["separated"]
+    assert "contains 1" in runner_up_text(m, "e2e_speedup_vs_sync_ar", "k=1")
+    one = analyse(sc, rows([[1.0], [1.1], [1.2]]), cols)["best_vs_runner_up"]
+    assert one["replicates"] == 1 and not one["separated"]
+    assert "one replicate" in runner_up_text(one, "e2e_speedup_vs_sync_ar", "k=1")
+
+
 # ============================================================================ #14: layers of the run
 def _imports(module_file: Path) -> set[str]:
     import ast

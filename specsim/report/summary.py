@@ -26,6 +26,23 @@ def bottleneck_text(idle_share: float) -> str:
             "engines only while a step's groups queue for engines (not once its longest responses set the pace)")
 
 
+def _values_of(s: dict, point: int) -> dict:
+    return next((e["values"] for e in s["points"] if e["point"] == point), {})
+
+
+def runner_up_text(margin: dict, rank_by: str, runner_values: str) -> str:
+    """The best point against the runner-up, paired over replicates, in words."""
+    r = margin["ratio"]
+    head = (f"Best vs runner-up #{margin['runner_up']} ({runner_values}): `{rank_by}` ratio "
+            f"{fmt_ci(r, 3)}, paired over {margin['replicates']} replicate(s)")
+    if r.get("ci95") is None:
+        return head + " — one replicate: no interval, the ranking between them is not settled."
+    if margin["separated"]:
+        return head + " — the interval lies above 1: the best point is ahead in this run's draws."
+    return (head + " — the interval contains 1: the two are within the replicates' spread; more "
+            "replicates (`sweep.replicates`) or steady steps (`pipeline.steps`) would be needed to rank them.")
+
+
 def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str, version: str,
                  plots: dict[str, str]) -> dict:
     from specsim.sweep import baseline_of, is_sync_ar
@@ -48,6 +65,7 @@ def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str
         "best": _point_public(best), "best_sd": _point_public(analysis["best_sd"]),
         "best_ar": _point_public(analysis["best_ar"]),
         "sd_gain_over_best_ar": analysis.get("sd_gain_over_best_ar"),
+        "best_vs_runner_up": analysis.get("best_vs_runner_up"),
         "points": analysis["points"],
         "capacity": capacity,
         "plots": {k: Path(v).name for k, v in plots.items()},
@@ -114,6 +132,10 @@ def summary_markdown(s: dict) -> str:
         L.append(f"| τ (tokens per verify) | {fmt_ci(best['tau'], 2)} |")
         L.append(f"| GPU-hours per step | {fmt_ci(best['gpu_hours_per_step'], 2)} |")
         L.append("")
+        margin = s.get("best_vs_runner_up")
+        if margin:
+            L.append(runner_up_text(margin, s["rank_by"], _values_text(_values_of(s, margin["runner_up"]))))
+            L.append("")
     if s.get("best_ar") and s.get("best_sd"):
         ar, sd = s["best_ar"], s["best_sd"]
         L.append(f"Best AR point #{ar['point']} ({_values_text(ar['values'])}): step "

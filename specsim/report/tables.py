@@ -195,6 +195,10 @@ def analyse(sc, rows: list[dict], cols: list[str]) -> dict:
     best_ar = best_of([e for e in agg if e["k"] == 0])
     out = {"frame": df, "points": agg, "rank_by": rank, "replicates": reps, "best": best, "best_sd": best_sd,
            "best_ar": best_ar, "swept": swept}
+    if best:
+        runner = best_of([e for e in agg if e["point"] != best["point"]])
+        if runner:
+            out["best_vs_runner_up"] = _paired_margin(df, rank, best["point"], runner["point"])
     if best_sd and best_ar:
         sd = df[df["point"] == best_sd["point"]].set_index("replicate")["step_s"]
         ar = df[df["point"] == best_ar["point"]].set_index("replicate")["step_s"]
@@ -203,6 +207,20 @@ def analyse(sc, rows: list[dict], cols: list[str]) -> dict:
     # speedup of each SD point over its AR sibling (same swept values with speculation.k = 0)
     out["vs_k0"] = _vs_k0(df, swept)
     return out
+
+
+def _paired_margin(df: pd.DataFrame, rank: str, best: int, runner: int) -> dict:
+    """How clearly the best point beats the runner-up: the ratio of their ranking metric per
+    replicate (the two see the same draws), its mean and 95 % interval. `separated`: the interval
+    lies above 1 (every replicate-level doubt excluded); otherwise the two are within the
+    replicates' spread and the ranking between them is not settled by this run."""
+    a = df[df["point"] == best].set_index("replicate")[rank]
+    b = df[df["point"] == runner].set_index("replicate")[rank]
+    common = sorted(set(a.index) & set(b.index))
+    ratio = mean_ci([a[r] / b[r] for r in common], floor=None)
+    ci = ratio["ci95"]
+    return {"runner_up": int(runner), "ratio": ratio, "replicates": len(common),
+            "separated": bool(ci is not None and ci[0] > 1.0)}
 
 
 def _vs_k0(df: pd.DataFrame, swept: list[str]) -> pd.DataFrame | None:
