@@ -182,7 +182,10 @@ def validate_cmd(
             t.add_row(*(r[c] for c in cols))
         con = _console()
         con.print(t)
-        con.print(f"{len(frame) - failed} of {len(frame)} rows within tolerance; written to {folder}/validation.csv, .md")
+        by_role = ", ".join(f"{role} {int((g['result'] == 'pass').sum())} / {len(g)}"
+                            for role, g in frame.groupby("role", sort=True))
+        con.print(f"{len(frame) - failed} of {len(frame)} rows within tolerance ({by_role}); "
+                  f"written to {folder}/validation.csv, .md")
     if failed:
         raise typer.Exit(1)
 

@@ -183,6 +183,9 @@ def test_ordinal_row_reports_both_values_and_its_verdict(tmp_path):
     assert d["ordinal_margin_pct"] == pytest.approx(100 * (a.slower_s / a.faster_s - 1), rel=1e-12)
     assert (a.ordinal_margin > 0) == a.passed and (b.ordinal_margin > 0) == b.passed
     assert f"margin {d['ordinal_margin_pct']:+.1f} %" in d["simulated"]
+    # the CLI's last line counts the passes per role; one of the two opposite claims fails: exit 1
+    r = runner.invoke(app, ["validate", write(tmp_path, rows, "u.yaml"), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 1 and "1 of 2 rows within tolerance (prediction 1 / 2)" in " ".join(r.stdout.split())
 
 
 def test_ratio_standard_error_closed_forms():
