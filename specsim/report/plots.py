@@ -194,7 +194,7 @@ def rollout_timeline(stem: Path, sc, data: pd.DataFrame) -> str | None:
     a1.set_ylabel("active sequences (batch)")
     a2.set_ylabel("tokens/s (engine)")
     a3.set_xlabel("time since generation start (s)")
-    a1.set_ylim(0, a1.get_ylim()[1] * 1.25)   # headroom for the box above the curves
+    a1.set_ylim(bottom=0)
     a2.set_ylim(bottom=0)
     handles, labels = a1.get_legend_handles_labels()
     if spans:
