@@ -22,7 +22,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from specsim.model import drafter_kind_names
 from specsim.scenario.base import ScenarioError, Strict, _bad, _Raw  # noqa: F401 (re-exported)
-from specsim.scenario.paths import MAX_SWEEP_ROWS, path_problem, sweep_rows  # noqa: F401 (re-exported)
+from specsim.scenario.paths import MAX_SWEEP_ROWS, path_problem, sweep_rows
 
 DType = Literal["bf16", "fp16", "fp8", "int8", "fp4", "int4"]
 
@@ -294,6 +294,15 @@ class Scenario(Strict):
         if responses > 10**7:
             raise _bad("workload.prompts", self.workload.prompts,
                        f"at most 10,000,000 responses per step (prompts x group_size = {responses:,})")
+        cap = self.output.capacity
+        sizes = 5 if cap.rollout_gpus is None else len(set(cap.rollout_gpus)) + (1 if cap.rollout_gpus else 0)
+        reps = cap.replicates or int(self.sweep.get("replicates", 1) or 1)
+        if sizes * 2 * reps > MAX_SWEEP_ROWS:   # AR and SD at each size (incl. the scenario's own) per replicate
+            raise _bad("output.capacity.replicates", reps,
+                       f"at most {MAX_SWEEP_ROWS:,} capacity-plan runs (sizes × 2 variants × replicates = "
+                       f"{sizes} × 2 × {reps}"
+                       + ("" if cap.replicates else ", the sweep's replicates while unset")
+                       + "); set output.capacity.replicates lower or list fewer output.capacity.rollout_gpus")
         return self
 
     @property
