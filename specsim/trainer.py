@@ -47,6 +47,6 @@ def training_layout(sc, model: ModelSpec, hw: HardwareSpec, *, micro_batch_token
     return TrainingLayout(gpus=gpus, parallel=par, dp=gpus // par.gpus,
                           micro_batch_tokens=int(micro_batch_tokens or default_micro_batch_tokens(sc)),
                           mfu=float(t.mfu if t.mfu is not None else hw.efficiency.train_mfu),
-                          optimizer_bytes_per_param=float(t.optimizer_bytes_per_param),
+                          optimizer_bytes_per_param=float(t.optimizer_bytes_per_param), sharding=t.sharding,
                           reference_logprob=bool(t.reference_logprob), weight_sync=t.weight_sync,
                           optimizer_steps=int(optimizer_steps), logprob_efficiency=t.logprob_efficiency)

@@ -9,16 +9,26 @@ states its formula; all are per-step scalars. The reward stage is a set constant
 Training layout (`TrainingLayout`). The trainer runs on `gpus` GPUs. One model replica spans
 max(tp, ep)·pp GPUs exactly as a rollout replica does (cost/layout.ParallelLayout: tp shards
 attention/dense FFN/LM head, ep spreads whole experts with attention data-parallel over ep/tp
-groups, pp splits layers). dp = gpus / (max(tp, ep)·pp) replicas; params, grads and optimizer
-state are additionally sharded ZeRO-3/FSDP-style over the dp replicas. Each replica processes
-1/dp of the step's sequences, packed into micro-batches of `micro_batch_tokens` tokens; packing
-is taken as ideal (m = ⌈replica tokens / budget⌉ micro-batches of equal size); one optimizer
-step per RL step unless `optimizer_steps` says more.
+groups, pp splits layers). dp = gpus / (max(tp, ep)·pp) replicas. Each replica processes 1/dp of
+the step's sequences, packed into micro-batches of `micro_batch_tokens` tokens; packing is taken as
+ideal (m = ⌈replica tokens / budget⌉ micro-batches of equal size); one optimizer step per RL step
+unless `optimizer_steps` says more.
+
+Sharding over the dp replicas (`sharding`), as the trainers run it:
+* "fsdp" -- ZeRO-3 (veRL's FSDP actor, NeMo-RL's DTensor policy): params, grads and optimizer
+  state are all sharded; each micro-batch gathers the params for its forward, recomputed forward
+  and backward and reduce-scatters its grads.
+* "distributed_optimizer" -- Megatron-Core's distributed optimizer (ZeRO-1), NeMo-RL's Megatron
+  policy (`use_distributed_optimizer: true`, `grad_reduce_in_fp32: false`, `use_custom_fsdp:
+  false` in its GRPO Megatron configs): bf16 params and grads stay whole on every replica and only
+  the fp32 optimizer state is sharded; grads accumulate over the micro-batches and are
+  reduce-scattered once per optimizer step, and the updated params are all-gathered once.
 
 Model-state bytes per parameter. `training.optimizer_bytes_per_param` (default 16) is read as the
 whole mixed-precision Adam state per parameter in ZeRO's accounting: bf16 weight (2) + bf16 grad
 (2) + fp32 master weight, momentum and variance (12) = 16 B/param. It is the params+grads+optimizer
-total, not an addition to them.
+total, not an addition to them. Under "distributed_optimizer" the first WEIGHT_GRAD_BYTES (4) of it
+are held whole per replica GPU and the rest is sharded over dp.
 """
 
 from __future__ import annotations
@@ -37,6 +47,10 @@ from specsim.hardware import DTYPE_BYTES, HardwareSpec
 from specsim.model import DrafterArch, ModelSpec
 
 TRAIN_DTYPE = "bf16"
+#: bf16 weight + bf16 grad per parameter: the part of the model state the distributed optimizer
+#: does not shard
+WEIGHT_GRAD_BYTES = 4.0
+SHARDINGS = ("fsdp", "distributed_optimizer")
 
 
 # ----------------------------------------------------------------------------- layout
@@ -55,6 +69,7 @@ class TrainingLayout:
     weight_sync: str = "broadcast"
     optimizer_steps: int = 1
     logprob_efficiency: float | None = None   # GEMM efficiency of the logprob passes (None: the profile's compute)
+    sharding: str = "fsdp"                    # fsdp (ZeRO-3) | distributed_optimizer (Megatron, ZeRO-1)
 
     @property
     def tp(self) -> int:
@@ -78,6 +93,11 @@ class TrainingLayout:
             raise SpecError("gpus", self.gpus, f"dp · replica GPUs = {self.dp} · {self.parallel.gpus}")
         if not 0 < self.mfu <= 1:
             raise SpecError("mfu", self.mfu, "in (0, 1]")
+        if self.sharding not in SHARDINGS:
+            raise SpecError("sharding", self.sharding, " or ".join(SHARDINGS))
+        if self.sharding == "distributed_optimizer" and self.optimizer_bytes_per_param < WEIGHT_GRAD_BYTES:
+            raise SpecError("optimizer_bytes_per_param", self.optimizer_bytes_per_param,
+                            f">= {WEIGHT_GRAD_BYTES:g} (the bf16 weight and grad) with the distributed optimizer")
         if self.micro_batch_tokens < 1 or self.optimizer_steps < 1:
             raise SpecError("micro_batch_tokens/optimizer_steps", (self.micro_batch_tokens, self.optimizer_steps),
                             ">= 1 each")
@@ -209,10 +229,11 @@ def train_cost(model: ModelSpec, hw: HardwareSpec, tl: TrainingLayout, seq_token
                forward (activation checkpointing), backward; exposed (no TP-comm overlap)
     EP comm  = m · (layers/pp) · 3·2 · all_to_all(T_mb/attn_dp/tp · top_k · h · 2 B, ep)
     DP comm  = per optimizer step: reduce-scatter(grads) + all-gather(params) of the bf16 weight
-               shard of one replica GPU over dp (exposed tail), plus per micro-batch
-               max(0, 3 · all_gather − compute per micro-batch) (ZeRO-3 gathers for forward,
-               recompute and backward plus the gradient reduce-scatter, hidden behind compute
-               when they fit); the dp group spans all trainer GPUs (link by that span)
+               shard of one replica GPU over dp (exposed tail), plus, with sharding "fsdp" only,
+               per micro-batch max(0, 3 · all_gather − compute per micro-batch) (ZeRO-3 gathers for
+               forward, recompute and backward plus the gradient reduce-scatter, hidden behind
+               compute when they fit); the distributed optimizer gathers nothing per micro-batch;
+               the dp group spans all trainer GPUs (link by that span)
     optimizer = optimizer_s(...)
     The bubble and comm terms add to compute (the MFU is the achieved rate of the math alone).
     """
@@ -238,7 +259,8 @@ def train_cost(model: ModelSpec, hw: HardwareSpec, tl: TrainingLayout, seq_token
     shard = weight_bytes_per_gpu(model, par, TRAIN_DTYPE)
     ag = _collective_s(shard, tl.dp, tl.gpus, hw, (tl.dp - 1) / tl.dp)
     per_mb_compute = compute / (m * steps)
-    dp_comm = steps * (2 * ag + m * max(0.0, 3 * ag - per_mb_compute))
+    per_mb_gathers = m * max(0.0, 3 * ag - per_mb_compute) if tl.sharding == "fsdp" else 0.0
+    dp_comm = steps * (2 * ag + per_mb_gathers)
     return TrainCost(compute_s=compute, bubble_s=bubble, tp_comm_s=tp_comm, ep_comm_s=ep_comm, dp_comm_s=dp_comm,
                      optimizer_s=optimizer_s(model, hw, tl), micro_batches=m, flops=flops)
 
@@ -273,10 +295,20 @@ class TrainingMemory:
         return None if self.resident_budget_bytes is None else self.state_bytes <= self.resident_budget_bytes
 
 
+def model_state_bytes(tl: TrainingLayout, params_gpu: float) -> float:
+    """Model-state bytes per GPU for `params_gpu` parameters on one replica GPU: all of it sharded
+    over dp (fsdp), or the bf16 weight and grad whole and the rest sharded (distributed_optimizer)."""
+    if tl.sharding == "distributed_optimizer":
+        return (WEIGHT_GRAD_BYTES + (tl.optimizer_bytes_per_param - WEIGHT_GRAD_BYTES) / tl.dp) * params_gpu
+    return tl.optimizer_bytes_per_param * params_gpu / tl.dp
+
+
 def training_memory(model: ModelSpec, hw: HardwareSpec, tl: TrainingLayout, *,
                     gpu_memory_utilization: float | None = None) -> TrainingMemory:
     """Per GPU:
-        state       = optimizer_bytes_per_param · (params on one replica GPU) / dp
+        state       = optimizer_bytes_per_param · (params on one replica GPU) / dp          (fsdp)
+                    = (4 + (optimizer_bytes_per_param − 4) / dp) · (params on one replica GPU)
+                                                         (distributed_optimizer: bf16 weight and grad whole)
         activations = checkpoints + working set
           checkpoints = (layers/pp) · T_mb/attn_dp · h · 2 B / tp · pp   (one layer input per layer
                         kept for each of the pp micro-batches 1F1B holds in flight on the first
@@ -289,7 +321,7 @@ def training_memory(model: ModelSpec, hw: HardwareSpec, tl: TrainingLayout, *,
     """
     par = tl.parallel
     params_gpu = weight_bytes_per_gpu(model, par, TRAIN_DTYPE) / DTYPE_BYTES[TRAIN_DTYPE]
-    state = tl.optimizer_bytes_per_param * params_gpu / tl.dp
+    state = model_state_bytes(tl, params_gpu)
     tok = tl.micro_batch_tokens / par.attn_dp
     layers_stage = int(np.ceil(model.layers / par.pp))
     ckpt = layers_stage * tok * model.hidden * DTYPE_BYTES[TRAIN_DTYPE] / par.tp * par.pp
@@ -305,8 +337,8 @@ def check_training_fits(model: ModelSpec, hw: HardwareSpec, tl: TrainingLayout, 
     if not mem.fits:
         raise LayoutError(
             f"{model.name} training needs {mem.total_bytes / GB:.0f} GB per GPU "
-            f"({mem.state_bytes / GB:.0f} GB params+grads+optimizer at {tl.optimizer_bytes_per_param:g} B/param "
-            f"sharded over {tl.describe()}, {mem.activation_bytes / GB:.0f} GB activations for micro-batches of "
+            f"({mem.state_bytes / GB:.0f} GB params+grads+optimizer at {tl.optimizer_bytes_per_param:g} B/param, "
+            f"{tl.sharding} over {tl.describe()}, {mem.activation_bytes / GB:.0f} GB activations for micro-batches of "
             f"{tl.micro_batch_tokens} tokens); training.gpus={tl.gpus} gives {mem.hbm_bytes / GB:.0f} GB per GPU "
             f"on {hw.name}: add training GPUs or raise training.tp/pp")
     return mem

@@ -99,6 +99,9 @@ class TrainingSection(Strict):
     reference_logprob: bool = True
     weight_sync: Literal["broadcast", "reshard"] = "broadcast"
     optimizer_bytes_per_param: float = Field(default=16.0, gt=0, le=1024)
+    sharding: Literal["fsdp", "distributed_optimizer"] = Field(
+        default="fsdp", description="fsdp: ZeRO-3 (veRL FSDP, NeMo-RL DTensor); distributed_optimizer: Megatron-Core's "
+                                    "(ZeRO-1: only the optimizer state sharded; NeMo-RL's Megatron backend)")
     mfu: float | None = Field(default=None, gt=0, le=1, description="override the profile's train_mfu")
     logprob_efficiency: float | None = Field(default=None, gt=0, le=1,
                                              description="GEMM efficiency of the logprob passes (default: the profile's compute)")
