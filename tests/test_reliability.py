@@ -459,9 +459,12 @@ def test_capacity_plan_can_be_switched_off_and_its_replicates_set(tmp_path):
     assert cap["replicates"] == 2 and {r["replicates"] for r in cap["rows"]} == {2}
     r, text = cli("check", path, "--set", "output.capacity.replicates=0")
     assert r.exit_code == 2 and "output.capacity.replicates" in text and "0" in text
-    # the plan's runs are bounded like the sweep's rows: 5 default sizes × 2 × 2000 sweep replicates
+    # the plan's runs are bounded like the sweep's rows: 4 default sizes × 2 × 2000 sweep replicates
     r, text = cli("check", path, "--set", "sweep={speculation.k: [2], replicates: 2000}")
-    assert r.exit_code == 2 and "output.capacity.replicates" in text and "5 × 2 × 2000" in text
+    assert r.exit_code == 2 and "output.capacity.replicates" in text and "4 × 2 × 2000" in text
+    r, _ = cli("check", path, "--set", "sweep={speculation.k: [2], replicates: 2000}",
+               "--set", "output.capacity.rollout_gpus=[]")
+    assert r.exit_code == 0
     r, _ = cli("check", path, "--set", "sweep={speculation.k: [2], replicates: 2000}",
                "--set", "output.capacity.replicates=3")
     assert r.exit_code == 0

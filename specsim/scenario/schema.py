@@ -298,7 +298,9 @@ class Scenario(Strict):
             raise _bad("workload.prompts", self.workload.prompts,
                        f"at most 10,000,000 responses per step (prompts x group_size = {responses:,})")
         cap = self.output.capacity
-        sizes = 5 if cap.rollout_gpus is None else len(set(cap.rollout_gpus)) + (1 if cap.rollout_gpus else 0)
+        # ×¼, ½, 1, 2 of rollout.gpus by default (capacity.capacity_sizes); the scenario's own size is always run
+        listed = set(cap.rollout_gpus) if cap.rollout_gpus is not None else None
+        sizes = 4 if listed is None else len(listed | {self.rollout.gpus}) if listed else 0
         reps = cap.replicates or int(self.sweep.get("replicates", 1) or 1)
         if sizes * 2 * reps > MAX_SWEEP_ROWS:   # AR and SD at each size (incl. the scenario's own) per replicate
             raise _bad("output.capacity.replicates", reps,
