@@ -127,7 +127,11 @@ def check(
     t.add_row("rollout", f"{world.engines} engines × {world.layout.describe()} = {sc.rollout.gpus} GPUs, "
                          f"≤ {world.rollout.max_batch} running sequences each"
                          + ("" if sc.rollout.max_batch else " (vLLM's default max_num_seqs for this GPU)"))
-    t.add_row("training", f"{sc.pipeline.mode}, {sc.training_gpus} GPUs")
+    tr = info["trainer"]
+    t.add_row("training", f"{sc.pipeline.mode}: {tr['layout']}, {tr['sharding']}, MFU {tr['mfu']:.3f}")
+    t.add_row("trainer, step 0's draw", f"{tr['tokens'] / 1e6:.1f} M tokens: train {tr['train_s']:.1f} s (math "
+                                        f"{tr['compute_s']:.1f}, data-parallel exchange {tr['dp_comm_s']:.1f}, "
+                                        f"bubble + TP + EP {tr['bubble_tp_ep_s']:.1f}), logprob {tr['logprob_s']:.1f} s")
     t.add_row("KV capacity per engine", f"{world.kv_capacity_tokens:,} tokens "
                                         f"({info['max_length_sequences_in_kv']} max-length sequences)")
     mem = ", ".join(f"{label.replace(' (GB)', '')} {v:.1f}" for label, v in info["memory_gb_per_gpu"].items())

@@ -43,6 +43,34 @@ def steady_fill_warning(ps) -> str:
             f"run at least {ps.fill_steps + 1} steps")
 
 
+def trainer_report(world) -> dict:
+    """The trainer on one step: step 0's draw (replicate 0) priced by cost/training.train_cost and
+    logprob_s -- its layout, sharding and MFU, the training step's parts and the logprob passes.
+    What `specsim check` shows so that a trainer dominated by communication is seen before a run."""
+    from specsim.cost import training as tc
+    from specsim.sim.cluster import draw_step
+
+    draw = draw_step(world, 0, 0)
+    seqs = tc.sequence_tokens(draw.prompt_tokens, draw.response_tokens)
+    tl = world.trainer.layout
+    c = tc.train_cost(world.model, world.hw, tl, seqs)
+    return {"layout": tl.describe(), "sharding": tl.sharding, "mfu": tl.mfu, "tokens": float(seqs.sum()),
+            "train_s": c.total_s, "compute_s": c.compute_s, "dp_comm_s": c.dp_comm_s,
+            "bubble_tp_ep_s": c.bubble_s + c.tp_comm_s + c.ep_comm_s, "optimizer_s": c.optimizer_s,
+            "logprob_s": float(tc.logprob_s(world.model, world.hw, tl, seqs))}
+
+
+def trainer_warning(report: dict) -> str | None:
+    """Warn when the trainer's data-parallel exchange outweighs its math under ZeRO-3 sharding:
+    the params are gathered for every micro-batch's three passes (cost/training.py)."""
+    if report["sharding"] == "fsdp" and report["dp_comm_s"] > report["compute_s"]:
+        return (f"training.sharding = fsdp: the trainer's data-parallel exchange ({report['dp_comm_s']:.1f} s per "
+                f"step) exceeds its math ({report['compute_s']:.1f} s): ZeRO-3 gathers the params for every "
+                "micro-batch; Megatron's distributed optimizer (training.sharding: distributed_optimizer, as "
+                "NeMo-RL's Megatron policy) exchanges them once per step")
+    return None
+
+
 def doctor_warnings(world) -> list[str]:
     """Plausibility warnings for a resolved scenario (a `specsim.resolve.World`); empty when all is usual.
 
@@ -85,6 +113,8 @@ def check_report(world, file: str) -> dict:
     doctor warnings; ``tau_at_k`` is the fresh drafter's τ at the scenario's ``drafter.tau_at_k``."""
     sc = world.scenario
     w, d = sc.workload, sc.drafter
+    trainer = trainer_report(world)
+    warn = trainer_warning(trainer)
     return {
         "ok": True, "scenario": sc.name, "file": file, "model": world.model.name, "hardware": world.hw.name,
         "engines": world.engines, "layout": world.layout.describe(), "gpus_per_engine": world.layout.gpus,
@@ -95,8 +125,8 @@ def check_report(world, file: str) -> dict:
         "responses_per_step": w.prompts * w.group_size, "max_response_tokens": w.max_response_tokens,
         "drafter": d.kind, "alpha0": world.acceptance.alpha0,
         "tau_at_k": {"k": d.tau_at_k, "tau": float(world.acceptance.tau(d.tau_at_k, 0))},
-        "policy": world.policy.label, "warnings": doctor_warnings(world),
-        "tau_over_context": tau_over_context(world),
+        "policy": world.policy.label, "warnings": doctor_warnings(world) + ([warn] if warn else []),
+        "tau_over_context": tau_over_context(world), "trainer": trainer,
     }
 
 

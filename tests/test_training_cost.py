@@ -192,6 +192,26 @@ def test_nemo_rl_scenarios_shard_as_its_megatron_backend():
         assert load_scenario(ROOT / "scenarios" / f"{name}.yaml").training.sharding == "fsdp", name
 
 
+def test_check_reports_the_trainer_and_warns_when_zero3_gathers_dominate():
+    """`specsim check`'s trainer row: step 0's draw priced by train_cost (its parts add up to the
+    step), and a warning when ZeRO-3's per-micro-batch gathers outweigh the math (the 235B main job
+    under fsdp), none under the distributed optimizer."""
+    from specsim.doctor import check_report, trainer_report
+    from specsim.resolve import resolve
+
+    scen = ROOT / "scenarios" / "235b_async.yaml"
+    world = resolve(load_scenario(scen))
+    tr = trainer_report(world)
+    assert tr["sharding"] == "distributed_optimizer" and tr["mfu"] == pytest.approx(0.291)
+    assert tr["train_s"] == pytest.approx(tr["compute_s"] + tr["dp_comm_s"] + tr["bubble_tp_ep_s"] + tr["optimizer_s"])
+    assert tr["dp_comm_s"] < 0.2 * tr["compute_s"] and tr["logprob_s"] > 0
+    assert not any("training.sharding" in w for w in check_report(world, str(scen))["warnings"])
+    fsdp = resolve(load_scenario(scen, ["training.sharding=fsdp"]))
+    info = check_report(fsdp, str(scen))
+    assert info["trainer"]["dp_comm_s"] > info["trainer"]["compute_s"]
+    assert any(w.startswith("training.sharding = fsdp") for w in info["warnings"])
+
+
 def test_weight_sync_scales_with_weight_bytes(model, hw):
     bf16 = ParallelLayout(tp=1, weight_dtype="bf16")
     fp8 = ParallelLayout(tp=1, weight_dtype="fp8")
