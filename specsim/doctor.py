@@ -71,13 +71,17 @@ def trainer_warning(report: dict) -> str | None:
     return None
 
 
-def doctor_warnings(world) -> list[str]:
+def doctor_warnings(world, trainer: dict | None = None) -> list[str]:
     """Plausibility warnings for a resolved scenario (a `specsim.resolve.World`); empty when all is usual.
 
-    Heuristic thresholds are the DOCTOR_* constants above. Never raises for a valid world.
+    Heuristic thresholds are the DOCTOR_* constants above. `trainer`: its trainer_report, when the
+    caller has one (else it is computed). Never raises for a valid world.
     """
     sc = world.scenario
     out: list[str] = []
+    warn = trainer_warning(trainer if trainer is not None else trainer_report(world))
+    if warn:
+        out.append(warn)
     if world.policy.kind != "off":
         k_top = max(world.policy.ks)
         if k_top > DOCTOR_MAX_DRAFT_LENGTH:
@@ -114,7 +118,6 @@ def check_report(world, file: str) -> dict:
     sc = world.scenario
     w, d = sc.workload, sc.drafter
     trainer = trainer_report(world)
-    warn = trainer_warning(trainer)
     return {
         "ok": True, "scenario": sc.name, "file": file, "model": world.model.name, "hardware": world.hw.name,
         "engines": world.engines, "layout": world.layout.describe(), "gpus_per_engine": world.layout.gpus,
@@ -125,7 +128,7 @@ def check_report(world, file: str) -> dict:
         "responses_per_step": w.prompts * w.group_size, "max_response_tokens": w.max_response_tokens,
         "drafter": d.kind, "alpha0": world.acceptance.alpha0,
         "tau_at_k": {"k": d.tau_at_k, "tau": float(world.acceptance.tau(d.tau_at_k, 0))},
-        "policy": world.policy.label, "warnings": doctor_warnings(world) + ([warn] if warn else []),
+        "policy": world.policy.label, "warnings": doctor_warnings(world, trainer),
         "tau_over_context": tau_over_context(world), "trainer": trainer,
     }
 

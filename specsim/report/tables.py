@@ -200,26 +200,28 @@ def analyse(sc, rows: list[dict], cols: list[str]) -> dict:
         if runner:
             out["best_vs_runner_up"] = _paired_margin(df, rank, best["point"], runner["point"])
     if best_sd and best_ar:
-        sd = df[df["point"] == best_sd["point"]].set_index("replicate")["step_s"]
-        ar = df[df["point"] == best_ar["point"]].set_index("replicate")["step_s"]
-        common = sorted(set(sd.index) & set(ar.index))
-        out["sd_gain_over_best_ar"] = mean_ci([ar[r] / sd[r] for r in common])
+        out["sd_gain_over_best_ar"] = _paired_ratio(df, "step_s", best_ar["point"], best_sd["point"])[0]
     # speedup of each SD point over its AR sibling (same swept values with speculation.k = 0)
     out["vs_k0"] = _vs_k0(df, swept)
     return out
 
 
+def _paired_ratio(df: pd.DataFrame, col: str, a: int, b: int, floor: float | None = 0.0) -> tuple[dict, int]:
+    """mean_ci of point a's `col` ÷ point b's, replicate by replicate (the two see the same draws),
+    and how many replicates both have."""
+    x = df[df["point"] == a].set_index("replicate")[col]
+    y = df[df["point"] == b].set_index("replicate")[col]
+    common = sorted(set(x.index) & set(y.index))
+    return mean_ci([x[r] / y[r] for r in common], floor=floor), len(common)
+
+
 def _paired_margin(df: pd.DataFrame, rank: str, best: int, runner: int) -> dict:
     """How clearly the best point beats the runner-up: the ratio of their ranking metric per
-    replicate (the two see the same draws), its mean and 95 % interval. `separated`: the interval
-    lies above 1 (every replicate-level doubt excluded); otherwise the two are within the
-    replicates' spread and the ranking between them is not settled by this run."""
-    a = df[df["point"] == best].set_index("replicate")[rank]
-    b = df[df["point"] == runner].set_index("replicate")[rank]
-    common = sorted(set(a.index) & set(b.index))
-    ratio = mean_ci([a[r] / b[r] for r in common], floor=None)
+    replicate (_paired_ratio), its mean and 95 % interval. `separated`: the interval lies above 1;
+    otherwise the two are within the replicates' spread and this run does not rank them."""
+    ratio, n = _paired_ratio(df, rank, best, runner, floor=None)
     ci = ratio["ci95"]
-    return {"runner_up": int(runner), "ratio": ratio, "replicates": len(common),
+    return {"runner_up": int(runner), "ratio": ratio, "replicates": n,
             "separated": bool(ci is not None and ci[0] > 1.0)}
 
 
