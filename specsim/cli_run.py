@@ -77,7 +77,7 @@ def run(
 def _print_run(res) -> None:
     from rich.table import Table
 
-    from specsim.report.summary import bottleneck_text, runner_up_text
+    from specsim.report.summary import bottleneck_text, runner_up_text, values_of
 
     s = res.summary
     con = console()
@@ -110,8 +110,7 @@ def _print_run(res) -> None:
                   f"generation {_ci(b['generation_speedup'])}×")
     margin = s.get("best_vs_runner_up")
     if margin:
-        runner = next((e for e in s["points"] if e["point"] == margin["runner_up"]), {"values": {}})
-        con.print(runner_up_text(margin, s["rank_by"], _short_values(runner["values"])))
+        con.print(runner_up_text(margin, s["rank_by"], _short_values(values_of(s, margin["runner_up"]))))
     idle = (b or {}).get("trainer_idle_share") or {}
     if idle.get("mean") is not None:
         con.print(f"bottleneck of the best point: {bottleneck_text(idle['mean'])} "

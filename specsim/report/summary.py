@@ -26,7 +26,8 @@ def bottleneck_text(idle_share: float) -> str:
             "engines only while a step's groups queue for engines (not once its longest responses set the pace)")
 
 
-def _values_of(s: dict, point: int) -> dict:
+def values_of(s: dict, point: int) -> dict:
+    """The swept values of point `point` in a summary dict ({} if absent)."""
     return next((e["values"] for e in s["points"] if e["point"] == point), {})
 
 
@@ -134,7 +135,7 @@ def summary_markdown(s: dict) -> str:
         L.append("")
         margin = s.get("best_vs_runner_up")
         if margin:
-            L.append(runner_up_text(margin, s["rank_by"], _values_text(_values_of(s, margin["runner_up"]))))
+            L.append(runner_up_text(margin, s["rank_by"], _values_text(values_of(s, margin["runner_up"]))))
             L.append("")
     if s.get("best_ar") and s.get("best_sd"):
         ar, sd = s["best_ar"], s["best_sd"]
