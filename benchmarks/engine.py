@@ -18,9 +18,9 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from specsim.resolve import resolve
 from specsim.scenario import load_scenario
 from specsim.sim.cluster import draw_step, simulate_generation
+from specsim.world.resolve import resolve
 
 #: vLLM speculators PR #684's curve (calibration/published/eagle3_context_curve.csv) as [tokens, relative alpha]
 PR684 = [[c, r] for c, r in pd.read_csv(Path(__file__).resolve().parents[1] / "calibration" / "published"

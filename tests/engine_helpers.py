@@ -6,13 +6,13 @@ from functools import partial
 
 import numpy as np
 
+from specsim.catalog.hardware import load_hardware
+from specsim.catalog.models import drafter_arch, load_model
 from specsim.cost.forward import prefill_batches_s
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.step import step_cost_table
-from specsim.hardware import load_hardware
-from specsim.model import drafter_arch, load_model
 from specsim.sim.common import EngineConfig, EngineWork
-from specsim.speculation import PolicyContext, SDPolicy
+from specsim.world.speculation import PolicyContext, SDPolicy
 
 
 def make_config(policy: SDPolicy, *, model="Qwen3-8B", hardware="h100_sxm", drafter="eagle3", tp=1,

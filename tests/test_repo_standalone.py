@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCANNED = ["README.md", "pyproject.toml", "specsim", "scenarios", "calibration", "docs", "hardware_profiles",
+SCANNED = ["README.md", "pyproject.toml", "specsim", "scenarios", "calibration", "docs", "CHANGELOG.md", "mkdocs.yml",
            "benchmarks", "notebooks", "tests"]
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".ipynb", ".txt"}
 OUTSIDE = re.compile(r"\.\./shared|shared/reference|shared/DESIGN|(?<![\w/])published\.md|(?<![\w/])DESIGN\.md")

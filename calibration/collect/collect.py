@@ -4,7 +4,7 @@
         [--device cuda] [--batches 1,2,4,...] [--contexts 512,2048,8192] [--k 1,3,5,7]
         [--prompts 512,2048] [--prompt-batches 1,4] [--layers N] [--budget-s 600] [--tiny]
 
-What it builds: the decoder stack of the catalog config (`specsim.model.load_model`) in torch with
+What it builds: the decoder stack of the catalog config (`specsim.catalog.models.load_model`) in torch with
 RANDOM weights -- nothing is downloaded; a forward pass's time does not depend on the weight
 values. Per layer: RMSNorm, fused QKV projection (+ biases where the config has them, + Qwen3's
 per-head q/k RMSNorm), the new tokens' K/V written into a preallocated KV cache, attention with
@@ -13,7 +13,7 @@ expanding K/V on older torch), output projection, RMSNorm, SwiGLU FFN; then the 
 LM head (logits for every new token in decode/verify, for the last token in prefill). Rotary
 embeddings are left out (an elementwise op, negligible next to the GEMMs). Dense models only:
 MoE configs are refused (routing kernels differ too much between engines to time meaningfully
-here). A draft pass is an EAGLE-3-like head (`specsim.model.drafter_arch("eagle3", ...)`): a
+here). A draft pass is an EAGLE-3-like head (`specsim.catalog.models.drafter_arch("eagle3", ...)`): a
 fusion fc (3h -> h), one decoder layer with its own KV cache, and an LM head over the reduced
 draft vocabulary.
 
@@ -37,6 +37,7 @@ import argparse
 import datetime as _dt
 import sys
 import time
+
 from calibration.collect.runner import Runner, Shape, time_fn
 
 TINY = dict(name="tiny", hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, vocab=512, ffn=128)
@@ -110,8 +111,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def model_config(args):
     """(ModelSpec of the timed model, EAGLE-3-like drafter ModelSpec or None)."""
+    from specsim.catalog.models import ModelSpec, drafter_arch, load_model
     from specsim.errors import SpecError
-    from specsim.model import ModelSpec, drafter_arch, load_model
 
     if args.tiny:
         spec = ModelSpec(**TINY)
@@ -285,7 +286,7 @@ def main(argv=None) -> int:
         return 1
     import pandas as pd
 
-    from specsim.traces import write_kernel_trace
+    from specsim.calibrate.traces.io import write_kernel_trace
 
     path = write_kernel_trace(pd.DataFrame(rows), args.out, meta=meta)
     print(f"collect: wrote {len(rows)} rows to {path}", flush=True)

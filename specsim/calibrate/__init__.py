@@ -34,9 +34,9 @@ alpha(v) = floor + (alpha0 - floor) exp(-rate v) (v = rl_step) is fitted jointly
 
 Lengths (:func:`fit_lengths`): a thin wrapper over :func:`specsim.workload.lengths.fit`.
 """
-from specsim.calibrate._common import PARAMS
 from specsim.calibrate.acceptance_fit import AcceptanceFit, fit_acceptance, fit_lengths
-from specsim.calibrate.hardware_fit import HardwareFit, _drop_confounded, fit_hardware  # noqa: F401 (tests)
+from specsim.calibrate.common import PARAMS
+from specsim.calibrate.hardware_fit import HardwareFit, drop_confounded, fit_hardware  # noqa: F401 (tests)
 from specsim.calibrate.profile import write_calibrated_profile
 from specsim.calibrate.reporting import CalibrationReport, calibrate
 

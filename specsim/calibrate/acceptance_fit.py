@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
-from specsim.calibrate._common import _as_list, _where
-from specsim.calibrate.hardware_fit import _stderr
+from specsim.calibrate.common import as_list, where_of
+from specsim.calibrate.hardware_fit import standard_errors
+from specsim.calibrate.traces.io import validate_trace
 from specsim.errors import SpecError
-from specsim.traces import validate_trace
 
 
 @dataclass
@@ -42,7 +42,7 @@ class AcceptanceFit:
 
     def tau(self, k: int, step: float = 0.0) -> float:
         """Fitted mean tokens per verify at draft length k (and rl_step when staleness was fitted)."""
-        from specsim.workload.acceptance import expected_tokens_per_verify
+        from specsim.workload.acceptance.drafter import expected_tokens_per_verify
 
         a = self.alpha if self.staleness is None else float(self.staleness.alpha(self.alpha, step))
         return float(expected_tokens_per_verify(a, int(k), self.decay))
@@ -122,14 +122,14 @@ def fit_acceptance(
     fit_decay "auto": only with >= 2 distinct k. fit_staleness "auto": only with an rl_step column
     spanning >= 3 distinct steps; v = rl_step (policy versions since the drafter was trained).
     """
-    from specsim.workload.acceptance import Staleness, expected_tokens_per_verify
+    from specsim.workload.acceptance.drafter import Staleness, expected_tokens_per_verify
 
-    dfs = _as_list(engine_df)
+    dfs = as_list(engine_df)
     if not dfs:
         raise SpecError("traces", None, "an engine trace with speculative steps (k > 0)")
     frames = []
     for d in dfs:
-        where = _where(d, "<engine trace>")
+        where = where_of(d, "<engine trace>")
         d = validate_trace(d, "engine", where) if d.attrs.get("kind") != "engine" else d
         sub = d[d["k"] > 0]
         f = pd.DataFrame(
@@ -144,7 +144,7 @@ def fit_acceptance(
         f["rl_step"] = sub["rl_step"].astype("float64").to_numpy() if "rl_step" in sub.columns else np.nan
         frames.append(f)
     data = pd.concat(frames, ignore_index=True)
-    sources = tuple(dict.fromkeys(data["source"])) or tuple(_where(d, "<engine trace>") for d in dfs)
+    sources = tuple(dict.fromkeys(data["source"])) or tuple(where_of(d, "<engine trace>") for d in dfs)
     if data.empty:
         raise SpecError(
             "k", 0, "> 0 in some rows: acceptance is fitted from speculative steps only", ", ".join(sources)
@@ -189,7 +189,7 @@ def fit_acceptance(
         return w * (expected_tokens_per_verify(a, k, d) - tau)
 
     # start from the pooled tau at the most common k
-    from specsim.workload.acceptance import alpha_from_tau
+    from specsim.workload.acceptance.drafter import alpha_from_tau
 
     k0 = int(pd.Series(k).mode().iloc[0])
     m0 = k == k0
@@ -207,7 +207,7 @@ def fit_acceptance(
         gtol=1e-12,
     )
     a0, d, rate = unpack(res.x)
-    se = _stderr(res, names, np.ones(len(names)))
+    se = standard_errors(res, names, np.ones(len(names)))
     staleness = Staleness(floor, float(rate)) if do_stale else None
     a_rows = np.clip(alphas(a0, rate, np.nan_to_num(steps)), 0.0, 1.0)
     tau_fit = expected_tokens_per_verify(a_rows, k, d)
@@ -266,7 +266,7 @@ def fit_lengths(length_df: pd.DataFrame, cap_tokens: int | None = None, kind: st
     """Fit a response-length model to a lengths trace (wrapper over workload.lengths.fit)."""
     from specsim.workload import lengths as _lengths
 
-    where = _where(length_df, "<lengths trace>")
+    where = where_of(length_df, "<lengths trace>")
     df = validate_trace(length_df, "lengths", where) if length_df.attrs.get("kind") != "lengths" else length_df
     try:
         return _lengths.fit(
@@ -276,7 +276,7 @@ def fit_lengths(length_df: pd.DataFrame, cap_tokens: int | None = None, kind: st
         raise SpecError(exc.field, exc.value, exc.allowed, exc.where or where) from None
 
 
-def _detect_cap(x: np.ndarray) -> int | None:
+def detect_cap(x: np.ndarray) -> int | None:
     """A length cap is evident when the maximum repeats (>= 2 rows and >= 0.5 % of rows)."""
     m = x.max()
     hits = int((x == m).sum())

@@ -1,9 +1,9 @@
-"""Library side of `specsim show hardware NAME` and `specsim calibrate --kernels`: data, no printing."""
+"""Library side of `specsim show hardware NAME` and `specsim calibrate kernels`: data, no printing."""
 
 from __future__ import annotations
 
-from specsim.cost.sd_costs import SD_COST_KEYS
-from specsim.hardware import load_hardware
+from specsim.catalog.hardware import load_hardware
+from specsim.catalog.sd_costs import SD_COST_KEYS
 
 
 def hardware_info(name_or_path: str) -> dict:
@@ -87,13 +87,14 @@ def hardware_info(name_or_path: str) -> dict:
             "fitted_from_kernels": kf is not None}
 
 
-def kernel_calibration_info(kernels: str, system: str, backend: str, out_dir: str | None) -> dict:
-    """Run the measured-kernel calibration (see kernel_report) and return its tables as records."""
+def kernel_calibration_info(source: str, system: str, backend: str, out_dir: str | None) -> dict:
+    """Run the measured-kernel calibration (see kernel_report) on the kernel tables of `source`
+    (only "aiconfigurator") and return its tables as records."""
     from specsim.calibrate.kernel_report import calibrate_from_kernels
     from specsim.errors import SpecError
 
-    if kernels != "aiconfigurator":
-        raise SpecError("--kernels", kernels, "aiconfigurator (the aiconfigurator-core kernel tables)")
+    if source != "aiconfigurator":
+        raise SpecError("--source", source, "aiconfigurator (the aiconfigurator-core kernel tables)")
     cal = calibrate_from_kernels(system, backend, out_dir=out_dir)
     return {"residuals": cal.residual_table().to_dict("records"), "tpot": cal.tpot_table().to_dict("records"),
             "moe_shapes": cal.moe_shape_table().to_dict("records"),

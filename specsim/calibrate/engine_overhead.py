@@ -35,9 +35,9 @@ import pandas as pd
 from scipy import optimize
 
 from specsim.calibrate import tpot_model as tm
+from specsim.catalog.hardware import HardwareSpec
+from specsim.catalog.models import load_model
 from specsim.errors import SpecError
-from specsim.hardware import HardwareSpec
-from specsim.model import load_model
 
 #: silicon_sample model_path -> catalog model
 CATALOG_OF = {

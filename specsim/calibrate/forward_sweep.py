@@ -51,11 +51,11 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
+from specsim.catalog.hardware import HardwareSpec, MultiTokenAttentionFit
+from specsim.catalog.models import drafter_arch, load_model
 from specsim.cost.forward import draft_cost, pass_cost
 from specsim.cost.layout import ParallelLayout
 from specsim.errors import SpecError
-from specsim.hardware import HardwareSpec, MultiTokenAttentionFit
-from specsim.model import drafter_arch, load_model
 
 MODES = ("target_decode", "target_verify", "drafter_decode")
 #: sweep model name -> catalog model (same architecture)
@@ -158,7 +158,7 @@ def fit_stream_factor(df: pd.DataFrame, hw: HardwareSpec, generated_tokens: int 
     rows are then held out); price every row before and after. Roles: fit, check (the fit model's
     other rows), held-out (other models)."""
     if hw.kernel_fit is None:
-        raise SpecError("hardware", hw.name, "a profile with a kernel fit (specsim calibrate --kernels)")
+        raise SpecError("hardware", hw.name, "a profile with a kernel fit (specsim calibrate kernels)")
     own = np.ones(len(df), dtype=bool) if fit_model is None else (df["model"] == fit_model).to_numpy()
     fit = ((df["mode"] == "target_decode") & (df["batch"] == 1)).to_numpy() & own
     if fit.sum() < 2:
@@ -208,7 +208,7 @@ class MultiTokenFit:
 def with_multi_token_attention(hw: HardwareSpec, term: MultiTokenAttentionFit | None) -> HardwareSpec:
     """`hw` whose kernel fit prices multi-token cache attention with `term` (None: the decode law)."""
     if hw.kernel_fit is None:
-        raise SpecError("hardware", hw.name, "a profile with a kernel fit (specsim calibrate --kernels)")
+        raise SpecError("hardware", hw.name, "a profile with a kernel fit (specsim calibrate kernels)")
     return replace(hw, kernel_fit=replace(hw.kernel_fit, multi_token_attention=term))
 
 
@@ -255,7 +255,7 @@ def fit_multi_token_attention(df: pd.DataFrame, hw: HardwareSpec, sms: int, gene
 def write_multi_token_attention(profile: str | Path, fit: MultiTokenFit, source: str, command: str) -> None:
     """Write the fitted term into the profile's `kernel_fit.multi_token_attention`, with its
     provenance (`kernel_fit.provenance.multi_token_attention_fit`), atomically; the written
-    profile must load. `specsim calibrate --kernels` keeps both on a rerun."""
+    profile must load. `specsim calibrate kernels` keeps both on a rerun."""
     def edit(kf: dict) -> None:
         t = fit.term
         kf["multi_token_attention"] = {"sms": t.sms, "tile_rows": t.tile_rows,
@@ -267,7 +267,7 @@ def write_multi_token_attention(profile: str | Path, fit: MultiTokenFit, source:
                     "prompt and run cascade attention, never fitted); sms: the GPU's multiprocessors; tile_rows: "
                     "FlashAttention-2's split-KV kernel, kBlockM = 64"),
             "fit_rows": fit.fit_rows, "residuals": _residuals_yaml(fit.summary())}
-        kf["provenance"] = kf.pop("provenance")   # last, where `specsim calibrate --kernels` writes it
+        kf["provenance"] = kf.pop("provenance")   # last, where `specsim calibrate kernels` writes it
 
     _edit_kernel_fit(profile, edit)
 
@@ -283,9 +283,9 @@ def _edit_kernel_fit(profile: str | Path, edit) -> None:
     (its header comments kept); the written profile must load."""
     import yaml
 
+    from specsim.atomic import write_text
+    from specsim.catalog.hardware import load_hardware
     from specsim.errors import load_yaml_text
-    from specsim.hardware import load_hardware
-    from specsim.report.atomic import write_text
 
     p = Path(profile)
     text = p.read_text(encoding="utf-8")
@@ -293,7 +293,7 @@ def _edit_kernel_fit(profile: str | Path, edit) -> None:
     doc = load_yaml_text(text)
     kf = doc.get("kernel_fit")
     if not isinstance(kf, dict):
-        raise SpecError("kernel_fit", None, "a kernel_fit block (run specsim calibrate --kernels first)", str(p))
+        raise SpecError("kernel_fit", None, "a kernel_fit block (run specsim calibrate kernels first)", str(p))
     edit(kf)
     write_text(p, header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120))
     load_hardware(str(p))
@@ -302,7 +302,7 @@ def _edit_kernel_fit(profile: str | Path, edit) -> None:
 def write_stream_factor(profile: str | Path, fit: SweepFit, source: str, command: str) -> None:
     """Write β into the profile's `kernel_fit.insitu_stream_factor`, with its provenance
     (`kernel_fit.provenance.insitu_stream_fit`: source file, command, rows, residuals), atomically;
-    the written profile must load. `specsim calibrate --kernels` keeps it on a rerun when the
+    the written profile must load. `specsim calibrate kernels` keeps it on a rerun when the
     profile's engine overheads are transferred (kernel_report.write_fitted_profile)."""
     def edit(kf: dict) -> None:
         kf["insitu_stream_factor"] = round(fit.beta, 4)

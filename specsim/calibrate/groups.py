@@ -8,18 +8,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specsim.calibrate._common import _DEFAULT_DRAFTER, _drafter_cached, _model_cached, _opt_col, _where
+from specsim.calibrate.common import DEFAULT_DRAFTER, drafter_cached, model_cached, optional_column, where_of
+from specsim.calibrate.traces.io import validate_trace
+from specsim.catalog.hardware import HardwareSpec
+from specsim.catalog.models import ModelSpec
 from specsim.cost.forward import draft_cost, pass_cost
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.step import step_cost
 from specsim.errors import SpecError
-from specsim.hardware import HardwareSpec
-from specsim.model import ModelSpec
-from specsim.traces import validate_trace
 
 
 @dataclass
-class _Group:
+class Group:
     """Rows that share a model, layout and pass shape: priced by one vectorised cost call."""
 
     kind: str  # kernel | engine
@@ -45,7 +45,7 @@ class _Group:
 
 
 
-def _kernel_groups(
+def kernel_groups(
     df: pd.DataFrame,
     offset: int,
     hw: HardwareSpec,
@@ -53,18 +53,18 @@ def _kernel_groups(
     models: dict,
     drafters: dict,
     notes: list[str],
-) -> tuple[list[_Group], pd.DataFrame]:
-    where = _where(df, "<kernel trace>")
+) -> tuple[list[Group], pd.DataFrame]:
+    where = where_of(df, "<kernel trace>")
     df = validate_trace(df, "kernel", where) if df.attrs.get("kind") != "kernel" else df
-    hwcol = _opt_col(df, "hardware", "")
+    hwcol = optional_column(df, "hardware", "")
     for v in hwcol:
         if v and str(v).lower() != hw.name.lower():
             raise SpecError("hardware", v, f"'{hw.name}' (the profile being calibrated) or empty", where)
-    wdt = _opt_col(df, "weight_dtype", "bf16")
-    kvdt = _opt_col(df, "kv_dtype", "bf16")
-    dk = _opt_col(df, "drafter", drafter_kind or _DEFAULT_DRAFTER)
+    wdt = optional_column(df, "weight_dtype", "bf16")
+    kvdt = optional_column(df, "kv_dtype", "bf16")
+    dk = optional_column(df, "drafter", drafter_kind or DEFAULT_DRAFTER)
     if (df["op"] == "draft").any() and drafter_kind is None and "drafter" not in df.columns:
-        notes.append(f"{where}: op=draft rows priced as an {_DEFAULT_DRAFTER} drafter (no drafter column)")
+        notes.append(f"{where}: op=draft rows priced as an {DEFAULT_DRAFTER} drafter (no drafter column)")
     keys = list(
         zip(
             df["model"],
@@ -88,16 +88,16 @@ def _kernel_groups(
             layout = ParallelLayout(tp=int(tp), ep=int(ep), pp=int(pp), weight_dtype=str(w), kv_dtype=str(kv))
         except SpecError as exc:
             raise SpecError(exc.field, exc.value, exc.allowed, where) from None
-        model = _model_cached(models, str(mname), where)
+        model = model_cached(models, str(mname), where)
         _check_layout(layout, model, df, rows, where)
         drafter = None
         if op == "draft":
-            drafter = _drafter_cached(drafters, str(dkind), model, where)
+            drafter = drafter_cached(drafters, str(dkind), model, where)
             if drafter.model is None:
                 raise SpecError("drafter", dkind, "a drafter with a GPU pass for op=draft rows (not ngram)", where)
         n = df["batch"].to_numpy(dtype=float)[rows]
         ctx = df["ctx_per_seq"].to_numpy(dtype=float)[rows] * n
-        out.append(_Group("kernel", str(op), model, layout, int(q), drafter, rows + offset, n, ctx))
+        out.append(Group("kernel", str(op), model, layout, int(q), drafter, rows + offset, n, ctx))
     table = pd.DataFrame(
         {
             "source": where,
@@ -116,7 +116,7 @@ def _kernel_groups(
     return out, table
 
 
-def _engine_groups(
+def engine_groups(
     df: pd.DataFrame,
     offset: int,
     model_name: str | None,
@@ -124,10 +124,10 @@ def _engine_groups(
     models: dict,
     drafters: dict,
     notes: list[str],
-) -> tuple[list[_Group], pd.DataFrame]:
-    where = _where(df, "<engine trace>")
+) -> tuple[list[Group], pd.DataFrame]:
+    where = where_of(df, "<engine trace>")
     df = validate_trace(df, "engine", where) if df.attrs.get("kind") != "engine" else df
-    mcol = _opt_col(df, "model", model_name)
+    mcol = optional_column(df, "model", model_name)
     if any(m is None for m in mcol):
         raise SpecError(
             "model",
@@ -135,13 +135,13 @@ def _engine_groups(
             "a catalog model name: the engine trace has no model column, pass model_name (--model)",
             where,
         )
-    tpcol = _opt_col(df, "tp", 1)
-    dk = _opt_col(df, "drafter", drafter_kind)
+    tpcol = optional_column(df, "tp", 1)
+    dk = optional_column(df, "drafter", drafter_kind)
     if (df["k"] > 0).any() and drafter_kind is None and any(d is None for d, k in zip(dk, df["k"]) if k > 0):
         notes.append(
-            f"{where}: speculative steps priced with an {_DEFAULT_DRAFTER} drafter (no drafter column or --drafter)"
+            f"{where}: speculative steps priced with an {DEFAULT_DRAFTER} drafter (no drafter column or --drafter)"
         )
-    dk = np.array([d if d is not None else _DEFAULT_DRAFTER for d in dk], dtype=object)
+    dk = np.array([d if d is not None else DEFAULT_DRAFTER for d in dk], dtype=object)
     keys = list(zip(mcol, tpcol, df["k"], np.where(df["k"] > 0, dk, "")))
     groups: dict[tuple, list[int]] = {}
     for i, key in enumerate(keys):
@@ -153,12 +153,12 @@ def _engine_groups(
             layout = ParallelLayout(tp=int(tp))
         except SpecError as exc:
             raise SpecError(exc.field, exc.value, exc.allowed, where) from None
-        model = _model_cached(models, str(mname), where)
+        model = model_cached(models, str(mname), where)
         _check_layout(layout, model, df, rows, where)
-        drafter = _drafter_cached(drafters, str(dkind), model, where) if k > 0 else None
+        drafter = drafter_cached(drafters, str(dkind), model, where) if k > 0 else None
         n = df["active_batch"].to_numpy(dtype=float)[rows]
         ctx = df["total_context_tokens"].to_numpy(dtype=float)[rows]
-        out.append(_Group("engine", "step", model, layout, int(k), drafter, rows + offset, n, ctx))
+        out.append(Group("engine", "step", model, layout, int(k), drafter, rows + offset, n, ctx))
     n = df["active_batch"].to_numpy(dtype=float)
     table = pd.DataFrame(
         {

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
-from specsim.calibrate._common import _LOWER, _SCALE, _SENS_MIN, _UPPER, _YAML_NAME, PARAMS, _as_list, _rms
-from specsim.calibrate.groups import _engine_groups, _Group, _kernel_groups
+from specsim.calibrate.common import LOWER, PARAMS, SCALE, SENS_MIN, UPPER, YAML_NAME, as_list, rms
+from specsim.calibrate.groups import Group, engine_groups, kernel_groups
+from specsim.catalog.hardware import Efficiency, HardwareSpec
 from specsim.errors import SpecError
-from specsim.hardware import Efficiency, HardwareSpec
 
 
 @dataclass
@@ -45,9 +45,9 @@ class HardwareFit:
     def status(self, param: str) -> str:
         if param in self.fitted:
             se = self.stderr.get(param, float("nan"))
-            _, unit = _YAML_NAME[param]
+            _, unit = YAML_NAME[param]
             if math.isfinite(se):
-                return f"fitted (± {se / _SCALE[param]:.3g}{' ' + unit if unit else ''})"
+                return f"fitted (± {se / SCALE[param]:.3g}{' ' + unit if unit else ''})"
             return "fitted"
         return f"not fitted ({self.not_fitted.get(param, 'no data')})"
 
@@ -63,7 +63,7 @@ class HardwareFit:
         for kind, sub in r.groupby("kind"):
             out[kind] = {
                 "rows": len(sub),
-                "rms_rel_error": _rms(sub["rel_error"]),
+                "rms_rel_error": rms(sub["rel_error"]),
                 "max_abs_rel_error": float(np.abs(sub["rel_error"]).max()),
             }
         return out
@@ -72,9 +72,9 @@ class HardwareFit:
         """parameter (profile YAML name), unit, prior, fitted, status -- values in the YAML's units."""
         rows = []
         for p in (*PARAMS, "train_mfu"):
-            name, unit = _YAML_NAME[p]
-            prior = float(getattr(self.prior, p) / _SCALE[p])
-            fitted = float(getattr(self.efficiency, p) / _SCALE[p]) if p in self.fitted else None
+            name, unit = YAML_NAME[p]
+            prior = float(getattr(self.prior, p) / SCALE[p])
+            fitted = float(getattr(self.efficiency, p) / SCALE[p]) if p in self.fitted else None
             rows.append(
                 {
                     "parameter": f"efficiency.{name}",
@@ -112,23 +112,23 @@ def fit_hardware(
         from dataclasses import replace as _replace
 
         hw = _replace(hw, kernel_fit=None)
-    kernel_dfs = _as_list(kernel_df)
-    engine_dfs = _as_list(engine_df)
+    kernel_dfs = as_list(kernel_df)
+    engine_dfs = as_list(engine_df)
     if not kernel_dfs and not engine_dfs:
         raise SpecError("traces", None, "at least one kernel or engine trace to fit hardware efficiencies")
     models: dict = {}
     drafters: dict = {}
     notes: list[str] = []
-    groups: list[_Group] = []
+    groups: list[Group] = []
     tables: list[pd.DataFrame] = []
     offset = 0
     for df in kernel_dfs:
-        g, t = _kernel_groups(df, offset, hw, drafter_kind, models, drafters, notes)
+        g, t = kernel_groups(df, offset, hw, drafter_kind, models, drafters, notes)
         groups += g
         tables.append(t)
         offset += len(t)
     for df in engine_dfs:
-        g, t = _engine_groups(df, offset, model_name, drafter_kind, models, drafters, notes)
+        g, t = engine_groups(df, offset, model_name, drafter_kind, models, drafters, notes)
         groups += g
         tables.append(t)
         offset += len(t)
@@ -185,23 +185,23 @@ def fit_hardware(
     for p in candidates:
         v = getattr(prior, p)
         if p in ("compute", "memory", "comm"):
-            nv = v * 0.8 if v * 0.8 >= _LOWER[p] else min(1.0, v * 1.25)
+            nv = v * 0.8 if v * 0.8 >= LOWER[p] else min(1.0, v * 1.25)
         else:
             nv = v + {"step_overhead_s": 1e-3, "per_seq_overhead_s": 1e-5, "draft_overhead_s": 1e-3}[p]
         delta = np.log(predict({p: nv})) - base
         moved = np.abs(delta).max()
-        if moved > _SENS_MIN:
+        if moved > SENS_MIN:
             free.append(p)
             directions[p] = delta / np.linalg.norm(delta)
         else:
             not_fitted[p] = (
                 f"data insensitive: a {abs(nv / v - 1) * 100 if v else 100:.0f} % change moves no row by "
-                f"more than {_SENS_MIN * 100:.1f} %"
+                f"more than {SENS_MIN * 100:.1f} %"
                 if v
                 else "data insensitive"
             )
 
-    free = _drop_confounded(free, directions, not_fitted)
+    free = drop_confounded(free, directions, not_fitted)
     if "step_overhead_s" in free and "same number of draft passes" in not_fitted.get("draft_overhead_s", ""):
         notes.append(
             "step_overhead_s was fitted with draft_overhead_s held at its prior: on these rows only "
@@ -216,27 +216,27 @@ def fit_hardware(
     values, stderr, success, message = {}, {}, True, "nothing to fit"
     while free:
         best = _least_squares(predict, log_meas, free, prior, loss, f_scale)
-        scale = np.array([_SCALE[p] for p in free])
+        scale = np.array([SCALE[p] for p in free])
         values = dict(zip(free, best.x * scale))
-        stderr = _stderr(best, free, scale)
+        stderr = standard_errors(best, free, scale)
         success, message = bool(best.success), str(best.message)
         # a parameter the data barely constrain (1-sigma error above half its size) keeps its prior
         rel_se = {p: stderr[p] / max(abs(values[p]), abs(getattr(prior, p)), 1e-12) for p in free}
         worst = max(free, key=lambda p: rel_se[p] if np.isfinite(rel_se[p]) else np.inf)
         if not (rel_se[worst] > _MAX_REL_SE or not np.isfinite(rel_se[worst])):
             break
-        name, unit = _YAML_NAME[worst]
+        name, unit = YAML_NAME[worst]
         not_fitted[worst] = (
-            f"poorly determined by the data (fit gave {values[worst] / _SCALE[worst]:.3g}"
-            f"{' ' + unit if unit else ''} ± {stderr[worst] / _SCALE[worst]:.2g}); kept the prior"
+            f"poorly determined by the data (fit gave {values[worst] / SCALE[worst]:.3g}"
+            f"{' ' + unit if unit else ''} ± {stderr[worst] / SCALE[worst]:.2g}); kept the prior"
         )
         free = [p for p in free if p != worst]
         values, stderr = {}, {}
     for p in free:
-        if values[p] <= _LOWER[p] + 1e-12 or values[p] >= _UPPER[p] - 1e-12:
-            name, unit = _YAML_NAME[p]
+        if values[p] <= LOWER[p] + 1e-12 or values[p] >= UPPER[p] - 1e-12:
+            name, unit = YAML_NAME[p]
             notes.append(
-                f"{name} fitted at its bound ({values[p] / _SCALE[p]:.4g}{' ' + unit if unit else ''}): "
+                f"{name} fitted at its bound ({values[p] / SCALE[p]:.4g}{' ' + unit if unit else ''}): "
                 "the data push it to the edge of the physical range"
             )
     eff = Efficiency(**{p: values.get(p, getattr(prior, p)) for p in (*PARAMS, "train_mfu")})
@@ -254,8 +254,8 @@ def fit_hardware(
         not_fitted={p: r for p, r in not_fitted.items() if p not in free},
         stderr=stderr,
         residuals=table,
-        rms_rel_error=_rms(table["rel_error"]),
-        prior_rms_rel_error=_rms(table["prior_rel_error"]),
+        rms_rel_error=rms(table["rel_error"]),
+        prior_rms_rel_error=rms(table["prior_rel_error"]),
         n_rows=len(table),
         sources=srcs,
         notes=tuple(notes),
@@ -272,7 +272,7 @@ _CONFOUND_SV = 1e-3
 _MAX_REL_SE = 0.5
 
 
-def _drop_confounded(free: list[str], directions: dict, not_fitted: dict) -> list[str]:
+def drop_confounded(free: list[str], directions: dict, not_fitted: dict) -> list[str]:
     """Drop parameters whose effects on the rows are (nearly) linear combinations of others'.
 
     `directions[p]` is the unit vector of log-prediction changes when p moves. While the matrix of
@@ -298,9 +298,9 @@ def _drop_confounded(free: list[str], directions: dict, not_fitted: dict) -> lis
 
 def _least_squares(predict, log_meas, free, prior, loss, f_scale):
     """Bounded least squares on log residuals from two starting points; the better result."""
-    scale = np.array([_SCALE[p] for p in free])
-    lb = np.array([_LOWER[p] for p in free]) / scale
-    ub = np.array([_UPPER[p] for p in free]) / scale
+    scale = np.array([SCALE[p] for p in free])
+    lb = np.array([LOWER[p] for p in free]) / scale
+    ub = np.array([UPPER[p] for p in free]) / scale
 
     def resid(x):
         return np.log(predict(dict(zip(free, x * scale)))) - log_meas
@@ -327,7 +327,7 @@ def _least_squares(predict, log_meas, free, prior, loss, f_scale):
     return best
 
 
-def _stderr(res, names, scale) -> dict[str, float]:
+def standard_errors(res, names, scale) -> dict[str, float]:
     J = np.asarray(res.jac, dtype=float)
     r = np.asarray(res.fun, dtype=float)
     dof = max(len(r) - len(names), 1)

@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
+from specsim.catalog.hardware import DTYPE_BYTES, HardwareSpec
 from specsim.errors import SpecError
-from specsim.hardware import DTYPE_BYTES, HardwareSpec
 
 #: term dtype -> (the math dtype whose peak prices it, weight bytes per element); int4 = W4A16
 #: weight-only GEMMs, bf16 math (HardwareSpec.flops_per_s maps int4 to the bf16 peak)

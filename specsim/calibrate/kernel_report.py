@@ -1,6 +1,6 @@
 """Run the measured-kernel calibration end to end: fit, check held out, write profiles, report.
 
-`calibrate_from_kernels` is what `specsim calibrate --kernels aiconfigurator` runs:
+`calibrate_from_kernels` is what `specsim calibrate kernels` runs:
 
 1. per system, `kernels.fit_system` fits the roofline's kernel terms to the kernel tables;
 2. per (system, backend) with TPOT rows of a supported model, the rows are priced with that
@@ -15,8 +15,8 @@
 3. the profile gets the kernel fit, and the overheads of the vLLM fit (specsim simulates vLLM):
    from that system's own vLLM rows where they exist, else transferred from the sibling GPU's
    vLLM fit (then h200's), labelled so in the profile (CPU-side costs, same engine);
-4. residual, per-MoE-shape and held-out tables are returned (printed by the CLI, pasted into
-   the README).
+4. residual, per-MoE-shape and held-out tables are returned (printed by the CLI; docs/calibration.md
+   quotes them).
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from specsim.atomic import write_text
 from specsim.calibrate import engine_overhead as eo
 from specsim.calibrate import kernel_tables as kt
 from specsim.calibrate.kernels import SystemFit, fit_system, provenance
+from specsim.catalog.hardware import PROFILE_DIR, load_hardware
 from specsim.errors import SpecError
-from specsim.hardware import PROFILE_DIR, load_hardware
-from specsim.report.atomic import write_text
 
 FIT_MODELS = ("Llama-3.1-8B", "Llama-3.1-70B")
 SPLIT = ("fit on Llama-3.1-8B and Llama-3.1-70B rows (dense), held out: every other supported model's "

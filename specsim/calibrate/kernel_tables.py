@@ -46,7 +46,7 @@ def data_root(root: str | Path | None = None) -> Path:
     try:
         import aiconfigurator_core
     except ImportError:
-        raise SpecError("--kernels", "aiconfigurator",
+        raise SpecError("--source", "aiconfigurator",
                         f"installed: pip install 'specsim[kernels]' (pins {PACKAGE}=={PACKAGE_VERSION})") from None
     import aiconfigurator_core
 

@@ -1,4 +1,4 @@
-"""`specsim calibrate --kernels aiconfigurator`: fit a profile's roofline terms to measured kernels.
+"""`specsim calibrate kernels`: fit a profile's roofline terms to measured kernels.
 
 One call per system fits (kernel_fit.py): GEMM efficiency vs m and weight-streaming bandwidth for
 bf16 and fp8 math, decode-attention KV bandwidth vs KV length and batch, MoE grouped-GEMM
@@ -20,11 +20,11 @@ from pathlib import Path
 
 from specsim.calibrate import kernel_fit as kf
 from specsim.calibrate import kernel_tables as kt
+from specsim.catalog.hardware import GemmFit, HardwareSpec, KernelFit, load_hardware, moe_shape_key
+from specsim.catalog.models import list_models, load_model
 from specsim.errors import SpecError
-from specsim.hardware import GemmFit, HardwareSpec, KernelFit, load_hardware, moe_shape_key
-from specsim.model import list_models, load_model
 
-COMMAND = "specsim calibrate --kernels aiconfigurator --system all --backend vllm --out hardware_profiles"
+COMMAND = "specsim calibrate kernels --source aiconfigurator --system all --backend vllm --out specsim/catalog/hardware_profiles"
 
 
 @dataclass

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import yaml
 
-from specsim.calibrate._common import _SCALE, _YAML_NAME, PARAMS
+from specsim.atomic import write_text as atomic_write_text
+from specsim.calibrate.common import PARAMS, SCALE, YAML_NAME
 from specsim.calibrate.hardware_fit import HardwareFit
+from specsim.catalog.hardware import HardwareSpec, efficiency_to_yaml_dict, load_hardware
 from specsim.errors import SpecError
-from specsim.hardware import HardwareSpec, efficiency_to_yaml_dict, load_hardware
-from specsim.report.atomic import write_text as atomic_write_text
 
 
 def write_calibrated_profile(
@@ -25,7 +25,7 @@ def write_calibrated_profile(
 ) -> Path:
     """Write a profile YAML: the source profile with its efficiency block replaced by `fit`.
 
-    Fitted values get `source: "fitted by specsim calibrate from <traces> on <date>; RMS rel. error
+    Fitted values get `source: "fitted by specsim calibrate traces from <traces> on <date>; RMS rel. error
     x %"`; values not fitted keep the prior and say why. A `calibration:` block records the
     residual summary, the traces and each fitted parameter's standard error. Atomic write.
     """
@@ -45,10 +45,10 @@ def write_calibrated_profile(
     old = doc.get("efficiency") or {}
     block = efficiency_to_yaml_dict(fit.efficiency, "")
     for p in (*PARAMS, "train_mfu"):
-        key, _ = _YAML_NAME[p]
+        key, _ = YAML_NAME[p]
         if p in fit.fitted:
             block[key]["source"] = (
-                f"fitted by specsim calibrate from {trace_text} on {date}; "
+                f"fitted by specsim calibrate traces from {trace_text} on {date}; "
                 f"RMS rel. error {rms_pct:.2f} % over {fit.n_rows} rows"
             )
         else:
@@ -58,13 +58,13 @@ def write_calibrated_profile(
                 block[key]["value"] = prev["value"]
             reason = fit.not_fitted.get(p, "no data")
             block[key]["source"] = (
-                f"{prev_src} [kept as prior by specsim calibrate on {date}: not fitted ({reason})]".strip()
+                f"{prev_src} [kept as prior by specsim calibrate traces on {date}: not fitted ({reason})]".strip()
             )
     doc["efficiency"] = block
     doc.pop("kernel_fit", None)  # the trace fit's scalar efficiencies replace measured-kernel terms
     summary = fit.residual_summary()
     doc["calibration"] = {
-        "tool": "specsim calibrate",
+        "tool": "specsim calibrate traces",
         "date": date,
         "source_profile": str(src),
         "traces": traces,
@@ -77,13 +77,13 @@ def write_calibrated_profile(
             for k, v in summary.items()
             if isinstance(v, dict)
         },
-        "fitted": [_YAML_NAME[p][0] for p in fit.fitted],
-        "stderr": {_YAML_NAME[p][0]: float(f"{fit.stderr[p] / _SCALE[p]:.4g}") for p in fit.fitted if p in fit.stderr},
-        "not_fitted": {_YAML_NAME[p][0]: r for p, r in fit.not_fitted.items()},
+        "fitted": [YAML_NAME[p][0] for p in fit.fitted],
+        "stderr": {YAML_NAME[p][0]: float(f"{fit.stderr[p] / SCALE[p]:.4g}") for p in fit.fitted if p in fit.stderr},
+        "not_fitted": {YAML_NAME[p][0]: r for p, r in fit.not_fitted.items()},
         "notes": list(fit.notes),
     }
     header = (
-        f"# Calibrated copy of {src} written by specsim calibrate on {date}.\n"
+        f"# Calibrated copy of {src} written by specsim calibrate traces on {date}.\n"
         f"# Efficiency factors fitted to: {trace_text}\n"
     )
     text = header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120)

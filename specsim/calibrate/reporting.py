@@ -9,18 +9,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from specsim.calibrate._common import _where
-from specsim.calibrate.acceptance_fit import _detect_cap, fit_acceptance, fit_lengths
+from specsim.calibrate.acceptance_fit import detect_cap, fit_acceptance, fit_lengths
+from specsim.calibrate.common import where_of
 from specsim.calibrate.hardware_fit import HardwareFit, fit_hardware
 from specsim.calibrate.profile import write_calibrated_profile
+from specsim.calibrate.traces.io import read_trace
+from specsim.catalog.hardware import HardwareSpec, load_hardware
 from specsim.errors import SpecError
-from specsim.hardware import HardwareSpec, load_hardware
-from specsim.traces import read_trace
 
 
 @dataclass
 class CalibrationReport:
-    """What `specsim calibrate` did: per-kind fits, the traces used, and where it wrote the profile.
+    """What `specsim calibrate traces` did: per-kind fits, the traces used, and where it wrote the profile.
 
     hardware_fit: one joint fit over every kernel and engine trace. acceptance and lengths: one
     fit per trace file (each is one run / drafter / workload), keyed by file name.
@@ -207,10 +207,10 @@ def calibrate(
             if missing:
                 report.notes.append(
                     "engine traces without a model column are not used for the hardware fit "
-                    "(pass --model): " + ", ".join(_where(d, "?") for d in missing)
+                    "(pass --model): " + ", ".join(where_of(d, "?") for d in missing)
                 )
                 engine_for_hw = [d for d in engine_for_hw if not any(d is m for m in missing)]
-                hw_paths = [t for t in hw_paths if t not in {_where(d, "?") for d in missing}]
+                hw_paths = [t for t in hw_paths if t not in {where_of(d, "?") for d in missing}]
         if by_kind["kernel"] or engine_for_hw:
             report.hardware_fit = fit_hardware(
                 hw, by_kind["kernel"], engine_for_hw, model_name=model, drafter_kind=drafter_kind, sources=hw_paths
@@ -221,20 +221,20 @@ def calibrate(
         report.hardware_status = "no kernel or engine traces"
     for d in by_kind["engine"]:
         if (d["k"] > 0).any():
-            report.acceptance[Path(_where(d, "engine")).name] = fit_acceptance(d)
+            report.acceptance[Path(where_of(d, "engine")).name] = fit_acceptance(d)
     if by_kind["engine"] and not report.acceptance:
         report.acceptance_status = "engine traces have no speculative steps (k > 0)"
     for d in by_kind["lengths"]:
         x = d["length"].to_numpy(dtype=float)
         cap = cap_tokens
         if cap is None:
-            cap = _detect_cap(x)
+            cap = detect_cap(x)
             if cap is not None:
                 report.notes.append(
-                    f"{_where(d, '?')}: {int((x == cap).sum())} responses at the maximum {cap} "
+                    f"{where_of(d, '?')}: {int((x == cap).sum())} responses at the maximum {cap} "
                     f"tokens: treated as truncated at cap_tokens={cap}"
                 )
-        report.lengths[Path(_where(d, "lengths")).name] = fit_lengths(d, cap_tokens=cap)
+        report.lengths[Path(where_of(d, "lengths")).name] = fit_lengths(d, cap_tokens=cap)
     if by_kind["stage"]:
         report.stages = _stage_summary(by_kind["stage"])
     if out is not None:

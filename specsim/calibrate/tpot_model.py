@@ -41,10 +41,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim.catalog.models import load_model
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.step import mixed_step_time_s
 from specsim.errors import SpecError
-from specsim.model import load_model
 
 #: tokens one engine step admits: vLLM V1 `max_num_batched_tokens` (8192 when serving on a GPU of
 #: >= 70 GiB, vllm/engine/arg_utils.py `_set_default_args`), TensorRT-LLM `max_num_tokens` (8192,

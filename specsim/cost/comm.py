@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.hardware import HardwareSpec
+from specsim.catalog.hardware import HardwareSpec
 
 
 def link(hw: HardwareSpec, group_gpus: int) -> tuple[float, float]:

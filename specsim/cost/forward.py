@@ -25,6 +25,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from specsim.catalog.hardware import DTYPE_BYTES, HardwareSpec, moe_shape_key
+from specsim.catalog.models import DrafterArch, ModelSpec
 from specsim.cost import comm
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.roofline import (
@@ -35,8 +37,6 @@ from specsim.cost.roofline import (
     multi_token_attention_per_ctx_s,
 )
 from specsim.cost.sd_costs import sampler_bytes
-from specsim.hardware import DTYPE_BYTES, HardwareSpec, moe_shape_key
-from specsim.model import DrafterArch, ModelSpec
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specsim.catalog.hardware import DTYPE_BYTES
 from specsim.errors import SpecError
-from specsim.hardware import DTYPE_BYTES
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsim.catalog.hardware import DTYPE_BYTES, HardwareSpec
+from specsim.catalog.models import DrafterArch, ModelSpec
 from specsim.cost.layout import ParallelLayout
 from specsim.errors import LayoutError
-from specsim.hardware import DTYPE_BYTES, HardwareSpec
-from specsim.model import DrafterArch, ModelSpec
 
 GB = 1e9
 

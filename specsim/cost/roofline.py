@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.hardware import HardwareSpec
+from specsim.catalog.hardware import HardwareSpec
 
 
 def _fit(hw: HardwareSpec, kernel: str, math_dtype: str, shape: str | None = None):

@@ -10,16 +10,17 @@ form from the table's two coefficients.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
+from specsim.catalog.hardware import HardwareSpec
+from specsim.catalog.models import DrafterArch, ModelSpec
 from specsim.cost.forward import PassCost, decode_cost, draft_cost, pass_cost, ragged_pass_times_s, sampler_cost
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.sd_costs import eager_overhead_s, ngram_cpu_s, ngram_cpu_s_per_ctx_token, piecewise_overhead_s
-from specsim.hardware import HardwareSpec
-from specsim.model import DrafterArch, ModelSpec
 
-__all__ = ["StepCostTable", "mixed_step_time_s", "step_cost", "step_cost_table", "tree_step_cost"]
+__all__ = ["DraftPasses", "StepCostTable", "mixed_step_time_s", "step_cost", "step_cost_table", "tree_step_cost"]
 
 
 def _sd_step(model: ModelSpec, drafter: DrafterArch, hw: HardwareSpec, layout: ParallelLayout, n: np.ndarray,
@@ -123,11 +124,21 @@ def mixed_step_time_s(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout
     return float(out) if out.ndim == 0 else out
 
 
+class DraftPasses(Protocol):
+    """What pricing a drafted tree needs of its shape (workload/acceptance/shapes.DraftShape has it):
+    `depth` D sequential draft passes, `tokens` T draft tokens verified per sequence, and
+    `draft_passes()`, the (tokens, logit rows) per sequence of draft passes 2..D."""
+
+    @property
+    def depth(self) -> int: ...
+    @property
+    def tokens(self) -> int: ...
+    def draft_passes(self) -> list[tuple[float, float]]: ...
+
+
 def tree_step_cost(model: ModelSpec, drafter: DrafterArch, hw: HardwareSpec, layout: ParallelLayout,
-                   n_seqs, branching, first_pass_q: float | None = None) -> PassCost:
-    """One tree-drafting step. `branching` is either a full tree's b_1..b_D (workload/tree.py)
-    or a tree object with `depth`, `tokens` and `draft_passes()` (workload/tree_topk.TopKTree,
-    SGLang's beam tree).
+                   n_seqs, tree: DraftPasses, first_pass_q: float | None = None) -> PassCost:
+    """One tree-drafting step of `tree` (a full tree or SGLang's beam tree, workload/acceptance/shapes.py).
 
     Draft passes: the first over the accepted tokens (one logit row per sequence, whose top
     children are the first depth), then D - 1 passes -- a full tree's pass j over the
@@ -139,13 +150,7 @@ def tree_step_cost(model: ModelSpec, drafter: DrafterArch, hw: HardwareSpec, lay
     as in `step_cost`. A chain (all b = 1, or K = 1 with T = D) costs exactly `step_cost` at k = D."""
     if drafter.model is None:
         raise ValueError("tree drafting needs a drafter with a GPU pass (not n-gram)")
-    if hasattr(branching, "draft_passes"):
-        depth, later, tokens = int(branching.depth), list(branching.draft_passes()), float(branching.tokens)
-    else:
-        b = [int(x) for x in branching]
-        nodes = np.cumprod(b).astype(float)
-        depth, tokens = len(b), float(nodes.sum())
-        later = [(float(nodes[j - 1]), float(nodes[j - 1])) for j in range(1, len(b))]
+    depth, later, tokens = int(tree.depth), list(tree.draft_passes()), float(tree.tokens)
     q1 = _first_q(first_pass_q, depth + 1.0)
     return _sd_step(model, drafter, hw, layout, np.asarray(n_seqs, dtype=float), [(q1, 1.0)] + later, tokens)
 
@@ -174,20 +179,13 @@ class StepCostTable:
 
 def step_cost_table(model: ModelSpec, drafter: DrafterArch | None, hw: HardwareSpec, layout: ParallelLayout,
                     max_batch: int, ks, first_pass_q: dict[int, float] | None = None,
-                    tree_branching=None, proposal_rate: float = 1.0) -> StepCostTable:
+                    tree: DraftPasses | None = None, proposal_rate: float = 1.0) -> StepCostTable:
     """The table for every k in `ks` (and 0). `first_pass_q[k]`: tokens per sequence of the first
     draft pass at draft length k (the expected tokens emitted per step, τ at k; default 1).
-    `tree_branching` (b_1..b_D, or a tree object, see `tree_step_cost`): the row k = D prices that
-    tree instead of a chain. `proposal_rate`: the share of request-steps with a draft (`step_cost`)."""
+    `tree` (see `tree_step_cost`): the row k = D prices that tree instead of a chain. `proposal_rate`: the share of request-steps with a draft (`step_cost`)."""
     ks = tuple(sorted({int(k) for k in ks} | {0}))
     q1 = first_pass_q or {}
-    if hasattr(tree_branching, "branching"):  # a workload.tree.TreeShape
-        tree_branching = tree_branching.branching
-    if tree_branching is None or hasattr(tree_branching, "draft_passes"):
-        tree = tree_branching
-    else:
-        tree = tuple(int(b) for b in tree_branching) or None
-    depth = None if tree is None else (tree.depth if hasattr(tree, "depth") else len(tree))
+    depth = None if tree is None else tree.depth
     n = np.arange(max_batch + 1, dtype=float)
     fixed = np.zeros((len(ks), max_batch + 1))
     per_ctx = np.zeros((len(ks), max_batch + 1))

@@ -2,7 +2,7 @@
 
 Pure functions of plain specs (ModelSpec, HardwareSpec, ParallelLayout, TrainingLayout) and of the
 step's sequence lengths (prompt + response tokens of every response); nothing here reads a scenario
-(specsim/trainer.py resolves a scenario's training section into a TrainingLayout). Every function
+(specsim/world/trainer.py resolves a scenario's training section into a TrainingLayout). Every function
 states its formula; all are per-step scalars. The reward stage is a set constant of the pipeline
 (`pipeline.reward_s`), not priced here.
 
@@ -37,14 +37,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from specsim.catalog.hardware import DTYPE_BYTES, HardwareSpec
+from specsim.catalog.models import DrafterArch, ModelSpec
 from specsim.cost import comm
 from specsim.cost.forward import pass_cost
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.memory import GB, activation_bytes_per_gpu, weight_bytes_per_gpu
 from specsim.cost.roofline import compute_time_s, memory_time_s
 from specsim.errors import LayoutError, SpecError
-from specsim.hardware import DTYPE_BYTES, HardwareSpec
-from specsim.model import DrafterArch, ModelSpec
 
 TRAIN_DTYPE = "bf16"
 #: bf16 weight + bf16 grad per parameter: the part of the model state the distributed optimizer
@@ -374,7 +374,7 @@ def weight_sync_s(model: ModelSpec, hw: HardwareSpec, rollout: ParallelLayout, r
             return 0.0 if n <= 1 else float(lat * np.ceil(np.log2(n)) + (n - 1) / n * b / bw)
         return float(lat * np.ceil(np.log2(max(n, 2))) + b / bw)
     if method != "broadcast":
-        raise SpecError("training.weight_sync", method, "broadcast or reshard")
+        raise SpecError("weight_sync", method, "broadcast or reshard")
     engines = max(1, rollout_gpus // rollout.gpus)
     total = rollout_weight_bytes(model, rollout)
     return float(lat * np.ceil(np.log2(engines + 1)) + max(b, total / training_gpus) / bw)

@@ -25,15 +25,15 @@ class ScenarioError(ValueError):
         return f"{where}{self.field}: {self.allowed}, got {v}"
 
 
-_SEP = "\x1f"
+SEP = "\x1f"
 
 
-def _bad(field: str, value: Any, allowed: str) -> ValueError:
+def field_error(field: str, value: Any, allowed: str) -> ValueError:
     """A cross-field validation failure that still names one field and its value."""
-    return ValueError(f"{_SEP}{field}{_SEP}{short_repr(value)}{_SEP}{allowed}")
+    return ValueError(f"{SEP}{field}{SEP}{short_repr(value)}{SEP}{allowed}")
 
 
-class _Raw(str):
+class Raw(str):
     """A value already rendered with repr()."""
 
     def __repr__(self) -> str:
@@ -71,12 +71,12 @@ class Strict(BaseModel):
             if kind is None or v is None:
                 continue
             if isinstance(v, bool):
-                raise _bad(name, v, f"a {'whole ' if kind == 'int' else ''}number (true/false is not a number)")
+                raise field_error(name, v, f"a {'whole ' if kind == 'int' else ''}number (true/false is not a number)")
             if isinstance(v, (float, str)):
                 try:
                     f = float(v)
                 except (TypeError, ValueError, OverflowError):
                     continue
                 if not math.isfinite(f):
-                    raise _bad(name, v, "a finite number (not NaN or infinity)")
+                    raise field_error(name, v, "a finite number (not NaN or infinity)")
         return data

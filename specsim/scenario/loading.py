@@ -14,8 +14,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from specsim.errors import SpecError, YamlTooLarge, load_yaml_text, short_repr
-from specsim.scenario.base import _SEP, ScenarioError, _Raw
-from specsim.scenario.paths import _model_for_path
+from specsim.scenario.base import SEP, Raw, ScenarioError
+from specsim.scenario.paths import model_for_path
 from specsim.scenario.schema import Scenario
 
 
@@ -50,7 +50,7 @@ def set_dotted(doc: dict, path: str, value: Any, file: str | None = None) -> dic
         return out
     cur = out
     for i, part in enumerate(parts):
-        model = _model_for_path(parts[:i], Scenario)
+        model = model_for_path(parts[:i], Scenario)
         if model is not None and part not in model.model_fields:
             options = list(model.model_fields)
             close = difflib.get_close_matches(part, options, n=1)
@@ -72,7 +72,7 @@ def _allowed_from_error(err: dict) -> str:
     ctx = err.get("ctx") or {}
     if typ == "extra_forbidden":
         loc = [str(p) for p in err["loc"][:-1]]
-        model = _model_for_path(loc, Scenario)
+        model = model_for_path(loc, Scenario)
         options = list(model.model_fields) if model else []
         close = difflib.get_close_matches(str(err["loc"][-1]), options, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -100,10 +100,10 @@ def _format_validation(exc: ValidationError, file: str | None) -> ScenarioError:
         value = "{...}" if len(short_repr(value, 100)) > 80 else value
     more = len(exc.errors()) - 1
     allowed = _allowed_from_error(err)
-    if _SEP in allowed:
-        _, sub, val, allowed = allowed.split(_SEP, 3)
+    if SEP in allowed:
+        _, sub, val, allowed = allowed.split(SEP, 3)
         field = (".".join(loc + [sub]) if not sub.startswith("training.") else sub) if sub else ".".join(loc)
-        value = _Raw(val)
+        value = Raw(val)
     if more:
         allowed += f" (and {more} more problem{'s' if more > 1 else ''})"
     return ScenarioError(file, field, value, allowed)

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from specsim.errors import short_repr
-from specsim.scenario.base import _bad
+from specsim.scenario.base import field_error
 
 #: The most rows (swept combinations × replicates) one scenario may ask for. Each row is at least
 #: one pipeline simulation (plus its baselines), seconds to minutes each: 10,000 rows is already
@@ -17,7 +17,7 @@ from specsim.scenario.base import _bad
 MAX_SWEEP_ROWS = 10_000
 
 
-def _model_for_path(path: list[str], root: type[BaseModel]) -> type[BaseModel] | None:
+def model_for_path(path: list[str], root: type[BaseModel]) -> type[BaseModel] | None:
     """The section model at a dotted path below `root` (the Scenario class), or None."""
     model: type[BaseModel] | None = root
     for part in path:
@@ -41,7 +41,7 @@ def path_problem(path: str, root: type[BaseModel]) -> str | None:
     if not all(parts):
         return "a dotted field path like speculation.k"
     for i, part in enumerate(parts):
-        model = _model_for_path(parts[:i], root)
+        model = model_for_path(parts[:i], root)
         if model is None:
             return None if i else "a dotted field path like speculation.k"
         if part not in model.model_fields:
@@ -65,21 +65,21 @@ def sweep_rows(sweep: dict, root: type[BaseModel]) -> int:
     expanding it. Raises ValueError (shown as a `sweep.<path>` error) on a malformed sweep, a
     value given twice, or more than MAX_SWEEP_ROWS rows."""
     if not isinstance(sweep, dict):
-        raise _bad("", sweep, "a mapping of swept field paths to lists of values")
+        raise field_error("", sweep, "a mapping of swept field paths to lists of values")
     reps = sweep.get("replicates", 1)
     if isinstance(reps, bool) or not isinstance(reps, int) or not 1 <= reps <= MAX_SWEEP_ROWS:
-        raise _bad("replicates", reps, f"a whole number from 1 to {MAX_SWEEP_ROWS:,}")
+        raise field_error("replicates", reps, f"a whole number from 1 to {MAX_SWEEP_ROWS:,}")
     zips = sweep.get("zip", []) or []
     if not isinstance(zips, list) or not all(isinstance(g, list) and len(g) >= 2 for g in zips):
-        raise _bad("zip", zips, "a list of groups of >= 2 swept field paths")
+        raise field_error("zip", zips, "a list of groups of >= 2 swept field paths")
     paths = [k for k in sweep if k not in ("replicates", "zip")]
     for key in paths:
         values = sweep[key]
         problem = path_problem(str(key), root)
         if problem:
-            raise _bad(str(key), key, f"a swept field: {problem}")
+            raise field_error(str(key), key, f"a swept field: {problem}")
         if not isinstance(values, list) or not values:
-            raise _bad(str(key), values, "a non-empty list of values")
+            raise field_error(str(key), values, "a non-empty list of values")
     zipped: dict[str, int] = {}
     sizes: list[int] = []
     axes: list[tuple[list[str], list]] = []
@@ -87,13 +87,13 @@ def sweep_rows(sweep: dict, root: type[BaseModel]) -> int:
         lengths = set()
         for p in group:
             if not isinstance(p, str) or p not in paths:
-                raise _bad("zip", group, f"zip groups name swept paths (one of {paths}); {p!r} is not swept")
+                raise field_error("zip", group, f"zip groups name swept paths (one of {paths}); {p!r} is not swept")
             if p in zipped:
-                raise _bad("zip", zips, f"each swept path in at most one zip group ({p!r} twice)")
+                raise field_error("zip", zips, f"each swept path in at most one zip group ({p!r} twice)")
             zipped[p] = gi
             lengths.add(len(sweep[p]))
         if len(lengths) != 1:
-            raise _bad("zip", group, f"zipped paths with lists of one length (these have {sorted(lengths)} values)")
+            raise field_error("zip", group, f"zipped paths with lists of one length (these have {sorted(lengths)} values)")
         sizes.append(lengths.pop())
         axes.append((list(group), [list(t) for t in zip(*(sweep[p] for p in group))]))
     for p in paths:
@@ -106,7 +106,7 @@ def sweep_rows(sweep: dict, root: type[BaseModel]) -> int:
             k = _value_key(x)
             if k in seen:
                 where = group[0] if len(group) == 1 else "zip"
-                raise _bad(where, sweep[group[0]] if len(group) == 1 else group,
+                raise field_error(where, sweep[group[0]] if len(group) == 1 else group,
                            f"each swept value once ({short_repr(x)} is given twice, at positions {seen[k]} and {i}"
                            f"{'' if len(group) == 1 else ' of the zipped ' + ', '.join(group)})")
             seen[k] = i
@@ -119,6 +119,6 @@ def sweep_rows(sweep: dict, root: type[BaseModel]) -> int:
         total = reps
         for n in sizes:
             total *= n
-        raise _bad("", f"{total:,} rows", f"at most {MAX_SWEEP_ROWS:,} rows (combinations × replicates = "
+        raise field_error("", f"{total:,} rows", f"at most {MAX_SWEEP_ROWS:,} rows (combinations × replicates = "
                                           f"{' × '.join(map(str, sizes + [reps]))}); split the sweep or sweep fewer values")
     return rows

@@ -20,8 +20,8 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from specsim.model import drafter_kind_names
-from specsim.scenario.base import ScenarioError, Strict, _bad, _Raw  # noqa: F401 (re-exported)
+from specsim.catalog.models import drafter_kind_names
+from specsim.scenario.base import Raw, ScenarioError, Strict, field_error  # noqa: F401 (re-exported)
 from specsim.scenario.paths import MAX_SWEEP_ROWS, path_problem, sweep_rows
 
 DType = Literal["bf16", "fp16", "fp8", "int8", "fp4", "int4"]
@@ -29,18 +29,26 @@ DType = Literal["bf16", "fp16", "fp8", "int8", "fp4", "int4"]
 
 # ----------------------------------------------------------------------------- sections
 class LengthSpec(Strict):
-    """A length distribution. kind=lognormal: `median`+`p99` (tokens) or `mu`+`sigma` (log
-    tokens); kind=mixture: `components` of {weight, median, p99}; kind=empirical: `path` to a
-    CSV/JSONL of observed lengths (relative to the scenario file); kind=fixed: `tokens`."""
+    """A length distribution.
 
-    kind: Literal["lognormal", "mixture", "empirical", "fixed"] = "lognormal"
-    median: float | None = Field(default=None, gt=0, le=1e9)
-    p99: float | None = Field(default=None, gt=0, le=1e9)
-    mu: float | None = Field(default=None, ge=-50, le=50)
-    sigma: float | None = Field(default=None, gt=0, le=20)
-    components: list[dict[str, float]] | None = None
-    path: str | None = None
-    tokens: int | None = Field(default=None, ge=1, le=10**9)
+    `kind: lognormal`: `median` + `p99` (tokens) or `mu` + `sigma` (log tokens); `kind: mixture`:
+    `components` of `{weight, median, p99}`; `kind: empirical`: `path` to a CSV/JSONL of observed
+    lengths (relative to the scenario file); `kind: fixed`: `tokens`."""
+
+    kind: Literal["lognormal", "mixture", "empirical", "fixed"] = Field(
+        default="lognormal", description="distribution family")
+    median: float | None = Field(default=None, gt=0, le=1e9, description="lognormal: median tokens (with `p99`)")
+    p99: float | None = Field(default=None, gt=0, le=1e9,
+                              description="lognormal: 99th percentile tokens, above the median")
+    mu: float | None = Field(default=None, ge=-50, le=50,
+                             description="lognormal: mean of ln(tokens) (with `sigma`, instead of `median`/`p99`)")
+    sigma: float | None = Field(default=None, gt=0, le=20, description="lognormal: standard deviation of ln(tokens)")
+    components: list[dict[str, float]] | None = Field(
+        default=None, description="mixture: lognormal components `{weight, median, p99}` (p99 above the median), "
+                                  "weights summing to 1")
+    path: str | None = Field(default=None,
+                             description="empirical: CSV/JSONL of observed lengths, relative to the scenario file")
+    tokens: int | None = Field(default=None, ge=1, le=10**9, description="fixed: every length")
 
     @model_validator(mode="after")
     def _complete(self):
@@ -48,210 +56,348 @@ class LengthSpec(Strict):
             by_q = self.median is not None and self.p99 is not None
             by_p = self.mu is not None and self.sigma is not None
             if not (by_q or by_p):
-                raise _bad("median", self.median, "lognormal needs median and p99 (tokens) or mu and sigma")
+                raise field_error("median", self.median, "lognormal needs median and p99 (tokens) or mu and sigma")
             if by_q and self.p99 <= self.median:
-                raise _bad("p99", self.p99, f"must be above median ({self.median})")
+                raise field_error("p99", self.p99, f"must be above median ({self.median})")
         elif self.kind == "mixture":
             if not self.components:
-                raise _bad("components", self.components, "mixture needs components: [{weight, median, p99}, ...]")
+                raise field_error("components", self.components, "mixture needs components: [{weight, median, p99}, ...]")
             for c in self.components:
                 if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in c.values()):
-                    raise _bad("components", c, "finite numbers for weight, median, p99")
+                    raise field_error("components", c, "finite numbers for weight, median, p99")
                 if set(c) - {"weight", "median", "p99"} or not {"weight", "median", "p99"} <= set(c):
-                    raise _bad("components", c, "each mixture component has exactly weight, median, p99")
+                    raise field_error("components", c, "each mixture component has exactly weight, median, p99")
                 if c["weight"] < 0 or c["median"] <= 0 or c["p99"] <= c["median"]:
-                    raise _bad("components", c, "component weight >= 0, median > 0, p99 > median")
+                    raise field_error("components", c, "component weight >= 0, median > 0, p99 > median")
             if abs(sum(c["weight"] for c in self.components) - 1.0) > 1e-6:
-                raise _bad("components", [c["weight"] for c in self.components], "weights must sum to 1")
+                raise field_error("components", [c["weight"] for c in self.components], "weights must sum to 1")
         elif self.kind == "empirical" and not self.path:
-            raise _bad("path", self.path, "empirical needs path: a CSV/JSONL file of observed lengths")
+            raise field_error("path", self.path, "empirical needs path: a CSV/JSONL file of observed lengths")
         elif self.kind == "fixed" and self.tokens is None:
-            raise _bad("tokens", self.tokens, "fixed needs tokens")
+            raise field_error("tokens", self.tokens, "fixed needs tokens")
         return self
 
 
 class RolloutSection(Strict):
-    """The generation pool: `gpus` split into data-parallel engines of tp·pp (·ep) GPUs each."""
+    """The generation pool.
 
-    gpus: int = Field(ge=1, le=10**6)
-    tp: int = Field(default=1, ge=1, le=1024)
-    pp: int = Field(default=1, ge=1, le=1024)
-    ep: int = Field(default=1, ge=1, le=4096)
-    weight_dtype: DType = "bf16"
-    kv_dtype: DType = "bf16"
+    `gpus` split into data-parallel engines of max(tp, ep)·pp GPUs each."""
+
+    gpus: int = Field(ge=1, le=10**6,
+                      description="GPUs generating; split into data-parallel engines of max(tp, ep)·pp GPUs each")
+    tp: int = Field(default=1, ge=1, le=1024,
+                    description="tensor-parallel degree of one engine (must divide the attention heads)")
+    pp: int = Field(default=1, ge=1, le=1024, description="pipeline stages of one engine")
+    ep: int = Field(default=1, ge=1, le=4096,
+                    description="expert-parallel degree (MoE only; 1 or a multiple of tp; ep > tp runs attention "
+                                "data-parallel)")
+    weight_dtype: DType = Field(default="bf16", description="weight dtype (fp8 runs fp8 GEMMs; 4-bit runs W4A16)")
+    kv_dtype: DType = Field(default="bf16", description="KV-cache dtype")
     max_batch: int | None = Field(default=None, ge=1, le=65536,
-                                  description="vLLM max_num_seqs per engine (default: vLLM's own, 1024 on a GPU with >= 70 GiB, 256 below)")
-    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
-    max_batched_tokens: int = Field(default=8192, ge=1, le=10**7)
-    kv_block_tokens: int = Field(default=16, ge=1, le=4096)
-    kv_capacity_tokens: int | None = Field(default=None, ge=1, le=10**12, description="override the derived KV budget per engine")
-    dispatch: Literal["round_robin", "least_loaded"] = "round_robin"
+                                  description="most sequences an engine runs at once (vLLM `max_num_seqs`); null: "
+                                              "vLLM's own default (`EngineArgs.get_batch_defaults`): 1024 on a GPU "
+                                              "with ≥ 70 GiB other than the A100, 256 otherwise")
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1,
+                                          description="share of HBM the engine may use (colocated sync runs leave "
+                                                      "room for the trainer)")
+    max_batched_tokens: int = Field(default=8192, ge=1, le=10**7,
+                                    description="tokens per forward pass; sizes the activation workspace")
+    kv_block_tokens: int = Field(default=16, ge=1, le=4096,
+                                 description="KV-cache block (page) size for admission and preemption")
+    kv_capacity_tokens: int | None = Field(default=None, ge=1, le=10**12,
+                                           description="override the KV budget per engine that the memory plan derives")
+    dispatch: Literal["round_robin", "least_loaded"] = Field(
+        default="round_robin", description="how GRPO groups are assigned to engines")
 
 
 class TrainingSection(Strict):
-    """The trainer. In sync mode it runs on the rollout GPUs (`gpus` must be omitted or equal);
-    in async mode on its own pool of `gpus`. tp·pp·ep must divide the GPUs; dp is the rest."""
+    """The trainer.
 
-    gpus: int | None = Field(default=None, ge=1, le=10**6)
-    tp: int = Field(default=1, ge=1, le=1024)
-    pp: int = Field(default=1, ge=1, le=1024)
-    ep: int = Field(default=1, ge=1, le=4096)
-    reference_logprob: bool = True
-    weight_sync: Literal["broadcast", "reshard"] = "broadcast"
-    optimizer_bytes_per_param: float = Field(default=16.0, gt=0, le=1024)
+    In sync mode it runs on the rollout GPUs (`gpus` must be omitted or equal); in async mode on
+    its own pool of `gpus`. One training replica spans max(tp, ep)·pp GPUs; the GPUs must be a
+    multiple of it, and data parallel is the rest."""
+
+    gpus: int | None = Field(default=None, ge=1, le=10**6,
+                             description="trainer GPUs: omit in sync mode (it runs on the rollout GPUs); required in "
+                                         "async mode (its own pool)")
+    tp: int = Field(default=1, ge=1, le=1024, description="trainer tensor parallel")
+    pp: int = Field(default=1, ge=1, le=1024, description="trainer pipeline parallel")
+    ep: int = Field(default=1, ge=1, le=4096,
+                    description="trainer expert parallel (MoE only); one replica spans max(tp, ep)·pp GPUs, data "
+                                "parallel is the rest")
+    reference_logprob: bool = Field(default=True, description="also compute reference-policy log-probs (a second "
+                                                              "prefill-like pass)")
+    weight_sync: Literal["broadcast", "reshard"] = Field(
+        default="broadcast", description="how new weights reach the rollout engines: a pipelined broadcast from the "
+                                         "trainer pool, or each rollout GPU all-gathering its shard from the "
+                                         "trainer's ZeRO shards")
+    optimizer_bytes_per_param: float = Field(default=16.0, gt=0, le=1024,
+                                             description="trainer memory per parameter (weights, grads, Adam states)")
     sharding: Literal["fsdp", "distributed_optimizer"] = Field(
-        default="fsdp", description="fsdp: ZeRO-3 (veRL FSDP, NeMo-RL DTensor); distributed_optimizer: Megatron-Core's "
-                                    "(ZeRO-1: only the optimizer state sharded; NeMo-RL's Megatron backend)")
-    mfu: float | None = Field(default=None, gt=0, le=1, description="override the profile's train_mfu")
+        default="fsdp", description="how the trainer shards over its data-parallel replicas: `fsdp` = ZeRO-3 (veRL's "
+                                    "FSDP actor, NeMo-RL's DTensor policy: params gathered for every micro-batch's "
+                                    "forward, recompute and backward), `distributed_optimizer` = Megatron-Core's "
+                                    "(ZeRO-1: only the fp32 optimizer state sharded; one gradient reduce-scatter and "
+                                    "one parameter all-gather per optimizer step; NeMo-RL's Megatron policy). The "
+                                    "NeMo-RL scenarios (`8b_*`, `235b_*`) set it (`calibration/published/README.md`, "
+                                    "\"Trainer\"), and `30b_a3b_h100_async` as an assumption")
+    mfu: float | None = Field(default=None, gt=0, le=1,
+                              description="override the hardware profile's `train_mfu` (the achieved fwd+bwd MFU)")
     logprob_efficiency: float | None = Field(default=None, gt=0, le=1,
-                                             description="GEMM efficiency of the logprob passes (default: the profile's compute)")
+                                             description="share of peak bf16 the trainer's logprob passes reach "
+                                                         "(scalar roofline); null: priced with the profile's "
+                                                         "inference kernels. Fitted for the 8B scenarios")
 
 
 class WorkloadSection(Strict):
+    """Prompts, group size, length distributions.
+
+    Each RL step draws `prompts` prompts and `group_size` responses per prompt (a GRPO group).
+    Lengths are drawn from the length specs, capped at `max_prompt_tokens` / `max_response_tokens`,
+    correlated within a group and scaled by `(1 + length_growth_per_step)^step`."""
+
     prompts: int = Field(ge=1, le=10**6, description="prompts per RL step")
     group_size: int = Field(default=16, ge=1, le=4096, description="responses per prompt (GRPO n)")
-    max_response_tokens: int = Field(ge=1, le=10**7)
-    prompt_tokens: LengthSpec = LengthSpec(kind="fixed", tokens=256)
-    max_prompt_tokens: int = Field(default=2048, ge=1, le=10**7)
-    response_tokens: LengthSpec
-    group_correlation: float = Field(default=0.5, ge=0, le=1)
-    length_growth_per_step: float = Field(default=0.0, ge=-0.5, le=1.0)
-    temperature: float = Field(default=1.0, ge=0, le=2)
+    max_response_tokens: int = Field(ge=1, le=10**7,
+                                     description="response cap; longer responses are truncated here")
+    prompt_tokens: LengthSpec = Field(default=LengthSpec(kind="fixed", tokens=256),
+                                      description="prompt-length distribution")
+    max_prompt_tokens: int = Field(default=2048, ge=1, le=10**7, description="prompt cap")
+    response_tokens: LengthSpec = Field(description="response-length distribution (before truncation)")
+    group_correlation: float = Field(default=0.5, ge=0, le=1,
+                                     description="shared difficulty of a group's responses (latent-normal "
+                                                 "correlation)")
+    length_growth_per_step: float = Field(default=0.0, ge=-0.5, le=1.0,
+                                          description="relative growth of response lengths per RL step")
+    temperature: float = Field(default=1.0, ge=0, le=2,
+                               description="sampling temperature (acceptance is adjusted when τ was measured at "
+                                           "another)")
 
 
 class StalenessSection(Strict):
-    """α(v) = floor + (α0 − floor)·exp(−rate·v) after v policy versions. Give `rate_per_version`
-    directly, or `tau_after` measured `after_versions` versions later (solved for the rate)."""
+    """How α decays as the policy moves away from the drafter.
 
-    rate_per_version: float | None = Field(default=None, ge=0, le=100)
-    floor_alpha: float = Field(default=0.0, ge=0, lt=1)
-    tau_after: float | None = Field(default=None, ge=1, le=33)
-    after_versions: int | None = Field(default=None, ge=1, le=10**6)
+    α(v) = floor + (α₀ − floor)·exp(−rate·v) after v policy versions without a drafter update.
+    Give `rate_per_version` directly, or `tau_after` measured `after_versions` versions later (the
+    rate is solved from it). The default is no drift. Self-speculative and n-gram drafters never
+    go stale and are never retrained: giving them a staleness (a rate > 0, `tau_after`, a floor)
+    or `drafter.update_every_steps` is an error."""
+
+    rate_per_version: float | None = Field(default=None, ge=0, le=100,
+                                           description="decay rate per policy version (or give `tau_after`)")
+    floor_alpha: float = Field(default=0.0, ge=0, lt=1, description="α a drafter keeps however stale")
+    tau_after: float | None = Field(default=None, ge=1, le=33,
+                                    description="τ measured `after_versions` versions later (the rate is solved "
+                                                "from it)")
+    after_versions: int | None = Field(default=None, ge=1, le=10**6,
+                                       description="versions between the fresh τ and `tau_after`")
 
     @model_validator(mode="after")
     def _one_way(self):
         if self.tau_after is not None and self.after_versions is None:
-            raise _bad("after_versions", self.after_versions, "tau_after needs after_versions")
+            raise field_error("after_versions", self.after_versions, "tau_after needs after_versions")
         if self.tau_after is not None and self.rate_per_version is not None:
-            raise _bad("tau_after", self.tau_after, "give rate_per_version or tau_after, not both")
+            raise field_error("tau_after", self.tau_after, "give rate_per_version or tau_after, not both")
         return self
 
 
 class DrafterSection(Strict):
-    """The drafter and its acceptance. Give the fresh drafter's mean acceptance length `tau`
-    (tokens per verify, as vLLM/NeMo-RL report it) measured at draft length `tau_at_k`, or the
-    per-token acceptance `alpha` directly."""
+    """The drafter and its acceptance.
 
-    kind: Literal[drafter_kind_names()] = "eagle3"  # the registry, catalog/drafters.yaml
-    tau: float | None = Field(default=None, ge=1, le=33)
-    tau_at_k: int = Field(default=3, ge=1, le=32)
-    alpha: float | None = Field(default=None, ge=0, lt=1)
-    init: Literal["in_domain", "general"] = "in_domain"
-    general_tau: float | None = Field(default=None, ge=1, le=33, description="fresh τ (at tau_at_k) when init=general")
+    Give the fresh drafter's mean acceptance length `tau` (tokens per verify, as vLLM/NeMo-RL
+    report it) measured at draft length `tau_at_k`, or the per-token acceptance `alpha` directly.
+    `kind` names an entry of the drafter registry, `specsim/catalog/drafters.yaml`."""
+
+    kind: Literal[drafter_kind_names()] = Field(  # the registry, catalog/drafters.yaml
+        default="eagle3", description="drafter kind from the registry `specsim/catalog/drafters.yaml`: eagle3 = an "
+                                      "EAGLE-3 head, mtp = the model's native MTP layer, self_quant = a 4-bit "
+                                      "self-drafter, ngram = n-gram lookup")
+    tau: float | None = Field(default=None, ge=1, le=33, description=(
+        "fresh mean acceptance length at `tau_at_k` exactly as vLLM reports it: accepted tokens ÷ verify steps + 1, "
+        "a ratio of sums over the whole run (see \"What tau means\" in `docs/speculative-decoding.md`); give `tau` "
+        "or `alpha`"))
+    tau_at_k: int = Field(default=3, ge=1, le=32, description="draft length `tau` was measured at (τ ≤ k + 1)")
+    alpha: float | None = Field(default=None, ge=0, lt=1, description="per-token acceptance instead of `tau`")
+    init: Literal["in_domain", "general"] = Field(
+        default="in_domain", description="drafter trained on in-domain data, or a general-domain drafter")
+    general_tau: float | None = Field(default=None, ge=1, le=33, description=(
+        "fresh τ (at `tau_at_k`) when `init: general`; it replaces `tau` (omit `tau`, or give the same value: a "
+        "different `tau` is an error, not ignored)"))
     tau_temperature: float | None = Field(default=None, ge=0, le=2,
-                                          description="temperature τ/α was measured at (default: workload.temperature)")
-    tau_tree_topk: int | None = Field(default=None, ge=1, le=64,
-                                      description="τ was measured on SGLang's EAGLE beam tree: eagle_topk (depth tau_at_k)")
-    tau_tree_verify_tokens: int | None = Field(default=None, ge=2, le=4096,
-                                               description="... and its num_draft_tokens (root included)")
-    position_decay: float = Field(default=1.0, gt=0, le=1)
-    heterogeneity: float | None = Field(default=None, gt=0, le=1e6, description="Beta concentration of per-sequence α")
-    staleness: StalenessSection = StalenessSection()
-    update_every_steps: int = Field(default=0, ge=0, le=10**6, description="online drafter training every I steps (0 = never)")
-    update_token_fraction: float = Field(default=1.0, gt=0, le=1)
-    draft_vocab: int | None = Field(default=None, ge=1, le=10**7)
-    draft_ffn: int | None = Field(default=None, ge=1, le=10**7)
+                                          description="temperature τ/α was measured at (default: `workload.temperature`)")
+    tau_tree_topk: int | None = Field(default=None, ge=1, le=64, description=(
+        "`tau` was measured on SGLang's EAGLE beam tree of depth `tau_at_k`, not a chain: its eagle_topk (give "
+        "`tau_tree_verify_tokens` too); α is solved on that tree"))
+    tau_tree_verify_tokens: int | None = Field(default=None, ge=2, le=4096, description=(
+        "with `tau_tree_topk`: that tree's num_draft_tokens (verify tokens per sequence, the root included)"))
+    position_decay: float = Field(default=1.0, gt=0, le=1,
+                                  description="acceptance of draft position j is α·d^(j−1)")
+    heterogeneity: float | None = Field(default=None, gt=0, le=1e6, description=(
+        "Beta concentration of per-sequence α (null: every sequence has the mean)"))
+    staleness: StalenessSection = Field(default=StalenessSection(), description=(
+        "how α decays as the policy moves away from the drafter (default: no drift)"))
+    update_every_steps: int = Field(default=0, ge=0, le=10**6,
+                                    description="retrain the drafter online every I RL steps (0 = never)")
+    update_token_fraction: float = Field(default=1.0, gt=0, le=1,
+                                         description="share of the step's sequences an online drafter update trains on")
+    draft_vocab: int | None = Field(default=None, ge=1, le=10**7,
+                                    description="EAGLE-3 draft vocabulary (default from the registry: 32000)")
+    draft_ffn: int | None = Field(default=None, ge=1, le=10**7,
+                                  description="EAGLE-3 layer FFN width (default: the target's)")
     proposal_rate: float | None = Field(default=None, gt=0, le=1, description=(
-        "share of request-steps that carry a draft (default: the kind's, catalog/drafters.yaml; "
-        "tau is conditional on a draft, as vLLM reports it)"))
+        "share of request-steps that carry a draft (default from the registry: 1 for model drafters, 0.10 for n-gram, "
+        "which proposes nothing when no n-gram matches); `tau` stays vLLM's value, conditional on a draft"))
     context_curve: list[list[float]] | None = Field(default=None, max_length=1000, description=(
-        "[[context_tokens, relative_alpha], ...]: per-token acceptance relative to short contexts, for a "
-        "drafter trained on shorter sequences (workload/context_acceptance.py; none = no fall with context)"))
+        "`[[context_tokens, relative_alpha], ...]`: acceptance falling with the context for a drafter trained on "
+        "shorter sequences (eagle3, mtp; chains only): the per-token α at context c is α·ρ(c), ρ piecewise linear "
+        "through the points, in (0, 1], flat beyond them; with `tau` the run still reports `tau` (see \"Acceptance "
+        "falling with the context\" in `docs/speculative-decoding.md`); null: no fall with the context. "
+        "`calibration/published/eagle3_context_curve.csv` holds a measured Qwen3-8B curve"))
 
     @model_validator(mode="after")
     def _acceptance_given(self):
         has_tau = self.tau is not None or (self.init == "general" and self.general_tau is not None)
         if has_tau == (self.alpha is not None):
-            raise _bad("tau", self.tau, "give exactly one of tau (with tau_at_k) or alpha (init: general: general_tau)")
+            raise field_error("tau", self.tau, "give exactly one of tau (with tau_at_k) or alpha (init: general: general_tau)")
         if self.tau is not None and self.tau > self.tau_at_k + 1:
-            raise _bad("tau", self.tau, f"must be <= tau_at_k + 1 = {self.tau_at_k + 1} (at most k accepted + 1 bonus token per verify)")
+            raise field_error("tau", self.tau, f"must be <= tau_at_k + 1 = {self.tau_at_k + 1} (at most k accepted + 1 bonus token per verify)")
         if self.init == "general" and self.general_tau is None and self.tau is not None:
-            raise _bad("general_tau", self.general_tau, "init=general needs general_tau (the general-domain drafter's fresh τ)")
+            raise field_error("general_tau", self.general_tau, "init=general needs general_tau (the general-domain drafter's fresh τ)")
         return self
 
 
 class SpeculationSection(Strict):
-    """SD policy per engine step: off; always(k); threshold(k, max_batch) — speculate only while
-    the active batch is <= max_batch; toggle(k, toggle_margin) — speculate while the engine's own
-    cost model predicts SD at k at least 1 + toggle_margin times faster than decoding
-    (EfficientRollout's roofline toggle); adaptive — choose k in 0..k_max each step."""
+    """SD policy per engine step.
 
-    policy: Literal["off", "always", "threshold", "toggle", "adaptive"] = "always"
-    k: int = Field(default=3, ge=0, le=32)
-    max_batch: int = Field(default=64, ge=1)
-    k_max: int = Field(default=7, ge=1, le=32)
+    `off`; `always(k)`; `threshold(k, max_batch)` — speculate only while the active batch is ≤
+    `max_batch`; `toggle(k, toggle_margin)` — speculate while the engine's own cost model predicts
+    SD at k at least 1 + `toggle_margin` times faster than decoding (EfficientRollout's roofline
+    toggle); `adaptive` — choose k in 0..`k_max` each step. A draft may be a chain of k tokens or a
+    token tree (`tree_branching`, or SGLang's EAGLE beam tree `tree_topk` + `tree_verify_tokens`)."""
+
+    policy: Literal["off", "always", "threshold", "toggle", "adaptive"] = Field(default="always", description=(
+        "off: plain decoding; always(k); threshold: speculate only while the active batch ≤ `max_batch`; toggle: "
+        "speculate at k while the engine's cost model predicts SD at least 1 + `toggle_margin` times faster than "
+        "decoding (EfficientRollout's roofline toggle); adaptive: choose k in 0..`k_max` each step from the cost "
+        "model and acceptance"))
+    k: int = Field(default=3, ge=0, le=32, description="draft length for always/threshold/toggle")
+    max_batch: int = Field(default=64, ge=1, description="threshold policy: largest batch that still speculates")
+    k_max: int = Field(default=7, ge=1, le=32, description="adaptive policy: largest draft length considered")
     toggle_margin: float = Field(default=0.05, ge=0, le=10,
-                                 description="toggle: the predicted SD speedup must reach 1 + toggle_margin")
+                                 description="toggle policy: the predicted SD speedup must reach 1 + this "
+                                             "(EfficientRollout's run scripts use 0.05)")
     acceptance_estimate: Literal["drafter", "measured"] = Field(
         default="drafter", description=(
-            "the acceptance the toggle / adaptive policies price with: the drafter's mean (drafter), or each "
-            "engine's acceptance length measured over its SD steps of the previous RL step (measured; "
-            "EfficientRollout's toggle; sync pipelines)"))
-    tree_branching: list[int] | None = Field(default=None, description="draft tree: children per node at depths 1..k")
-    tree_sibling_factor: float | None = Field(default=None, ge=0, le=1, description="tree sibling factor rho (default 0.5)")
-    tree_topk: int | None = Field(default=None, ge=1, le=64, description="SGLang EAGLE beam tree: eagle_topk K (depth = k)")
-    tree_verify_tokens: int | None = Field(default=None, ge=2, le=4096,
-                                           description="SGLang EAGLE beam tree: num_draft_tokens N (root included)")
+            "the acceptance toggle / adaptive price with: the drafter's mean α (under a `drafter.context_curve`, at "
+            "the batch's mean context), or each engine's acceptance length measured over its SD steps of the "
+            "previous RL step (EfficientRollout's engine; sync pipelines only)"))
+    tree_branching: list[int] | None = Field(default=None, description=(
+        "draft a token tree instead of a chain: children per node at depths 1..k (its length must be `k`); e.g. "
+        "`[4, 2, 1]` = 4 + 8 + 8 = 20 draft tokens"))
+    tree_sibling_factor: float | None = Field(default=None, ge=0, le=1, description=(
+        "how much each further sibling adds (1 = independent candidates, an optimistic bound; 0 = a chain; null: "
+        "0.5); a heuristic, see `specsim/workload/acceptance/shapes.py`"))
+    tree_topk: int | None = Field(default=None, ge=1, le=64, description=(
+        "instead of `tree_branching`: SGLang's EAGLE beam tree of depth `k` (`--speculative-num-steps`) with beam "
+        "width K (`--speculative-eagle-topk`); see `specsim/workload/acceptance/shapes.py`"))
+    tree_verify_tokens: int | None = Field(default=None, ge=2, le=4096, description=(
+        "with `tree_topk`: SGLang's `--speculative-num-draft-tokens` N (verify tokens per sequence, the root "
+        "included)"))
 
 
 class PipelineSection(Strict):
-    mode: Literal["sync", "async"] = "sync"
-    steps: int = Field(default=6, ge=1, le=10000)
-    warmup_steps: int = Field(default=1, ge=0)
-    policy_lag: int = Field(default=1, ge=0, le=64)
-    partial_rollouts: bool = False
-    reward_s: float = Field(default=2.0, ge=0, le=1e7)
-    engine_prepare_s: float = Field(default=0.0, ge=0, le=1e5,
-                                    description="colocated sync: rollout-engine wake-up and refit bookkeeping per step")
-    data_s: float = Field(default=0.0, ge=0, le=1e5,
-                          description="loading one step's prompt batch (NeMo-RL's 'data' stage): sync, before "
-                                      "generation; async, prefetched while the engines work (only the first batch waits)")
-    baseline: dict[str, Any] = Field(default_factory=lambda: {"speculation.policy": "off"},
-                                     description="dotted overrides that turn this scenario into its baseline")
+    """The RL step.
+
+    `sync`: generation → reward → logprob → train → weight sync, one after another on the same
+    GPUs (colocated); `async`: the trainer has its own pool and generation runs ahead of training by
+    up to `policy_lag` policy versions (see `docs/async-rl.md`). The first `warmup_steps` steps are
+    left out of the summary; every result is compared with the `baseline` variant."""
+
+    mode: Literal["sync", "async"] = Field(default="sync", description=(
+        "sync: generation → reward → logprob → train → weight sync on the same GPUs; async: separate pools, "
+        "generation runs ahead"))
+    steps: int = Field(default=6, ge=1, le=10000, description="RL steps simulated")
+    warmup_steps: int = Field(default=1, ge=0, description=(
+        "first steps left out of the summary; below `steps` (async: at least the pipeline's fill, steps 0 … lag + 1; "
+        "see `docs/async-rl.md`)"))
+    policy_lag: int = Field(default=1, ge=0, le=64, description=(
+        "async: step j's groups are admitted once policy version j − lag exists (NeMo-RL `max_trajectory_age_steps`, "
+        "AReaL `max_head_offpolicyness`); see `docs/async-rl.md`"))
+    partial_rollouts: bool = Field(default=False, description=(
+        "async: in-flight weight updates — a new version lands (at the start of its sync) into running sequences; "
+        "without them each engine stops admitting, drains its batch, then swaps"))
+    reward_s: float = Field(default=2.0, ge=0, le=1e7, description="reward computation time per step (s)")
+    engine_prepare_s: float = Field(default=0.0, ge=0, le=1e5, description=(
+        "sync (colocated) only: waking the sleeping rollout engine and refit bookkeeping per weight update, on top "
+        "of the derived weight transfer (s); fitted for the 8B scenarios"))
+    data_s: float = Field(default=0.0, ge=0, le=1e5, description=(
+        "loading one step's prompt batch (s; NeMo-RL's 'data' stage): sync, before each step's generation; async, "
+        "prefetched while the engines work, so only the first batch waits; fitted for the 8B scenarios"))
+    baseline: dict[str, Any] = Field(default_factory=lambda: {"speculation.policy": "off"}, description=(
+        "dotted overrides that turn this scenario into the baseline every result is compared with (each key a real "
+        "field path)"))
 
     @model_validator(mode="after")
     def _warmup(self):
         if self.warmup_steps >= self.steps:
-            raise _bad("warmup_steps", self.warmup_steps, f"must be below steps ({self.steps})")
+            raise field_error("warmup_steps", self.warmup_steps, f"must be below steps ({self.steps})")
         return self
 
 
 class CapacitySection(Strict):
-    rollout_gpus: list[int] | None = None
-    target_step_s: float | None = Field(default=None, gt=0)
-    replicates: int | None = Field(default=None, ge=1, le=1000)
+    """The capacity plan.
+
+    The best SD point and its AR counterpart rerun at several rollout pool sizes, each over the
+    replicates; sizes × 2 variants × replicates ≤ 10,000 runs (the scenario's own size always
+    included), like the sweep's rows."""
+
+    rollout_gpus: list[int] | None = Field(default=None, description=(
+        "rollout pool sizes for the capacity plan (null: ×¼, ½, 1, 2 of `rollout.gpus` in whole engines; `[]`: no "
+        "capacity plan)"))
+    target_step_s: float | None = Field(default=None, gt=0, description=(
+        "step-time target the capacity plan marks (null: AR's mean step at the scenario's rollout size)"))
+    replicates: int | None = Field(default=None, ge=1, le=1000, description=(
+        "replicates per capacity size (null: the sweep's `replicates`; replicate r draws what the sweep's replicate "
+        "r draws, so the plan's step times are the points table's means)"))
 
 
 class OutputSection(Strict):
-    dir: str = "results"
-    plots: bool = True
-    capacity: CapacitySection = CapacitySection()
+    """Results folder, plots and the capacity plan."""
+
+    dir: str = Field(default="results", description=(
+        "results folder: each run writes `<dir>/<name>-<UTC timestamp>/`"))
+    plots: bool = Field(default=True, description="draw the plots")
+    capacity: CapacitySection = Field(default=CapacitySection(), description=(
+        "the capacity plan: rollout pool sizes to rerun the best SD point and its AR counterpart at"))
 
 
 class Scenario(Strict):
-    name: str = "scenario"
-    description: str = ""
-    seed: int = Field(default=0, ge=0, le=2**63 - 1)
-    hardware: str
-    model: str
-    rollout: RolloutSection
-    training: TrainingSection = TrainingSection()
-    workload: WorkloadSection
-    drafter: DrafterSection
-    speculation: SpeculationSection = SpeculationSection()
-    pipeline: PipelineSection = PipelineSection()
-    sweep: dict[str, Any] = Field(default_factory=dict)
-    output: OutputSection = OutputSection()
+    """The scenario file.
+
+    Its top-level keys: what hardware and model, one section per part of the RL step, an optional
+    sweep and the seed."""
+
+    name: str = Field(default="scenario", description=(
+        "label used in results and plot titles; one plain path component (no `/`, `\\`, leading `.`): it names the "
+        "results folder inside `output.dir`"))
+    description: str = Field(default="", description="free text")
+    seed: int = Field(default=0, ge=0, le=2**63 - 1, description=(
+        "seeds the single `numpy.random.Generator` stream; same scenario + seed → identical results"))
+    hardware: str = Field(description=(
+        "hardware profile name (`specsim list hardware`, case-insensitive) or a path to a profile YAML"))
+    model: str = Field(description="catalog model name (`specsim list models`), case-insensitive")
+    rollout: RolloutSection = Field(description="the generation pool")
+    training: TrainingSection = Field(default=TrainingSection(), description="the trainer")
+    workload: WorkloadSection = Field(description="prompts, group size, length distributions")
+    drafter: DrafterSection = Field(description="drafter kind and acceptance")
+    speculation: SpeculationSection = Field(default=SpeculationSection(), description="SD policy per engine step")
+    pipeline: PipelineSection = Field(default=PipelineSection(), description="sync/async RL pipeline")
+    sweep: dict[str, Any] = Field(default_factory=dict, description=(
+        "grid over dotted field paths: `path: [values]`; `replicates: n`; `zip: [[path, path], ...]` varies listed "
+        "paths together. Each value once; at most 10,000 rows (combinations × replicates, counted before anything "
+        "runs; `check` and `show scenario` print the count); every swept value must give a valid scenario on its "
+        "own (errors name `sweep.<path>`)"))
+    output: OutputSection = Field(default=OutputSection(), description="results folder, plots and the capacity plan")
     _source_file: str | None = PrivateAttr(default=None)
 
     @field_validator("name")
@@ -284,18 +430,18 @@ class Scenario(Strict):
         for key in v.baseline:
             problem = path_problem(str(key), Scenario)
             if problem:
-                raise _bad("baseline", key, problem)
+                raise field_error("baseline", key, problem)
         return v
 
     @model_validator(mode="after")
     def _pools(self):
         if self.pipeline.mode == "sync" and self.training.gpus not in (None, self.rollout.gpus):
-            raise _bad("training.gpus", self.training.gpus, "in sync (colocated) mode training runs on the rollout GPUs: omit training.gpus")
+            raise field_error("training.gpus", self.training.gpus, "in sync (colocated) mode training runs on the rollout GPUs: omit training.gpus")
         if self.pipeline.mode == "async" and self.training.gpus is None:
-            raise _bad("training.gpus", None, "async mode needs training.gpus (its own pool)")
+            raise field_error("training.gpus", None, "async mode needs training.gpus (its own pool)")
         responses = self.workload.prompts * self.workload.group_size
         if responses > 10**7:
-            raise _bad("workload.prompts", self.workload.prompts,
+            raise field_error("workload.prompts", self.workload.prompts,
                        f"at most 10,000,000 responses per step (prompts x group_size = {responses:,})")
         cap = self.output.capacity
         # ×¼, ½, 1, 2 of rollout.gpus by default (capacity.capacity_sizes); the scenario's own size is always run
@@ -303,7 +449,7 @@ class Scenario(Strict):
         sizes = 4 if listed is None else len(listed | {self.rollout.gpus}) if listed else 0
         reps = cap.replicates or int(self.sweep.get("replicates", 1) or 1)
         if sizes * 2 * reps > MAX_SWEEP_ROWS:   # AR and SD at each size (incl. the scenario's own) per replicate
-            raise _bad("output.capacity.replicates", reps,
+            raise field_error("output.capacity.replicates", reps,
                        f"at most {MAX_SWEEP_ROWS:,} capacity-plan runs (sizes × 2 variants × replicates = "
                        f"{sizes} × 2 × {reps}"
                        + ("" if cap.replicates else ", the sweep's replicates while unset")

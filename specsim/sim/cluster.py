@@ -21,10 +21,10 @@ from scipy import stats
 from specsim.sim.common import EngineConfig, EngineResult, EngineWork, conditional_tau
 from specsim.sim.engine import run_fast
 from specsim.sim.reference import run_reference
-from specsim.speculation import PolicyContext, SDPolicy
-from specsim.workload.acceptance_math import alpha_from_tau
+from specsim.workload.acceptance.laws import alpha_from_tau
 from specsim.workload.lengths import growth_factor, sample_group_lengths, sample_prompt_lengths
-from specsim.world import World
+from specsim.world.specs import World
+from specsim.world.speculation import PolicyContext, SDPolicy
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,8 @@ import numpy as np
 
 from specsim.cost.step import StepCostTable
 from specsim.errors import InvariantError
-from specsim.speculation import PolicyContext, SDPolicy
-from specsim.workload.context_acceptance import ContextAcceptance
+from specsim.workload.acceptance.context import ContextAcceptance
+from specsim.world.speculation import PolicyContext, SDPolicy
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class EngineConfig:
     record_timeline: bool = True
     watermark: float = 0.01
     proposal_rate: float = 1.0
-    context: ContextAcceptance | None = None   # acceptance falling with the context (workload/context_acceptance.py)
+    context: ContextAcceptance | None = None   # acceptance falling with the context (workload/acceptance/context.py)
 
     @property
     def capacity_blocks(self) -> int:

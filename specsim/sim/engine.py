@@ -20,7 +20,7 @@ segment progress is fluid (μ_i per step); when k changes every active response 
 its fluid progress. KV blocks are fluid too: Σ⌈x/b⌉ ≈ Σx/b + n(b−1)/(2b). The tests bound the
 error against the reference engine (rollout time within 1 %, identical tokens).
 
-Acceptance falling with the context (cfg.context, workload/context_acceptance.py). A response is
+Acceptance falling with the context (cfg.context, workload/acceptance/context.py). A response is
 keyed by the constant acceptance that conserves its expected verify steps over the tokens it has
 left, and its fluid progress follows its acceptance profile. The profile is cut at the curve's
 points; each piece runs at its own rate, the rates stretched so the last piece ends at the drawn
@@ -56,7 +56,7 @@ import numpy as np
 from specsim.sim.common import EngineConfig, EngineResult, EngineWork, check_result
 from specsim.sim.fast_state import FastState
 from specsim.sim.fastlaw import SCALAR_ADMIT, admissible_scalar, drain
-from specsim.speculation import choose_k
+from specsim.world.speculation import choose_k
 
 INF = float("inf")
 

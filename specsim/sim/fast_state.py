@@ -21,7 +21,7 @@ import numpy as np
 
 from specsim.sim.common import EngineConfig, EngineWork, PrefillLog, Timeline
 from specsim.sim.fastlaw import ScalarOps, StepLaw, step_law, steps_to_finish
-from specsim.workload.context_acceptance import invert_tau, segment_steps
+from specsim.workload.acceptance.context import invert_tau, segment_steps
 
 INF = float("inf")
 

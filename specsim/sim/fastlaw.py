@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.workload.acceptance import tokens_per_verify_pmf
+from specsim.workload.acceptance.drafter import tokens_per_verify_pmf
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from specsim.cost import training as tc
 from specsim.errors import SpecError
 from specsim.sim.cluster import GenerationResult, draw_step, measured_alpha_estimates, simulate_generation
 from specsim.sim.stream import StreamCluster
-from specsim.world import World
+from specsim.world.specs import World
 
 
 @dataclass
@@ -145,7 +145,7 @@ class _Costs:
 
     def __init__(self, world: World):
         self.world = world
-        self.tl = world.trainer.layout   # resolve.py checked that it fits
+        self.tl = world.trainer.layout   # world/resolve.py checked that it fits
         colocated = world.pipeline.mode == "sync"
         self.reward = world.pipeline.reward_s
         # the "prepare" stage of a colocated step: the weight transfer plus waking the engine
@@ -185,7 +185,7 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
     ps = world.pipeline
     n_steps = int(steps if steps is not None else ps.steps)
     if n_steps < 1:
-        raise SpecError("pipeline.steps", n_steps, ">= 1")
+        raise SpecError("steps", n_steps, ">= 1")
     warmup = min(max(ps.warmup_steps, ps.fill_steps), n_steps - 1)
     costs = _Costs(world)
     draws = [draw_step(world, i, replicate) for i in range(n_steps)]

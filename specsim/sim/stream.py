@@ -36,7 +36,7 @@ from specsim.sim.common import EngineResult, EngineWork, conditional_tau
 from specsim.sim.engine import FastEngine
 from specsim.sim.fastlaw import StepLaw, step_law
 from specsim.sim.reference import ReferenceEngine
-from specsim.world import World
+from specsim.world.specs import World
 
 INF = float("inf")
 

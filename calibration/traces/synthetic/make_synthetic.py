@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from specsim.catalog.hardware import HardwareSpec, load_hardware
+from specsim.catalog.models import drafter_arch, load_model
 from specsim.cost.forward import draft_cost, pass_cost
-from specsim.cost.step import step_cost
 from specsim.cost.layout import ParallelLayout
-from specsim.hardware import HardwareSpec, load_hardware
-from specsim.model import drafter_arch, load_model
+from specsim.cost.step import step_cost
 
 HERE = Path(__file__).resolve().parent
 SEED = 20240601
@@ -126,7 +126,7 @@ def make_engine_trace(
     alpha(v) = stale_alpha0 * exp(-stale_rate * v) instead of the constant `alpha`.
     batches: if given, the active batch sizes to cycle through (else drawn: half log-uniform, half uniform).
     """
-    from specsim.workload.acceptance import sample_tokens_per_verify
+    from specsim.workload.acceptance.drafter import sample_tokens_per_verify
 
     hw = hw or true_hardware()
     model = load_model(model_name)
@@ -261,7 +261,7 @@ def build_all() -> dict[str, tuple[str, pd.DataFrame, dict]]:
 
 
 def main(argv=None) -> int:
-    from specsim.traces import read_trace, write_trace
+    from specsim.calibrate.traces.io import read_trace, write_trace
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(HERE), help="folder to write into (default: this folder)")

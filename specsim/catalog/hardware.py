@@ -1,0 +1,442 @@
+"""Hardware profiles: frozen per-GPU specs loaded from `hardware_profiles/*.yaml`.
+
+A profile is the published peak numbers (each with its source) plus the *fitted* efficiency
+factors that turn peaks into achieved rates. Units are SI internally (FLOP/s, bytes, bytes/s, s);
+the YAML uses the units vendors quote (TFLOP/s, GB, TB/s, GB/s, Gb/s, µs, ms) and says so in
+the key name.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from specsim.catalog.sd_costs import SDCosts, load_sd_costs
+from specsim.errors import SpecError, load_yaml_text
+
+PROFILE_DIR = Path(__file__).resolve().parent / "hardware_profiles"
+
+DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp4": 0.5, "int4": 0.5}
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Achieved fraction of peak, and fixed costs, that calibration fits per hardware profile.
+
+    compute: achieved / peak dense FLOP/s for GEMMs and attention math.
+    memory: achieved / peak HBM bandwidth for weight and KV streaming.
+    comm: achieved / link bandwidth for NCCL collectives.
+    step_overhead_s: fixed time of one engine step (scheduler, sampler, launches).
+    per_seq_overhead_s: extra step time per running sequence (CPU bookkeeping).
+    draft_overhead_s: fixed time of one draft pass (launch, proposal bookkeeping).
+    train_mfu: model-FLOPs utilisation of training forward+backward.
+    """
+
+    compute: float
+    memory: float
+    comm: float
+    step_overhead_s: float
+    per_seq_overhead_s: float
+    draft_overhead_s: float
+    train_mfu: float
+
+
+@dataclass(frozen=True)
+class GemmFit:
+    """Achieved GEMM rates fitted to measured kernels of one math dtype (see KernelFit).
+
+    t(m, n, k) = latency_s + m · token_s + max(2mnk / (peak · flops_eff(m)), bytes / (hbm_bw · weight_bw_eff)),
+    flops_eff(m) = flops_eff_max · m / (m + m_half_tokens): small-m GEMMs stream weights and
+    leave the tensor cores idle; large-m GEMMs approach the plateau flops_eff_max.
+    token_s: a per-token (per row of the activation) cost independent of n and k: the fp8 kernels
+    time the dynamic quantisation of their bf16 input, ~7.5 ns/token on H100..GB200 (vLLM 0.24
+    gemm_perf, fp8 rows with n = k = 256: 245 µs at m = 32768 where bf16 takes 11 µs); ~0 for bf16.
+    """
+
+    latency_s: float
+    flops_eff_max: float
+    m_half_tokens: float
+    weight_bw_eff: float
+    token_s: float = 0.0
+
+    def flops_eff(self, m):
+        m = np.maximum(np.asarray(m, dtype=float) if np.ndim(m) else float(m), 1.0)
+        return self.flops_eff_max * m / (m + self.m_half_tokens)
+
+
+def moe_shape_key(hidden: int, expert_ffn: int, experts: int, top_k: int) -> str:
+    """Key of one MoE shape in `kernel_fit.moe_shapes`, e.g. 'h4096_i1536_e128_k8'."""
+    return f"h{int(hidden)}_i{int(expert_ffn)}_e{int(experts)}_k{int(top_k)}"
+
+
+@dataclass(frozen=True)
+class MultiTokenAttentionFit:
+    """Attention over the KV cache in a pass where some sequence brings more than one query token
+    (an SD verify, an EAGLE-3 or MTP first draft pass over the accepted tokens, a step that mixes
+    prompts with decodes), on an
+    engine whose attention kernel then runs one thread block (CTA) per (sequence, query head,
+    `tile_rows` query rows) over the sequence's whole cache: FlashAttention-2 as vLLM runs it on
+    Ampere. FA2 packs the query heads of a KV head into one tile and splits the cache across
+    blocks only when every sequence brings exactly one token (`mha_varlen_fwd`: the
+    seqlen_q = 1 "ngroups swap" and `set_params_splitkv`; vLLM V1's FlashAttention backend calls
+    it flash decoding, `np.all(query_lens == 1)`); otherwise paged KV forces its split-KV kernel
+    with one split, kBlockM = 64 query rows per block (`run_mha_fwd_splitkv_dispatch`), which
+    computes a 64-row tile for 1 + k real rows and re-reads each KV head once per query head.
+
+    Per layer, with n_cta = sequences · query heads per GPU · ceil(q / tile_rows) blocks spread
+    over `sms` multiprocessors, each block walking its sequence's c cached tokens:
+
+        t = c · s_per_kv_token · w,   w = 1 if n_cta <= sms else ceil(n_cta / sms) / coresident_speedup
+
+    s_per_kv_token: a block's time per cached token when it has its SM to itself (fitted);
+    coresident_speedup: an SM's throughput with two blocks resident over one (fitted; the kernel's
+    80 KB of shared memory per block fits two on an A100 SM). The pass takes the larger of this and
+    the KV-streaming time of the decode law. Fitted on measured verify timings
+    (calibrate/forward_sweep.fit_multi_token_attention); None: the decode law prices every pass
+    (the other profiles' engines pack a KV head's query heads into one tile for any q: an
+    assumption, with no q > 1 timings of those GPUs to test it).
+    """
+
+    sms: int
+    tile_rows: int
+    s_per_kv_token: float
+    coresident_speedup: float
+
+    def wave_factor(self, n_cta):
+        """w above, elementwise."""
+        n = np.asarray(n_cta, dtype=float)
+        w = np.where(n <= self.sms, 1.0, np.ceil(n / self.sms) / self.coresident_speedup)
+        return float(w) if np.ndim(w) == 0 else w
+
+
+@dataclass(frozen=True)
+class KernelFit:
+    """Shape-dependent achieved rates fitted to measured kernel tables (`specsim calibrate
+    --kernels`), each term physically named; None in a profile means the scalar efficiencies rule.
+
+    gemm: math dtype (bf16, fp8) -> GemmFit.
+    attn_latency_s, attn_per_seq_s, attn_kv_bw_eff: decode attention over a KV cache of B
+      sequences, t = attn_latency_s + attn_per_seq_s · B + kv_bytes / (hbm_bw · attn_kv_bw_eff).
+    moe: math dtype -> GemmFit of the grouped expert GEMMs, with m = routed tokens per expert
+      (the cross-shape law: one fit over every MoE shape of the table).
+    moe_shapes: shape key (`moe_shape_key`) -> math dtype -> GemmFit fitted on the table rows of
+      exactly that MoE shape (the catalog's MoE models); a shape or dtype not listed falls back
+      to the cross-shape `moe` law.
+    provenance: free-form mapping (package, version, tables, rows, residuals) shown by `show hardware`.
+    insitu_stream_factor: HBM streaming inside the engine relative to the same kernel timed alone.
+      Every fitted streaming efficiency (GEMM weights, MoE expert weights, decode-attention KV) is
+      multiplied by it and capped at 1 (peak): `stream_eff`. Why: the tables time each kernel
+      alone, with its own ramp-up and tail; in a serving step the kernels run back to back in one
+      CUDA graph, and the measured TPOT rows of every engine and GPU scale with 1/TP (the share
+      of the step that streams per-GPU bytes) 6-34 % less steeply than the kernel sums priced
+      with the isolated rates (docs/calibration.md, "in-situ streaming"). Fitted together with the engine
+      overheads on the TPOT fit split (calibrate/engine_overhead.fit_overheads); 1 where a
+      profile has no TPOT fit.
+    multi_token_attention: MultiTokenAttentionFit where the engine's attention kernel loses its
+      cache split for passes with more than one query token per sequence; None elsewhere.
+    """
+
+    gemm: dict[str, GemmFit]
+    attn_latency_s: float
+    attn_per_seq_s: float
+    attn_kv_bw_eff: float
+    moe: dict[str, GemmFit] = field(default_factory=dict)
+    provenance: dict = field(default_factory=dict, compare=False)
+    moe_shapes: dict[str, dict[str, GemmFit]] = field(default_factory=dict)
+    insitu_stream_factor: float = 1.0
+    multi_token_attention: MultiTokenAttentionFit | None = None
+
+    def stream_eff(self, isolated_eff: float) -> float:
+        """The in-situ streaming efficiency of a kernel whose isolated fit is `isolated_eff`:
+        min(1, isolated_eff · insitu_stream_factor)."""
+        return min(1.0, float(isolated_eff) * self.insitu_stream_factor)
+
+    def max_useful_stream_factor(self) -> float:
+        """The factor beyond which every fitted stream sits at peak (1 / the smallest isolated
+        streaming efficiency): larger values change nothing."""
+        effs = [self.attn_kv_bw_eff, *(g.weight_bw_eff for g in self.gemm.values()),
+                *(g.weight_bw_eff for g in self.moe.values()),
+                *(g.weight_bw_eff for v in self.moe_shapes.values() for g in v.values())]
+        return 1.0 / min(effs)
+
+    def gemm_for(self, math_dtype: str) -> GemmFit:
+        """The GemmFit of a math dtype (fp8 falls back to bf16 when only bf16 was fitted)."""
+        return self.gemm.get(math_dtype) or self.gemm.get("bf16") or next(iter(self.gemm.values()))
+
+    def moe_for(self, math_dtype: str, shape: str | None = None) -> GemmFit:
+        """The grouped-GEMM fit of `shape` (moe_shape_key) in that math dtype where one was
+        fitted on that exact shape; else the cross-shape law (bf16 fallback, then dense GEMM)."""
+        own = self.moe_shapes.get(shape, {}).get(math_dtype) if shape else None
+        if own is not None:
+            return own
+        if self.moe:
+            return self.moe.get(math_dtype) or self.moe.get("bf16") or next(iter(self.moe.values()))
+        return self.gemm_for(math_dtype)
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """One GPU type and its interconnect. Bandwidths are per GPU; NVLink per direction."""
+
+    name: str
+    description: str
+    peak_flops: dict[str, float]
+    hbm_bytes: float
+    hbm_bw_bytes_per_s: float
+    nvlink_bw_bytes_per_s: float
+    nvlink_domain_gpus: int
+    scaleout_bw_bytes_per_s: float
+    nvlink_latency_s: float
+    scaleout_latency_s: float
+    efficiency: Efficiency
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+    path: str | None = field(default=None, compare=False)
+    kernel_fit: KernelFit | None = None
+    sd_costs: SDCosts = field(default_factory=SDCosts)  # optional `sd_costs:` block (cost/sd_costs.py)
+    # per-call latency of the engines' one-shot NVLink all-reduce (cost/comm.all_reduce_s); None:
+    # the profile knows only the ring/tree algorithm (`collective_latency_us.nvlink_oneshot` absent)
+    nvlink_oneshot_latency_s: float | None = None
+
+    def flops_per_s(self, dtype: str) -> float:
+        """Peak dense FLOP/s for a math dtype; 4-bit weights run W4A16 at the bf16 rate."""
+        if dtype in ("int4", "fp4") and dtype not in self.peak_flops:
+            dtype = "bf16"
+        if dtype == "int8" and "int8" not in self.peak_flops:
+            dtype = "fp8"
+        if dtype == "fp16":
+            dtype = "bf16"
+        if dtype not in self.peak_flops:
+            raise SpecError("dtype", dtype, f"one of {sorted(self.peak_flops)} on {self.name}")
+        return self.peak_flops[dtype]
+
+    def with_efficiency(self, **changes: float) -> HardwareSpec:
+        """A copy with some efficiency factors replaced (used by calibration)."""
+        return replace(self, efficiency=replace(self.efficiency, **changes))
+
+    def with_insitu_stream_factor(self, factor: float) -> HardwareSpec:
+        """A copy whose kernel fit streams at `factor` times its isolated rates (KernelFit;
+        the profile itself when it has no kernel fit)."""
+        if self.kernel_fit is None:
+            return self
+        return replace(self, kernel_fit=replace(self.kernel_fit, insitu_stream_factor=float(factor)))
+
+
+_EFF_KEYS = {
+    "compute": ("compute", 1.0),
+    "memory": ("memory", 1.0),
+    "comm": ("comm", 1.0),
+    "step_overhead_ms": ("step_overhead_s", 1e-3),
+    "per_seq_overhead_us": ("per_seq_overhead_s", 1e-6),
+    "draft_overhead_ms": ("draft_overhead_s", 1e-3),
+    "train_mfu": ("train_mfu", 1.0),
+}
+
+
+def list_hardware() -> list[str]:
+    """Names of the bundled hardware profiles."""
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+
+
+def resolve_profile_path(name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or "/" in name_or_path:
+        if not p.is_file():
+            raise SpecError("hardware", name_or_path, "a bundled profile name or an existing profile YAML file")
+        return p
+    candidate = PROFILE_DIR / f"{name_or_path}.yaml"
+    if candidate.is_file():
+        return candidate
+    lowered = {n.lower(): n for n in list_hardware()}   # rel (#15 row 16): names are case-insensitive
+    if name_or_path.lower() in lowered:
+        return PROFILE_DIR / f"{lowered[name_or_path.lower()]}.yaml"
+    names = list_hardware()
+    close = difflib.get_close_matches(name_or_path, names, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise SpecError("hardware", name_or_path, f"one of {names} or a path to a profile YAML{hint}")
+
+
+def _num(doc: dict, key: str, where: str, positive: bool = True) -> tuple[float, str]:
+    entry = doc.get(key)
+    if isinstance(entry, dict):
+        value, source = entry.get("value"), str(entry.get("source", ""))
+    else:
+        value, source = entry, ""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(key, value, "a number (as `value:` with a `source:`)", where)
+    if positive and not value > 0:
+        raise SpecError(key, value, "> 0", where)
+    return float(value), source
+
+
+def load_hardware(name_or_path: str) -> HardwareSpec:
+    """Load a bundled profile by name (`gb200`) or a user profile by path.
+
+    Parsed profiles are memoised by path and content (:func:`_parse_profile`): a sweep or a
+    capacity plan resolves many worlds on one profile, and parsing its YAML was a fifth of a
+    small run's time. The file is read every time, so one edited on disk is parsed again; the
+    returned spec is frozen, so callers cannot see each other's changes."""
+    path = resolve_profile_path(name_or_path)
+    return _parse_profile(str(path), path.read_bytes())
+
+
+@lru_cache(maxsize=32)
+def _parse_profile(where: str, data: bytes) -> HardwareSpec:
+    """The profile whose file at `where` holds `data` (both are the cache key)."""
+    path = Path(where)
+    try:
+        doc = load_yaml_text(data.decode())
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise SpecError("hardware", str(path), f"a valid YAML file ({exc.__class__.__name__})") from None
+    if not isinstance(doc, dict):
+        raise SpecError("hardware", str(path), "a YAML mapping with the profile fields", where)
+    sources: dict[str, str] = {}
+
+    def num(key: str, sub: dict | None = None, prefix: str = "", positive: bool = True) -> float:
+        v, s = _num(sub if sub is not None else doc, key, where, positive)
+        sources[prefix + key] = s
+        return v
+
+    flops_doc = doc.get("peak_dense_tflops")
+    if not isinstance(flops_doc, dict) or "bf16" not in flops_doc:
+        raise SpecError("peak_dense_tflops", flops_doc, "a mapping of dtype -> {value, source} including bf16", where)
+    peak = {dt: num(dt, flops_doc, "peak_dense_tflops.") * 1e12 for dt in flops_doc}
+    lat = doc.get("collective_latency_us") or {}
+    eff_doc = doc.get("efficiency")
+    if not isinstance(eff_doc, dict):
+        raise SpecError("efficiency", eff_doc, f"a mapping with {sorted(_EFF_KEYS)}", where)
+    eff = {}
+    for key, (attr, scale) in _EFF_KEYS.items():
+        v = num(key, eff_doc, "efficiency.", positive=key not in ("step_overhead_ms", "per_seq_overhead_us", "draft_overhead_ms"))
+        if attr in ("compute", "memory", "comm", "train_mfu") and not 0 < v <= 1:
+            raise SpecError(f"efficiency.{key}", v, "in (0, 1]", where)
+        if v < 0:
+            raise SpecError(f"efficiency.{key}", v, ">= 0", where)
+        eff[attr] = v * scale
+    domain = num("nvlink_domain_gpus")
+    if domain != int(domain):
+        raise SpecError("nvlink_domain_gpus", domain, "a whole number of GPUs", where)
+    return HardwareSpec(
+        name=str(doc.get("name", path.stem)),
+        description=str(doc.get("description", "")),
+        peak_flops=peak,
+        hbm_bytes=num("hbm_gb") * 1e9,
+        hbm_bw_bytes_per_s=num("hbm_tbps") * 1e12,
+        nvlink_bw_bytes_per_s=num("nvlink_gbps_per_direction") * 1e9,
+        nvlink_domain_gpus=int(domain),
+        scaleout_bw_bytes_per_s=num("scaleout_gbit_per_s") * 1e9 / 8,
+        nvlink_latency_s=num("nvlink", lat, "collective_latency_us.") * 1e-6,
+        scaleout_latency_s=num("scaleout", lat, "collective_latency_us.") * 1e-6,
+        efficiency=Efficiency(**eff),
+        sources=sources,
+        path=where,
+        kernel_fit=_kernel_fit(doc.get("kernel_fit"), where),
+        sd_costs=load_sd_costs(doc.get("sd_costs"), where),
+        nvlink_oneshot_latency_s=(num("nvlink_oneshot", lat, "collective_latency_us.") * 1e-6
+                                  if "nvlink_oneshot" in lat else None),
+    )
+
+
+def _pos(block: dict, key: str, where: str, field_prefix: str, upper: float | None = None) -> float:
+    v = block.get(key) if isinstance(block, dict) else None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
+        raise SpecError(f"{field_prefix}.{key}", v, "a finite number >= 0", where)
+    if upper is not None and v > upper:
+        raise SpecError(f"{field_prefix}.{key}", v, f"<= {upper}", where)
+    return float(v)
+
+
+def _gemm_fits(block, where: str, prefix: str) -> dict[str, GemmFit]:
+    if block is None:
+        return {}
+    if not isinstance(block, dict):
+        raise SpecError(prefix, block, "a mapping of math dtype -> fitted GEMM terms", where)
+    out = {}
+    for dt, b in block.items():
+        p = f"{prefix}.{dt}"
+        if dt not in DTYPE_BYTES:
+            raise SpecError(prefix, dt, f"math dtypes among {sorted(DTYPE_BYTES)}", where)
+        out[str(dt)] = GemmFit(latency_s=_pos(b, "latency_us", where, p) * 1e-6,
+                               flops_eff_max=_pos(b, "flops_eff_max", where, p, 1.0),
+                               m_half_tokens=_pos(b, "m_half_tokens", where, p),
+                               weight_bw_eff=_pos(b, "weight_bw_eff", where, p, 1.0),
+                               token_s=_pos({"per_token_ns": 0.0, **b}, "per_token_ns", where, p) * 1e-9)
+        if out[str(dt)].flops_eff_max <= 0 or out[str(dt)].weight_bw_eff <= 0:
+            raise SpecError(p, b, "flops_eff_max and weight_bw_eff in (0, 1]", where)
+    return out
+
+
+def _kernel_fit(doc, where: str) -> KernelFit | None:
+    """Parse the optional `kernel_fit:` block (written by `specsim calibrate --kernels`)."""
+    if doc is None:
+        return None
+    if not isinstance(doc, dict):
+        raise SpecError("kernel_fit", doc, "a mapping (gemm, decode_attention, moe, provenance)", where)
+    gemm = _gemm_fits(doc.get("gemm"), where, "kernel_fit.gemm")
+    if not gemm:
+        raise SpecError("kernel_fit.gemm", doc.get("gemm"), "at least one fitted math dtype (bf16)", where)
+    att = doc.get("decode_attention")
+    if not isinstance(att, dict):
+        raise SpecError("kernel_fit.decode_attention", att, "a mapping with latency_us, per_seq_us, kv_bw_eff", where)
+    bw = _pos(att, "kv_bw_eff", where, "kernel_fit.decode_attention", 1.0)
+    if bw <= 0:
+        raise SpecError("kernel_fit.decode_attention.kv_bw_eff", bw, "in (0, 1]", where)
+    prov = doc.get("provenance") or {}
+    insitu = doc.get("insitu_stream_factor", 1.0)
+    if isinstance(insitu, bool) or not isinstance(insitu, (int, float)) or not 0.0 < insitu <= 10.0:
+        raise SpecError("kernel_fit.insitu_stream_factor", insitu,
+                        "a number in (0, 10] (in-situ over isolated HBM streaming rate; 1: as timed alone)", where)
+    return KernelFit(gemm=gemm, attn_latency_s=_pos(att, "latency_us", where, "kernel_fit.decode_attention") * 1e-6,
+                     insitu_stream_factor=float(insitu),
+                     attn_per_seq_s=_pos(att, "per_seq_us", where, "kernel_fit.decode_attention") * 1e-6,
+                     attn_kv_bw_eff=bw, moe=_gemm_fits(doc.get("moe"), where, "kernel_fit.moe"),
+                     provenance=prov if isinstance(prov, dict) else {"note": str(prov)},
+                     moe_shapes=_moe_shapes(doc.get("moe_shapes"), where),
+                     multi_token_attention=_multi_token_attention(doc.get("multi_token_attention"), where))
+
+
+def _multi_token_attention(block, where: str) -> MultiTokenAttentionFit | None:
+    """`kernel_fit.multi_token_attention` (MultiTokenAttentionFit; written by
+    specsim calibrate a100-sweep): sms, tile_rows, s_per_kv_token_ns, coresident_speedup."""
+    if block is None:
+        return None
+    p = "kernel_fit.multi_token_attention"
+    if not isinstance(block, dict):
+        raise SpecError(p, block, "a mapping with sms, tile_rows, s_per_kv_token_ns, coresident_speedup", where)
+    ints = {}
+    for key in ("sms", "tile_rows"):
+        v = block.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise SpecError(f"{p}.{key}", v, "a positive integer", where)
+        ints[key] = v
+    ns = _pos(block, "s_per_kv_token_ns", where, p)
+    if ns <= 0:
+        raise SpecError(f"{p}.s_per_kv_token_ns", ns, "a positive number (ns per cached token per block)", where)
+    sp = block.get("coresident_speedup")
+    if isinstance(sp, bool) or not isinstance(sp, (int, float)) or not 1.0 <= sp <= 2.0:
+        raise SpecError(f"{p}.coresident_speedup", sp,
+                        "a number in [1, 2] (an SM's throughput with two resident blocks over one)", where)
+    return MultiTokenAttentionFit(sms=ints["sms"], tile_rows=ints["tile_rows"], s_per_kv_token=ns * 1e-9,
+                                  coresident_speedup=float(sp))
+
+
+def _moe_shapes(block, where: str) -> dict[str, dict[str, GemmFit]]:
+    """`kernel_fit.moe_shapes`: shape key -> math dtype -> fitted grouped-GEMM terms."""
+    if block is None:
+        return {}
+    if not isinstance(block, dict):
+        raise SpecError("kernel_fit.moe_shapes", block, "a mapping of MoE shape key (h<hidden>_i<ffn>_e<experts>_k"
+                        "<top_k>) -> math dtype -> fitted terms", where)
+    return {str(k): _gemm_fits(v, where, f"kernel_fit.moe_shapes.{k}") for k, v in block.items()}
+
+
+def efficiency_to_yaml_dict(eff: Efficiency, source: str) -> dict:
+    """Inverse of the loader's efficiency block, in the YAML's units, every value with `source`."""
+    out = {}
+    for key, (attr, scale) in _EFF_KEYS.items():
+        out[key] = {"value": float(round(getattr(eff, attr) / scale, 6)), "source": source}
+    return out

@@ -1,0 +1,227 @@
+"""specsim command line: parses arguments, calls the library, prints. No modeling here.
+
+Commands (``specsim --help``, ``specsim COMMAND --help``):
+
+    specsim list hardware|models
+    specsim show model NAME      --hardware H --tp N [--ep N] [--pp N] [--context C] ...
+    specsim show drafter         --model M --kind K (--tau T --tau-k K | --alpha A) ...
+    specsim show lengths SCENARIO [--set path=value ...] [--samples N]
+    specsim show hardware NAME    [--format table|json]                               (cli/show.py)
+    specsim show scenario SCENARIO [--set path=value ...]                             (cli/run.py)
+    specsim check SCENARIO        [--set path=value ...] [--format table|json]
+    specsim run SCENARIO          [--set path=value ...] [--out DIR] [--jobs N]        (cli/run.py)
+    specsim project SCENARIO      [--set path=value ...] [--replicates N] [--format table|json]
+                                                                                      (cli/project.py)
+    specsim validate [TARGETS...] [--tolerance T] [--out DIR] [--format table|json]
+    specsim calibrate traces TRACES... --hardware H [--model M] [--drafter K] [--out FILE]
+    specsim calibrate kernels     [--source aiconfigurator] [--system S] [--backend B] [--out DIR]
+    specsim calibrate workload    [--targets F] [--dry-run] [--write-profile] [--max-nfev N]
+    specsim calibrate a100-sweep  [--write-profile]
+    specsim calibrate acceptance-shape [--write] [--sensitivity]                      (cli/calibrate.py)
+
+What the commands report is computed by library functions that return data: :mod:`specsim.explain.show`
+(show model/drafter/lengths), :mod:`specsim.explain.check` (check), :mod:`specsim.study.runner` (run, show
+scenario), :mod:`specsim.study.projection` (project), :mod:`specsim.validate.run` (validate),
+:mod:`specsim.calibrate` (calibrate traces; kernels: :mod:`specsim.calibrate.describe`; workload:
+:mod:`specsim.calibrate.workload_run`; a100-sweep: :mod:`specsim.calibrate.a100_sweep`;
+acceptance-shape: :mod:`specsim.calibrate.acceptance_shape`). Errors, shared options and output
+helpers are in :mod:`specsim.cli.common`: bad input prints one ``error: ...`` paragraph to stderr
+and exits 2 — never a traceback; a bug prints ``internal error: ...`` and exits 1.
+
+Adding a command: define it on ``app`` (or a sub-typer, in its own module under specsim/cli/ that
+imports :mod:`specsim.cli.common` and never this module), decorate it with ``@handle_errors``
+below the ``@app.command`` line, take ``--set`` via ``SetOpt`` and ``--format`` via ``FormatOpt``,
+and print through ``console()`` / ``emit_json()``.
+"""
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from specsim import __version__
+from specsim.cli import common
+from specsim.cli import project as cli_project
+from specsim.cli import run as cli_run
+from specsim.cli.calibrate import calibrate_app
+from specsim.cli.common import Format, FormatOpt, SetOpt, handle_errors
+from specsim.cli.show import show_app
+
+# the command bodies' short names for the shared helpers
+_bad_option, _b, _console, _emit_json = common.bad_option, common.billions, common.console, common.emit_json
+_load_scenario, _table = common.load_scenario_opts, common.table
+
+app = typer.Typer(
+    name="specsim",
+    help="Simulate speculative decoding in RL post-training rollouts: how much faster does an RL step get "
+         "with SD, on which model, cluster and workload?",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+app.add_typer(show_app, name="show")   # show model|drafter|lengths (cli/show.py), show scenario (below)
+
+
+# ============================================================================ root
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"specsim {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:
+    """specsim: calibrated simulation of speculative decoding in RL rollouts."""
+
+
+# ============================================================================ list
+class ListWhat(str, Enum):
+    hardware = "hardware"
+    models = "models"
+
+
+@app.command("list")
+@handle_errors
+def list_cmd(what: Annotated[ListWhat, typer.Argument(help="What to list.")]) -> None:
+    """List the bundled hardware profiles or the model catalog."""
+    con = _console()
+    if what is ListWhat.hardware:
+        from specsim.catalog.hardware import list_hardware, load_hardware
+
+        t = _table("hardware profiles (per GPU, dense peaks)", "name", "description", "BF16 TF/s", "HBM GB",
+                   "HBM TB/s", "NVLink GB/s/dir", "NVLink domain", right_from=2)
+        for name in list_hardware():
+            hw = load_hardware(name)
+            t.add_row(name, hw.description, f"{hw.flops_per_s('bf16') / 1e12:.0f}", f"{hw.hbm_bytes / 1e9:.0f}",
+                      f"{hw.hbm_bw_bytes_per_s / 1e12:.2f}", f"{hw.nvlink_bw_bytes_per_s / 1e9:.0f}",
+                      str(hw.nvlink_domain_gpus))
+        con.print(t)
+        return
+    from specsim.catalog.models import list_models, load_model
+
+    t = _table("model catalog", "name", "params", "active params", "layers", "MoE experts/top-k", "source",
+               right_from=1)
+    for name in list_models():
+        m = load_model(name)
+        moe = f"{m.moe.experts}/{m.moe.top_k}" if m.moe else "dense"
+        t.add_row(name, _b(m.total_params), _b(m.active_params), str(m.layers), moe, m.source)
+    t.columns[-1].justify = "left"
+    con.print(t)
+
+
+# ============================================================================ check
+@app.command("check")
+@handle_errors
+def check(
+    scenario: Annotated[str, typer.Argument(help="Scenario YAML.")],
+    sets: SetOpt = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Load and resolve a scenario (schema, catalog names, layout fit); print a summary and warnings."""
+    from specsim.explain.check import check_report
+    from specsim.study.runner import check_points
+    from specsim.world.resolve import resolve
+
+    sc = _load_scenario(scenario, sets)
+    world = resolve(sc)
+    info = check_report(world, scenario)
+    w, d = sc.workload, sc.drafter
+    info["sweep_rows"] = sc.rows  # rows the sweep asks for (limit MAX_SWEEP_ROWS)
+    info["sweep"] = check_points(sc)  # refuses every point `run` would refuse
+    info["warnings"] += info["sweep"].pop("warnings")
+    if fmt is Format.json:
+        _emit_json(info)
+        return
+    con = _console()
+    con.print(f"[bold green]OK[/bold green] {sc.name} ({scenario})")
+    t = _table("summary", "item", "value", right_from=2)
+    t.add_row("model / hardware", f"{world.model.name} on {world.hw.name}")
+    t.add_row("rollout", f"{world.engines} engines × {world.layout.describe()} = {sc.rollout.gpus} GPUs, "
+                         f"≤ {world.rollout.max_batch} running sequences each"
+                         + ("" if sc.rollout.max_batch else " (vLLM's default max_num_seqs for this GPU)"))
+    tr = info["trainer"]
+    t.add_row("training", f"{sc.pipeline.mode}: {tr['layout']}, {tr['sharding']}, MFU {tr['mfu']:.3f}")
+    t.add_row("trainer, step 0's draw", f"{tr['tokens'] / 1e6:.1f} M tokens: train {tr['train_s']:.1f} s (math "
+                                        f"{tr['compute_s']:.1f}, data-parallel exchange {tr['dp_comm_s']:.1f}, "
+                                        f"bubble + TP + EP {tr['bubble_tp_ep_s']:.1f}), logprob {tr['logprob_s']:.1f} s")
+    t.add_row("KV capacity per engine", f"{world.kv_capacity_tokens:,} tokens "
+                                        f"({info['max_length_sequences_in_kv']} max-length sequences)")
+    mem = ", ".join(f"{label.replace(' (GB)', '')} {v:.1f}" for label, v in info["memory_gb_per_gpu"].items())
+    t.add_row("memory per GPU (GB)", mem)
+    t.add_row("workload", f"{w.prompts} prompts × {w.group_size} = {info['responses_per_step']:,} responses/step, "
+                          f"max {w.max_response_tokens} tokens")
+    t.add_row("drafter", f"{d.kind}, α0 = {info['alpha0']:.3f}, τ = {info['tau_at_k']['tau']:.2f} at k = {d.tau_at_k}")
+    if info["tau_over_context"]:
+        oc = info["tau_over_context"]
+        t.add_row(f"τ at k = {oc['k']} over context", ", ".join(f"{c // 1000}k {v:.2f}" for c, v in oc["tau"].items())
+                  + f" (mean α; curve scaled ×{oc['scale']:.3f} so the run reports τ)")
+    t.add_row("SD policy", world.policy.label)
+    t.add_row("sweep", f"{sc.rows:,} rows (combinations × replicates)")  # rel (#15 row 2)
+    con.print(t)
+    for msg in info["warnings"]:
+        con.print(f"[yellow]warning:[/yellow] {msg}")
+
+
+@app.command("validate")
+@handle_errors
+def validate_cmd(
+    targets: Annotated[list[str] | None, typer.Argument(help="Target YAML files (default: calibration/targets/*.yaml).")] = None,
+    tolerance: Annotated[float | None, typer.Option("--tolerance", help="Override every row's relative tolerance.")] = None,
+    out: Annotated[str, typer.Option("--out", help="Folder for validation.csv and validation.md.")] = "results/validation",
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Run each published target's scenario and print measured vs simulated; exit 1 if any row fails."""
+    import pandas as pd
+
+    from specsim.atomic import write_csv, write_text
+    from specsim.validate.run import validate
+
+    if tolerance is not None and not tolerance > 0:
+        raise _bad_option("--tolerance", tolerance, "a relative tolerance > 0")
+    rows = validate(targets, tolerance)
+    frame = pd.DataFrame([r.as_dict() for r in rows])
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_csv(folder / "validation.csv", frame)
+    cols = ["target", "metric", "params", "role", "measured", "simulated", "simulated_se_pct", "error_pct",
+            "tolerance_pct", "result"]
+    md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    shown = [r.display() for r in rows]   # rounded for reading; CSV/JSON keep full precision
+    md += ["| " + " | ".join(r[c] for c in cols) + " |" for r in shown]
+    write_text(folder / "validation.md", "# specsim validate\n\n" + "\n".join(md) + "\n")
+    failed = int((frame["result"] != "pass").sum())
+    if fmt is Format.json:
+        _emit_json({"rows": [r.as_dict() for r in rows], "failed": failed, "out": str(folder)})
+    else:
+        t = _table("measured vs simulated", *cols, right_from=4)
+        for r in shown:
+            t.add_row(*(r[c] for c in cols))
+        con = _console()
+        con.print(t)
+        by_role = ", ".join(f"{role} {int((g['result'] == 'pass').sum())} / {len(g)}"
+                            for role, g in frame.groupby("role", sort=True))
+        con.print(f"{len(frame) - failed} of {len(frame)} rows within tolerance ({by_role}); "
+                  f"written to {folder}/validation.csv, .md")
+    if failed:
+        raise typer.Exit(1)
+
+
+# `specsim run` and `specsim show scenario` live in cli/run.py, `specsim project` in cli/project.py,
+# `specsim calibrate ...` in cli/calibrate.py (parsing and printing only)
+app.command("run")(cli_run.run)
+show_app.command("scenario")(cli_run.show_scenario)
+app.command("project")(cli_project.project)
+app.add_typer(calibrate_app, name="calibrate")
+
+
+# ============================================================================ entry point
+def main() -> None:
+    """Console-script entry point (`specsim`, `python -m specsim`)."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""`specsim calibrate traces|kernels|workload|a100-sweep|acceptance-shape`: typer commands that parse
+options, call the calibration library (which computes and returns data) and print.
+
+    specsim calibrate traces TRACES... --hardware H [--model M] [--drafter K] [--out FILE]
+        a profile's efficiency factors (and acceptance, lengths) fitted to traces
+        (:func:`specsim.calibrate.calibrate`)
+    specsim calibrate kernels [--source aiconfigurator] [--system S] [--backend B] [--out DIR]
+        the profiles' kernel laws and engine overheads fitted to measured kernel tables
+        (:func:`specsim.calibrate.describe.kernel_calibration_info`)
+    specsim calibrate workload [--targets F] [--dry-run] [--write-profile] [--max-nfev N]
+        a target file's `fit:` block (default: the 8B workloads and trainer efficiencies) fitted to
+        the published stage times (:func:`specsim.calibrate.workload_run.run_workload_fit`)
+    specsim calibrate a100-sweep [--write-profile]
+        a100_sxm's in-situ streaming factor and multi-token attention fitted to EfficientRollout's
+        forward-pass sweeps (:func:`specsim.calibrate.a100_sweep.fit_a100_sweep`)
+    specsim calibrate acceptance-shape [--write] [--sensitivity]
+        the EAGLE-3 acceptance shape fitted to published acceptance curves
+        (:func:`specsim.calibrate.acceptance_shape.fit_acceptance_shape`)
+
+:mod:`specsim.cli.app` adds :data:`calibrate_app` to its app as ``specsim calibrate``. Errors and
+shared options come from :mod:`specsim.cli.common`: bad input prints one ``error: ...`` paragraph
+and exits 2.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from specsim.cli import common
+from specsim.cli.common import Format, FormatOpt, handle_errors
+from specsim.validate.targets import REPO_ROOT
+
+# the command bodies' short names for the shared helpers
+_bad_option, _console, _emit_json, _table = common.bad_option, common.console, common.emit_json, common.table
+
+__all__ = ["calibrate_app"]
+
+calibrate_app = typer.Typer(
+    help="Fit the hardware profiles, workloads and acceptance shape to measurements (traces, kernel tables, "
+         "published stage times, forward-pass sweeps, acceptance curves).",
+    no_args_is_help=True, rich_markup_mode=None)
+
+
+def _say(text: str = "") -> None:
+    """Print plain text (no rich markup: the reports hold brackets)."""
+    _console().print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+_REPO = REPO_ROOT
+
+
+def _shown(path: str | Path) -> str:
+    """`path` relative to the repository root when it lies below it (calibration/..., scenarios/...)."""
+    p = Path(path).resolve()
+    return str(p.relative_to(_REPO)) if p.is_relative_to(_REPO) else str(path)
+
+
+# ============================================================================ calibrate traces
+@calibrate_app.command("traces")
+@handle_errors
+def traces_cmd(
+    traces: Annotated[list[str] | None, typer.Argument(help="Trace files (kernel, engine, lengths, stages; CSV or JSONL).")] = None,
+    hardware: Annotated[str | None, typer.Option("--hardware", help="Profile whose efficiency factors are fitted.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Model of the traces (default: the traces' column).")] = None,
+    drafter: Annotated[str | None, typer.Option("--drafter", help="Drafter kind of the SD rows (eagle3, mtp, ...).")] = None,
+    out: Annotated[str | None, typer.Option("--out", help="Write the calibrated profile YAML here.")] = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Fit a hardware profile's efficiency factors (and acceptance, lengths) to traces."""
+    from specsim.calibrate import calibrate
+
+    if not traces:
+        raise _bad_option("traces", [], "one or more trace files (CSV or JSONL)")
+    if hardware is None:
+        raise _bad_option("--hardware", None, "the profile whose efficiency factors are fitted (specsim list hardware)")
+    report = calibrate(traces, hardware, model=model, out=out, drafter_kind=drafter)
+    rows = report.to_rows()
+    if fmt is Format.json:
+        _emit_json({"rows": rows, "residuals": report.residual_stats(), "out": out})
+        return
+    t = _table(f"calibration of {hardware}", "parameter", "unit", "prior", "fitted", "status", right_from=2)
+    for r in rows:
+        t.add_row(*(str(r.get(c, "")) if r.get(c) is not None else "-" for c in ("parameter", "unit", "prior", "fitted", "status")))
+    con = _console()
+    con.print(report.summary())
+    con.print(t)
+    if out:
+        con.print(f"calibrated profile written to {out}")
+
+
+# ============================================================================ calibrate kernels
+@calibrate_app.command("kernels")
+@handle_errors
+def kernels_cmd(
+    source: Annotated[str, typer.Option("--source", help="Kernel tables fitted: aiconfigurator (aiconfigurator-core).")] = "aiconfigurator",
+    system: Annotated[str, typer.Option("--system", help="h100_sxm, h200_sxm, b200_sxm, gb200, a100_sxm or all.")] = "all",
+    backend: Annotated[str, typer.Option("--backend", help="Engine whose kernel tables are fitted.")] = "vllm",
+    out: Annotated[str | None, typer.Option("--out", help="Write the fitted profiles into this folder.")] = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Fit the profiles' kernel laws and engine overheads to measured kernel tables."""
+    from specsim.calibrate.describe import kernel_calibration_info
+
+    info = kernel_calibration_info(source, system, backend, out)
+    if fmt is Format.json:
+        _emit_json(info)
+        return
+    con = _console()
+    for title, key in (("kernel-term fits", "residuals"), ("MoE per-shape fits", "moe_shapes"),
+                       ("engine overheads (TPOT)", "overheads"),
+                       ("held-out TPOT", "tpot"),
+                       ("priced prefill vs measured TTFT (never fitted)", "ttft_bound")):
+        recs = info[key]
+        if recs:
+            t = _table(title, *recs[0].keys())
+            for r in recs:
+                t.add_row(*(f"{v:.4g}" if isinstance(v, float) else str(v) for v in r.values()))
+            con.print(t)
+    for n in info["notes"]:
+        con.print(f"note: {n}")
+    for sysname, path in info["written"].items():
+        con.print(f"{sysname}: wrote {path}")
+
+
+# ============================================================================ calibrate workload
+@calibrate_app.command("workload")
+@handle_errors
+def workload_cmd(
+    targets: Annotated[str | None, typer.Option(
+        "--targets", help="Target file with a `fit:` block (default: calibration/targets/nemo_rl_8b.yaml).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Fit and print only; write no scenario.")] = False,
+    write_profile: Annotated[bool, typer.Option(
+        "--write-profile", help="Also write fitted hardware.* parameters (the SD overheads) into the scenarios' profile.")] = False,
+    max_nfev: Annotated[int, typer.Option("--max-nfev", help="Simulations per stage at most (least_squares).")] = 40,
+) -> None:
+    """Fit a workload's unknowns and trainer efficiencies to published stage times; write them back."""
+    from specsim.calibrate.workload_run import DEFAULT_TARGETS, run_workload_fit
+
+    if max_nfev < 1:
+        raise _bad_option("--max-nfev", max_nfev, ">= 1 simulation per stage")
+    t0 = time.perf_counter()
+    run = run_workload_fit(targets or DEFAULT_TARGETS, dry_run=dry_run, write_profile=write_profile, max_nfev=max_nfev)
+    for s in run.result.stages:
+        _say(f"\nstage {s.name}: " + (s.skipped or f"{len(s.params)} parameters, {len(s.rows)} rows, "
+                                      f"Jacobian rank {s.rank}, {s.nfev} evaluations"))
+        for r in s.summary_rows():
+            _say(f"  {r['parameter']:24s} prior {r['prior']:<10.4g} fitted {r['fitted']:<10.4g} "
+                 f"+- {r['stderr']:<9.3g} {r['status']:8s} {r['unit']}")
+        for r in s.rows:
+            _say(f"  row {r['target']:26s} measured {r['measured']:<8.4g} prior-sim {r['prior_simulated']:<9.4g} "
+                 f"fitted-sim {r['fitted_simulated']:<9.4g} residual {r['residual_pct']:+.1f} %")
+    for f in run.written_scenarios:
+        _say(f"wrote {f}")
+    for prof, done in run.written_profiles.items():
+        _say(f"wrote {prof}: {done}")
+    if run.hardware_params and not run.written_profiles:
+        _say(f"hardware parameters {run.hardware_params} reported only (--write-profile writes them)")
+    _say(f"\n{time.perf_counter() - t0:.0f} s")
+
+
+# ============================================================================ calibrate a100-sweep
+@calibrate_app.command("a100-sweep")
+@handle_errors
+def a100_sweep_cmd(
+    write_profile: Annotated[bool, typer.Option(
+        "--write-profile", help="Write β and the multi-token attention term into the a100_sxm profile.")] = False,
+) -> None:
+    """Fit a100_sxm's in-situ streaming factor and multi-token attention to EfficientRollout's A100 sweeps."""
+    from specsim.calibrate.a100_sweep import fit_a100_sweep
+
+    fit = fit_a100_sweep(write_profile=write_profile)
+    st, mt = fit.stream, fit.multi_token
+    _say(f"a100_sxm in-situ streaming factor: {st.beta:.4f} (before: {st.beta_before:.4f}; "
+         f"{st.fit_rows} fit rows of {fit.fit_model}; the other models' rows held out)")
+    t = mt.term
+    _say(f"a100_sxm multi-token attention: {t.s_per_kv_token * 1e9:.2f} ns per cached token per block, "
+         f"co-resident speedup {t.coresident_speedup:.3f} ({mt.fit_rows} verify rows of {fit.fit_model} at "
+         f"batch < 8; {t.sms} SMs, {t.tile_rows}-row tiles)\n")
+    _say("every row at both fits (before: at the fitted beta, verify cache attention priced as a decode's):")
+    _say(fit.summary.to_string(index=False, float_format=lambda v: f"{v:+.3f}"))
+    for g in fit.grids:
+        _say(f"\n{g.model} {g.mode}: priced / measured - 1 (rows: batch, columns: prompt tokens)")
+        _say(g.table.to_string(float_format=lambda v: f"{v:+.3f}"))
+    if fit.written is not None:
+        _say(f"\nwrote {_shown(fit.written)}")
+
+
+# ============================================================================ calibrate acceptance-shape
+def _fmt_c(c: float | None) -> str:
+    from specsim.calibrate.acceptance_shape import C_MAX
+
+    if c is None:
+        return "inf"
+    return f"{c:.4g}" if c < 0.99 * C_MAX else f">={C_MAX:.0e}"
+
+
+@calibrate_app.command("acceptance-shape")
+@handle_errors
+def acceptance_shape_cmd(
+    write: Annotated[bool, typer.Option("--write", help="Write the fitted shape into the EAGLE-3 scenarios.")] = False,
+    sensitivity: Annotated[bool, typer.Option("--sensitivity", help="Refit leaving out one source at a time.")] = False,
+) -> None:
+    """Fit one EAGLE-3 acceptance shape (heterogeneity c, position decay d) to published acceptance curves."""
+    from specsim.calibrate.acceptance_shape import fit_acceptance_shape
+
+    rep = fit_acceptance_shape(with_sensitivity=sensitivity, write=write)
+    best = rep.best
+    _say(f"{len(rep.curves)} curves, {best.n_points} points ({_shown(rep.curves_path)})\n")
+    _say(f"{'variant':36s} {'c':>8s} {'d':>7s} {'SSE':>9s} {'RMS':>7s} {'BIC':>8s}")
+    for f in rep.fits:
+        _say(f"{f.variant:36s} {_fmt_c(f.c):>8s} {f.d:7.4f} {f.sse:9.5f} {f.rms:7.4f} {f.bic:8.1f}")
+    _say(f"\nchosen (lowest BIC among shaped variants): {best.variant}: c = {_fmt_c(best.c)}, d = {best.d:.4f}\n")
+    _say("per-curve residuals (model - published), chosen shape:")
+    for cv, m, r in zip(rep.curves, best.means, best.residuals):
+        _say(f"  {cv.name:28s} {cv.metric:13s} m={m:.4f}  " + " ".join(f"{x:+.3f}" for x in r))
+    _say("\ntau(k), k = 1..8, for the configured 8B taus at k = 3 (old: c = 8, d = 1):")
+    for row in rep.tau_rows:
+        _say(f"  {row.label} {row.shape}: " + " ".join(f"{t:.3f}" for t in row.taus)
+             + f"   tau5/tau3 {row.tau5_over_tau3:.3f}  tau7/tau3 {row.tau7_over_tau3:.3f}")
+    if sensitivity:
+        _say("\nleave one source out (chosen variant):")
+        for s in rep.sensitivity:
+            _say(f"  without {s.url}: c = {_fmt_c(s.c)}, d = {s.d:.4f}, Think tau5/tau3 {s.think_tau5_over_tau3:.3f}")
+    for p in rep.written:
+        _say(f"wrote {_shown(p)}")

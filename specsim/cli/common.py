@@ -1,0 +1,179 @@
+"""What every specsim command shares: the error wrapper, the common options and the output helpers.
+
+Both :mod:`specsim.cli.app` (the app and most commands) and :mod:`specsim.cli.run` (`run`,
+`show scenario`) import this module; neither imports the other at import time, so there is no cycle.
+
+Errors. Every command runs inside :func:`user_errors` (via the :func:`handle_errors` decorator):
+bad input of any kind (ScenarioError, SpecError, LayoutError, a missing file, bad YAML) prints one
+paragraph ``error: <file>: <field>: <allowed>, got <value>`` to stderr and exits 2 — never a
+traceback. An unexpected exception (a bug) prints ``internal error: ...`` and exits 1; set
+SPECSIM_DEBUG=1 to see its traceback. Ctrl-C exits 130 with a resume hint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from enum import Enum
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from specsim.errors import LayoutError, SpecError
+from specsim.scenario import ScenarioError
+from specsim.study.executors import sigint_latch
+from specsim.study.report.tables import jsonable
+
+COMMAND_LINE = "command line"
+EXIT_USER_ERROR = 2
+EXIT_INTERNAL_ERROR = 1
+EXIT_INTERRUPTED = 130
+
+__all__ = ["COMMAND_LINE", "EXIT_INTERNAL_ERROR", "EXIT_USER_ERROR", "USER_ERRORS", "Format", "FormatOpt",
+           "HardwareOpt", "SetOpt", "bad_option", "billions", "console", "emit_json", "error_message",
+           "handle_errors", "load_scenario_opts", "option_errors", "table", "user_errors"]
+
+
+# ============================================================================ errors → exit 2
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _short_repr(value: Any, limit: int = 120) -> str:
+    v = repr(value)
+    return v if len(v) <= limit else v[: limit - 3] + "..."
+
+
+def error_message(exc: BaseException) -> str:
+    """The one-paragraph message for a user error: ``<file>: <field>: <allowed>, got <value>``."""
+    if isinstance(exc, ScenarioError):
+        return exc.message()
+    if isinstance(exc, SpecError):
+        return f"{exc.where or COMMAND_LINE}: {exc.field}: must be {exc.allowed}, got {_short_repr(exc.value)}"
+    if isinstance(exc, LayoutError):
+        return str(exc)
+    if isinstance(exc, yaml.YAMLError):
+        mark = getattr(exc, "problem_mark", None)
+        name = getattr(mark, "name", None) or "(yaml)"
+        return f"{name}: (file): valid YAML ({getattr(exc, 'problem', None) or exc.__class__.__name__}), got <unparseable>"
+    if isinstance(exc, UnicodeDecodeError):
+        return "(file): (file): a UTF-8 text file, got <binary>"
+    if isinstance(exc, OSError):
+        name = exc.filename if exc.filename is not None else "(file)"
+        return f"{name}: (file): an existing, readable file ({exc.strerror or exc.__class__.__name__}), got {str(name)!r}"
+    return f"{exc.__class__.__name__}: {exc}"
+
+
+USER_ERRORS: tuple[type[BaseException], ...] = (ScenarioError, SpecError, LayoutError, yaml.YAMLError,
+                                                UnicodeDecodeError, OSError)
+
+
+def _fail(msg: str, code: int = EXIT_USER_ERROR) -> None:
+    """Print ``error: msg`` (one paragraph) to stderr and exit with `code` (2: bad input)."""
+    typer.echo(f"error: {_one_line(msg)}", err=True)
+    raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Map user errors to one stderr paragraph + exit 2, bugs to ``internal error`` + exit 1, and
+    Ctrl-C to one line + exit 130 -- also a Ctrl-C whose KeyboardInterrupt Python dropped inside a
+    finalizer (executors.sigint_latch): the command then ends as interrupted, not as a success."""
+    try:
+        with sigint_latch() as interrupted:
+            yield
+            if interrupted.is_set():
+                raise KeyboardInterrupt
+    except (typer.Exit, typer.Abort):
+        raise
+    except KeyboardInterrupt:
+        typer.echo("interrupted: every finished point is already saved; rerun the same command to resume", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except USER_ERRORS as exc:
+        _fail(error_message(exc))
+    except Exception as exc:  # a bug, not bad input
+        if os.environ.get("SPECSIM_DEBUG"):
+            raise
+        typer.echo(f"internal error: {_one_line(f'{exc.__class__.__name__}: {exc}')} "
+                   "(this is a bug in specsim; rerun with SPECSIM_DEBUG=1 for the traceback)", err=True)
+        raise typer.Exit(EXIT_INTERNAL_ERROR) from None
+
+
+def handle_errors(fn: Callable) -> Callable:
+    """Decorator: run a command inside :func:`user_errors`. Put it below ``@app.command``."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with user_errors():
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def bad_option(option: str, value: Any, allowed: str) -> SpecError:
+    """A SpecError for a command-line option (``--tp``), located at the command line."""
+    return SpecError(option, value, allowed, where=COMMAND_LINE)
+
+
+@contextlib.contextmanager
+def option_errors(options: Mapping[str, str] | None = None) -> Iterator[None]:
+    """Rename a library SpecError's field to the option that set it: `options[field]` where given
+    (``position_decay`` → ``--decay``), else the field's last part (``tp`` or ``layout.tp`` →
+    ``--tp``, ``weight_dtype`` → ``--weight-dtype``). Wrap only calls whose fields are all options."""
+    try:
+        yield
+    except SpecError as exc:
+        option = (options or {}).get(exc.field) or "--" + exc.field.rsplit(".", 1)[-1].replace("_", "-")
+        raise bad_option(option, exc.value, exc.allowed) from None
+
+
+# ============================================================================ shared options
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+
+
+SetOpt = Annotated[list[str] | None, typer.Option(
+    "--set", "-s", metavar="PATH=VALUE",
+    help="Override a scenario field, e.g. --set speculation.k=5 or --set 'sweep.speculation.k=[0,3]' (repeatable).")]
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+HardwareOpt = Annotated[str, typer.Option("--hardware", help="Hardware profile name (specsim list hardware) or YAML path.")]
+
+
+# ============================================================================ output
+def console() -> Console:
+    """A console on the current stdout (so test runners capture it); wide when not a terminal."""
+    out = sys.stdout
+    return Console(file=out, width=None if out.isatty() else 160, soft_wrap=False, highlight=False)
+
+
+def emit_json(obj: Any) -> None:
+    """Print `obj` as indented JSON (numpy scalars, paths, dataclasses made JSON-safe first)."""
+    typer.echo(json.dumps(jsonable(obj), indent=2))
+
+
+def billions(params: float) -> str:
+    """'8.19 B' for 8.19e9 parameters."""
+    return f"{params / 1e9:.2f} B"
+
+
+def load_scenario_opts(path: str, sets: list[str] | None):
+    """The scenario at `path` with the ``--set PATH=VALUE`` overrides applied."""
+    from specsim.scenario import load_scenario
+
+    return load_scenario(path, list(sets or ()))
+
+
+def table(title: str, *columns: str, right_from: int = 1) -> Table:
+    """A rich table titled on the left; columns from index `right_from` on are right-aligned."""
+    t = Table(title=title, title_justify="left", header_style="bold", min_width=len(title) + 2)
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="right" if i >= right_from else "left")
+    return t

@@ -1,0 +1,46 @@
+"""`specsim project SCENARIO`: the whole-run projection, parsing and printing only.
+
+The projection itself (the scenario's `pipeline.steps` RL steps end to end, with SD and its AR
+twin, paired replicates, 95 % intervals) is :func:`specsim.study.projection.project_run`; the text
+it prints is :func:`specsim.study.projection.format_projection`. :mod:`specsim.cli.app` registers
+:func:`project` as ``specsim project``. Errors and shared options come from :mod:`specsim.cli.common`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from specsim.cli.common import (
+    Format,
+    FormatOpt,
+    SetOpt,
+    bad_option,
+    console,
+    emit_json,
+    handle_errors,
+    load_scenario_opts,
+)
+
+__all__ = ["project"]
+
+
+@handle_errors
+def project(
+    scenario: Annotated[str, typer.Argument(help="Scenario YAML (e.g. scenarios/235b_run.yaml).")],
+    sets: SetOpt = None,
+    replicates: Annotated[int, typer.Option("--replicates", "-r",
+                                            help="Paired replicates (SD and AR on the same draws) per run.")] = 2,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Project a whole RL run: wall-clock and GPU-hours with and without SD, with 95 % intervals."""
+    from specsim.study.projection import format_projection, project_run
+
+    if replicates < 1:
+        raise bad_option("--replicates", replicates, ">= 1 replicate")
+    p = project_run(load_scenario_opts(scenario, sets), replicates=replicates)
+    if fmt is Format.json:
+        emit_json(p)
+        return
+    console().print(format_projection(p), markup=False, highlight=False, soft_wrap=True)

@@ -1,0 +1,249 @@
+"""Where simulation runs execute: in this process, a local process pool, or Ray.
+
+One place checks the execution options (`check_backend`): the backend name, `--jobs` (at least
+1; capped at the CPUs this process may use, since more workers than cores only add memory and
+contention), `--address` (only with `--backend ray`; a host:port nothing answers on is refused in
+seconds, naming `--address`, instead of Ray's own minutes-long retry) and whether Ray is importable.
+
+Local pools use the spawn context. Their workers die with their parent: each worker polls its
+parent's pid (``os.getppid()``) from a daemon thread and exits when the parent is gone, so a
+SIGKILL'ed or SIGTERM'ed `specsim run` leaves no orphaned workers (within about a second), and
+ignores SIGINT (Ctrl-C goes to the parent, which stops the pool). On any exception in the parent
+the workers are terminated rather than waited for.
+
+Ray: with `address` (a running cluster: ``host:port``, ``ray://host:port`` or ``auto``) it
+connects; without, it always starts a private local instance of `jobs` CPUs
+(``ray.init(address="local")``), also when a Ray head already runs on this machine, and shuts it
+down afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import asdict
+from typing import Any
+
+from specsim.errors import SpecError
+from specsim.scenario import ScenarioError, validate_doc
+from specsim.study.sweep import RunTask
+
+__all__ = ["available_cpus", "check_backend", "default_jobs", "execute", "run_tasks", "sigint_latch"]
+
+BACKENDS = ("local", "ray")
+#: Seconds to wait for a TCP answer from a Ray address before refusing it.
+ADDRESS_TIMEOUT_S = 5.0
+#: How often a worker checks that its parent is alive.
+PARENT_POLL_S = 0.25
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def default_jobs() -> int:
+    return max(1, min(2, available_cpus()))
+
+
+def check_backend(backend: str, jobs: int, address: str | None = None, *, probe: bool = True) -> int:
+    """Validate the execution options; return the number of workers to use (jobs capped at the
+    CPUs). Raises SpecError naming `--backend`, `--jobs` or `--address`."""
+    if backend not in BACKENDS:
+        raise SpecError("--backend", backend, "'local' or 'ray'", where="command line")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise SpecError("--jobs", jobs, "a whole number >= 1", where="command line")
+    if address is not None and backend != "ray":
+        raise SpecError("--address", address, "given only with --backend ray (the address of a Ray cluster)",
+                        where="command line")
+    if backend == "ray":
+        _ray()
+        if address is not None and probe:
+            _probe_address(address)
+    return min(jobs, available_cpus()) if backend == "local" else jobs
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise SpecError("--backend", "ray", "'local', or 'ray' with Ray installed (install specsim[ray]: "
+                        "pip install 'specsim[ray]')", where="command line") from None
+    return ray
+
+
+def _probe_address(address: str) -> None:
+    """Refuse a Ray address nothing answers on (Ray itself retries for many minutes)."""
+    if address in ("auto", "local"):
+        return
+    hostport = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port_text = hostport.rstrip("/").rpartition(":")
+    allowed = "'auto' or the host:port (or ray://host:port) of a running Ray cluster"
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise SpecError("--address", address, allowed, where="command line")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port_text)), timeout=ADDRESS_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise SpecError("--address", address, f"{allowed}; nothing answers there ({exc.__class__.__name__})",
+                        where="command line") from None
+
+
+# ============================================================================ one run
+def execute(task: RunTask | dict) -> dict:
+    """Run one pipeline (in any process). Returns {"key", "steady", "steps", "meta"} or, for a
+    scenario that cannot run (does not fit, bad layout), {"key", "error"} with the message."""
+    from dataclasses import asdict as _asdict
+
+    from specsim.errors import LayoutError
+    from specsim.sim.pipeline import run_pipeline
+    from specsim.world.resolve import resolve
+
+    t = task if isinstance(task, RunTask) else RunTask(**task)
+    try:
+        sc = validate_doc(t.doc, t.file)
+        sc._source_file = t.file
+        world = resolve(sc)
+        res = run_pipeline(world, engine=t.engine, replicate=t.replicate)
+    except (ScenarioError, SpecError, LayoutError) as exc:
+        return {"key": t.key, "error": f"{exc.__class__.__name__}: {exc}"}
+    steady = {k: float(v) for k, v in res.steady().items()}
+    steps = [{k: (float(v) if isinstance(v, float) else int(v)) for k, v in _asdict(r).items()} for r in res.records]
+    meta = {"scenario": sc.name, "mode": sc.pipeline.mode, "policy": world.policy.label, "engines": world.engines,
+            "gpus_per_engine": world.layout.gpus, "rollout_gpus": sc.rollout.gpus,
+            "training_gpus": sc.training_gpus, "total_gpus": sc.total_gpus, "replicate": t.replicate,
+            "warmup_steps": res.warmup_steps, "role": t.role}
+    return {"key": t.key, "steady": steady, "steps": steps, "meta": meta}
+
+
+# ============================================================================ local pool
+def _watch_parent(parent_pid: int) -> None:
+    while True:
+        if os.getppid() != parent_pid:
+            os._exit(3)   # the parent is gone: nobody will read our result
+        time.sleep(PARENT_POLL_S)
+
+
+def _worker_init(parent_pid: int) -> None:
+    """Pool worker start-up: die with the parent; leave Ctrl-C to the parent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="specsim-parent-watch").start()
+
+
+def _kill_pool(pool: ProcessPoolExecutor) -> None:
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        try:
+            p.terminate()
+        except (OSError, ValueError, AttributeError):  # already gone
+            pass
+    for p in procs:
+        try:
+            p.join(timeout=2)
+        except (OSError, ValueError, AttributeError, AssertionError):
+            pass
+
+
+@contextlib.contextmanager
+def sigint_latch() -> Iterator[threading.Event]:
+    """While the block runs, Ctrl-C (SIGINT) raises KeyboardInterrupt as usual *and* sets the
+    yielded event. Why the event: Python drops an exception raised inside a finalizer (a generator
+    or object collected at that moment -- a simulation discards thousands), printing "Exception
+    ignored"; a Ctrl-C that lands there would be lost and the sweep would run to its end. The task
+    loop checks the event after every delivered result, the CLI when a command ends
+    (cli_common.user_errors). Only in the main thread, and not where SIGINT is ignored (a
+    background job); the previous handler is restored afterwards."""
+    latched = threading.Event()
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, None):
+        yield latched
+        return
+
+    def on_sigint(signum, frame):
+        latched.set()
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield latched
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def run_tasks(tasks: list[RunTask], on_result: Callable[[RunTask, dict], None], *, jobs: int = 2,
+              backend: str = "local", address: str | None = None) -> None:
+    """Execute `tasks`, calling `on_result(task, result)` in this thread as each finishes.
+
+    backend="local": one worker runs in this process; otherwise a spawn-context process pool of
+    min(jobs, CPUs, tasks) workers. backend="ray": see the module docstring. A Ctrl-C stops the
+    loop with KeyboardInterrupt, at the latest right after the next result is delivered
+    (`sigint_latch`)."""
+    workers = check_backend(backend, jobs, address, probe=False)
+    if not tasks:
+        return
+    with sigint_latch() as interrupted:
+        def deliver(task: RunTask, result: dict) -> None:
+            on_result(task, result)
+            if interrupted.is_set():
+                raise KeyboardInterrupt
+        _run_tasks(tasks, deliver, workers, backend, address)
+
+
+def _run_tasks(tasks: list[RunTask], on_result: Callable[[RunTask, dict], None], workers: int, backend: str,
+               address: str | None) -> None:
+    if backend == "ray":
+        _run_ray(_ray(), tasks, on_result, workers, address)
+        return
+    workers = min(workers, len(tasks))
+    if workers == 1:
+        for t in tasks:
+            on_result(t, execute(t))
+        return
+    ctx = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                               initargs=(os.getpid(),))
+    try:
+        pending = {pool.submit(execute, t): t for t in tasks}
+        while pending:
+            done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+            for fut in done:
+                t = pending.pop(fut)
+                on_result(t, fut.result())
+    except BaseException:
+        _kill_pool(pool)
+        raise
+    pool.shutdown(wait=True)
+
+
+# ============================================================================ ray
+def _run_ray(ray: Any, tasks: list[RunTask], on_result, jobs: int, address: str | None) -> None:
+    started = False
+    if not ray.is_initialized():
+        kwargs = {"ignore_reinit_error": True, "log_to_driver": False, "include_dashboard": False}
+        if address:
+            ray.init(address=address, **kwargs)
+        else:   # a private local instance, even when a Ray head already runs on this machine
+            ray.init(address="local", num_cpus=jobs, **kwargs)
+            started = True
+    try:
+        remote = ray.remote(num_cpus=1)(execute)
+        refs = {remote.remote(asdict(t)): t for t in tasks}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                on_result(refs[ref], ray.get(ref))
+    finally:
+        if started:
+            ray.shutdown()

@@ -1,0 +1,92 @@
+"""Whole-run projection: the wall-clock and GPU-hours of a complete RL run, with and without SD.
+
+    specsim project scenarios/235b_run.yaml [--replicates 2] [--set path=value ...] [--format json]
+
+A run of `pipeline.steps` RL steps (hundreds) is simulated end to end — response lengths grow
+(`workload.length_growth_per_step`), a frozen drafter goes stale and an online one is retrained
+every `drafter.update_every_steps` (its training time on the trainer pool included), async
+generation runs continuously across steps — and the same run with `speculation.policy: off`
+(AR, same pools, same draws: common random numbers per replicate) is its reference.
+
+Totals per replicate: wall-clock = end of the last step; GPU-hours = wall-clock × GPUs held (sync:
+the colocated pool; async: rollout + training pools) / 3600. Across replicates: mean and 95 %
+Student-t interval (the replicates differ in every drawn length and acceptance).
+
+:func:`project_run` computes the projection (a dict of totals, each a (mean, low, high) interval),
+:func:`format_projection` turns it into the text `specsim project` (specsim/cli/project.py) prints.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats
+
+from specsim.scenario import Scenario, apply_overrides
+from specsim.sim.pipeline import PipelineResult, run_pipeline
+from specsim.world.resolve import resolve
+
+AR = {"speculation.policy": "off"}
+
+
+def _gpus(world) -> int:
+    return world.rollout.gpus + (world.trainer.layout.gpus if world.pipeline.mode == "async" else 0)
+
+
+def run_totals(res: PipelineResult, gpus: int) -> dict[str, float]:
+    """Totals of one simulated run: wall-clock hours, GPU-hours, mean step, τ and policy age."""
+    wall_s = res.total_s
+    df = res.steps_frame()
+    return {"wall_h": wall_s / 3600.0, "gpu_h": wall_s * gpus / 3600.0, "mean_step_s": float(df["step_s"].mean()),
+            # early / late step time: means over the first and last tenth of the run (the final
+            # step alone is short — nothing overlaps it)
+            "first_step_s": float(df["step_s"].iloc[:max(len(df) // 10, 1)].mean()),
+            "last_step_s": float(df["step_s"].iloc[-max(len(df) // 10, 1) - 1:-1].mean() if len(df) > 1
+                                 else df["step_s"].iloc[-1]),
+            "mean_tau": float(df["tau"].mean()), "mean_policy_age": float(df["mean_policy_age"].mean()),
+            "tokens": float(df["tokens"].sum())}
+
+
+def interval(values) -> tuple[float, float, float]:
+    """(mean, low, high): 95 % Student-t interval of the mean (a point when n = 1)."""
+    x = np.asarray(values, dtype=float)
+    m = float(x.mean())
+    if len(x) < 2:
+        return m, m, m
+    half = float(stats.t.ppf(0.975, len(x) - 1)) * float(x.std(ddof=1)) / math.sqrt(len(x))
+    return m, m - half, m + half
+
+
+def project_run(sc: Scenario, *, replicates: int = 2, engine: str = "fast") -> dict:
+    """The scenario's whole run with SD and its AR twin, `replicates` paired replicates each."""
+    w_sd, w_ar = resolve(sc), resolve(apply_overrides(sc, AR))
+    per = {"sd": [], "ar": []}
+    for r in range(replicates):
+        per["sd"].append(run_totals(run_pipeline(w_sd, engine=engine, replicate=r), _gpus(w_sd)))
+        per["ar"].append(run_totals(run_pipeline(w_ar, engine=engine, replicate=r), _gpus(w_ar)))
+    out = {"scenario": sc.name, "steps": w_sd.pipeline.steps, "replicates": replicates, "gpus": _gpus(w_sd)}
+    for kind, rows in per.items():
+        for key in rows[0]:
+            out[f"{kind}_{key}"] = interval([row[key] for row in rows])
+    saved = [a["wall_h"] - s["wall_h"] for a, s in zip(per["ar"], per["sd"])]
+    ratio = [a["wall_h"] / s["wall_h"] for a, s in zip(per["ar"], per["sd"])]
+    out["saved_wall_h"] = interval(saved)
+    out["saved_gpu_h"] = interval([h * out["gpus"] for h in saved])
+    out["run_speedup"] = interval(ratio)
+    return out
+
+
+def format_projection(p: dict) -> str:
+    """The projection as four lines of text: the run, AR, SD, and what SD saves."""
+    f = lambda t, d=1: f"{t[0]:,.{d}f} [{t[1]:,.{d}f}, {t[2]:,.{d}f}]"
+    lines = [(f"{p['scenario']}: {p['steps']} RL steps on {p['gpus']} GPUs, {p['replicates']} replicates "
+              "(mean [95 % interval])"),
+             (f"  AR : wall-clock {f(p['ar_wall_h'], 2)} h, {f(p['ar_gpu_h'], 0)} GPU-h, step "
+              f"{f(p['ar_first_step_s'])} s (first tenth) -> {f(p['ar_last_step_s'])} s (last tenth)"),
+             (f"  SD : wall-clock {f(p['sd_wall_h'], 2)} h, {f(p['sd_gpu_h'], 0)} GPU-h, step "
+              f"{f(p['sd_first_step_s'])} s -> {f(p['sd_last_step_s'])} s, mean tau {f(p['sd_mean_tau'], 2)}"),
+             (f"  SD saves {f(p['saved_wall_h'], 2)} h = {f(p['saved_gpu_h'], 0)} GPU-h; run speedup "
+              f"{f(p['run_speedup'], 3)}x")]
+    return "\n".join(lines)
+

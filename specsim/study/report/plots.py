@@ -1,0 +1,352 @@
+"""The capacity-planning plots of a results folder. Each is a PNG plus the CSV it was drawn from
+(same stem), both written atomically.
+
+    heatmap_e2e_speedup    (a) E2E speedup vs sync AR over k × policy lag, annotated cells
+    speedup_vs_k           (b) generation and E2E speedup vs k, τ on a second axis
+    rollout_timeline       (c) active batch and tokens/s over one step's generation, slowest engine, AR vs SD
+                           (from timeline.csv, which the run persisted: plots never simulate)
+    step_breakdown         (d) stacked stage times, sync AR vs best AR vs best SD, exposed generation marked
+    capacity_plan          (e) step time and GPU-hours per 1,000 steps vs rollout GPUs, with/without SD
+
+Grayscale-readable: series differ by line style, marker and hatch, never by colour alone; the
+heatmap uses cividis (monotone lightness) and prints every value. Figures are built with
+`matplotlib.figure.Figure` (Agg canvas), so importing this module never changes the pyplot
+backend of a notebook.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
+from matplotlib.ticker import FuncFormatter
+
+from specsim import atomic
+
+STYLE = {"font.size": 10}
+HATCH = {"data": "--", "exposed": "////", "reward": "..", "logprob": "\\\\", "train": "", "sync": "xx", "gen_total": "oo"}
+GRAYS = {"data": "1.0", "exposed": "0.25", "reward": "0.95", "logprob": "0.75", "train": "0.55", "sync": "0.88"}
+
+
+def _title(sc, what: str) -> str:
+    tr = f" + {sc.training.gpus} train" if sc.pipeline.mode == "async" else " (colocated)"
+    return f"{sc.name}: {what}\n{sc.model} on {sc.rollout.gpus}{tr} {sc.hardware} GPUs, {sc.pipeline.mode}"
+
+
+def _save(fig: Figure, stem: Path, data: pd.DataFrame) -> str:
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    atomic.write_csv(stem.with_suffix(".csv"), data)
+    atomic.save_figure(stem.with_suffix(".png"), fig, dpi=110, bbox_inches="tight")
+    return str(stem.with_suffix(".png"))
+
+
+def _fig(w: float, h: float, **kw) -> tuple[Figure, Any]:
+    fig = Figure(figsize=(w, h), layout="constrained")
+    axes = fig.subplots(**kw)
+    return fig, axes
+
+
+# ============================================================================ (a) heatmap
+def heatmap_e2e_speedup(stem: Path, sc, frame: pd.DataFrame, analysis: dict) -> str | None:
+    swept = analysis["swept"]
+    if "speculation.k" in swept and "pipeline.policy_lag" in swept:
+        xp, yp = "speculation.k", "pipeline.policy_lag"
+    elif len(swept) == 2:
+        xp, yp = swept
+    else:
+        return None
+    metric = analysis["rank_by"]
+    best = analysis["best"]
+    sub = frame
+    fixed = {p: best["values"][p] for p in swept if p not in (xp, yp)}
+    for p, v in fixed.items():
+        sub = sub[sub[p] == v]
+    data = (sub.groupby([yp, xp], sort=True)[metric].agg(["mean", "count"]).reset_index()
+            .rename(columns={"mean": f"{metric}_mean", "count": "replicates"}))
+    xs = sorted(data[xp].unique(), key=_sort_key)
+    ys = sorted(data[yp].unique(), key=_sort_key)
+    grid = np.full((len(ys), len(xs)), np.nan)
+    for _, r in data.iterrows():
+        grid[ys.index(r[yp]), xs.index(r[xp])] = r[f"{metric}_mean"]
+    fig, ax = _fig(1.2 + 1.0 * len(xs), 1.6 + 0.7 * len(ys))
+    im = ax.imshow(grid, cmap="cividis", origin="lower", aspect="auto")
+    lo, hi = np.nanmin(grid), np.nanmax(grid)
+    for i in range(len(ys)):
+        for j in range(len(xs)):
+            v = grid[i, j]
+            if not np.isfinite(v):
+                continue
+            light = (v - lo) / (hi - lo) if hi > lo else 0.5
+            ax.text(j, i, f"{v:.3f}×", ha="center", va="center", fontsize=9,
+                    color="black" if light > 0.55 else "white", fontweight="bold" if v == hi else "normal")
+    bi, bj = ys.index(best["values"].get(yp, ys[0])), xs.index(best["values"].get(xp, xs[0]))
+    ax.add_patch(Rectangle((bj - 0.5, bi - 0.5), 1, 1, fill=False, lw=2.5, ec="black", ls="-"))
+    ax.add_patch(Rectangle((bj - 0.44, bi - 0.44), 0.88, 0.88, fill=False, lw=1.5, ec="white", ls="--"))
+    ax.set_xticks(range(len(xs)), [str(x) for x in xs])
+    ax.set_yticks(range(len(ys)), [str(y) for y in ys])
+    ax.set_xlabel(_axis_label(xp))
+    ax.set_ylabel(_axis_label(yp))
+    ref = "sync AR on the same GPUs" if metric == "e2e_speedup_vs_sync_ar" else "each point's baseline"
+    extra = ("; " + ", ".join(f"{k}={v}" for k, v in fixed.items())) if fixed else ""
+    reps = int(data["replicates"].max()) if len(data) else 1
+    mean = f"mean of {reps} replicates; " if reps > 1 else ""
+    ax.set_title(_title(sc, f"steady E2E speedup vs {ref} (×){extra}\n{mean}boxed: best"), fontsize=9)
+    fig.colorbar(im, ax=ax, label="E2E speedup (×)")
+    return _save(fig, stem, data)
+
+
+def _sort_key(v):
+    return (0, float(v)) if isinstance(v, (int, float, np.integer, np.floating)) else (1, str(v))
+
+
+def _axis_label(path: str) -> str:
+    return {"speculation.k": "draft length k (0 = AR)", "pipeline.policy_lag": "policy lag (versions)",
+            "rollout.gpus": "rollout GPUs", "speculation.max_batch": "SD batch threshold (sequences)"}.get(path, path)
+
+
+# ============================================================================ (b) speedup vs k
+def speedup_vs_k(stem: Path, sc, frame: pd.DataFrame, analysis: dict) -> str | None:
+    if "speculation.k" not in analysis["swept"]:
+        return None
+    best = analysis["best_sd"] or analysis["best"]
+    others = {p: best["values"][p] for p in analysis["swept"] if p != "speculation.k"}
+    vs = analysis.get("vs_k0")
+    if vs is not None:
+        sub = vs
+        for p, v in others.items():
+            sub = sub[sub[p] == v]
+        data = sub.groupby("k", sort=True)[["generation_speedup_vs_k0", "e2e_speedup_vs_k0",
+                                            "e2e_speedup_vs_sync_ar", "tau"]].mean().reset_index()
+        gen_col, e2e_col, ref = "generation_speedup_vs_k0", "e2e_speedup_vs_k0", "AR (k=0), same config"
+    else:
+        sub = frame
+        for p, v in others.items():
+            sub = sub[sub[p] == v]
+        data = sub.groupby("k", sort=True)[["generation_speedup", "e2e_speedup", "e2e_speedup_vs_sync_ar",
+                                            "tau"]].mean().reset_index()
+        gen_col, e2e_col, ref = "generation_speedup", "e2e_speedup", "baseline"
+    if data.empty:
+        return None
+    fig, ax = _fig(6.6, 4.8)
+    ax.plot(data["k"], data[gen_col], ls="-", marker="o", ms=8, mfc="white", color="black",
+            label=f"generation speedup vs {ref}")
+    ax.plot(data["k"], data[e2e_col], ls="--", marker="s", ms=4, color="0.3", label=f"E2E speedup vs {ref}")
+    if data["e2e_speedup_vs_sync_ar"].notna().any() and e2e_col != "e2e_speedup_vs_sync_ar":
+        ax.plot(data["k"], data["e2e_speedup_vs_sync_ar"], ls=":", marker="^", color="0.45",
+                label="E2E speedup vs sync AR")
+    ax.axhline(1.0, color="0.6", lw=0.8)
+    ax.set_xlabel("draft length k (0 = AR)")
+    ax.set_ylabel("speedup (×)")
+    ax.set_xticks(list(data["k"]))
+    ax2 = ax.twinx()
+    tau = data[data["k"] > 0]
+    ax2.plot(tau["k"], tau["tau"], ls="-.", marker="D", mfc="white", color="0.5", label="τ: tokens per verify (right)")
+    ax2.set_ylabel("τ, mean tokens per verify step")
+    ax2.set_ylim(bottom=1.0)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    fig.legend(h1 + h2, l1 + l2, fontsize=8, loc="outside lower center", ncol=2, framealpha=0.9)
+    fixed = ", ".join(f"{k}={v}" for k, v in others.items())
+    ax.set_title(_title(sc, "speedup vs draft length" + (f" ({fixed})" if fixed else "")), fontsize=9)
+    return _save(fig, stem, data)
+
+
+# ============================================================================ (c) rollout timeline
+def rollout_timeline(stem: Path, sc, data: pd.DataFrame) -> str | None:
+    """From timeline.csv (specsim/study/timeline.py): AR and SD on the same draws, one engine."""
+    if data is None or data.empty:
+        return None
+    info: dict[str, Any] = {"engine": data["engine"].iloc[0], "step": int(data["step"].iloc[0])}
+    for label in ("AR", "SD"):
+        d = data[data["variant"] == label]
+        info[f"{label}_policy"] = d["policy"].iloc[0] if len(d) else label
+        info[f"{label}_rollout_s"] = float(d["rollout_s"].iloc[0]) if len(d) else float("nan")
+    fig = Figure(figsize=(7.6, 6.4), layout="constrained")
+    a1, a2, a3 = fig.subplots(3, 1, sharex=True, gridspec_kw={"height_ratios": [1.0, 1.0, 0.45]})
+    styles = {"AR": {"ls": "--", "color": "black", "lw": 1.3}, "SD": {"ls": "-", "color": "0.35", "lw": 1.6}}
+    sd = data[data["variant"] == "SD"]
+    # intervals of the SD run with k > 0 (shaded in every panel)
+    t, k = sd["t_s"].to_numpy(), sd["k"].to_numpy()
+    ks = sorted({int(x) for x in k if x > 0})
+    spans = []
+    for i in range(len(t) - 1):
+        if k[i] > 0:
+            if spans and abs(spans[-1][1] - t[i]) < 1e-12:
+                spans[-1][1] = t[i + 1]
+            else:
+                spans.append([t[i], t[i + 1]])
+    for ax in (a1, a2, a3):
+        for s0, s1 in spans:
+            ax.axvspan(s0, s1, facecolor="0.92", edgecolor="none", lw=0, zorder=0)
+    for label in ("AR", "SD"):
+        d = data[data["variant"] == label]
+        name = f"{label}: {info[f'{label}_policy']} ({info[f'{label}_rollout_s']:.0f} s)"
+        a1.step(d["t_s"], d["active"], where="post", label=name, **styles[label])
+        a2.step(d["t_s"], d["tokens_per_s"], where="post", label=name, **styles[label])
+    a3.fill_between(sd["t_s"], sd["k"], step="post", facecolor="0.6", edgecolor="black", hatch="///", lw=0.8)
+    a3.set_ylabel("SD draft\nlength k")
+    a3.set_ylim(0, max(ks + [1]) + 0.5)
+    a3.set_yticks(sorted(set([0] + ks)))
+    a1.set_ylabel("active sequences (batch)")
+    a2.set_ylabel("tokens/s (engine)")
+    a3.set_xlabel("time since generation start (s)")
+    a1.set_ylim(bottom=0)
+    a2.set_ylim(bottom=0)
+    handles, labels = a1.get_legend_handles_labels()
+    if spans:
+        handles.append(Patch(facecolor="0.92", edgecolor="0.7", label=f"SD run speculating (k = {', '.join(map(str, ks))})"))
+        labels.append(handles[-1].get_label())
+    a1.legend(handles, labels, fontsize=8, loc="upper right", framealpha=0.9)
+    a1.set_title(_title(sc, f"rollout timeline of {info['engine']} (slowest under AR), RL step {info['step']}"),
+                 fontsize=9)
+    return _save(fig, stem, data)
+
+
+# ============================================================================ (d) step breakdown
+def step_breakdown(stem: Path, sc, bars: list[dict]) -> str | None:
+    if not bars:
+        return None
+    data = pd.DataFrame(bars)
+    fig, ax = _fig(1.6 + 2.0 * len(bars), 4.8)
+    x = np.arange(len(bars))
+    parts = [("data_s", "data loading", "data"), ("exposed_generation_s", "exposed generation", "exposed"),
+             ("reward_s", "reward", "reward"),
+             ("logprob_s", "logprob", "logprob"), ("train_s", "train (fwd+bwd)", "train"),
+             ("sync_s", "weight sync + drafter update", "sync")]
+    bottom = np.zeros(len(bars))
+    for col, label, key in parts:
+        h = data[col].to_numpy(float)
+        ax.bar(x, h, 0.5, bottom=bottom, color=GRAYS[key], hatch=HATCH[key], edgecolor="black", lw=0.8, label=label)
+        bottom += h
+    ax.bar(x - 0.33, data["generation_s"], 0.1, color="white", edgecolor="black", hatch=HATCH["gen_total"], lw=0.8,
+           label="generation, total (part may be hidden behind training)")
+    for i, b in enumerate(bars):
+        ax.text(x[i], bottom[i] * 1.01, f"step {b['step_s']:.0f} s", ha="center", va="bottom", fontsize=8)
+        ax.text(x[i] + 0.27, b["data_s"] + b["exposed_generation_s"] / 2, f"{b['exposed_generation_s']:.0f} s\nexposed",
+                ha="left", va="center", fontsize=7)
+    ax.set_xticks(x, [b["label"] for b in bars], fontsize=8)
+    ax.set_xlim(-0.7, len(bars) - 0.2)
+    ax.set_ylabel("steady-state time per RL step (s)")
+    ax.set_ylim(0, max(bottom.max(), data["generation_s"].max()) * 1.35)
+    ax.legend(fontsize=7, loc="upper center", ncol=2, framealpha=0.9)
+    ax.set_title(_title(sc, "RL step time breakdown"), fontsize=9)
+    return _save(fig, stem, data)
+
+
+def breakdown_bars(plan, analysis: dict, frame: pd.DataFrame, runs: dict) -> list[dict]:
+    """sync AR (the reference), the best AR point and the best SD point, means over replicates."""
+    bars = []
+    best_sd, best_ar = analysis["best_sd"], analysis["best_ar"]
+    ref = best_sd or analysis["best"]
+
+    def from_steady(items: list[dict], label: str) -> dict:
+        df = pd.DataFrame(items)
+        m = df.mean(numeric_only=True)
+        return {"label": label, "generation_s": m["generation_s"], "exposed_generation_s": m["exposed_generation_s"],
+                "data_s": m["data_s"],
+                "reward_s": m["reward_s"], "logprob_s": m["logprob_s"], "train_s": m["train_s"],
+                "sync_s": m["weight_sync_s"] + m["drafter_update_s"], "weight_sync_s": m["weight_sync_s"],
+                "drafter_update_s": m["drafter_update_s"], "step_s": m["step_s"]}
+
+    if ref is not None:
+        sync_keys = {plan.runs_of[pid].sync_ar for pid in ref["point_ids"]}
+        steadies = [runs[k]["steady"] for k in sorted(sync_keys) if "steady" in runs.get(k, {})]
+        if steadies:
+            bars.append(from_steady(steadies, f"sync AR\n{_gpus_of(runs, min(sync_keys))}"))
+    for e, what in ((best_ar, "best AR"), (best_sd, "best SD")):
+        if e is None:
+            continue
+        rows = frame[frame["point"] == e["point"]].to_dict(orient="records")
+        if bars and what == "best AR" and all(r["mode"] == "sync" for r in rows) and \
+                all(plan.runs_of[r["point_id"]].point == plan.runs_of[r["point_id"]].sync_ar for r in rows):
+            continue   # the best AR point is sync AR itself
+        vals = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in e["values"].items())
+        bars.append(from_steady(rows, f"{what}\n{e['sd_policy']}\n{vals}"))
+    return bars
+
+
+def _gpus_of(runs: dict, key: str) -> str:
+    m = runs.get(key, {}).get("meta", {})
+    return f"{m.get('total_gpus', '?')} GPUs, {m.get('mode', '')}"
+
+
+# ============================================================================ (e) capacity plan
+def capacity_plan(stem: Path, sc, capacity: dict) -> str | None:
+    rows = [r for r in capacity["rows"] if r["step_s"] is not None]
+    if not rows:
+        return None
+    ci = lambda r, i: r["step_s_ci95"][i] if r.get("step_s_ci95") else None
+    data = pd.DataFrame([{**{k: v for k, v in r.items() if k not in ("step_s_ci95", "step_s_by_replicate")},
+                          "step_s_ci95_lo": ci(r, 0), "step_s_ci95_hi": ci(r, 1)} for r in capacity["rows"]])
+    fig, (a1, a2) = _fig(10.5, 4.4, ncols=2)
+    styles = {"ar": {"ls": "--", "marker": "s", "color": "black", "mfc": "white", "label": "without SD (AR)"},
+              "sd": {"ls": "-", "marker": "o", "color": "0.35", "label": f"with SD (k = {capacity['k']})"}}
+    for v in ("ar", "sd"):
+        d = sorted([r for r in rows if r["variant"] == v], key=lambda r: r["rollout_gpus"])
+        if not d:
+            continue
+        n = [r["rollout_gpus"] for r in d]
+        a1.plot(n, [r["step_s"] for r in d], **styles[v])
+        if any(r.get("step_s_ci95") for r in d):   # the replicates' 95 % interval of the mean step
+            lo = [r["step_s"] - (ci(r, 0) if ci(r, 0) is not None else r["step_s"]) for r in d]
+            hi = [(ci(r, 1) if ci(r, 1) is not None else r["step_s"]) - r["step_s"] for r in d]
+            a1.errorbar(n, [r["step_s"] for r in d], yerr=[lo, hi], fmt="none", ecolor=styles[v]["color"],
+                        elinewidth=0.8, capsize=3)
+        a2.plot(n, [r["gpu_hours_per_1000_steps"] for r in d], **styles[v])
+    target = capacity.get("target_step_s")
+    sizes = capacity["sizes"]
+    lines = []
+    if target:
+        src = " (AR at this size)" if capacity.get("target_source", "").startswith("AR step") else ""
+        a1.axhline(target, ls=":", color="0.4", lw=1.2, label=f"target {target:.0f} s{src}")
+        for v, mk in (("ar", "s"), ("sd", "o")):
+            m = capacity["minimum"].get(v)
+            if m and m.get("simulated"):
+                a1.axvline(m["simulated"], ls=(0, (1, 3)) if v == "sd" else (0, (5, 5)), color="0.5", lw=1)
+                at_min = m["simulated"] == min(sizes)
+                lines.append(f"{'with SD' if v == 'sd' else 'without SD'}: "
+                             + (f"<= {m['simulated']} GPUs (smallest simulated)" if at_min else
+                                f"{m['simulated']} GPUs (≈{m['interpolated']} interp.)"))
+            elif m is not None:
+                lines.append(f"{'with SD' if v == 'sd' else 'without SD'}: not reached")
+    if lines:
+        a1.text(0.98, 0.97, "min rollout GPUs for target\n" + "\n".join(lines), transform=a1.transAxes,
+                ha="right", va="top", fontsize=8, bbox={"boxstyle": "round", "fc": "white", "ec": "0.5"})
+    for ax in (a1, a2):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [str(s) for s in sizes])
+        ax.minorticks_off()
+        ax.set_xlabel(f"rollout GPUs ({sc.hardware}; engines of {capacity['gpus_per_engine']})")
+        ax.grid(True, ls=":", color="0.8")
+    a1.set_ylabel("steady step time (s)")
+    a2.set_ylabel("GPU-hours per 1,000 RL steps (all GPUs)")
+    a1.legend(fontsize=8, loc="lower left", framealpha=0.9)
+    a2.legend(fontsize=8, loc="best", framealpha=0.9)
+    a1.set_ylim(0, a1.get_ylim()[1] * 1.25)   # headroom for the box above the curves
+    a2.set_ylim(bottom=0)
+    a2.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    fig.suptitle(_title(sc, "capacity plan: rollout cluster size"), fontsize=9)
+    return _save(fig, stem, data)
+
+
+# ============================================================================ all
+def all_plots(folder: Path, sc, plan, analysis: dict, frame: pd.DataFrame, capacity: dict, runs: dict,
+              timeline: pd.DataFrame | None) -> dict[str, str]:
+    """Draw every plot the sweep supports from the run's persisted data (points, stored runs,
+    the capacity table, timeline.csv); simulates nothing. Returns {name: png path}."""
+    out: dict[str, str] = {}
+
+    def add(name, path):
+        if path:
+            out[name] = path
+
+    add("heatmap_e2e_speedup", heatmap_e2e_speedup(folder / "heatmap_e2e_speedup", sc, frame, analysis))
+    add("speedup_vs_k", speedup_vs_k(folder / "speedup_vs_k", sc, frame, analysis))
+    add("rollout_timeline", rollout_timeline(folder / "rollout_timeline", sc, timeline))
+    add("step_breakdown", step_breakdown(folder / "step_breakdown", sc, breakdown_bars(plan, analysis, frame, runs)))
+    add("capacity_plan", capacity_plan(folder / "capacity_plan", sc, capacity))
+    return out

@@ -1,0 +1,213 @@
+"""summary.json and summary.md of a results folder: the best point, speedups with their 95 %
+intervals, the capacity plan with its notes, the resolved scenario (see study/report/tables.py for the
+analysis behind them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specsim.study.report.tables import NO_CI_NOTE, TIE_REL, TRAINER_BOUND_IDLE, bottleneck, fmt_ci, jsonable
+
+__all__ = ["summary_dict", "summary_markdown"]
+
+
+def _point_public(e: dict | None) -> dict | None:
+    if e is None:
+        return None
+    return {k: v for k, v in e.items()}
+
+
+def bottleneck_text(idle_share: float) -> str:
+    """What an async point's trainer idle share means for sizing."""
+    if bottleneck(idle_share) == "trainer":
+        return (f"trainer-bound: the trainer waits < {100 * TRAINER_BOUND_IDLE:.0f} % of the step, so faster or "
+                "more rollouts save less than that; trainer throughput sets the step")
+    return ("generation-bound: the trainer waits for rollouts; faster decoding shortens the step, more rollout "
+            "engines only while a step's groups queue for engines (not once its longest responses set the pace)")
+
+
+def values_of(s: dict, point: int) -> dict:
+    """The swept values of point `point` in a summary dict ({} if absent)."""
+    return next((e["values"] for e in s["points"] if e["point"] == point), {})
+
+
+def runner_up_text(margin: dict, rank_by: str, runner_values: str) -> str:
+    """The best point against the runner-up, paired over replicates, in words."""
+    r = margin["ratio"]
+    head = (f"Best vs runner-up #{margin['runner_up']} ({runner_values}): `{rank_by}` ratio "
+            f"{fmt_ci(r, 3)}, paired over {margin['replicates']} replicate(s)")
+    if r.get("ci95") is None:
+        return head + " — one replicate: no interval, the ranking between them is not settled."
+    if margin["separated"]:
+        return head + " — the interval lies above 1: the best point is ahead in this run's draws."
+    return (head + " — the interval contains 1: the two are within the replicates' spread; more "
+            "replicates (`sweep.replicates`) or steady steps (`pipeline.steps`) would be needed to rank them.")
+
+
+def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str, version: str,
+                 plots: dict[str, str]) -> dict:
+    from specsim.study.sweep import baseline_of, is_sync_ar
+
+    base = baseline_of(sc)
+    reps = analysis["replicates"]
+    best = analysis["best"]
+    summary = {
+        "scenario": sc.name, "description": sc.description, "model": sc.model, "hardware": sc.hardware,
+        "seed": sc.seed, "specsim_version": version, "file": _source(sc),
+        "combinations": len(analysis["points"]), "replicates": reps, "rows": len(analysis["frame"]),
+        "swept": {p: sc.sweep[p] for p in analysis["swept"]}, "zip": sc.sweep.get("zip", []),
+        "baseline": {"overrides": dict(sc.pipeline.baseline), "mode": base.pipeline.mode,
+                     "is_sync_ar": is_sync_ar(base)},
+        "sync_ar": {"definition": "pipeline.mode=sync, speculation.policy=off on the point's total GPUs "
+                                  "(an async point's training GPUs join the colocated pool)",
+                    "is_baseline": plan.sync_ar_is_baseline},
+        "rank_by": analysis["rank_by"],
+        "ci": ("95 % t-interval over paired replicates" if reps >= 2 else NO_CI_NOTE),
+        "best": _point_public(best), "best_sd": _point_public(analysis["best_sd"]),
+        "best_ar": _point_public(analysis["best_ar"]),
+        "sd_gain_over_best_ar": analysis.get("sd_gain_over_best_ar"),
+        "best_vs_runner_up": analysis.get("best_vs_runner_up"),
+        "points": analysis["points"],
+        "capacity": capacity,
+        "plots": {k: Path(v).name for k, v in plots.items()},
+        "resolved_scenario": sc.model_dump(mode="json"),
+    }
+    if best is not None:
+        point_sc = plan.point_scenarios[best["point"]]
+        summary["best"]["k"] = best["k"]
+        summary["best"]["policy_lag"] = point_sc.pipeline.policy_lag if point_sc.pipeline.mode == "async" else 0
+        summary["best"]["speculation"] = point_sc.speculation.model_dump(mode="json")
+    return jsonable(summary)
+
+
+def _source(sc) -> str | None:
+    from specsim.scenario import source_file
+
+    return source_file(sc)
+
+
+
+def _values_text(values: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items()) or "(no sweep)"
+
+
+def summary_markdown(s: dict) -> str:
+    """summary.md: what a design review reads first."""
+    L: list[str] = []
+    L.append(f"# {s['scenario']}: speculative decoding in RL rollouts")
+    L.append("")
+    L.append(f"{s['description']}")
+    L.append("")
+    L.append(f"- model **{s['model']}** on **{s['hardware']}**; seed {s['seed']}; specsim {s['specsim_version']}")
+    L.append(f"- {s['combinations']} sweep point(s) × {s['replicates']} replicate(s) = {s['rows']} rows")
+    swept = ", ".join(f"`{k}` ∈ {v}" for k, v in s["swept"].items()) or "nothing swept"
+    L.append(f"- swept: {swept}")
+    b = s["baseline"]
+    L.append(f"- baseline: the point with {_values_text(b['overrides'])} ({b['mode']}"
+             f"{', = sync AR' if b['is_sync_ar'] else ''}); sync AR: {s['sync_ar']['definition']}"
+             f"{' — the baseline itself' if s['sync_ar']['is_baseline'] else ''}")
+    L.append(f"- speedups are steady-state (warm-up steps excluded) step-time ratios; intervals: {s['ci']}")
+    L.append("")
+    best = s.get("best")
+    if best:
+        L.append("## Best configuration")
+        L.append("")
+        L.append(f"Ranked by mean `{s['rank_by']}` (within {100 * TIE_REL:.1f} % the "
+                 f"simpler configuration wins: smaller k, no SD first). Best point #{best['point']}: {_values_text(best['values'])} "
+                 f"— {best['sd_policy']}, k = {best['k']}, policy lag = {best['policy_lag']} ({best['mode']}).")
+        L.append("")
+        L.append("| quantity | value |")
+        L.append("|---|---|")
+        L.append(f"| E2E speedup vs sync AR | {fmt_ci(best['e2e_speedup_vs_sync_ar'])}× |")
+        L.append(f"| E2E speedup vs baseline | {fmt_ci(best['e2e_speedup'])}× |")
+        L.append(f"| generation speedup vs baseline | {fmt_ci(best['generation_speedup'])}× |")
+        L.append(f"| step time | {fmt_ci(best['step_s'], 1)} s |")
+        gen_label = ("generation latency (a step's prompts released → its last response; overlaps "
+                     "the steps in flight)" if best["mode"] == "async" else "generation time")
+        L.append(f"| {gen_label} | {fmt_ci(best['generation_s'], 1)} s |")
+        L.append(f"| exposed generation | {fmt_ci(best['exposed_generation_s'], 1)} s |")
+        idle = best.get("trainer_idle_share") or {}
+        if idle.get("mean") is not None:
+            L.append(f"| trainer idle (exposed generation ÷ step) | {fmt_ci(idle, 3)} — "
+                     f"{bottleneck_text(idle['mean'])} |")
+        L.append(f"| τ (tokens per verify) | {fmt_ci(best['tau'], 2)} |")
+        L.append(f"| GPU-hours per step | {fmt_ci(best['gpu_hours_per_step'], 2)} |")
+        L.append("")
+        margin = s.get("best_vs_runner_up")
+        if margin:
+            L.append(runner_up_text(margin, s["rank_by"], _values_text(values_of(s, margin["runner_up"]))))
+            L.append("")
+    if s.get("best_ar") and s.get("best_sd"):
+        ar, sd = s["best_ar"], s["best_sd"]
+        L.append(f"Best AR point #{ar['point']} ({_values_text(ar['values'])}): step "
+                 f"{fmt_ci(ar['step_s'], 1)} s. Best SD point #{sd['point']} ({_values_text(sd['values'])}): step "
+                 f"{fmt_ci(sd['step_s'], 1)} s. **SD gain over the best AR configuration: "
+                 f"{fmt_ci(s.get('sd_gain_over_best_ar'))}×**.")
+        L.append("")
+    L.append("## All points (means over replicates; 95 % CI where n ≥ 2)")
+    L.append("")
+    idle_col = any((e.get("trainer_idle_share") or {}).get("mean") is not None for e in s["points"])
+    L.append("| # | point | policy | E2E vs sync AR | E2E vs baseline | generation vs baseline | step s | τ |"
+             + (" trainer idle |" if idle_col else ""))
+    L.append("|---|---|---|---|---|---|---|---|" + ("---|" if idle_col else ""))
+    for e in s["points"]:
+        idle = e.get("trainer_idle_share") or {}
+        extra = ((f" {fmt_ci(idle, 3)} ({bottleneck(idle['mean'])}) |" if idle.get("mean") is not None else " — |")
+                 if idle_col else "")
+        L.append(f"| {e['point']} | {_values_text(e['values'])} | {e['sd_policy']} | "
+                 f"{fmt_ci(e['e2e_speedup_vs_sync_ar'])} | {fmt_ci(e['e2e_speedup'])} | "
+                 f"{fmt_ci(e['generation_speedup'])} | {fmt_ci(e['step_s'], 1)} | {fmt_ci(e['tau'], 2)} |{extra}")
+    L.append("")
+    cap = s.get("capacity") or {}
+    if cap.get("rows"):
+        L.append("## Capacity plan")
+        L.append("")
+        sd_label = f"SD (k = {cap['k']}, best SD point #{cap['reference_point']})" if cap["has_sd"] else "SD: none"
+        n_rep = cap.get("replicates", 1)
+        reps = f"means over {n_rep} replicates (95 % CI)" if n_rep > 1 else "one replicate"
+        L.append(f"Rollout cluster sizes {cap['sizes']} (whole engines of {cap['gpus_per_engine']} GPUs), {reps}, "
+                 f"AR vs {sd_label}. Target step time: "
+                 + (f"{cap['target_step_s']:.1f} s ({cap['target_source']})." if cap.get("target_step_s") else "n/a."))
+        L.append("")
+        for v, label in (("ar", "without SD"), ("sd", "with SD")):
+            m = cap["minimum"].get(v)
+            if m is None:
+                continue
+            if m.get("simulated") is None:
+                L.append(f"- {label}: {m.get('note', 'target not reached')}")
+            else:
+                L.append(f"- minimum rollout GPUs reaching the target {label}: **{m['simulated']}** simulated "
+                         f"(≈ {m['interpolated']} interpolated log-log between simulated sizes)"
+                         + (f"; {m['note']}" if m.get("note") else ""))
+        L.append("")
+        for note in cap.get("notes", []):
+            L.append(f"- **note**: {note}")
+        if cap.get("notes"):
+            L.append("")
+        idle_col = any(r.get("trainer_idle_share") is not None for r in cap["rows"])
+        L.append("| variant | rollout GPUs | total GPUs | step s | GPU-hours / 1,000 steps |"
+                 + (" trainer idle | bottleneck |" if idle_col else "") + " note |")
+        L.append("|---|---|---|---|---|" + ("---|---|" if idle_col else "") + "---|")
+        for r in cap["rows"]:
+            step = fmt_ci({"mean": r["step_s"], "ci95": r.get("step_s_ci95")}, 1) if r["step_s"] is not None else "—"
+            gh = f"{r['gpu_hours_per_1000_steps']:,.0f}" if r["gpu_hours_per_1000_steps"] is not None else "—"
+            idle = r.get("trainer_idle_share")
+            extra = (f" {100 * idle:.1f} % | {bottleneck(idle)} |" if idle is not None else " — | — |") if idle_col else ""
+            L.append(f"| {r['variant'].upper()} | {r['rollout_gpus']} | {r['total_gpus'] or '—'} | {step} | {gh} |"
+                     f"{extra} {(r['error'] or '')[:120]} |")
+        L.append("")
+    if s.get("plots"):
+        L.append("## Plots")
+        L.append("")
+        for name, f in s["plots"].items():
+            L.append(f"- {name}: `plots/{f}` (data: `plots/{Path(f).with_suffix('.csv').name}`)")
+        L.append("")
+    L.append("## Resolved scenario")
+    L.append("")
+    L.append("```yaml")
+    import yaml
+
+    L.append(yaml.safe_dump(s["resolved_scenario"], sort_keys=False).rstrip())
+    L.append("```")
+    L.append("")
+    return "\n".join(L)

@@ -1,0 +1,311 @@
+"""Run a scenario's sweep end to end into a results folder (the library behind `specsim run`).
+
+    run_scenario("scenarios/235b_async.yaml", ["speculation.k=[0,3]"], out="results/x", jobs=2)
+
+The folder (default ``<output.dir>/<scenario>-<UTC timestamp>/``):
+
+    resolved.yaml          the scenario after --set overrides (its hash guards resumes)
+    inputs.json            content hashes of the inputs outside the scenario text (profile, catalog,
+                           length files, specsim version): part of every run key
+    runs/<key>.json        every pipeline run (points, baselines, sync AR, capacity sizes), durable
+    points/<point_id>.json one finished point: its tidy row, its per-step records, the runs it used
+    points.csv             one row per point × replicate, sorted by point order; stable columns
+    points.parquet         the same, when pyarrow is importable
+    steps.csv              every RL step of every point, with point_id
+    runs.csv               the baseline / sync-AR / capacity runs the points were compared with
+    timeline.csv           the rollout timeline the plots draw (see study/timeline.py)
+    summary.json, summary.md   best k and lag, speedups with 95 % CIs, capacity plan, resolved scenario
+    plots/*.png + *.csv    each plot next to the table it was drawn from
+
+Parallelism: jobs > 1 runs a spawn-context process pool (capped at the CPUs; see study/executors.py),
+so a *script* that calls run_scenario must guard its entry point (``if __name__ == "__main__":``),
+as for any multiprocessing code; `python -c`, the CLI and notebooks need nothing.
+backend="ray" runs the same tasks on Ray (a private local instance, or `address=` a cluster whose
+workers can import specsim).
+
+Every file is written atomically (atomic.py). Resume: rerunning into the same folder
+reuses every run already in runs/ (and every finished point) whose key — scenario and input
+contents — still matches and whose file passes its schema (study/results_folder.py); anything else is
+recomputed, with a warning in `RunSummary.warnings`. A different resolved scenario in an existing
+folder is refused (ResultsConflict, exit 2) unless force=True, which discards the old runs
+(only files specsim wrote).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specsim import atomic
+from specsim.scenario import MAX_SWEEP_ROWS, Scenario, ScenarioError, load_scenario, source_file, to_yaml
+from specsim.study import results_folder as results_dir
+from specsim.study.capacity import capacity_plan, capacity_sizes
+from specsim.study.executors import check_backend, run_tasks
+from specsim.study.plan import plan_study
+from specsim.study.report import projection
+from specsim.study.report.progress import Progress
+from specsim.study.results_folder import ResultsConflict, sha
+from specsim.study.sweep import (
+    RunTask,
+    SweepPoint,
+    baseline_of,
+    inputs_fingerprint,
+    k_of,
+    point_row,
+    replicates,
+    row_columns,
+    step_rows,
+    swept_paths,
+)
+
+__all__ = ["ResultsConflict", "RunSummary", "capacity_sizes", "check_points", "run_scenario", "show_scenario",
+           "specsim_version"]
+
+
+@dataclass
+class RunSummary:
+    """What `run_scenario` did and found. `summary` is summary.json's content."""
+
+    out_dir: Path
+    scenario: str
+    rows: int
+    combinations: int
+    replicates: int
+    computed_runs: int
+    reused_runs: int
+    wall_s: float
+    best: dict
+    summary: dict
+    files: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def points(self):
+        """points.csv as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.read_csv(Path(self.out_dir) / "points.csv")
+
+    def steps(self):
+        """steps.csv as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.read_csv(Path(self.out_dir) / "steps.csv")
+
+    def to_dict(self) -> dict:
+        return {"out_dir": str(self.out_dir), "scenario": self.scenario, "rows": self.rows,
+                "combinations": self.combinations, "replicates": self.replicates,
+                "computed_runs": self.computed_runs, "reused_runs": self.reused_runs, "wall_s": self.wall_s,
+                "best": self.best, "files": self.files, "warnings": self.warnings}
+
+
+def specsim_version() -> str:
+    try:
+        import specsim
+
+        v = getattr(specsim, "__version__", None)
+        if v:
+            return str(v)
+    except ImportError:  # pragma: no cover
+        pass
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("specsim")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "unknown"
+
+
+def check_points(sc: Scenario) -> dict:
+    """What `run` checks before simulating, for `specsim check`: every sweep point and its baseline
+    resolves (fits its GPUs). Raises ScenarioError naming `sweep`; returns the counts."""
+    plan = plan_study(sc)
+    return {"rows": len(plan.points), "combinations": len({p.index for p in plan.points}), "runs": len(plan.tasks),
+            "max_rows": MAX_SWEEP_ROWS,
+            "warnings": [f"{_where(values)}: {text}" for values, text in plan.notes if values]}
+
+
+def _where(values: dict) -> str:
+    """A sweep point named by its swept values (the scenario itself when nothing is swept)."""
+    return ", ".join(f"{k}={v}" for k, v in values.items()) or "the scenario"
+
+
+def show_scenario(path: str | Path, overrides: Sequence[str] = ()) -> dict:
+    """The resolved scenario and the points its sweep will run (nothing is simulated)."""
+    sc = load_scenario(path, list(overrides))
+    plan = plan_study(sc)
+    base = baseline_of(sc)
+    return {
+        "scenario": sc.name, "file": str(path), "model": sc.model, "hardware": sc.hardware,
+        "resolved": sc.model_dump(mode="json"), "resolved_sha256": sha(to_yaml(sc)),
+        "swept": {p: sc.sweep[p] for p in swept_paths(sc)}, "zip": sc.sweep.get("zip", []),
+        "replicates": replicates(sc), "combinations": len({p.index for p in plan.points}),
+        "rows": len(plan.points), "max_rows": MAX_SWEEP_ROWS,
+        "baseline": {"overrides": dict(sc.pipeline.baseline), "mode": base.pipeline.mode,
+                     "sync_ar_is_baseline": plan.sync_ar_is_baseline},
+        "runs": len(plan.tasks),
+        "points": [{**p.as_dict(), "k": k_of(plan.point_scenarios[p.index]),
+                    "mode": plan.point_scenarios[p.index].pipeline.mode} for p in plan.points],
+    }
+
+
+def _default_out(sc: Scenario) -> Path:
+    """<output.dir>/<name>-<UTC stamp>: the name is one plain path component (the schema says so),
+    so the folder is always inside output.dir."""
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S")
+    return Path(sc.output.dir) / f"{sc.name}-{stamp}"
+
+
+# ============================================================================ the run
+def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Path | None = None, jobs: int = 2,
+                 backend: str = "local", address: str | None = None, progress: bool = True, force: bool = False,
+                 *, engine: str = "fast", plots: bool | None = None) -> RunSummary:
+    """Load, expand the sweep, run every point (and its baselines, once), write the results folder."""
+    from specsim.study.report import tables
+    from specsim.study.report.summary import summary_dict, summary_markdown
+
+    t0 = time.perf_counter()
+    sc = load_scenario(path, list(overrides))
+    workers = check_backend(backend, jobs, address)   # clear errors before anything is written
+    warnings: list[str] = []
+    if workers < jobs and backend == "local":
+        warnings.append(f"--jobs {jobs} capped at {workers}: this process may use {workers} CPU(s)")
+    plan = plan_study(sc, engine)
+    warnings += [f"{_where(values)}: {text}" for values, text in plan.notes]
+    out_dir = Path(out) if out is not None else _default_out(sc)
+    resolved_text = to_yaml(sc)
+    results_dir.prepare(out_dir, resolved_text, force)
+    inputs = inputs_fingerprint(sc)
+    changed = results_dir.inputs_changes(out_dir, inputs)
+    if changed:
+        warnings.append(f"inputs changed since the last run into this folder ({', '.join(changed)}): the runs "
+                        "that depend on them are recomputed, none is reused")
+    runs_dir, points_dir = out_dir / "runs", out_dir / "points"
+    cols = row_columns(swept_paths(sc))
+    runs = results_dir.load_runs(runs_dir, warnings)
+    done_points = results_dir.load_points(points_dir, plan.runs_of, cols, warnings)
+    order = {p.point_id: i for i, p in enumerate(plan.points)}
+    on_disk = set(runs)   # runs a previous (interrupted) run into this folder finished
+    reused = sum(1 for k in plan.tasks if k in on_disk)
+    computed = 0
+    file = source_file(sc)
+
+    def write_points_csv() -> None:
+        tables.write_points_csv(out_dir / "points.csv", [done_points[pid]["row"] for pid in
+                                                         sorted(done_points, key=order.__getitem__)], cols)
+
+    def finalize(p: SweepPoint) -> bool:
+        if p.point_id in done_points:
+            return False
+        pr = plan.runs_of[p.point_id]
+        k_run, k_base, k_sync = pr.point, pr.baseline, pr.sync_ar
+        if not all(k in runs for k in pr.keys):
+            return False
+        sync = runs[k_sync] if "steady" in runs[k_sync] else None
+        rec = {"point": p.as_dict(), "row": point_row(p, plan.point_scenarios[p.index], runs[k_run], runs[k_base], sync),
+               "steps": step_rows(p, runs[k_run]), "runs": pr.as_dict()}
+        atomic.write_json(points_dir / f"{p.point_id}.json", rec)
+        done_points[p.point_id] = json.loads(json.dumps(rec, sort_keys=True))   # what a resume reads back
+        return True
+
+    prog = Progress(progress, len(plan.points))
+    with prog:
+        for w in warnings:
+            prog.warn(w)
+        prog.points.advance(0)
+        for p in plan.points:
+            finalize(p)
+        if done_points:
+            write_points_csv()
+        prog.set_points(len(done_points))
+        pending = [t for k, t in plan.tasks.items() if k not in runs]
+        # baselines first (every point waits for its baseline), then points in sweep order
+        pending.sort(key=lambda t: t.role == "point")
+        prog.set_runs(len(pending))
+
+        def on_result(task: RunTask, result: dict) -> None:
+            nonlocal computed
+            if "error" in result and task.role in ("point", "baseline"):
+                bad = next(p for p in plan.points if task.key in (plan.runs_of[p.point_id].point, plan.runs_of[p.point_id].baseline))
+                what = "a point that can run" if task.role == "point" else f"a point whose {task.role} can run"
+                raise ScenarioError(file, "sweep", bad.label(), f"{what}: {result['error']}")
+            atomic.write_json(runs_dir / f"{task.key}.json", result)
+            runs[task.key] = json.loads(json.dumps(result, sort_keys=True))
+            computed += 1
+            prog.runs_done()
+            changed = False
+            for p in plan.points:
+                if task.key in plan.runs_of[p.point_id].keys:
+                    changed |= finalize(p)
+            if changed:
+                write_points_csv()
+                prog.set_points(len(done_points))
+
+        run_tasks(pending, on_result, jobs=workers, backend=backend, address=address)
+        missing = [p.label() for p in plan.points if p.point_id not in done_points]
+        if missing:  # pragma: no cover - every task either finished or raised
+            raise RuntimeError(f"points not finished: {missing}")
+
+        rows = [done_points[p.point_id]["row"] for p in plan.points]
+        steps = [s for p in plan.points for s in done_points[p.point_id]["steps"]]
+        analysis = tables.analyse(sc, rows, cols)
+
+        # ---- capacity plan: best SD config and its AR counterpart at several rollout sizes
+        cap_plan = capacity_plan(sc, plan, analysis, engine)
+        cap_pending = [t for t in cap_plan["tasks"].values() if t.key not in runs]
+        reused += sum(1 for k in cap_plan["tasks"] if k in on_disk and k not in plan.tasks)
+        prog.add_runs(len(cap_pending))
+
+        def on_cap(task: RunTask, result: dict) -> None:
+            nonlocal computed
+            atomic.write_json(runs_dir / f"{task.key}.json", result)
+            runs[task.key] = json.loads(json.dumps(result, sort_keys=True))
+            computed += 1
+            prog.runs_done()
+
+        run_tasks(cap_pending, on_cap, jobs=workers, backend=backend, address=address)
+    capacity = tables.capacity_table(cap_plan, runs)
+
+    # ---- tables
+    files: list[str] = []
+    write_points_csv()
+    files.append("points.csv")
+    frame = tables.points_frame(rows, cols)
+    if atomic.write_parquet(out_dir / "points.parquet", frame) is not None:
+        files.append("points.parquet")
+    tables.write_steps_csv(out_dir / "steps.csv", steps)
+    files.append("steps.csv")
+    tables.write_runs_csv(out_dir / "runs.csv", plan, cap_plan, runs)
+    files.append("runs.csv")
+
+    # ---- plots (drawn from what the run persisted: points, runs, capacity, timeline.csv)
+    do_plots = sc.output.plots if plots is None else plots
+    plot_files: dict[str, str] = {}
+    if do_plots:
+        from specsim.study.report import plots as P
+        from specsim.study.timeline import write_timeline
+
+        timeline = write_timeline(out_dir, plan, analysis, runs, engine)
+        if timeline is not None:
+            files.append("timeline.csv")
+        plot_files = P.all_plots(out_dir / "plots", sc, plan, analysis, frame, capacity, runs, timeline)
+        plot_files.update(projection.projection_plots(out_dir / "plots", sc, frame))  # scale / k x tau
+        files += [f"plots/{Path(v).name}" for v in plot_files.values()]
+        files += [f"plots/{Path(v).with_suffix('.csv').name}" for v in plot_files.values()]
+
+    # ---- summary
+    wall = time.perf_counter() - t0
+    summary = summary_dict(sc, plan, analysis, capacity, resolved_text=resolved_text,
+                           version=specsim_version(), plots=plot_files)
+    summary["inverse"] = projection.inverse_answers(sc, frame)
+    summary["run"] = {"wall_s": wall, "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+                      "computed_runs": computed, "reused_runs": reused, "jobs": workers, "backend": backend,
+                      "out_dir": str(out_dir), "warnings": warnings, "inputs": inputs}
+    atomic.write_json(out_dir / "summary.json", summary)
+    atomic.write_text(out_dir / "summary.md", summary_markdown(summary) + projection.inverse_markdown(summary["inverse"]))
+    files += ["summary.json", "summary.md", "resolved.yaml", "inputs.json"]
+    return RunSummary(out_dir, sc.name, len(rows), len({p.index for p in plan.points}), replicates(sc), computed,
+                      reused, wall, summary.get("best", {}), summary, files, warnings)

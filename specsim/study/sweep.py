@@ -1,0 +1,380 @@
+"""Sweeps: expand a scenario's `sweep:` section into points, run them, one tidy row per point.
+
+Expansion. `sweep:` maps dotted field paths to lists of values. Every path varies independently
+(cartesian product, the first path varying slowest) except the paths of one `zip` group, which
+vary together (their lists must have the same length). `replicates: R` runs every combination R
+times with replicate index 0..R-1; the common-random-number draws derive from (seed, replicate,
+step) inside `draw_step`, so replicate r of every point — and of its baselines — sees the same
+responses. A point is a dict of swept values plus its replicate; `point_id` is a stable hash of
+the two (12 hex digits) that names the point's result file.
+
+Runs. Everything simulated is a *run*: one `run_pipeline` of one scenario at one replicate. Runs
+are keyed by `run_key` — a hash of the scenario with everything that cannot change the simulation
+normalised away (name, description, sweep, output, the baseline overrides; the draft-length knobs
+when SD is off; the policy lag when the pipeline is sync) — so a point that *is* its baseline (k=0
+in a sync scenario) and every point sharing a baseline reuse one run: baselines are computed once
+per (baseline scenario, replicate), never per point. The key also holds the *content* of every
+input the scenario names (`inputs_fingerprint`: the hardware profile file, the model's and the
+drafter's catalog entries, empirical length files, the specsim version), so editing any of them
+gives new keys and a resumed folder recomputes instead of reusing stale runs. Runs execute in
+:mod:`specsim.study.executors`.
+
+Rows. `point_row` turns a point's run plus its baseline run and its sync-AR run into one flat
+dict: every swept field, replicate, seed, steady-state stage times, speedups vs the baseline and
+vs synchronous autoregressive decoding on the same GPUs (the reference every point of a sweep can
+be compared with: for an async scenario whose baseline is async AR, sync AR is computed too), and
+cost figures (GPU-hours per step, tokens/s per GPU).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from specsim.errors import SpecError
+from specsim.scenario import Scenario, ScenarioError, apply_overrides, source_file
+
+RESERVED = ("replicates", "zip")
+STAGES = ("data_s", "reward_s", "logprob_s", "train_s", "weight_sync_s", "drafter_update_s")
+#: What turns a point into synchronous autoregressive decoding (plus, for an async point, moving
+#: the training pool's GPUs into the colocated pool: same total GPUs).
+SYNC_AR = {"pipeline.mode": "sync", "speculation.policy": "off"}
+
+
+# ============================================================================ expansion
+@dataclass(frozen=True)
+class SweepPoint:
+    """One point of a sweep: `values` (dotted path → value) at replicate `replicate`.
+    `index` is the combination's position in sweep order (shared by its replicates)."""
+
+    index: int
+    values: dict
+    replicate: int
+    point_id: str
+
+    def label(self) -> str:
+        parts = [f"{k}={_fmt_value(v)}" for k, v in self.values.items()]
+        return ", ".join(parts + [f"replicate={self.replicate}"]) if parts else f"replicate={self.replicate}"
+
+    def as_dict(self) -> dict:
+        return {"point": self.index, "point_id": self.point_id, "replicate": self.replicate, "values": dict(self.values)}
+
+
+def _fmt_value(v: Any) -> str:
+    return json.dumps(v) if not isinstance(v, str) else v
+
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str, allow_nan=True)
+
+
+def point_id(values: dict, replicate: int) -> str:
+    """Stable 12-hex-digit id of (swept values, replicate); independent of dict order."""
+    return hashlib.sha256(_canonical({"values": values, "replicate": int(replicate)}).encode()).hexdigest()[:12]
+
+
+def swept_paths(sc: Scenario) -> list[str]:
+    """The swept field paths in sweep order (without `replicates` / `zip`)."""
+    return [k for k in sc.sweep if k not in RESERVED]
+
+
+def replicates(sc: Scenario) -> int:
+    return int(sc.sweep.get("replicates", 1))
+
+
+def _groups(sc: Scenario) -> list[list[str]]:
+    """Paths grouped for expansion: each zip group is one group; every other path its own."""
+    file = source_file(sc)
+    paths = swept_paths(sc)
+    zips = sc.sweep.get("zip", []) or []
+    group_of: dict[str, int] = {}
+    for gi, group in enumerate(zips):
+        for p in group:
+            if not isinstance(p, str) or p not in paths:
+                raise ScenarioError(file, "sweep.zip", group,
+                                    f"zip groups name swept paths (one of {paths}); {p!r} is not swept")
+            if p in group_of:
+                raise ScenarioError(file, "sweep.zip", zips, f"each swept path in at most one zip group ({p!r} twice)")
+            group_of[p] = gi
+        lengths = {p: len(sc.sweep[p]) for p in group}
+        if len(set(lengths.values())) != 1:
+            raise ScenarioError(file, "sweep.zip", group, f"zipped paths need lists of one length, got {lengths}")
+    groups: list[list[str]] = []
+    seen: set[int] = set()
+    for p in paths:
+        gi = group_of.get(p)
+        if gi is None:
+            groups.append([p])
+        elif gi not in seen:
+            seen.add(gi)
+            groups.append(list(zips[gi]))
+    return groups
+
+
+def combinations(sc: Scenario) -> list[dict]:
+    """The swept value combinations (without replicates), in sweep order."""
+    groups = _groups(sc)
+    axes = [list(zip(*(sc.sweep[p] for p in g))) for g in groups]
+    out = []
+    for combo in itertools.product(*axes):
+        values: dict = {}
+        for g, vals in zip(groups, combo):
+            values.update(dict(zip(g, vals)))
+        out.append({p: values[p] for p in swept_paths(sc)})
+    return out or [{}]
+
+
+def expand(sc: Scenario) -> list[SweepPoint]:
+    """Every point × replicate, ordered by point then replicate. No sweep → one point."""
+    reps = replicates(sc)
+    return [SweepPoint(i, values, r, point_id(values, r))
+            for i, values in enumerate(combinations(sc)) for r in range(reps)]
+
+
+def point_scenario(sc: Scenario, point: SweepPoint) -> Scenario:
+    """The scenario of one point: the swept values applied (raises ScenarioError naming the path)."""
+    if not point.values:
+        return sc
+    return apply_overrides(sc, point.values)
+
+
+# ============================================================================ runs and their keys
+def run_doc(sc: Scenario) -> dict:
+    """The scenario as a dict with everything that cannot change the simulation normalised away."""
+    doc = sc.model_dump(mode="json")
+    for key in ("name", "description", "sweep", "output"):
+        doc.pop(key, None)
+    doc["pipeline"].pop("baseline", None)
+    spec = doc["speculation"]
+    if spec["policy"] == "off" or (spec["policy"] == "always" and spec["k"] == 0):
+        doc["speculation"] = {"policy": "off"}
+    elif spec["policy"] == "always":
+        spec.pop("max_batch", None)
+        spec.pop("k_max", None)
+    elif spec["policy"] == "adaptive":
+        spec.pop("k", None)
+        spec.pop("max_batch", None)
+    elif spec["policy"] in ("threshold", "toggle"):
+        spec.pop("k_max", None)
+        if spec["policy"] == "toggle":
+            spec.pop("max_batch", None)
+    if spec.get("policy") != "toggle":   # only the toggle reads it (keeps every other run key as before)
+        spec.pop("toggle_margin", None)
+    if spec.get("acceptance_estimate", "drafter") == "drafter":   # the default: run keys as before
+        spec.pop("acceptance_estimate", None)
+    if doc["pipeline"]["mode"] == "sync":
+        doc["pipeline"].pop("policy_lag", None)
+        doc["pipeline"].pop("partial_rollouts", None)
+    return doc
+
+
+def run_key(sc: Scenario, replicate: int, engine: str = "fast") -> str:
+    """Stable 16-hex-digit key of one pipeline run."""
+    payload = {"scenario": run_doc(sc), "replicate": int(replicate), "engine": engine,
+               "inputs": inputs_fingerprint(sc)}
+    return hashlib.sha256(_canonical(payload).encode()).hexdigest()[:16]
+
+
+def inputs_fingerprint(sc: Scenario) -> dict:
+    """sha256 (12 hex digits) of the content of every input outside the scenario text: the
+    hardware profile file, the model's catalog entry, the drafter's architecture, each empirical
+    length file; plus the specsim version. An input that cannot be read is marked (resolve
+    reports it properly)."""
+    from specsim import __version__
+    from specsim.catalog.hardware import resolve_profile_path
+    from specsim.catalog.models import drafter_arch, load_model
+
+    out: dict[str, Any] = {"specsim": __version__}
+    try:
+        out["hardware"] = _file_sha(str(resolve_profile_path(sc.hardware)))
+    except (SpecError, OSError):
+        out["hardware"] = f"unreadable:{sc.hardware}"
+    try:
+        target = load_model(sc.model)
+        out["model"] = _sha12(repr(target))
+        d = sc.drafter
+        out["drafter"] = _sha12(repr(drafter_arch(d.kind, target, d.draft_vocab, d.draft_ffn)))
+    except (SpecError, KeyError, TypeError, ValueError):
+        out["model"] = f"unknown:{sc.model}"
+    base = Path(source_file(sc)).parent if source_file(sc) else None
+    for name in ("response_tokens", "prompt_tokens"):
+        spec = getattr(sc.workload, name)
+        if spec.kind == "empirical" and spec.path:
+            path = Path(spec.path)   # both places resolve may look it up: as given, and by the scenario
+            places = [path] if path.is_absolute() or base is None else [path, base / path]
+            out[f"workload.{name}"] = "+".join(_file_sha(str(q)) for q in places if q.exists()) or "missing"
+    return out
+
+
+def _sha12(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _file_sha(path: str) -> str:
+    p = Path(path)
+    try:
+        st = p.stat()
+        return _file_sha_cached(str(p.resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:
+        return f"unreadable:{path}"
+
+
+@lru_cache(maxsize=256)
+def _file_sha_cached(path: str, mtime_ns: int, size: int) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class RunTask:
+    """A pipeline run to execute somewhere: picklable (plain data only)."""
+
+    key: str
+    doc: dict
+    file: str | None
+    replicate: int
+    engine: str = "fast"
+    role: str = "point"     # point | baseline | sync_ar | capacity (informational)
+
+    @classmethod
+    def of(cls, sc: Scenario, replicate: int, role: str, engine: str = "fast") -> RunTask:
+        return cls(run_key(sc, replicate, engine), sc.model_dump(mode="json"), source_file(sc), int(replicate),
+                   engine, role)
+
+
+# ============================================================================ baselines
+def is_sync_ar(sc: Scenario) -> bool:
+    sp = sc.speculation
+    return sc.pipeline.mode == "sync" and (sp.policy == "off" or (sp.policy == "always" and sp.k == 0))
+
+
+def is_ar(sc: Scenario) -> bool:
+    sp = sc.speculation
+    return sp.policy == "off" or (sp.policy == "always" and sp.k == 0)
+
+
+def baseline_of(sc: Scenario) -> Scenario:
+    from specsim.study.comparison import baseline_scenario
+
+    return baseline_scenario(sc)
+
+
+def sync_ar_of(sc: Scenario) -> Scenario:
+    """Synchronous AR on the point's total GPUs: the point's baseline when that already is sync
+    AR, else the point with SYNC_AR applied (an async point's training GPUs join the colocated
+    pool, rounded down to whole rollout engines)."""
+    base = baseline_of(sc)
+    if is_sync_ar(base):
+        return base
+    changes: dict[str, Any] = dict(SYNC_AR)
+    if sc.pipeline.mode == "async":
+        r = sc.rollout
+        engine = max(r.tp, r.ep) * r.pp
+        changes["training.gpus"] = None
+        changes["rollout.gpus"] = max(engine, (sc.total_gpus // engine) * engine)
+    return apply_overrides(sc, changes)
+
+
+# ============================================================================ rows
+def k_of(sc: Scenario) -> int:
+    """The draft length in use: 0 for AR, k_max for adaptive, k otherwise."""
+    sp = sc.speculation
+    if is_ar(sc):
+        return 0
+    return sp.k_max if sp.policy == "adaptive" else sp.k
+
+
+def _ratio(num: float | None, den: float | None) -> float:
+    if num is None or den is None or not (den > 0) or not math.isfinite(num) or not math.isfinite(den):
+        return float("nan")
+    return float(num) / float(den)
+
+
+def trainer_idle_share(mode: str, steady: dict) -> float:
+    """Async: the share of the steady step the trainer waits for rollouts (exposed generation ÷
+    step). Near 0 the pipeline is trainer-bound (more rollout GPUs or a faster rollout cannot
+    shorten the step; the trainer pool can); clearly above 0 it is generation-bound. Sync: NaN
+    (one colocated pool: generation is a stage, not a wait)."""
+    if mode != "async":
+        return float("nan")
+    return _ratio(steady["exposed_generation_s"], steady["step_s"])
+
+
+#: The columns of a point row after the identity columns and the swept paths, in order.
+ROW_COLUMNS = (
+    "scenario", "model", "hardware", "mode", "sd_policy", "k", "policy_lag", "drafter", "rollout_gpus",
+    "training_gpus", "total_gpus", "engines", "generation_s", "step_s", *STAGES, "exposed_generation_s",
+    "trainer_idle_share", "generation_share", "tau", "mean_alpha", "versions_since_update", "mean_active_batch", "tokens_per_step",
+    "verify_steps", "baseline_generation_s", "baseline_step_s", "baseline_exposed_generation_s",
+    "generation_speedup", "e2e_speedup", "exposed_generation_saving_s", "sync_ar_generation_s", "sync_ar_step_s",
+    "generation_speedup_vs_sync_ar", "e2e_speedup_vs_sync_ar", "gpu_hours_per_step", "tokens_per_s_per_gpu",
+    "generation_tokens_per_s_per_gpu", "throughput_steps_per_h",
+)
+ID_COLUMNS = ("point", "point_id", "replicate", "seed")
+
+
+def row_columns(swept: list[str]) -> list[str]:
+    """The stable column order of points.csv: identity, swept paths (sweep order), then ROW_COLUMNS."""
+    return list(ID_COLUMNS) + [p for p in swept if p not in ID_COLUMNS and p not in ROW_COLUMNS] + list(ROW_COLUMNS)
+
+
+def point_row(point: SweepPoint, sc: Scenario, run: dict, baseline: dict, sync_ar: dict | None) -> dict:
+    """One tidy row: swept values, identity, steady stage times, speedups and cost figures."""
+    s = run["steady"]
+    b = baseline["steady"]
+    a = sync_ar["steady"] if sync_ar and "steady" in sync_ar else None
+    # generation time per step: async continuous generation reports the pool's time per step
+    # (gen_window_s, finish to finish; sync: = generation_s) — its generation_s is release-to-finish latency
+    gw = lambda d: d.get("gen_window_s", d["generation_s"])
+    meta = run["meta"]
+    total = meta["total_gpus"]
+    row: dict[str, Any] = {"point": point.index, "point_id": point.point_id, "replicate": point.replicate,
+                           "seed": sc.seed}
+    for path, value in point.values.items():
+        row[path] = value
+    row.update({
+        "scenario": sc.name, "model": sc.model, "hardware": sc.hardware, "mode": sc.pipeline.mode,
+        "sd_policy": meta["policy"], "k": k_of(sc), "policy_lag": sc.pipeline.policy_lag if sc.pipeline.mode == "async" else 0,
+        "drafter": sc.drafter.kind, "rollout_gpus": meta["rollout_gpus"], "training_gpus": meta["training_gpus"],
+        "total_gpus": total, "engines": meta["engines"],
+        "generation_s": s["generation_s"], "step_s": s["step_s"],
+    })
+    for st in STAGES:
+        row[st] = s[st]
+    row.update({
+        "exposed_generation_s": s["exposed_generation_s"],
+        "trainer_idle_share": trainer_idle_share(sc.pipeline.mode, s),
+        "generation_share": _ratio(gw(s), s["step_s"]),
+        "tau": s["tau"], "mean_alpha": s["mean_alpha"], "versions_since_update": s["versions_since_update"],
+        "mean_active_batch": s["mean_active_batch"], "tokens_per_step": s["tokens"], "verify_steps": s["verify_steps"],
+        "baseline_generation_s": b["generation_s"], "baseline_step_s": b["step_s"],
+        "baseline_exposed_generation_s": b["exposed_generation_s"],
+        "generation_speedup": _ratio(gw(b), gw(s)),
+        "e2e_speedup": _ratio(b["step_s"], s["step_s"]),
+        "exposed_generation_saving_s": b["exposed_generation_s"] - s["exposed_generation_s"],
+        "sync_ar_generation_s": a["generation_s"] if a else float("nan"),
+        "sync_ar_step_s": a["step_s"] if a else float("nan"),
+        "generation_speedup_vs_sync_ar": _ratio(gw(a), gw(s)) if a else float("nan"),
+        "e2e_speedup_vs_sync_ar": _ratio(a["step_s"], s["step_s"]) if a else float("nan"),
+        "gpu_hours_per_step": total * s["step_s"] / 3600.0,
+        "tokens_per_s_per_gpu": _ratio(s["tokens"], s["step_s"] * total),
+        "generation_tokens_per_s_per_gpu": _ratio(s["tokens"], gw(s) * meta["rollout_gpus"]),
+        "throughput_steps_per_h": s["throughput_steps_per_h"],
+    })
+    return {c: row[c] for c in row_columns(list(point.values)) if c in row}
+
+
+def step_rows(point: SweepPoint, run: dict) -> list[dict]:
+    """The point's per-RL-step records, each with point, point_id and replicate first."""
+    return [{"point": point.index, "point_id": point.point_id, "replicate": point.replicate, **rec}
+            for rec in run["steps"]]
+
+
+def describe_points(points: Iterable[SweepPoint]) -> list[dict]:
+    return [p.as_dict() for p in points]

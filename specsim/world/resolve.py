@@ -1,0 +1,242 @@
+"""Turn a validated Scenario into the frozen specs the simulator runs on (a `World`).
+
+Everything a simulation needs is derived here once: hardware and model specs, the drafter's
+architecture and acceptance model, the rollout layout and its memory plan (KV capacity), the
+step-cost table and the SD policy. Spec-level errors are re-raised as ScenarioError naming the
+scenario file, so the CLI can print them and exit 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from specsim.catalog.hardware import HardwareSpec, load_hardware
+from specsim.catalog.models import drafter_arch, drafter_kind, load_model
+from specsim.cost.layout import ParallelLayout
+from specsim.cost.memory import memory_plan
+from specsim.cost.step import step_cost_table
+from specsim.cost.training import check_training_fits
+from specsim.errors import LayoutError, SpecError
+from specsim.scenario import Scenario, ScenarioError, source_file
+from specsim.workload.acceptance.context import ContextAcceptance, ContextCurve, normalising_scale
+from specsim.workload.acceptance.drafter import DrafterAcceptance, Staleness, staleness_from_taus, temperature_alpha
+from specsim.workload.acceptance.shapes import DEFAULT_SIBLING_FACTOR, TopKTree
+from specsim.workload.lengths import LengthDistribution
+from specsim.world.fields import scenario_field
+from specsim.world.specs import PipelineSpec, RolloutSpec, TrainerSpec, WorkloadSpec, World
+from specsim.world.speculation import from_section
+from specsim.world.trainer import training_layout
+
+__all__ = ["World", "acceptance_model", "length_distribution", "resolve", "vllm_default_max_num_seqs"]
+
+
+def length_distribution(spec, field_path: str, base_dir: Path | None) -> LengthDistribution:
+    if spec.kind == "fixed":
+        return LengthDistribution.fixed(spec.tokens, field_path=field_path)
+    if spec.kind == "lognormal":
+        if spec.median is not None:
+            return LengthDistribution.lognormal_from_median_p99(spec.median, spec.p99, field_path=field_path)
+        return LengthDistribution.lognormal(spec.mu, spec.sigma, field_path=field_path)
+    if spec.kind == "mixture":
+        comps = spec.components
+        return LengthDistribution.mixture(tuple(c["weight"] for c in comps), tuple(c["median"] for c in comps),
+                                          tuple(c["p99"] for c in comps), field_path=field_path)
+    path = Path(spec.path)
+    if not path.is_absolute() and base_dir is not None and not path.exists():
+        path = base_dir / path
+    return LengthDistribution.empirical_file(path, field_path=field_path)
+
+
+def _tau_tree(sc: Scenario):
+    """The SGLang beam tree `drafter.tau` was measured on (drafter.tau_tree_*), or None (a chain)."""
+    d = sc.drafter
+    topk, n = d.tau_tree_topk, d.tau_tree_verify_tokens
+    if topk is None and n is None:
+        return None
+    if topk is None or n is None:
+        raise SpecError("drafter.tau_tree_topk" if topk is None else "drafter.tau_tree_verify_tokens", None,
+                        "given together (SGLang's eagle_topk and num_draft_tokens of the tree τ was measured on)")
+    if d.tau is None:
+        raise SpecError("drafter.tau_tree_topk", topk, "used together with drafter.tau")
+    rho = sc.speculation.tree_sibling_factor
+    try:
+        return TopKTree(d.tau_at_k, topk, n, DEFAULT_SIBLING_FACTOR if rho is None else rho)
+    except SpecError as exc:
+        raise SpecError(scenario_field(exc.field, _TAU_TREE_FIELDS), exc.value, exc.allowed) from None
+
+
+#: the parameters of the tree `drafter.tau` was measured on, as the drafter section names them
+_TAU_TREE_FIELDS = {"tree.depth": "drafter.tau_at_k", "tree.topk": "drafter.tau_tree_topk",
+                    "tree.verify_tokens": "drafter.tau_tree_verify_tokens"}
+
+
+def acceptance_model(sc: Scenario) -> DrafterAcceptance:
+    """The drafter's acceptance model, every configured τ meaning what an engine reports.
+
+    Nothing configured is dropped silently: staleness or online updates given for a kind the
+    registry says never goes stale / is never retrained are errors (the same rule `show drafter`
+    applies). `init: general` means the fresh drafter is the general-domain one: its τ is
+    `general_tau`, and `tau` (the in-domain τ) is then not used by anything, so giving a `tau`
+    that differs from `general_tau`, or `alpha`, is an error rather than ignored. A τ measured at
+    another temperature (`tau_temperature`) is moved to the workload's temperature through
+    :func:`temperature_alpha` (the configured τ holds at `tau_temperature`).
+    """
+    d = sc.drafter
+    conc = d.heterogeneity
+    spec = drafter_kind(d.kind)
+    st = d.staleness
+    if not spec.goes_stale:
+        for fld, val in (("rate_per_version", st.rate_per_version or None), ("tau_after", st.tau_after)):
+            if val is not None:  # a rate of 0 changes nothing and is allowed
+                raise SpecError(f"drafter.staleness.{fld}", val,
+                                f"omitted for a {d.kind} drafter (it never goes stale; see catalog/drafters.yaml)")
+        if st.floor_alpha:
+            raise SpecError("drafter.staleness.floor_alpha", st.floor_alpha,
+                            f"0 (omitted) for a {d.kind} drafter (it never goes stale)")
+    if not spec.retrainable and d.update_every_steps:
+        raise SpecError("drafter.update_every_steps", d.update_every_steps,
+                        f"0 (omitted) for a {d.kind} drafter (it is never retrained online)")
+    if d.init == "general":
+        if d.alpha is not None:
+            raise SpecError("drafter.alpha", d.alpha, "omitted with init: general (the fresh τ is general_tau)")
+        if d.tau is not None and d.general_tau is not None and d.tau != d.general_tau:
+            raise SpecError("drafter.tau", d.tau,
+                            f"equal to general_tau ({d.general_tau:g}) or omitted with init: general: the fresh "
+                            "drafter's τ is general_tau and nothing else would use tau")
+    tau_fresh = d.general_tau if d.init == "general" else d.tau
+    if not spec.goes_stale:
+        stale = Staleness.never()
+    elif st.tau_after is not None:
+        if tau_fresh is None:
+            raise SpecError("drafter.staleness.tau_after", st.tau_after, "used together with drafter.tau")
+        stale = staleness_from_taus(tau_fresh, st.tau_after, st.after_versions, d.tau_at_k,
+                                    st.floor_alpha, d.position_decay, conc, tree=_tau_tree(sc))
+    else:
+        stale = Staleness(st.floor_alpha, st.rate_per_version or 0.0)
+    if d.alpha is not None:
+        acc = DrafterAcceptance(d.kind, d.alpha, d.position_decay, conc, stale, d.update_every_steps, d.proposal_rate)
+    else:
+        acc = DrafterAcceptance.from_tau(d.kind, tau_fresh, d.tau_at_k, decay=d.position_decay, concentration=conc,
+                                         staleness=stale, update_every_steps=d.update_every_steps,
+                                         tree=_tau_tree(sc), proposal_rate=d.proposal_rate)
+    t_meas = d.tau_temperature if d.tau_temperature is not None else sc.workload.temperature
+    if t_meas != sc.workload.temperature:
+        a0 = float(temperature_alpha(acc.alpha0, sc.workload.temperature, t_meas))
+        acc = DrafterAcceptance(acc.kind, a0, acc.decay, acc.concentration, acc.staleness, acc.update_every_steps,
+                                acc.proposal_rate)
+    return acc
+
+
+#: quantile bins of the response-length distribution over which the context curve's normalising
+#: scale is solved (midpoints; the top bins carry the capped tail)
+CONTEXT_LENGTH_BINS = 400
+
+
+def context_model(sc: Scenario, acc: DrafterAcceptance, resp: LengthDistribution,
+                  prompt: LengthDistribution) -> ContextAcceptance | None:
+    """The drafter's acceptance over the context (`drafter.context_curve`), or None.
+
+    Only a drafter trained offline (a kind that goes stale: EAGLE-3, MTP) has a training length to
+    fall beyond; a self-drafter is the policy itself and an n-gram proposer has no training. A
+    chain drafted at every step only: the tree laws have no per-token form here, and the
+    normalisation counts every step as a draft. With `drafter.tau` the curve is
+    normalised so that the run reports the configured τ (its scale is solved over the workload's
+    response lengths at the fresh drafter, the mean prompt as the context's start, lengths at
+    step 0: `length_growth_per_step` is not in it); with `drafter.alpha` that α is the
+    short-context acceptance (scale 1)."""
+    d = sc.drafter
+    if d.context_curve is None:
+        return None
+    if not drafter_kind(d.kind).goes_stale:
+        raise SpecError("drafter.context_curve", d.context_curve,
+                        f"omitted for a {d.kind} drafter (no offline training length to fall beyond; eagle3 or mtp)")
+    sp = sc.speculation
+    if sp.tree_branching is not None or sp.tree_topk is not None or d.tau_tree_topk is not None:
+        raise SpecError("drafter.context_curve", d.context_curve, "omitted with a token tree (chains only)")
+    if acc.proposal_rate != 1.0:
+        raise SpecError("drafter.context_curve", d.context_curve,
+                        f"omitted with drafter.proposal_rate {acc.proposal_rate:g} (a curve needs a drafter that "
+                        "drafts at every step)")
+    curve = ContextCurve.from_points(d.context_curve)
+    if d.alpha is not None:
+        return ContextAcceptance(curve, 1.0)
+    w = sc.workload
+    u = (np.arange(CONTEXT_LENGTH_BINS) + 0.5) / CONTEXT_LENGTH_BINS
+    lengths = np.clip(np.rint(resp.ppf(u)), 1, w.max_response_tokens)
+    weights = np.full(CONTEXT_LENGTH_BINS, 1.0 / CONTEXT_LENGTH_BINS)
+    scale = normalising_scale(curve, acc.tau(d.tau_at_k), acc.alpha0, acc.concentration, d.tau_at_k, acc.decay,
+                              prompt.mean_tokens(w.max_prompt_tokens), lengths, weights)
+    return ContextAcceptance(curve, scale)
+
+
+GIB_BYTES = 2**30
+
+
+def vllm_default_max_num_seqs(hw: HardwareSpec) -> int:
+    """vLLM's default `max_num_seqs` for one engine on this GPU: 1024 on a GPU with at least 70 GiB
+    of memory whose name does not contain "a100", 256 otherwise (vLLM `EngineArgs.get_batch_defaults`,
+    the same for the offline `LLM` class and the API server; the A100 80 GB keeps 256)."""
+    return 1024 if hw.hbm_bytes >= 70 * GIB_BYTES and "a100" not in hw.name.lower() else 256
+
+
+def resolve(sc: Scenario) -> World:
+    """Resolve a scenario; raises ScenarioError (with the file) for anything that cannot run."""
+    file = source_file(sc)
+    base_dir = Path(file).parent if file else None
+    try:
+        hw = load_hardware(sc.hardware)
+        model = load_model(sc.model)
+        r = sc.rollout
+        layout = ParallelLayout(tp=r.tp, pp=r.pp, ep=r.ep, weight_dtype=r.weight_dtype, kv_dtype=r.kv_dtype)
+        layout.check_fits_model(model, "rollout")
+        if r.gpus % layout.gpus:
+            raise SpecError("rollout.gpus", r.gpus, f"a multiple of the {layout.gpus} GPUs of one engine ({layout.describe()})")
+        arch = drafter_arch(sc.drafter.kind, model, sc.drafter.draft_vocab, sc.drafter.draft_ffn)
+        policy = from_section(sc.speculation)
+        if policy.estimate == "measured" and sc.pipeline.mode != "sync":
+            raise SpecError("speculation.acceptance_estimate", "measured",
+                            "drafter with pipeline.mode async (the measured estimate is per sync rollout)")
+        uses_drafter = policy.kind != "off"
+        w = sc.workload
+        need_tokens = w.max_prompt_tokens + w.max_response_tokens + max(policy.ks) + 1
+        if need_tokens > model.max_positions:
+            raise SpecError("workload.max_response_tokens", w.max_response_tokens,
+                            f"<= {model.max_positions - w.max_prompt_tokens - max(policy.ks) - 1} "
+                            f"({model.name} has {model.max_positions} positions, prompts up to {w.max_prompt_tokens})")
+        mem = memory_plan(model, hw, layout, gpu_memory_utilization=r.gpu_memory_utilization,
+                          max_batched_tokens=r.max_batched_tokens, drafter=arch if uses_drafter else None,
+                          min_kv_tokens=need_tokens)
+        kv_cap = r.kv_capacity_tokens or mem.kv_capacity_tokens
+        if kv_cap < need_tokens:
+            raise SpecError("rollout.kv_capacity_tokens", kv_cap,
+                            f">= {need_tokens} (the longest prompt + response + draft slots must fit one engine)")
+        acc = acceptance_model(sc)
+        resp = length_distribution(w.response_tokens, "workload.response_tokens", base_dir)
+        prompt = length_distribution(w.prompt_tokens, "workload.prompt_tokens", base_dir)
+        context = context_model(sc, acc, resp, prompt)
+        max_batch = r.max_batch or vllm_default_max_num_seqs(hw)
+        table = step_cost_table(model, arch if uses_drafter else None, hw, layout, max_batch, policy.ks,
+                                first_pass_q={k: acc.tau(k, tree=policy.tree_for(k)) if arch.catches_up_on_accepted
+                                              else 1.0 for k in policy.ks if k},
+                                tree=policy.tree, proposal_rate=acc.proposal_rate)
+        trainer = training_layout(sc, model, hw)
+    except SpecError as exc:
+        raise ScenarioError(exc.where or file, scenario_field(exc.field), exc.value, f"must be {exc.allowed}") from None
+    except LayoutError as exc:
+        raise ScenarioError(file, "rollout", f"{layout.describe()}", str(exc)) from None
+    try:
+        colocated = sc.pipeline.mode == "sync"
+        check_training_fits(model, hw, trainer,
+                            gpu_memory_utilization=sc.rollout.gpu_memory_utilization if colocated else None)
+    except LayoutError as exc:
+        raise ScenarioError(file, "training", trainer.describe(), str(exc)) from None
+    p = sc.pipeline
+    return World(sc, hw, model, arch, layout, mem, int(kv_cap), r.gpus // layout.gpus, policy, acc, resp, prompt, table,
+                 WorkloadSpec(int(sc.seed), w.prompts, w.group_size, w.max_prompt_tokens, w.max_response_tokens,
+                              float(w.group_correlation), float(w.length_growth_per_step)),
+                 RolloutSpec(r.gpus, max_batch, r.kv_block_tokens, r.dispatch),
+                 PipelineSpec(sc.name, p.mode, p.steps, p.warmup_steps, p.policy_lag, p.partial_rollouts,
+                              float(p.reward_s), float(p.engine_prepare_s), float(p.data_s)),
+                 TrainerSpec(trainer, sc.training.weight_sync, float(sc.drafter.update_token_fraction)), context)

@@ -1,0 +1,92 @@
+"""The GPU kernel collector: argument handling without torch, and (when torch is installed) a tiny
+CPU run whose output read_kernel_trace accepts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from calibration.collect import collect as col
+from specsim.calibrate.traces.io import read_kernel_trace
+
+
+def test_importing_specsim_and_collector_imports_no_torch():
+    code = (
+        "import sys; import specsim, specsim.calibrate.traces.io, specsim.calibrate, calibration.collect.collect; "
+        "sys.exit(1 if 'torch' in sys.modules else 0)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+
+
+def test_parse_args_and_plan():
+    a = col.parse_args(["--out", "x.csv", "--tiny", "--batches", "1,8", "--contexts", "0,32", "--k", "3"])
+    assert a.batches == [1, 8] and a.contexts == [0, 32] and a.k == [3] and a.repeats == 3
+    shapes = col.plan(a)
+    ops = [s.op for s in shapes]
+    assert ops[0] == "decode" and set(ops) == {"decode", "prefill", "verify", "draft"}
+    assert all(s.q == 4 for s in shapes if s.op == "verify")
+    assert all(s.q == 1 for s in shapes if s.op in ("decode", "draft"))
+    no_sd = col.parse_args(["--out", "x.csv", "--k", ""])
+    assert no_sd.k == [] and {s.op for s in col.plan(no_sd)} == {"decode", "prefill"}
+    for bad in (
+        ["--out", "x", "--batches", "a,b"],
+        ["--out", "x", "--batches", "0"],
+        ["--out", "x", "--budget-s", "0"],
+    ):
+        with pytest.raises(SystemExit):
+            col.parse_args(bad)
+
+
+def test_model_config_refuses_moe_and_bad_layers():
+    with pytest.raises(SystemExit, match="MoE"):
+        col.model_config(col.parse_args(["--out", "x", "--model", "Qwen3-30B-A3B"]))
+    with pytest.raises(SystemExit, match="layers"):
+        col.model_config(col.parse_args(["--out", "x", "--model", "Qwen3-8B", "--layers", "99"]))
+    with pytest.raises(SystemExit, match="did you mean"):
+        col.model_config(col.parse_args(["--out", "x", "--model", "Qwen3-8b-typo"]))
+    spec, draft = col.model_config(col.parse_args(["--out", "x", "--model", "Qwen3-8B", "--layers", "2"]))
+    assert spec.layers == 36 and draft.vocab == 32000 and draft.layers == 1
+
+
+def test_guess_hardware():
+    assert col.guess_hardware("NVIDIA H200") == "h200_sxm"
+    assert col.guess_hardware("NVIDIA H100 80GB HBM3") == "h100_sxm"
+    assert col.guess_hardware("NVIDIA GB200") == "gb200"
+    assert col.guess_hardware("NVIDIA A100") == ""
+
+
+def test_tiny_cpu_run_writes_valid_kernel_trace(tmp_path, capsys):
+    pytest.importorskip("torch")
+    out = tmp_path / "tiny_kernel.csv"
+    rc = col.main(["--tiny", "--device", "cpu", "--out", str(out), "--budget-s", "60"])
+    assert rc == 0
+    df = read_kernel_trace(out)
+    assert set(df["op"]) == {"decode", "prefill", "verify", "draft"}
+    assert (df["time_s"] > 0).all() and (df["model"] == "tiny").all() and (df["tp"] == 1).all()
+    assert df["machine"].str.contains("torch").all()
+    assert (df.loc[df["op"] == "verify", "q_per_seq"] >= 2).all()
+    meta = df.attrs["meta"]
+    assert meta["layers_timed"] == "2 of 2" and meta["stopped_early"] == "no"
+    printed = capsys.readouterr().out
+    assert "decode" in printed and "wrote" in printed
+
+
+def test_tiny_cpu_layer_scaling_and_budget(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "scaled.jsonl"
+    rc = col.main(["--tiny", "--device", "cpu", "--out", str(out), "--layers", "1", "--k", "3", "--no-draft"])
+    assert rc == 0
+    df = read_kernel_trace(out)
+    assert "1 of 2" in df.attrs["meta"]["layers_timed"] and "draft" not in set(df["op"])
+    # a budget too small for even one shape: nothing measured, nothing written
+    none = tmp_path / "none.csv"
+    assert col.main(["--tiny", "--device", "cpu", "--out", str(none), "--budget-s", "1e-9"]) == 1
+    assert not none.exists()

@@ -1,0 +1,125 @@
+"""Whole-run projection (specsim/study/projection.py, `specsim project`) and the inverse answers
+(specsim/study/report/projection.py)."""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specsim.scenario import apply_overrides, load_scenario
+from specsim.study.projection import interval, project_run
+from specsim.study.report.projection import _first_crossing, inverse_answers, inverse_markdown
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_first_crossing_interpolates_and_refuses_to_extrapolate():
+    x = np.array([2.0, 3.0, 4.0])
+    y = np.array([1.0, 1.2, 1.6])
+    assert _first_crossing(x, y, 1.4) == pytest.approx(3.5)
+    assert _first_crossing(x, y, 1.0) == 2.0
+    assert _first_crossing(x, y, 2.0) is None
+
+
+def test_inverse_answers_from_a_frame():
+    rows = []
+    for k in (3, 5):
+        for tau in (2.0, 3.0, 4.0):
+            rows.append({"k": k, "drafter.tau": tau, "generation_speedup": 0.5 + tau * (0.3 if k == 5 else 0.25)})
+    sc = load_scenario(ROOT / "scenarios" / "235b_acceptance.yaml")
+    inv = inverse_answers(sc, pd.DataFrame(rows))
+    need = inv["acceptance_length_needed"]["at_k"]
+    assert need["5"]["1.25x"] == pytest.approx(2.5)      # 0.5 + 0.3·τ = 1.25
+    assert need["3"]["2x"] is None                       # 0.5 + 0.25·4 = 1.5 < 2: not reached
+    assert "| 5 |" in inverse_markdown(inv)
+
+    scale = pd.DataFrame({"policy_lag": [1] * 3, "total_gpus": [512, 1024, 2048],
+                          "step_s": [300.0, 200.0, 100.0], "baseline_step_s": [400.0, 300.0, 200.0]})
+    sc2 = apply_overrides(load_scenario(ROOT / "scenarios" / "235b_scale.yaml"), {"output.capacity.target_step_s": 250.0})
+    g = inverse_answers(sc2, scale)["gpus_needed"]["per_policy_lag"]["1"]
+    assert g["gpus_with_sd"] == pytest.approx(768) and g["gpus_without_sd"] == pytest.approx(1536)
+
+
+def test_interval():
+    m, lo, hi = interval([1.0, 2.0, 3.0])
+    assert m == 2.0 and lo < 2.0 < hi
+    assert interval([5.0]) == (5.0, 5.0, 5.0)
+
+
+def test_project_run_totals_are_consistent():
+    sc = apply_overrides(load_scenario(ROOT / "scenarios" / "8b_rl_think_sync.yaml"),
+                         {"workload.prompts": 16, "rollout.gpus": 4, "pipeline.steps": 5, "pipeline.warmup_steps": 1,
+                          "pipeline.mode": "async", "training.gpus": 4, "workload.length_growth_per_step": 0.05})
+    p = project_run(sc, replicates=2)
+    assert p["gpus"] == 8
+    for kind in ("sd", "ar"):
+        m, lo, hi = p[f"{kind}_wall_h"]
+        assert lo <= m <= hi and m > 0
+        assert p[f"{kind}_gpu_h"][0] == pytest.approx(m * 8)
+    assert p["saved_wall_h"][0] == pytest.approx(p["ar_wall_h"][0] - p["sd_wall_h"][0])
+    assert p["sd_last_step_s"][0] > 0 and p["sd_mean_tau"][0] > 1
+
+
+SMALL_RUN = ["--set", "workload.prompts=16", "--set", "rollout.gpus=4", "--set", "pipeline.steps=3",
+             "--set", "pipeline.warmup_steps=1"]
+
+
+def test_project_command_prints_the_projection_and_its_json():
+    """`specsim project SCENARIO` prints format_projection's four lines; --format json is the
+    project_run dict (every total a [mean, low, high] interval)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from specsim.cli.app import app
+
+    scen = str(ROOT / "scenarios" / "8b_rl_think_sync.yaml")
+    r = CliRunner().invoke(app, ["project", scen, *SMALL_RUN, "--replicates", "2"])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 4, r.stdout
+    assert lines[0].startswith("8b_rl_think_sync: 3 RL steps on 4 GPUs, 2 replicates (mean [95 % interval])")
+    assert lines[1].startswith("  AR : wall-clock ") and lines[2].startswith("  SD : wall-clock ")
+    assert lines[3].startswith("  SD saves ") and "run speedup" in lines[3]
+    r = CliRunner().invoke(app, ["project", scen, *SMALL_RUN, "--replicates", "1", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    p = json.loads(r.stdout)
+    assert (p["scenario"], p["steps"], p["replicates"], p["gpus"]) == ("8b_rl_think_sync", 3, 1, 4)
+    m, lo, hi = p["sd_wall_h"]
+    assert m == lo == hi > 0 and len(p["run_speedup"]) == 3   # one replicate: a point
+    assert p["saved_wall_h"][0] == pytest.approx(p["ar_wall_h"][0] - p["sd_wall_h"][0])
+
+
+@pytest.mark.parametrize("args, needle", [(["--replicates", "0"], "--replicates: must be >= 1"),
+                                          (["--set", "pipeline.steps=abc"], "pipeline.steps")])
+def test_project_command_bad_input_is_one_error(args, needle):
+    from typer.testing import CliRunner
+
+    from specsim.cli.app import app
+
+    r = CliRunner().invoke(app, ["project", str(ROOT / "scenarios" / "235b_run.yaml"), *args])
+    assert r.exit_code == 2, r.output
+    err = r.stderr.strip()
+    assert err.startswith("error: ") and "\n" not in err and needle in err, err
+    assert "Traceback" not in r.output
+
+
+def test_speedup_vs_scale_bars_are_the_summary_interval_cut_at_zero(tmp_path):
+    """The plot's CSV carries the summary's interval (tables.mean_ci), not a symmetric mean ± half:
+    two noisy replicates reach below 0 with a plain t-interval, and the bar must stop at 0."""
+    from specsim.study.report.projection import speedup_vs_scale
+    from specsim.study.report.tables import mean_ci
+
+    frame = pd.DataFrame({"policy_lag": [1, 1, 1, 1, 1], "total_gpus": [512, 512, 1024, 1024, 2048],
+                          "e2e_speedup": [0.1, 1.9, 1.4, 1.5, 1.6]})
+    sc = load_scenario(ROOT / "scenarios" / "235b_scale.yaml")
+    png = speedup_vs_scale(tmp_path / "speedup_vs_scale", sc, frame)
+    assert png and Path(png).is_file()
+    data = pd.read_csv(tmp_path / "speedup_vs_scale.csv").set_index("total_gpus")
+    ref = mean_ci([0.1, 1.9])
+    assert data.loc[512, "ci95_lo"] == 0.0 and ref["ci95"][0] == 0.0      # a t-interval would give ≈ −10.4
+    assert data.loc[512, "ci95_hi"] == pytest.approx(ref["ci95"][1])
+    assert data.loc[1024, "ci95_lo"] == pytest.approx(mean_ci([1.4, 1.5])["ci95"][0])
+    assert 0 < data.loc[1024, "ci95_lo"] < 1.45 < data.loc[1024, "ci95_hi"]
+    assert np.isnan(data.loc[2048, "ci95_lo"]) and data.loc[2048, "count"] == 1
