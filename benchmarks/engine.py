@@ -33,7 +33,7 @@ CASES = [
     ("Qwen3-8B sync, 32 GB200, 512x16, 16K, EAGLE-3 k=3, acceptance falling with context (PR #684)",
      "scenarios/8b_rl_think_sync.yaml", [f"drafter.context_curve={PR684}"], True),
     ("Qwen3-235B-A22B, 2048 GB200, 4096x16, 32K, k=3", "scenarios/235b_async.yaml",
-     ["workload.prompts=4096", "rollout.gpus=2048", "speculation.k=3", "rollout.weight_dtype=bf16",
+     ["sweep={}", "workload.prompts=4096", "rollout.gpus=2048", "speculation.k=3", "rollout.weight_dtype=bf16",
       "rollout.tp=4", "rollout.ep=4", "workload.response_tokens.median=5000", "workload.response_tokens.p99=30000"],
      False),
 ]

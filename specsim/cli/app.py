@@ -57,7 +57,7 @@ app = typer.Typer(
     help="Simulate speculative decoding in RL post-training rollouts: how much faster does an RL step get "
          "with SD, on which model, cluster and workload?",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,   # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
@@ -85,31 +85,28 @@ class ListWhat(str, Enum):
 
 @app.command("list")
 @handle_errors
-def list_cmd(what: Annotated[ListWhat, typer.Argument(help="What to list.")]) -> None:
+def list_cmd(what: Annotated[ListWhat, typer.Argument(help="What to list.")], fmt: FormatOpt = Format.table) -> None:
     """List the bundled hardware profiles or the model catalog."""
-    con = _console()
-    if what is ListWhat.hardware:
-        from specsim.catalog.hardware import list_hardware, load_hardware
+    from specsim.explain.show import hardware_listing, model_listing
 
+    rows = hardware_listing() if what is ListWhat.hardware else model_listing()
+    if fmt is Format.json:
+        _emit_json({what.value: rows})
+        return
+    if what is ListWhat.hardware:
         t = _table("hardware profiles (per GPU, dense peaks)", "name", "description", "BF16 TF/s", "HBM GB",
                    "HBM TB/s", "NVLink GB/s/dir", "NVLink domain", right_from=2)
-        for name in list_hardware():
-            hw = load_hardware(name)
-            t.add_row(name, hw.description, f"{hw.flops_per_s('bf16') / 1e12:.0f}", f"{hw.hbm_bytes / 1e9:.0f}",
-                      f"{hw.hbm_bw_bytes_per_s / 1e12:.2f}", f"{hw.nvlink_bw_bytes_per_s / 1e9:.0f}",
-                      str(hw.nvlink_domain_gpus))
-        con.print(t)
-        return
-    from specsim.catalog.models import list_models, load_model
-
-    t = _table("model catalog", "name", "params", "active params", "layers", "MoE experts/top-k", "source",
-               right_from=1)
-    for name in list_models():
-        m = load_model(name)
-        moe = f"{m.moe.experts}/{m.moe.top_k}" if m.moe else "dense"
-        t.add_row(name, _b(m.total_params), _b(m.active_params), str(m.layers), moe, m.source)
-    t.columns[-1].justify = "left"
-    con.print(t)
+        for r in rows:
+            t.add_row(r["name"], r["description"], f"{r['bf16_dense_tflops']:.0f}", f"{r['hbm_gb']:.0f}",
+                      f"{r['hbm_tb_per_s']:.2f}", f"{r['nvlink_gb_per_s_per_direction']:.0f}", str(r["nvlink_domain_gpus"]))
+    else:
+        t = _table("model catalog", "name", "params", "active params", "layers", "MoE experts/top-k", "source",
+                   right_from=1)
+        for r in rows:
+            moe = f"{r['moe_experts']}/{r['moe_top_k']}" if r["moe_experts"] else "dense"
+            t.add_row(r["name"], _b(r["total_params"]), _b(r["active_params"]), str(r["layers"]), moe, r["source"])
+        t.columns[-1].justify = "left"
+    _console().print(t)
 
 
 # ============================================================================ check
@@ -149,7 +146,7 @@ def check(
                                         f"bubble + TP + EP {tr['bubble_tp_ep_s']:.1f}), logprob {tr['logprob_s']:.1f} s")
     t.add_row("KV capacity per engine", f"{world.kv_capacity_tokens:,} tokens "
                                         f"({info['max_length_sequences_in_kv']} max-length sequences)")
-    mem = ", ".join(f"{label.replace(' (GB)', '')} {v:.1f}" for label, v in info["memory_gb_per_gpu"].items())
+    mem = ", ".join(f"{common.gb_label(key)} {v:.1f}" for key, v in info["memory_gb_per_gpu"].items())
     t.add_row("memory per GPU (GB)", mem)
     t.add_row("workload", f"{w.prompts} prompts × {w.group_size} = {info['responses_per_step']:,} responses/step, "
                           f"max {w.max_response_tokens} tokens")

@@ -159,6 +159,12 @@ def emit_json(obj: Any) -> None:
     typer.echo(json.dumps(jsonable(obj), indent=2))
 
 
+def gb_label(key: str) -> str:
+    """A table label for a `*_gb` JSON key: 'kv_cache_gb' -> 'KV cache', 'hbm_gb' -> 'HBM'."""
+    words = key.removesuffix("_gb").split("_")
+    return " ".join(w.upper() if w in ("kv", "hbm") else w for w in words)
+
+
 def billions(params: float) -> str:
     """'8.19 B' for 8.19e9 parameters."""
     return f"{params / 1e9:.2f} B"

@@ -75,7 +75,7 @@ def show_model(
     con.print(s)
     m = _table("memory per GPU", "item", "GB")
     for label, v in info["memory_gb_per_gpu"].items():
-        m.add_row(label.replace(" (GB)", ""), f"{v:.2f}")
+        m.add_row(common.gb_label(label), f"{v:.2f}")
     con.print(m)
     t = _table(f"decode step at {context} tokens of context per sequence (incl. "
               f"{info['step_overhead_ms']:g} ms step overhead)",

@@ -76,10 +76,12 @@ class MemoryPlan:
     kv_bytes_per_token: float
     kv_capacity_tokens: int
 
-    def table(self) -> list[tuple[str, float]]:
-        return [("HBM (GB)", self.hbm_bytes / GB), ("usable (GB)", self.usable_bytes / GB),
-                ("weights (GB)", self.weight_bytes / GB), ("drafter weights (GB)", self.drafter_weight_bytes / GB),
-                ("activations (GB)", self.activation_bytes / GB), ("KV cache (GB)", self.kv_bytes / GB)]
+    def gb_per_gpu(self) -> dict[str, float]:
+        """The plan per GPU in GB (1e9 bytes), keys with their unit: hbm_gb = usable_gb + the
+        reserve; usable_gb = weights + drafter weights + activations + KV cache."""
+        return {"hbm_gb": self.hbm_bytes / GB, "usable_gb": self.usable_bytes / GB, "weights_gb": self.weight_bytes / GB,
+                "drafter_weights_gb": self.drafter_weight_bytes / GB, "activations_gb": self.activation_bytes / GB,
+                "kv_cache_gb": self.kv_bytes / GB}
 
 
 def memory_plan(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, *, gpu_memory_utilization: float = 0.9,

@@ -119,7 +119,7 @@ def check_report(world, file: str) -> dict:
         "rollout_gpus": sc.rollout.gpus, "training_gpus": sc.training_gpus, "pipeline": sc.pipeline.mode,
         "kv_capacity_tokens_per_engine": world.kv_capacity_tokens,
         "max_length_sequences_in_kv": max_length_sequences_in_kv(world),
-        "memory_gb_per_gpu": {label: v for label, v in world.memory.table()},
+        "memory_gb_per_gpu": world.memory.gb_per_gpu(),
         "responses_per_step": w.prompts * w.group_size, "max_response_tokens": w.max_response_tokens,
         "drafter": d.kind, "alpha0": world.acceptance.alpha0,
         "tau_at_k": {"k": d.tau_at_k, "tau": float(world.acceptance.tau(d.tau_at_k, 0))},

@@ -72,7 +72,7 @@ def model_report(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, *, 
         "weight_gb_per_gpu": float(plan.weight_bytes) / GB,
         "kv_bytes_per_token": model.kv_bytes_per_token(DTYPE_BYTES[layout.kv_dtype]),
         "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token, "kv_capacity_tokens": plan.kv_capacity_tokens,
-        "memory_gb_per_gpu": {label: v for label, v in plan.table()},
+        "memory_gb_per_gpu": plan.gb_per_gpu(),
         "ridge_point_flops_per_byte": ridge_point(hw, math_dtype(layout.weight_dtype)),
         "context_tokens_per_seq": context, "k": k,
         "step_overhead_ms": hw.efficiency.step_overhead_s * 1e3,
@@ -169,3 +169,30 @@ def tree_report(acc, branching: str) -> dict:
     from specsim.workload.acceptance.shapes import parse_branching, tree_summary
 
     return tree_summary(acc, parse_branching(branching))
+
+
+def hardware_listing() -> list[dict]:
+    """`specsim list hardware`: one record per bundled profile, units in the keys (dense peaks)."""
+    from specsim.catalog.hardware import list_hardware, load_hardware
+
+    out = []
+    for name in list_hardware():
+        hw = load_hardware(name)
+        out.append({"name": name, "description": hw.description, "bf16_dense_tflops": hw.flops_per_s("bf16") / 1e12,
+                    "hbm_gb": hw.hbm_bytes / 1e9, "hbm_tb_per_s": hw.hbm_bw_bytes_per_s / 1e12,
+                    "nvlink_gb_per_s_per_direction": hw.nvlink_bw_bytes_per_s / 1e9,
+                    "nvlink_domain_gpus": hw.nvlink_domain_gpus})
+    return out
+
+
+def model_listing() -> list[dict]:
+    """`specsim list models`: one record per catalog model (parameters as counts, not billions)."""
+    from specsim.catalog.models import list_models, load_model
+
+    out = []
+    for name in list_models():
+        m = load_model(name)
+        out.append({"name": name, "total_params": m.total_params, "active_params": m.active_params,
+                    "layers": m.layers, "moe_experts": m.moe.experts if m.moe else 0,
+                    "moe_top_k": m.moe.top_k if m.moe else 0, "source": m.source})
+    return out

@@ -160,13 +160,30 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
     swept value). Raises ScenarioError."""
     file = str(path)
     doc = read_yaml(path)
+    set_values = {}
     for text in overrides:
         key, value = parse_override(text)
         doc = set_dotted(doc, key, value, file)
+        set_values[key] = value
     sc = validate_doc(doc, file)
     sc._source_file = file
+    _refuse_swept_sets(sc, set_values)
     check_derived(sc)
     return sc
+
+
+def _refuse_swept_sets(sc: Scenario, set_values: dict) -> None:
+    """A `--set` on a field the sweep varies would be overridden at every point without a word:
+    refuse it, and say how to set the swept values instead."""
+    swept = [k for k in sc.sweep if k not in ("replicates", "zip")]
+    for key, value in set_values.items():
+        for path in swept:
+            if key == path or key.startswith(path + ".") or path.startswith(key + "."):
+                raise ScenarioError(
+                    "command line", f"--set {key}", value,
+                    f"a field the sweep does not vary: the sweep sets {path} at every point "
+                    f"(sweep.{path} = {sc.sweep[path]}); change the swept values with --set 'sweep.{path}=[...]', "
+                    f"or drop the sweep with --set 'sweep={{}}'")
 
 
 def _axes(sweep: dict) -> list[list[dict]]:

@@ -29,7 +29,7 @@ __all__ = ["ResultsConflict", "inputs_changes", "load_points", "load_runs", "own
 
 #: Top-level files a run writes.
 TOP_FILES = ("resolved.yaml", "inputs.json", "points.csv", "points.parquet", "steps.csv", "runs.csv",
-             "timeline.csv", "summary.json", "summary.md")
+             "timeline.csv", "summary.json", "summary.md", "report.html")
 #: Plot stems (each written as .png and .csv under plots/).
 PLOT_STEMS = ("heatmap_e2e_speedup", "speedup_vs_k", "rollout_timeline", "step_breakdown", "capacity_plan")
 _OWNED = {

@@ -46,7 +46,7 @@ from specsim.study import results_folder as results_dir
 from specsim.study.capacity import capacity_plan, capacity_sizes
 from specsim.study.executors import check_backend, run_tasks
 from specsim.study.plan import plan_study
-from specsim.study.report import projection
+from specsim.study.report import html, projection
 from specsim.study.report.progress import Progress
 from specsim.study.results_folder import ResultsConflict, sha
 from specsim.study.sweep import (
@@ -306,6 +306,7 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
                       "out_dir": str(out_dir), "warnings": warnings, "inputs": inputs}
     atomic.write_json(out_dir / "summary.json", summary)
     atomic.write_text(out_dir / "summary.md", summary_markdown(summary) + projection.inverse_markdown(summary["inverse"]))
-    files += ["summary.json", "summary.md", "resolved.yaml", "inputs.json"]
+    html.write_report(out_dir)
+    files += ["summary.json", "summary.md", html.REPORT_FILE, "resolved.yaml", "inputs.json"]
     return RunSummary(out_dir, sc.name, len(rows), len({p.index for p in plan.points}), replicates(sc), computed,
                       reused, wall, summary.get("best", {}), summary, files, warnings)

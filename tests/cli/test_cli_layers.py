@@ -63,9 +63,9 @@ def test_model_report_rows_follow_the_roofline():
     assert rows[0]["verify_k3_over_decode"] < 1.15
     # the memory plan adds up: everything but the KV cache and the KV fit usable HBM
     mem = info["memory_gb_per_gpu"]
-    parts = mem["weights (GB)"] + mem["drafter weights (GB)"] + mem["activations (GB)"] + mem["KV cache (GB)"]
-    assert parts == pytest.approx(mem["usable (GB)"], rel=1e-6)
-    assert info["kv_capacity_tokens"] * info["kv_bytes_per_token_per_gpu"] / 1e9 <= mem["KV cache (GB)"] * (1 + 1e-9)
+    parts = mem["weights_gb"] + mem["drafter_weights_gb"] + mem["activations_gb"] + mem["kv_cache_gb"]
+    assert parts == pytest.approx(mem["usable_gb"], rel=1e-6)
+    assert info["kv_capacity_tokens"] * info["kv_bytes_per_token_per_gpu"] / 1e9 <= mem["kv_cache_gb"] * (1 + 1e-9)
 
 
 def test_drafter_report_staleness_and_costs():

@@ -1,0 +1,195 @@
+"""report.html: one self-contained page per results folder, for a design review.
+
+It holds the summary's tables (summary.md rendered), every plot (embedded as data URIs, so the
+file can be mailed or attached on its own), every row of points.csv in a sortable table, the
+resolved scenario, the provenance (versions, input hashes, when and how it ran) and the
+"how far to trust it" caveats that apply to this run. It is rendered from the files already in
+the folder (nothing is simulated or recomputed), with a Jinja2 template
+(templates/report.html.j2) and Python-Markdown for the summary.
+
+Which caveats apply is decided from the resolved scenario and the summary, each by a stated rule
+(:func:`caveats`); the evidence behind each is in the user guide (docs/validation.md).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import platform
+from pathlib import Path
+from typing import Any
+
+import markdown
+import pandas as pd
+import yaml
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
+
+from specsim import atomic
+
+__all__ = ["REPORT_FILE", "caveats", "render_report", "write_report"]
+
+REPORT_FILE = "report.html"
+
+#: the (model, hardware, pipeline mode) combinations with measured end-to-end RL step rows in
+#: `specsim validate` (NeMo-RL's Qwen3-8B runs on GB200, docs/validation.md); elsewhere a number is a projection
+VALIDATED_RL_STEPS = {("qwen3-8b", "gb200", "sync")}
+#: draft lengths from which the long-tail reasoning rows are over-predicted (docs/validation.md, "Misses")
+LONG_DRAFT_K = 5
+
+#: what each plot shows (plots.py, projection.py); a plot without an entry is captioned by its name
+PLOT_CAPTIONS = {
+    "heatmap_e2e_speedup": "Steady end-to-end speedup over sync AR by draft length k and policy lag (best cell boxed)",
+    "speedup_vs_k": "Speedup against draft length k, one line per policy lag, with replicate intervals",
+    "step_breakdown": "Where a step's time goes: sync AR, the best AR and the best SD configuration",
+    "rollout_timeline": "Active sequences per engine over one step's generation, AR vs SD",
+    "capacity_plan": "Step time and GPU-hours per 1,000 steps against rollout GPUs, with and without SD",
+    "scale": "Speedup against cluster size",
+    "k_tau": "Speedup over draft length k and acceptance τ",
+}
+
+
+def caveats(resolved: dict, summary: dict) -> list[str]:
+    """The caveats of docs/validation.md that apply to this run, each by its rule."""
+    out = []
+    model, hw = str(resolved.get("model", "")), str(resolved.get("hardware", ""))
+    mode = str((resolved.get("pipeline") or {}).get("mode", ""))
+    if (model.lower(), Path(hw).stem.lower(), mode) not in VALIDATED_RL_STEPS:
+        out.append(f"No measured RL run of {model} on {hw} ({mode}) is among the validation targets: these numbers "
+                   "are projections from fitted kernels, the trainer's throughput and the scenario's assumed lengths "
+                   "and acceptance, not predictions checked against a measurement at this configuration.")
+    ks = [int(k) for k in (summary.get("swept") or {}).get("speculation.k", [])] or \
+        [int((resolved.get("speculation") or {}).get("k") or 0)]
+    if max(ks) >= LONG_DRAFT_K:
+        out.append(f"Draft lengths k ≥ {LONG_DRAFT_K} are optimistic on long-tailed reasoning workloads: the measured "
+                   "Qwen3-8B RL-Think runs at k = 5 and 7 were slower than AR where specsim predicts them faster.")
+    if mode == "async":
+        out.append("The async pipeline's step period is the one 8B prediction that misses its measurement (the "
+                   "measured run's trainer or batch is not published); treat async step times as indicative.")
+    rollout = resolved.get("rollout") or {}
+    per_engine = max(int(rollout.get("tp", 1)), int(rollout.get("ep", 1))) * int(rollout.get("pp", 1))
+    if per_engine > 8 or int(rollout.get("gpus", 0)) > 72 or mode == "async":
+        out.append("Traffic between NVLink domains (weight sync across nodes, engines or trainers spanning nodes) is "
+                   "priced with a labelled scale-out network prior, not a fitted one.")
+    best = summary.get("best") or {}
+    if best and best.get("mean_active_batch") is not None and _finite(best["mean_active_batch"]) \
+            and float(best["mean_active_batch"]) < 4:
+        out.append(f"The best point's engines run {float(best['mean_active_batch']):.1f} sequences on average: the "
+                   "rollout pool is over-provisioned for this batch, where SD gains most; fewer rollout GPUs may give "
+                   "the same step (see the capacity plan).")
+    out += [f"Run warning: {w}" for w in (summary.get("run") or {}).get("warnings", [])]
+    out.append("Every speedup is a paired comparison on common random draws; intervals are 95 % t-intervals over "
+               "paired replicates (a single replicate gives no interval).")
+    return out
+
+
+def render_report(out_dir: Path) -> str:
+    """The report page of the results folder `out_dir` (summary.json, summary.md, points.csv,
+    resolved.yaml, inputs.json and plots/*.png must be there, as `specsim run` writes them)."""
+    out_dir = Path(out_dir)
+    summary = json.loads((out_dir / "summary.json").read_text(encoding="utf-8"))
+    resolved_text = (out_dir / "resolved.yaml").read_text(encoding="utf-8")
+    resolved = yaml.safe_load(resolved_text) or {}
+    env = Environment(loader=PackageLoader("specsim.study.report", "templates"),
+                      autoescape=select_autoescape(["html", "j2"]), trim_blocks=False, keep_trailing_newline=True)
+    summary_md = (out_dir / "summary.md").read_text(encoding="utf-8")
+    summary_html = markdown.markdown(_summary_body(summary_md), extensions=["tables", "fenced_code"], output_format="html")
+    points = pd.read_csv(out_dir / "points.csv")
+    inputs = json.loads((out_dir / "inputs.json").read_text(encoding="utf-8"))
+    run = summary.get("run") or {}
+    provenance = {
+        "specsim": summary.get("specsim_version", ""),
+        "python": platform.python_version(),
+        **{f"{m}": _version(m) for m in ("numpy", "scipy", "pandas", "simpy", "pydantic")},
+        "created (UTC)": run.get("created_utc", ""),
+        "wall time": f"{float(run.get('wall_s', 0.0)):.1f} s ({run.get('computed_runs', 0)} runs computed, "
+                     f"{run.get('reused_runs', 0)} reused; backend {run.get('backend', '')}, jobs {run.get('jobs', '')})",
+        "scenario file": summary.get("file", ""),
+        "seed": summary.get("seed", ""),
+        **{f"input sha256 ({k})": v for k, v in sorted(inputs.items())},
+    }
+    page = env.get_template("report.html.j2").render(
+        title=f"{summary.get('scenario', '')}: speculative decoding in RL rollouts",
+        lede=f"{summary.get('model', '')} on {summary.get('hardware', '')}. {summary.get('description', '')}",
+        caveats=caveats(resolved, summary),
+        summary_html=Markup(summary_html),
+        plots=_plots(out_dir, summary.get("plots") or {}),
+        table=_table(points),
+        rows_note=f"{len(points)} rows (sweep points × replicates) of points.csv.",
+        resolved_yaml=resolved_text,
+        provenance=provenance,
+    )
+    return page
+
+
+def write_report(out_dir: Path) -> Path:
+    """Render and write report.html into the results folder (atomically)."""
+    path = Path(out_dir) / REPORT_FILE
+    atomic.write_text(path, render_report(out_dir))
+    return path
+
+
+#: summary.md sections the page shows in its own form (embedded plots, the resolved YAML)
+_OWN_SECTIONS = ("Plots", "Resolved scenario")
+
+
+def _summary_body(md: str) -> str:
+    """summary.md without its title (the page has its own) and without the sections the page
+    draws itself."""
+    lines = md.splitlines()
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]
+    out, skip = [], False
+    for line in lines:
+        if line.startswith("## "):
+            skip = line[3:].strip().startswith(_OWN_SECTIONS)
+        if not skip:
+            out.append(line)
+    return "\n".join(out)
+
+
+def _plots(out_dir: Path, files: dict[str, str]) -> list[dict[str, str]]:
+    out = []
+    for name, file in files.items():
+        path = out_dir / "plots" / file
+        if not path.is_file():
+            continue
+        data = base64.b64encode(path.read_bytes()).decode("ascii")
+        out.append({"name": name, "file": file, "data": data,
+                    "caption": PLOT_CAPTIONS.get(name, name.replace("_", " "))})
+    return out
+
+
+def _table(frame: pd.DataFrame) -> dict[str, Any]:
+    """points.csv as rows of cells: numbers shown to 4 significant digits, sorted by their value."""
+    rows = []
+    for rec in frame.itertuples(index=False):
+        cells = []
+        for v in rec:
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v):
+                cells.append({"num": True, "sort": repr(float(v)), "text": f"{v:.4g}" if isinstance(v, float) else str(v)})
+            else:
+                cells.append({"num": False, "sort": "", "text": "" if _is_nan(v) else str(v)})
+        rows.append(cells)
+    return {"columns": list(frame.columns), "rows": rows}
+
+
+def _finite(v) -> bool:
+    try:
+        return math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def _is_nan(v) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
+def _version(module: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(module)
+    except PackageNotFoundError:
+        return "not installed"
