@@ -34,7 +34,7 @@ import numpy as np
 from specsim.errors import InvariantError
 from specsim.sim.common import EngineConfig, EngineResult
 from specsim.sim.fleet_admit import admit, fit_batch, policy_for_new
-from specsim.sim.fleet_state import INF, FleetState, choose_k_fleet, per_engine, ragged
+from specsim.sim.fleet_state import INF, FleetState, choose_k_fleet, per_engine, ragged, runs
 
 __all__ = ["Fleet", "SwitchPayload", "run_fleet_closed"]
 
@@ -357,7 +357,7 @@ class Fleet(FleetState):
         self.release_groups(idx, eng)
         self.push_slots(eng, c)
         self.slot_of[idx] = -1
-        u, cnt = np.unique(eng, return_counts=True)
+        u, _, cnt = runs(eng)
         self.n[u] -= cnt
         np.subtract.at(self.remaining, (eng, self.step_ids[idx]), 1)
         if self.batch_dependent:

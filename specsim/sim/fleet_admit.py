@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.sim.fleet_state import FleetState, choose_k_fleet, leading_true, per_engine, ragged
+from specsim.sim.fleet_state import FleetState, choose_k_fleet, leading_true, per_engine, ragged, runs
 
 CHUNK = 32   # candidates looked at per engine and pass (a long admission takes more passes)
 
@@ -90,7 +90,9 @@ def admit(st: FleetState, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         ee = e[live][seg]
         cand = st.queue[ee, pos]
         gc = st.groups[cand]
-        _, first = np.unique(gc, return_index=True)
+        vals, first, _ = runs(gc)          # a group's queued members are contiguous, unless preempted
+        if len(vals) > 1 and len(np.unique(vals)) < len(vals):
+            _, first = np.unique(gc, return_index=True)
         opens = np.zeros(len(cand), dtype=bool)
         opens[first] = st.group_active[gc[first]] == 0
         if opened:
@@ -113,8 +115,9 @@ def admit(st: FleetState, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         live = live[(count == w) & (done[live] < left[live])]
         width *= 4
     cand, eng, opens, pb = (np.concatenate(x) for x in zip(*picks))
-    order = np.argsort(eng, kind="stable")
-    cand, eng, opens, pb = cand[order], eng[order], opens[order], pb[order]
+    if len(picks) > 1:        # passes after the first: back to engine order
+        order = np.argsort(eng, kind="stable")
+        cand, eng, opens, pb = cand[order], eng[order], opens[order], pb[order]
     return activate(st, cand, eng, opens, pb), eng
 
 
@@ -125,7 +128,7 @@ def activate(st: FleetState, cand: np.ndarray, eng: np.ndarray, opens: np.ndarra
     if not len(cand):
         return cand
     E = st.E
-    u, cnt = np.unique(eng, return_counts=True)
+    u, _, cnt = runs(eng)
     st.qhead[u] += cnt
     np.add.at(st.group_active, st.groups[cand], 1)
     st.GB += per_engine(eng, pb, E)
@@ -153,7 +156,7 @@ def activate(st: FleetState, cand: np.ndarray, eng: np.ndarray, opens: np.ndarra
         q = np.where(opens, P + sv, sv)[pf]
         c = np.where(opens, 0.0, P)[pf]
         pe = eng[pf]
-        ue = np.unique(pe)
+        ue = runs(pe)[0]
         sums = [per_engine(pe, x, E)[ue] for x in (None, q, q * q, q * c, c)]
         st.prefill(ue, *sums)
     return cand
@@ -163,7 +166,7 @@ def policy_for_new(st: FleetState, new: np.ndarray, eng: np.ndarray) -> None:
     """New responses start at the engine's k; an engine whose k changes re-keys everyone."""
     if not len(new):
         return
-    u = np.unique(eng)
+    u = runs(eng)[0]
     k_new = choose_k_fleet(st.cfg.policy, st.n[u])
     changed = u[k_new != st.k[u]]
     if len(changed):

@@ -52,6 +52,16 @@ def leading_true(mask: np.ndarray, lens: np.ndarray) -> np.ndarray:
     return np.add.reduceat((bad - base[seg]) == 0, first).astype(np.int64)
 
 
+def runs(sorted_vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(values, first index, count) of the runs of equal values of a sorted array (np.unique
+    without the sort)."""
+    if not len(sorted_vals):
+        z = np.zeros(0, dtype=np.int64)
+        return sorted_vals, z, z
+    first = np.flatnonzero(np.concatenate(([True], sorted_vals[1:] != sorted_vals[:-1])))
+    return sorted_vals[first], first, np.diff(np.append(first, len(sorted_vals)))
+
+
 def per_engine(eng: np.ndarray, values, n_engines: int) -> np.ndarray:
     """Σ values per engine (np.bincount over the engine index)."""
     return np.bincount(eng, weights=values, minlength=n_engines)
@@ -183,7 +193,7 @@ class FleetState:
         left = self.L[idx] - self.g0[idx]
         need = np.empty(len(idx))
         m = np.empty(len(idx))
-        for kv in np.unique(kk).tolist():
+        for kv in ([int(kk[0])] if kk.min() == kk.max() else np.unique(kk).tolist()):
             sel = kk == kv
             ii = idx[sel]
             if kv == 0:
@@ -249,7 +259,7 @@ class FleetState:
 
     def push_slots(self, eng: np.ndarray, slots: np.ndarray) -> None:
         """Return slots (eng sorted) to their engines' free stacks."""
-        u, first, cnt = np.unique(eng, return_index=True, return_counts=True)
+        u, first, cnt = runs(eng)
         rank = np.arange(len(eng)) - np.repeat(first, cnt)
         self.free[eng, self.ftop[eng] + rank] = slots
         self.ftop[u] += cnt
@@ -261,9 +271,9 @@ class FleetState:
         """Responses idx leave the batch: their groups' prompt blocks are freed with the last member."""
         g = self.groups[idx]
         np.subtract.at(self.group_active, g, 1)
-        ug = np.unique(g) if len(g) > 1 else g
-        gone = ug[self.group_active[ug] == 0]
+        gone = g[self.group_active[g] == 0]
         if len(gone):
+            gone = np.unique(gone) if len(gone) > 1 else gone
             self.GB -= per_engine(self.group_eng[gone], self.group_pb[gone], self.E)
 
     def prefill(self, e: np.ndarray, n: np.ndarray, sq, sq2, sqc, sc) -> None:
