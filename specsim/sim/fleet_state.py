@@ -252,7 +252,7 @@ class FleetState:
     # ---------------------------------------------------------------- batch changes
     def pop_slots(self, eng: np.ndarray, counts: np.ndarray, e_set: np.ndarray) -> np.ndarray:
         """Free slots for `counts[j]` new responses of engine e_set[j] (eng: the engine of each)."""
-        seg, pos = ragged(self.ftop[e_set] - counts, counts)
+        _, pos = ragged(self.ftop[e_set] - counts, counts)
         slots = self.free[eng, pos]
         self.ftop[e_set] -= counts
         return slots
