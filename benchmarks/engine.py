@@ -1,11 +1,17 @@
-"""Fast engine vs reference engine: wall time and agreement on whole generation phases.
+"""Fast engine vs reference engine, and the fleet engine vs the per-engine fast engine it replaced.
 
-    python benchmarks/engine.py [--quick]
+    python benchmarks/engine.py [--quick] [--pool-only]
 
 Prints one row per case: scenario, responses, tokens, reference wall s, fast wall s (median of 5),
 their ratio (measured in the same process, back to back, so machine noise affects both alike) and the
 relative difference in simulated rollout time. The 235B case runs the fast engine only (the
 reference engine steps every token of 65,536 responses; it is the oracle for small cases).
+
+A second table times whole pools: the 235B async pipeline (384 engines, k = 5, lag 2, 6 RL steps)
+at 4,096 and 65,536 trajectories per step, and one closed generation phase of the 235B pool, each
+on the fleet engine (engine="fast", sim/fleet.py) and on the per-engine fast engine it replaced
+(engine="fast_v1"), alternating, median of `--repeats` runs each, with the ratio and the largest
+relative difference in step end times.
 """
 
 from __future__ import annotations
@@ -14,12 +20,14 @@ import argparse
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
 from specsim.scenario import load_scenario
 from specsim.sim.cluster import draw_step, simulate_generation
+from specsim.sim.pipeline import run_pipeline
 from specsim.world.resolve import resolve
 
 #: vLLM speculators PR #684's curve (calibration/published/eagle3_context_curve.csv) as [tokens, relative alpha]
@@ -49,10 +57,60 @@ def timed(fn, repeats: int = 1):
     return out, sorted(times)[len(times) // 2]
 
 
+ASYNC_235B = ["speculation.k=5", "pipeline.policy_lag=2", "pipeline.steps=6"]
+POOL_CASES = [
+    # label, scenario, overrides, pipeline (else one closed generation phase)
+    ("235B async pipeline, 384 engines, 256x16 = 4,096 traj/step", "scenarios/235b_async.yaml", ASYNC_235B, True),
+    ("235B async pipeline, 384 engines, 4096x16 = 65,536 traj/step", "scenarios/235b_async.yaml",
+     ASYNC_235B + ["workload.prompts=4096"], True),
+    ("235B sync AR generation, 512 engines, 4,096 traj", "scenarios/235b_async.yaml",
+     ["pipeline.mode=sync", "speculation.policy=off", "training.gpus=null", "rollout.gpus=2048"], False),
+    ("8B sync generation, 32 engines, 8,192 traj, tight KV (preemption)", "scenarios/8b_rl_think_sync.yaml",
+     ["rollout.gpu_memory_utilization=0.3"], False),
+]
+
+
+def pool_table(repeats: int) -> Table:
+    """Fleet vs per-engine fast engine on whole pools, alternating runs in this process."""
+    table = Table(title="fleet engine vs per-engine fast engine (fast_v1), one process, alternating, median")
+    for col in ("case", "fast_v1 s", "fleet s", "ratio v1/fleet", "per RL step v1 / fleet s", "max rel diff"):
+        table.add_column(col, justify="right" if col != "case" else "left")
+    for label, path, overrides, pipeline in POOL_CASES:
+        world = resolve(load_scenario(path, overrides))
+        if pipeline:
+            fn = {e: (lambda e=e, w=world: run_pipeline(w, engine=e)) for e in ("fast_v1", "fast")}
+        else:
+            draw = draw_step(world, 0)
+            fn = {e: (lambda e=e, w=world, d=draw: simulate_generation(w, d, engine=e, record_timeline=False))
+                  for e in ("fast_v1", "fast")}
+        times = {"fast_v1": [], "fast": []}
+        out = {}
+        for _ in range(repeats):
+            for e in ("fast_v1", "fast"):
+                out[e], dt = timed(fn[e])
+                times[e].append(dt)
+        v1, fl = (sorted(times[e])[len(times[e]) // 2] for e in ("fast_v1", "fast"))
+        if pipeline:
+            a, b = (out[e].steps_frame()["step_end_s"].to_numpy() for e in ("fast_v1", "fast"))
+            n_steps = len(a)
+        else:
+            a, b = (np.array([r.rollout_s for r in out[e].engines]) for e in ("fast_v1", "fast"))
+            n_steps = 1
+        diff = float(np.max(np.abs(a - b) / a))
+        table.add_row(label, f"{v1:.2f}", f"{fl:.2f}", f"{v1 / fl:.1f}x", f"{v1 / n_steps:.3f} / {fl / n_steps:.3f}",
+                      f"{diff:.1e}")
+    return table
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="8B cases at 128 prompts (for a fast look)")
+    ap.add_argument("--pool-only", action="store_true", help="only the fleet vs fast_v1 pool table")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each engine per pool case (median)")
     args = ap.parse_args()
+    if args.pool_only:
+        Console(width=170).print(pool_table(args.repeats))
+        return
     table = Table(title="specsim engine benchmark: fast vs reference (one process, back to back)")
     for col in ("case", "responses", "tokens", "reference s", "fast s", "ratio ref/fast", "rollout diff"):
         table.add_column(col, justify="right" if col != "case" else "left")
@@ -70,6 +128,7 @@ def main() -> None:
             row = ("-", f"{fast_s:.3f}", "-", "-")
         table.add_row(label, f"{draw.n_responses:,}", f"{fast.total_tokens:,}", *row)
     Console(width=170).print(table)
+    Console(width=170).print(pool_table(args.repeats))
 
 
 if __name__ == "__main__":

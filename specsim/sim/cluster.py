@@ -20,6 +20,9 @@ from scipy import stats
 
 from specsim.sim.common import EngineConfig, EngineResult, EngineWork, conditional_tau
 from specsim.sim.engine import run_fast
+from specsim.sim.fastlaw import step_law
+from specsim.sim.fleet import run_fleet_closed
+from specsim.sim.fleet_state import fleet_supports
 from specsim.sim.reference import run_reference
 from specsim.workload.acceptance.laws import alpha_from_tau
 from specsim.workload.lengths import growth_factor, sample_group_lengths, sample_prompt_lengths
@@ -195,25 +198,44 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
     prompt_of = draw.prompt_tokens[group_of]
     lengths = draw.response_tokens.reshape(-1)
     eng_of_group = dispatch(world, draw)
-    runner = run_fast if engine == "fast" else run_reference
     eng_of_response = eng_of_group[group_of]
     order = np.argsort(eng_of_response, kind="stable")  # responses grouped by engine, queue order kept
     starts = np.searchsorted(eng_of_response[order], np.arange(world.engines + 1))
     base_cfg = engine_config(world, "engine", mean_alpha, record_timeline=record_timeline)
-    results = []
-    for e in range(world.engines):
-        idx = order[starts[e]:starts[e + 1]]
-        if len(idx) == 0:
-            continue
-        work = EngineWork(idx, group_of[idx], prompt_of[idx], lengths[idx], alphas[idx])
-        cfg = replace(base_cfg, name=f"engine{e}")
-        if alpha_estimates and cfg.name in alpha_estimates:
-            cfg = replace(cfg, policy_ctx=replace(cfg.policy_ctx, alpha_estimate=alpha_estimates[cfg.name],
-                                                  context=None))   # measured: the curve is in it
-        rng = np.random.default_rng([draw.engine_seed, e])
-        results.append(runner(cfg, work, rng))
+    if engine == "fast" and fleet_supports(base_cfg):   # the whole pool at once (sim/fleet.py)
+        results = _fleet_generation(world, base_cfg, draw, order, starts, group_of, prompt_of, lengths, alphas)
+    else:
+        runner = run_reference if engine == "reference" else run_fast
+        results = []
+        for e in range(world.engines):
+            idx = order[starts[e]:starts[e + 1]]
+            if len(idx) == 0:
+                continue
+            work = EngineWork(idx, group_of[idx], prompt_of[idx], lengths[idx], alphas[idx])
+            cfg = replace(base_cfg, name=f"engine{e}")
+            if alpha_estimates and cfg.name in alpha_estimates:
+                cfg = replace(cfg, policy_ctx=replace(cfg.policy_ctx, alpha_estimate=alpha_estimates[cfg.name],
+                                                      context=None))   # measured: the curve is in it
+            rng = np.random.default_rng([draw.engine_seed, e])
+            results.append(runner(cfg, work, rng))
     rollout_s = max((r.rollout_s for r in results), default=0.0)
     return GenerationResult(rollout_s, results, world.rollout.gpus, world.policy.label, mean_alpha)
+
+
+def _fleet_generation(world: World, cfg: EngineConfig, draw: StepDraw, order, starts, group_of, prompt_of, lengths,
+                      alphas) -> list[EngineResult]:
+    """simulate_generation's engines as one fleet (sim/fleet.py): the same responses, queue order
+    and noise (one normal per response from the engine's stream) as the per-engine loop. The
+    fleet's policies price no batch, so the engines' acceptance estimates are not needed."""
+    used = [e for e in range(world.engines) if starts[e + 1] > starts[e]]
+    eng_of = np.repeat(np.arange(len(used)), [starts[e + 1] - starts[e] for e in used])
+    z = np.concatenate([np.random.default_rng([draw.engine_seed, e]).standard_normal(int(starts[e + 1] - starts[e]))
+                        for e in used]) if used else np.zeros(0)
+    a = alphas[order]
+    pol = cfg.policy
+    laws = {k: step_law(a, k, cfg.position_decay, pol.tree_for(k), cfg.proposal_rate) for k in pol.ks if k > 0}
+    return run_fleet_closed(cfg, [f"engine{e}" for e in used], eng_of, order, group_of[order], prompt_of[order],
+                            lengths[order], z, laws, a)
 
 
 def with_policy(world: World, policy: SDPolicy) -> World:

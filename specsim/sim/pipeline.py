@@ -294,7 +294,8 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
                 d = {k: now[k] - before[k] for k in now}
                 window = max(f - prev_f, 0.0)      # steps may finish out of order: the running max
                 ver = stream.step_versions(j)
-                vsu = np.asarray([version_vsu[int(v)] for v in ver])
+                lut = np.array([version_vsu.get(v, np.nan) for v in range(int(ver.max()) + 1)])
+                vsu = lut[ver]
                 rows[j].update(gen_start_s=released[j], gen_end_s=f, generation_s=f - released[j], gen_window_s=window,
                                policy_version=int(ver.min()), versions_since_update=float(vsu.mean()),
                                mean_policy_age=float(np.mean(j - ver)), max_policy_age=float(np.max(j - ver)),

@@ -35,6 +35,8 @@ from specsim.sim.cluster import StepDraw, dispatch, engine_config, sequence_alph
 from specsim.sim.common import EngineResult, EngineWork, conditional_tau
 from specsim.sim.engine import FastEngine
 from specsim.sim.fastlaw import StepLaw, step_law
+from specsim.sim.fleet import Fleet, SwitchPayload
+from specsim.sim.fleet_state import fleet_supports, ragged
 from specsim.sim.reference import ReferenceEngine
 from specsim.world.specs import World
 
@@ -46,24 +48,35 @@ class StreamCluster:
                  record_timeline: bool = False):
         self.world, self.draws = world, draws
         E = world.engines
-        per_engine: list[list[dict]] = [[] for _ in range(E)]
         self.step_offset = np.cumsum([0] + [d.n_responses for d in draws])
+        base = engine_config(world, "engine", mean_alpha0, record_timeline=record_timeline)
+        alpha_of = sequence_alpha_fn(mean_alpha0, world.acceptance.concentration)
+        self.finish_of_step: dict[int, float] = {}
+        self.fast = engine in ("fast", "fast_v1")
+        self.current_step = 0     # steps before it have finished everywhere
+        self.max_released = -1
+        self.fleet = None
+        steps = []                # per step: responses sorted by engine (queue order kept) and their engines
         for j, d in enumerate(draws):
-            groups = d.response_tokens.shape
-            group_of = np.repeat(np.arange(groups[0]), groups[1])
+            group_of = np.repeat(np.arange(d.response_tokens.shape[0]), d.response_tokens.shape[1])
             eng_of = dispatch(world, d)[group_of]
             order = np.argsort(eng_of, kind="stable")
-            starts = np.searchsorted(eng_of[order], np.arange(E + 1))
+            steps.append((order, eng_of[order], group_of))
+        if engine == "fast" and fleet_supports(base):
+            self._build_fleet(base, steps, alpha_of)
+            return
+        per_engine: list[list[dict]] = [[] for _ in range(E)]
+        for j, (d, (order, eng_sorted, group_of)) in enumerate(zip(draws, steps)):
+            starts = np.searchsorted(eng_sorted, np.arange(E + 1))
             lengths = d.response_tokens.reshape(-1)
             for e in range(E):
                 idx = order[starts[e]:starts[e + 1]]
                 if len(idx):
                     z = np.random.default_rng([d.engine_seed, e]).standard_normal(len(idx))
-                    per_engine[e].append({"ids": self.step_offset[j] + idx, "groups": j * groups[0] + group_of[idx],
-                                          "prompt": d.prompt_tokens[group_of[idx]], "lengths": lengths[idx],
-                                          "u": d.alpha_quantiles[idx], "step": np.full(len(idx), j), "z": z})
-        base = engine_config(world, "engine", mean_alpha0, record_timeline=record_timeline)
-        alpha_of = sequence_alpha_fn(mean_alpha0, world.acceptance.concentration)
+                    per_engine[e].append({"ids": self.step_offset[j] + idx, "groups": j * len(d.prompt_tokens)
+                                          + group_of[idx], "prompt": d.prompt_tokens[group_of[idx]],
+                                          "lengths": lengths[idx], "u": d.alpha_quantiles[idx],
+                                          "step": np.full(len(idx), j), "z": z})
         self.engines, self.u, self.ranges = [], [], []
         for e in range(E):
             parts = per_engine[e]
@@ -73,7 +86,7 @@ class StreamCluster:
             work = EngineWork(cat["ids"], cat["groups"], cat["prompt"], cat["lengths"], alpha_of(cat["u"]),
                               cat["step"])
             cfg = replace(base, name=f"engine{e}")
-            if engine == "fast":
+            if self.fast:
                 eng = FastEngine(cfg, work, cat["z"], open_=True)
             else:
                 eng = ReferenceEngine(cfg, work, np.random.default_rng([draws[0].engine_seed, e, 0xA5]), open_=True)
@@ -81,11 +94,47 @@ class StreamCluster:
             self.engines.append(eng)
             self.u.append(cat["u"])
             self.ranges.append(bounds)
-        self.finish_of_step: dict[int, float] = {}
-        self.fast = engine == "fast"
-        self.current_step = 0     # steps before it have finished everywhere
+
+    def _build_fleet(self, base, steps: list, alpha_of) -> None:
+        """The pool as one Fleet (sim/fleet.py): the same per-engine queues (each engine's responses
+        in step order) and noise (per step and engine, one normal per response from the engine's
+        stream) as the per-engine engines, engine-major in the fleet's arrays."""
+        draws, E = self.draws, self.world.engines
+        cols = {key: [] for key in ("ids", "groups", "prompt", "lengths", "u", "step", "z", "eng")}
+        for j, (d, (order, eng_sorted, group_of)) in enumerate(zip(draws, steps)):
+            counts = np.bincount(eng_sorted, minlength=E)
+            cols["ids"].append(self.step_offset[j] + order)
+            cols["groups"].append(j * len(d.prompt_tokens) + group_of[order])
+            cols["prompt"].append(d.prompt_tokens[group_of[order]])
+            cols["lengths"].append(d.response_tokens.reshape(-1)[order])
+            cols["u"].append(d.alpha_quantiles[order])
+            cols["step"].append(np.full(len(order), j))
+            cols["z"].append(np.concatenate([np.random.default_rng([d.engine_seed, e]).standard_normal(int(c))
+                                             for e, c in enumerate(counts.tolist()) if c]))
+            cols["eng"].append(eng_sorted)
+        cat = {key: np.concatenate(v) for key, v in cols.items()}
+        by_engine = np.argsort(cat["eng"], kind="stable")         # engine-major, step order kept
+        cat = {key: v[by_engine] for key, v in cat.items()}
+        used, eng_of = np.unique(cat["eng"], return_inverse=True)
+        alphas = alpha_of(cat["u"])
+        pol = self.world.policy
+        laws = {k: step_law(alphas, k, base.position_decay, pol.tree_for(k), base.proposal_rate) for k in pol.ks if k > 0}
+        self.fleet = Fleet(base, [f"engine{e}" for e in used.tolist()], eng_of, cat["ids"], cat["groups"], cat["prompt"],
+                           cat["lengths"], cat["z"], laws, alphas, cat["step"], open_=True)
+        self.u_all = cat["u"]
+        n_steps = len(draws)
+        self.step_idx = [np.flatnonzero(cat["step"] == j) for j in range(n_steps)]
+        self.step_engines = [np.unique(eng_of[ix]) for ix in self.step_idx]
+        # engine e's responses of steps j.. are fleet indices [tail_lo[j, e], off[e + 1]); row n_steps: the ends
+        per_step = np.zeros((len(used), n_steps + 1), dtype=np.int64)
+        np.add.at(per_step, (eng_of, cat["step"] + 1), 1)
+        self.tail_lo = (self.fleet.off[:-1][:, None] + np.cumsum(per_step, axis=1)).T
 
     def release_step(self, j: int, t_s: float) -> None:
+        self.max_released = max(self.max_released, j)
+        if self.fleet is not None:
+            self.fleet.release(self.step_idx[j], t_s, self.step_engines[j])
+            return
         for eng, r in zip(self.engines, self.ranges):
             if r[j + 1] > r[j]:
                 eng.release(np.arange(r[j], r[j + 1]), t_s)
@@ -96,6 +145,9 @@ class StreamCluster:
         uses are computed once for the pool's unfinished steps and handed to each engine as
         slices (finished steps are left alone: a whole-run projection stays linear in its steps)."""
         j = self.current_step
+        if self.fleet is not None:
+            self._switch_fleet(j, t_s, version, mean_alpha, in_flight)
+            return
         los = [int(r[j]) for r in self.ranges]
         tails = [u[lo:] for u, lo in zip(self.u, los)]
         alphas = sequence_alpha_fn(mean_alpha, self.world.acceptance.concentration)(np.concatenate(tails))
@@ -110,10 +162,34 @@ class StreamCluster:
                                               for k, lw in laws.items()}
             eng.switch(t_s, version, alphas[a:b], mean_alpha, in_flight, part, lo)
 
+    def _switch_fleet(self, j: int, t_s: float, version: int, mean_alpha: float, in_flight: bool) -> None:
+        """switch_all on the fleet, for the responses that can be keyed before the next switch: the
+        unfinished steps up to the one released with this version (a later step is released
+        only after a later switch, which lands on an engine before it admits: a gated switch
+        stops admission until it is applied). So a whole-run projection stays linear in steps."""
+        fl = self.fleet
+        lo, hi = self.tail_lo[j], self.tail_lo[min(self.max_released + 2, len(self.draws))]
+        seg_lens = hi - lo
+        _, idx = ragged(lo, seg_lens)
+        alphas = sequence_alpha_fn(mean_alpha, self.world.acceptance.concentration)(self.u_all[idx])
+        pol, acc = self.world.policy, self.world.acceptance
+        laws = {}
+        for k in pol.ks:
+            if k > 0:
+                lw = step_law(alphas, k, acc.decay, pol.tree_for(k), acc.proposal_rate)
+                laws[k] = (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1)
+        toff = np.concatenate(([0], np.cumsum(seg_lens)))
+        fl.switch(t_s, SwitchPayload(version, idx, toff, alphas, laws, in_flight))
+
     def _done(self, j: int) -> bool:
+        if self.fleet is not None:
+            return not self.fleet.remaining[:, j].any()
         return all(e.remaining.get(j, 0) == 0 for e in self.engines)
 
     def _step_finish_s(self, j: int) -> float:
+        if self.fleet is not None:
+            ix = self.step_idx[j]
+            return float(np.max(self.fleet.finish_s[ix])) if len(ix) else 0.0
         out = 0.0
         for eng, r in zip(self.engines, self.ranges):
             if self.fast:
@@ -124,6 +200,8 @@ class StreamCluster:
 
     def advance(self, j: int, horizon: float) -> float | None:
         self.current_step = j
+        if self.fleet is not None:
+            return self._advance_fleet(j, horizon)
         for e in self.engines:
             e.run(until_s=horizon, watch_step=j)
         if self._done(j):
@@ -139,17 +217,38 @@ class StreamCluster:
             e.run(until_s=horizon)
         return None
 
+    def _advance_fleet(self, j: int, horizon: float) -> float | None:
+        fl = self.fleet
+        fl.run(until_s=horizon, watch_step=j)
+        if self._done(j):
+            f = self._step_finish_s(j)
+            if f <= horizon:
+                fl.run(until_s=f)
+                self.finish_of_step[j] = f
+                return f
+        if horizon == INF:
+            raise RuntimeError(f"step {j} cannot finish: its work was never released")
+        fl.run(until_s=horizon)
+        return None
+
     def counters(self) -> dict[str, float]:
         """Cumulative engine counters (sums over engines), for per-step windows."""
         keys = ("sd_tokens", "sd_seq_steps", "sd_steps", "steps", "weighted_active")
+        if self.fleet is not None:
+            return {k: float(getattr(self.fleet, k).sum()) for k in keys}
         return {k: float(sum(getattr(e, k) for e in self.engines)) for k in keys}
 
     def step_versions(self, j: int) -> np.ndarray:
         """Policy version each response of step j was admitted under."""
+        if self.fleet is not None:
+            return self.fleet.admit_version[self.step_idx[j]]
         return np.concatenate([e.admit_version[r[j]:r[j + 1]] for e, r in zip(self.engines, self.ranges)])
 
     def _sd_counts(self, j: int) -> tuple[float, float]:
         """Step j's trajectories: tokens they emitted under SD and their SD request-steps."""
+        if self.fleet is not None:
+            ix = self.step_idx[j]
+            return float(self.fleet.seq_sd_tokens[ix].sum()), float(self.fleet.seq_sd_steps[ix].sum())
         tok = sum(float(e.seq_sd_tokens[r[j]:r[j + 1]].sum()) for e, r in zip(self.engines, self.ranges))
         steps = sum(float(e.seq_sd_steps[r[j]:r[j + 1]].sum()) for e, r in zip(self.engines, self.ranges))
         return tok, steps
@@ -167,4 +266,6 @@ class StreamCluster:
 
     def results(self) -> list[EngineResult]:
         """Per-engine results of the whole run (engines must have finished all work)."""
+        if self.fleet is not None:
+            return self.fleet.results()
         return [e.result() for e in self.engines]

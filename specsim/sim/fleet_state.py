@@ -1,0 +1,283 @@
+"""The fleet engine's state: a whole pool of fast engines in arrays (the loop is in sim/fleet.py).
+
+The fleet engine is the fast engine of sim/engine.py (same closed forms, same keying, same
+accounting) run for every engine of a pool at once. What is one Python object per engine there is
+one row of an array here:
+
+* per response i (all engines' responses, engine-major, each engine's in queue order): prompt P,
+  length L, group, acceptance and its steps-to-finish laws, the fluid progress g0 at the boundary
+  s0 where it was keyed at rate μ, its finish boundary, saved tokens, accounting;
+* per engine e: its boundary s, time t, draft length k, the aggregates A = Σ (P + g0 − μ·s0),
+  B = Σ μ, SP = Σ P, SL = Σ L, GB (prompt blocks of groups with an active member), the active
+  count n, counters, the queue head;
+* per engine × slot (max_batch slots): the active response and its finish boundary, so the next
+  finish of every engine is one row-minimum.
+
+The queue of engine e is row e of `queue` from position `qhead[e]`: initially its responses in
+order; a preempted response is written just before the head (the head only ever moved past
+admitted responses, so there is room), which is the v1 engine's `appendleft`.
+
+Invariants every phase keeps (checked by the fast-vs-reference tests and `check_fleet`):
+* the total context of engine e at its boundary s is A[e] + B[e]·s;
+* slot_fin[e, c] is the finish boundary of the response in slot (e, c), BIG when the slot is free;
+* every active response has μ > 0 (keyed) except within an admission, before `key`;
+* emitted tokens = Σ over stints of progress; a finished response has emitted exactly L.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specsim.sim.common import EngineConfig
+from specsim.sim.fastlaw import steps_to_finish
+
+INF = float("inf")
+BIG = np.iinfo(np.int64).max // 4
+
+
+def ragged(starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For segments (start, len): (segment of each element, start + offset of each element)."""
+    lens = np.asarray(lens, dtype=np.int64)
+    seg = np.repeat(np.arange(len(lens)), lens)
+    first = np.cumsum(lens) - lens
+    return seg, np.asarray(starts, dtype=np.int64)[seg] + np.arange(int(lens.sum())) - first[seg]
+
+
+def leading_true(mask: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Per consecutive segment of `mask` (lengths `lens`, all >= 1): how many leading entries are True."""
+    bad = np.cumsum(~mask)
+    first = np.cumsum(lens) - lens
+    base = bad[first] - (~mask[first])
+    seg = np.repeat(np.arange(len(lens)), lens)
+    return np.add.reduceat((bad - base[seg]) == 0, first).astype(np.int64)
+
+
+def runs(sorted_vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(values, first index, count) of the runs of equal values of a sorted array (np.unique
+    without the sort)."""
+    if not len(sorted_vals):
+        z = np.zeros(0, dtype=np.int64)
+        return sorted_vals, z, z
+    first = np.flatnonzero(np.concatenate(([True], sorted_vals[1:] != sorted_vals[:-1])))
+    return sorted_vals[first], first, np.diff(np.append(first, len(sorted_vals)))
+
+
+def per_engine(eng: np.ndarray, values, n_engines: int) -> np.ndarray:
+    """Σ values per engine (np.bincount over the engine index)."""
+    return np.bincount(eng, weights=values, minlength=n_engines)
+
+
+def choose_k_fleet(policy, n: np.ndarray) -> np.ndarray:
+    """world.speculation.choose_k for the policies that do not price the batch (off, always,
+    threshold), for every engine at once; 0 for an empty engine, as choose_k."""
+    if policy.kind == "off":
+        return np.zeros(len(n), dtype=np.int64)
+    on = n > 0
+    if policy.kind == "threshold":
+        on &= n <= policy.max_batch
+    return np.where(on, policy.k, 0).astype(np.int64)
+
+
+def fleet_supports(cfg: EngineConfig) -> bool:
+    """Policies whose draft length is a function of the active count only, without a context curve
+    (toggle and adaptive price every batch with the cost model: the v1 engine runs them)."""
+    return cfg.policy.kind in ("off", "always", "threshold") and cfg.context is None
+
+
+class FleetState:
+    """A pool of engines sharing one EngineConfig (names apart), state in arrays."""
+
+    def __init__(self, cfg: EngineConfig, names: list[str], eng_of: np.ndarray, response_ids: np.ndarray,
+                 groups: np.ndarray, prompt: np.ndarray, lengths: np.ndarray, z: np.ndarray, laws: dict,
+                 alphas: np.ndarray, step_ids: np.ndarray | None = None, *, open_: bool = False):
+        """`eng_of` must be sorted (engine-major); `laws`: k -> StepLaw over all responses."""
+        E = len(names)
+        N = len(eng_of)
+        self.cfg, self.names, self.E, self.N = cfg, list(names), E, N
+        self.eng_of = np.asarray(eng_of, dtype=np.int64)
+        self.ids = np.asarray(response_ids)
+        _, self.groups = np.unique(np.stack([self.eng_of, np.asarray(groups, dtype=np.int64)]), axis=1,
+                                   return_inverse=True)
+        self.groups = self.groups.reshape(-1)
+        self.P = np.asarray(prompt, dtype=float)
+        self.L = np.asarray(lengths, dtype=float)
+        self.z = np.asarray(z, dtype=float)
+        self.alphas = np.asarray(alphas, dtype=float).copy()
+        self.laws = {k: [np.array(a, dtype=float) for a in (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1)]
+                     for k, lw in laws.items() if k > 0}
+        self.blk = cfg.block_tokens
+        self.cap = cfg.capacity_blocks
+        self.budget = cfg.admission_blocks
+        self.rbar = (self.blk - 1) / (2 * self.blk)
+        self.pblocks = np.ceil(self.P / self.blk)
+        self.slots_max = max(cfg.policy.ks) + 1
+        self.max_batch = cfg.max_batch
+        self.krow = {k: cfg.table.index(k) for k in set(cfg.policy.ks) | {0} if k in cfg.table.ks}
+        self.fixed = cfg.table.fixed_s
+        self.per_ctx = cfg.table.per_ctx_s
+        # per response
+        self.g0 = np.zeros(N)
+        self.s0 = np.zeros(N)
+        self.mu = np.zeros(N)
+        self.saved = np.zeros(N)
+        self.emitted = np.zeros(N)
+        self.seq_sd_tokens = np.zeros(N)
+        self.seq_sd_steps = np.zeros(N)
+        self.slot_of = np.full(N, -1, dtype=np.int64)
+        self.admit_s = np.full(N, np.nan)
+        self.finish_s = np.full(N, np.nan)
+        self.admit_version = np.full(N, -1, dtype=np.int64)
+        self.preempt = np.zeros(N, dtype=np.int64)
+        self.arrival = np.full(N, INF if open_ else 0.0)
+        G = int(self.groups.max()) + 1 if N else 0
+        self.group_active = np.zeros(G, dtype=np.int64)
+        self.group_eng = np.zeros(G, dtype=np.int64)
+        self.group_pb = np.zeros(G)
+        self.group_eng[self.groups] = self.eng_of
+        self.group_pb[self.groups] = self.pblocks
+        # per engine
+        counts = np.bincount(self.eng_of, minlength=E)
+        self.off = np.concatenate(([0], np.cumsum(counts)))
+        width = int(counts.max()) if E else 0
+        self.queue = np.full((E, max(width, 1)), -1, dtype=np.int64)
+        e_rep, pos = ragged(np.zeros(E, dtype=np.int64), counts)
+        self.queue[e_rep, pos] = np.arange(N)
+        self.qhead = np.zeros(E, dtype=np.int64)
+        self.qend = counts.astype(np.int64)
+        self.s = np.zeros(E, dtype=np.int64)
+        self.t = np.zeros(E)
+        self.k = np.zeros(E, dtype=np.int64)
+        self.n = np.zeros(E, dtype=np.int64)
+        self.A, self.B, self.SP, self.SL, self.GB = (np.zeros(E) for _ in range(5))
+        self.steps, self.sd_steps, self.seq_steps, self.sd_seq_steps = (np.zeros(E) for _ in range(4))
+        self.sd_tokens, self.draft_passes, self.weighted_active, self.prefill_total = (np.zeros(E) for _ in range(4))
+        self.policy_version = np.zeros(E, dtype=np.int64)
+        # per engine x slot
+        S = self.max_batch
+        self.slot_resp = np.full((E, S), -1, dtype=np.int64)
+        self.slot_fin = np.full((E, S), BIG, dtype=np.int64)
+        self.slot_seq = np.full((E, S), -1, dtype=np.int64)
+        self.free = np.tile(np.arange(S - 1, -1, -1, dtype=np.int64), (E, 1))   # a stack per engine
+        self.ftop = np.full(E, S, dtype=np.int64)
+        self.adm_seq = 0
+        steps = np.zeros(N, dtype=np.int64) if step_ids is None else np.asarray(step_ids, dtype=np.int64)
+        self.step_ids = steps
+        self.n_steps = int(steps.max()) + 1 if N else 1
+        self.remaining = np.zeros((E, self.n_steps), dtype=np.int64)
+        np.add.at(self.remaining, (self.eng_of, steps), 1)
+        self.open = open_
+        self.record = cfg.record_timeline
+        self.tl: list[tuple] = []     # (engines, t, active, tokens/s, k, kv tokens) per round
+
+    # ---------------------------------------------------------------- aggregates
+    def kv_blocks(self, e: np.ndarray, slots) -> np.ndarray:
+        """Fluid KV blocks of engines e with `slots` token slots reserved per sequence (0 if empty)."""
+        n = self.n[e]
+        used = self.GB[e] + (self.A[e] + self.B[e] * self.s[e] - self.SP[e] + n * slots) / self.blk + n * self.rbar
+        return np.where(n > 0, used, 0.0)
+
+    def active_of(self, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(responses, their engines) active on engines e."""
+        rows = self.slot_resp[e]
+        r, c = np.nonzero(rows >= 0)
+        return rows[r, c], e[r]
+
+    # ---------------------------------------------------------------- keying
+    def key(self, idx: np.ndarray, eng: np.ndarray) -> None:
+        """Set rate and finish boundary of responses idx (their g0 = progress at their engine's
+        boundary s), at their engine's k: N = the drawn steps-to-finish (fastlaw.steps_to_finish)."""
+        if not len(idx):
+            return
+        kk = self.k[eng]
+        s = self.s[eng]
+        left = self.L[idx] - self.g0[idx]
+        need = np.empty(len(idx))
+        m = np.empty(len(idx))
+        for kv in ([int(kk[0])] if kk.min() == kk.max() else np.unique(kk).tolist()):
+            sel = kk == kv
+            ii = idx[sel]
+            if kv == 0:
+                m[sel] = 1.0
+                need[sel] = np.maximum(np.ceil(left[sel] - 1e-9), 1)
+            else:
+                mu_l, inv_mu, off, sd1, skew1 = self.laws[kv]
+                m[sel] = mu_l[ii]
+                need[sel] = steps_to_finish(left[sel], (inv_mu[ii], off[ii], sd1[ii], skew1[ii]), self.z[ii], kv)
+        self.mu[idx] = m
+        self.s0[idx] = s
+        E = self.E
+        self.A += per_engine(eng, self.P[idx] + self.g0[idx] - m * s, E)
+        self.B += per_engine(eng, m, E)
+        fin = s + need.astype(np.int64)
+        self.slot_fin[eng, self.slot_of[idx]] = fin
+
+    def unkey(self, idx: np.ndarray, eng: np.ndarray) -> None:
+        """Freeze the progress of idx at their engine's boundary, count it as emitted (under SD if
+        the engine's k > 0), take them out of the aggregates."""
+        if not len(idx):
+            return
+        s = self.s[eng]
+        g0, mu, s0 = self.g0[idx], self.mu[idx], self.s0[idx]
+        g = np.maximum(np.minimum(g0 + mu * (s - s0), self.L[idx] - 1), 0.0)
+        delta = g - g0
+        self.emitted[idx] += delta
+        sd = self.k[eng] > 0
+        if sd.any():
+            self.sd_tokens += per_engine(eng, np.where(sd, delta, 0.0), self.E)
+            self.seq_sd_tokens[idx] += np.where(sd, delta, 0.0)
+            self.seq_sd_steps[idx] += np.where(sd, s - s0, 0.0)
+        self.A -= per_engine(eng, self.P[idx] + g0 - mu * s0, self.E)
+        self.B -= per_engine(eng, mu, self.E)
+        self.g0[idx] = g
+        self.s0[idx] = s
+        self.mu[idx] = 0.0
+
+    def set_k(self, e: np.ndarray, k_new: np.ndarray) -> None:
+        """Engines e run at k_new: those whose k changes re-key every active response (progress so
+        far counted under the old k)."""
+        ch = k_new != self.k[e]
+        if not ch.any():
+            return
+        e, k_new = e[ch], k_new[ch]
+        idx, eng = self.active_of(e)
+        self.unkey(idx, eng)
+        self.k[e] = k_new
+        self.key(idx, eng)
+
+    def rekey(self, e: np.ndarray) -> None:
+        idx, eng = self.active_of(e)
+        self.unkey(idx, eng)
+        self.key(idx, eng)
+
+    # ---------------------------------------------------------------- batch changes
+    def pop_slots(self, eng: np.ndarray, counts: np.ndarray, e_set: np.ndarray) -> np.ndarray:
+        """Free slots for `counts[j]` new responses of engine e_set[j] (eng: the engine of each)."""
+        _, pos = ragged(self.ftop[e_set] - counts, counts)
+        slots = self.free[eng, pos]
+        self.ftop[e_set] -= counts
+        return slots
+
+    def push_slots(self, eng: np.ndarray, slots: np.ndarray) -> None:
+        """Return slots (eng sorted) to their engines' free stacks."""
+        u, first, cnt = runs(eng)
+        rank = np.arange(len(eng)) - np.repeat(first, cnt)
+        self.free[eng, self.ftop[eng] + rank] = slots
+        self.ftop[u] += cnt
+        self.slot_resp[eng, slots] = -1
+        self.slot_fin[eng, slots] = BIG
+        self.slot_seq[eng, slots] = -1
+
+    def release_groups(self, idx: np.ndarray, eng: np.ndarray) -> None:
+        """Responses idx leave the batch: their groups' prompt blocks are freed with the last member."""
+        g = self.groups[idx]
+        np.subtract.at(self.group_active, g, 1)
+        gone = g[self.group_active[g] == 0]
+        if len(gone):
+            gone = np.unique(gone) if len(gone) > 1 else gone
+            self.GB -= per_engine(self.group_eng[gone], self.group_pb[gone], self.E)
+
+    def prefill(self, e: np.ndarray, n: np.ndarray, sq, sq2, sqc, sc) -> None:
+        """One prefill pass per engine in e (n sequences, Σq, Σq², Σq·c, Σc), priced in one call."""
+        dt = np.asarray(self.cfg.prefill_batches_s(n.astype(float), sq, sq2, sqc, sc), dtype=float).reshape(-1)
+        self.t[e] += dt
+        self.prefill_total[e] += dt

@@ -1,0 +1,161 @@
+"""The fleet engine (sim/fleet.py): a pool of fast engines advanced together. Held to the reference
+engine at the pool level (many engines, arrivals mid-rollout, weight switches, preemption) and
+to the per-engine fast engine (engine="fast_v1"), which it reproduces to rounding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from engine_helpers import make_config, make_work
+
+from specsim.sim.engine import FastEngine
+from specsim.sim.fastlaw import step_law
+from specsim.sim.fleet import Fleet, SwitchPayload
+from specsim.sim.reference import ReferenceEngine
+from specsim.world.speculation import SDPolicy
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _pool(cfg, works, zs, open_=False):
+    """One Fleet over per-engine works (engine e's groups offset so they stay distinct)."""
+    eng_of = np.concatenate([np.full(len(w), e) for e, w in enumerate(works)])
+    cat = lambda f: np.concatenate([f(w) for w in works])
+    groups = np.concatenate([w.group_ids + 10_000 * e for e, w in enumerate(works)])
+    alphas = cat(lambda w: w.alphas)
+    laws = {k: step_law(alphas, k, cfg.position_decay, cfg.policy.tree_for(k), cfg.proposal_rate)
+            for k in cfg.policy.ks if k > 0}
+    return Fleet(cfg, [f"e{e}" for e in range(len(works))], eng_of, cat(lambda w: w.response_ids), groups,
+                 cat(lambda w: w.prompt_tokens), cat(lambda w: w.response_tokens), np.concatenate(zs), laws, alphas,
+                 open_=open_)
+
+
+POOL_GRID = [
+    ("AR ample", SDPolicy("off"), 10**7),
+    ("k=3 ample", SDPolicy("always", k=3), 10**7),
+    ("AR tight", SDPolicy("off"), 16_000),
+    ("k=3 tight", SDPolicy("always", k=3), 16_000),
+    ("threshold tight", SDPolicy("threshold", k=5, max_batch=24), 16_000),
+]
+
+
+@pytest.mark.parametrize("label,policy,kv", POOL_GRID, ids=[g[0] for g in POOL_GRID])
+def test_fleet_matches_v1_and_reference_on_a_pool(label, policy, kv):
+    """A pool of 6 engines with different works: every engine's rollout equals the v1 fast
+    engine's to rounding (same keying, same events), and the pool's mean rollout is within 1 %
+    of the reference engine's (mean over 8 draws; tight budgets preempt)."""
+    cfg = make_config(policy, max_batch=64, kv_capacity_tokens=kv)
+    fleet_t, ref_t, preempted = [], [], 0
+    for seed in range(8):
+        works = [make_work(100 * seed + e, groups=8, group_size=8, median=500, cap=1200, concentration=10.0)
+                 for e in range(6)]
+        zs = [np.random.default_rng([seed, e]).standard_normal(len(w)) for e, w in enumerate(works)]
+        fl = _pool(cfg, works, zs)
+        fl.run()
+        fl.check()
+        res = fl.results()
+        for e, (w, z, r) in enumerate(zip(works, zs, res)):
+            v1 = FastEngine(cfg, w, z)
+            v1.run_closed()
+            r1 = v1.result()
+            assert r.rollout_s == pytest.approx(r1.rollout_s, rel=1e-9)
+            assert np.array_equal(r.tokens, w.response_tokens)
+            assert np.array_equal(r.preemptions, r1.preemptions)
+            ref = ReferenceEngine(cfg, w, np.random.default_rng([seed, e, 7]))
+            ref.run()
+            rr = ref.result()
+            fleet_t.append(r.rollout_s)
+            ref_t.append(rr.rollout_s)
+            preempted += int(rr.preemptions.sum())
+    rel = abs(np.mean(fleet_t) - np.mean(ref_t)) / np.mean(ref_t)
+    assert rel < 0.01, f"{label}: fleet {np.mean(fleet_t):.3f}s vs reference {np.mean(ref_t):.3f}s ({rel:.2%})"
+    if kv < 10**6:
+        assert preempted > 0
+
+
+@pytest.mark.parametrize("in_flight", [True, False], ids=["in-flight", "gated"])
+def test_fleet_arrivals_and_switches_match_reference(in_flight):
+    """Open pools: half of each engine's work at 0, the rest released mid-rollout, and a weight
+    switch (acceptance 0.7 -> 0.5) between, in flight or gated (admission stops until the batch
+    drains). The fleet equals the v1 engines to rounding and the reference within 1 %."""
+    policy = SDPolicy("always", k=3)
+    cfg = make_config(policy, max_batch=48, kv_capacity_tokens=40_000)
+    fl_t, v1_t, ref_t = [], [], []
+    for seed in range(6):
+        works = [make_work(10 * seed + e, groups=12, group_size=8, median=500, cap=1200, alpha=0.7)
+                 for e in range(4)]
+        zs = [np.random.default_rng([seed, e]).standard_normal(len(w)) for e, w in enumerate(works)]
+        half = [len(w) // 2 for w in works]
+        t_late = 0.4 * FastEngine(cfg, works[0], zs[0]).run_closed()
+        t_switch = 0.25 * t_late
+        new_alpha = 0.5
+        fl = _pool(cfg, works, zs, open_=True)
+        off = fl.off
+        fl.release(np.concatenate([np.arange(off[e], off[e] + half[e]) for e in range(4)]), 0.0, np.arange(4))
+        idx = np.arange(fl.N)
+        a = np.full(fl.N, new_alpha)
+        lw = step_law(a, 3, cfg.position_decay)
+        fl.switch(t_switch, SwitchPayload(1, idx, off.copy(), a, {3: (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1)},
+                                          in_flight))
+        fl.release(np.concatenate([np.arange(off[e] + half[e], off[e + 1]) for e in range(4)]), t_late, np.arange(4))
+        fl.run()
+        fl.check()
+        res = fl.results()
+        for e, (w, z, r) in enumerate(zip(works, zs, res)):
+            assert np.all(r.admit_s[half[e]:] >= t_late - 1e-9)
+            assert np.array_equal(r.tokens, w.response_tokens)
+            for cls, out in ((FastEngine, v1_t), (ReferenceEngine, ref_t)):
+                eng = cls(cfg, w, z if cls is FastEngine else np.random.default_rng([seed, e, 3]), open_=True)
+                eng.release(np.arange(half[e]), 0.0)
+                eng.switch(t_switch, 1, np.full(len(w), new_alpha), new_alpha, in_flight,
+                           {3: step_law(np.full(len(w), new_alpha), 3, cfg.position_decay)} if cls is FastEngine
+                           else None)
+                eng.release(np.arange(half[e], len(w)), t_late)
+                eng.run()
+                out.append(eng.result().rollout_s)
+            assert r.admit_version[half[e]:].min() == 1
+            fl_t.append(r.rollout_s)
+    assert np.allclose(fl_t, v1_t, rtol=1e-9)
+    rel = abs(np.mean(fl_t) - np.mean(ref_t)) / np.mean(ref_t)
+    assert rel < 0.01, f"fleet {np.mean(fl_t):.3f}s vs reference {np.mean(ref_t):.3f}s ({rel:.2%})"
+
+
+@pytest.mark.long
+def test_fleet_matches_v1_on_the_235b_main_job():
+    """The 235B async main job (384 engines, rollout batch 4096, k = 5, lag 2; fewer steps): the
+    fleet's step times and τ equal the per-engine fast engine's (engine="fast_v1") to rounding,
+    far inside the replicate interval; AR and a partial-rollouts variant too."""
+    from specsim.scenario import load_scenario
+    from specsim.sim.pipeline import run_pipeline
+    from specsim.world.resolve import resolve
+
+    for ov in (["speculation.k=5", "pipeline.policy_lag=2"], ["speculation.k=0", "pipeline.policy_lag=0"],
+               ["speculation.k=3", "pipeline.policy_lag=1", "pipeline.partial_rollouts=true"]):
+        world = resolve(load_scenario(ROOT / "scenarios" / "235b_async.yaml", ov + ["pipeline.steps=5"]))
+        a = run_pipeline(world, engine="fast_v1").steps_frame()
+        b = run_pipeline(world, engine="fast").steps_frame()
+        for col in ("step_end_s", "gen_end_s", "tokens", "verify_steps"):
+            assert np.allclose(a[col], b[col], rtol=1e-9, atol=1e-9), (ov, col)
+        assert np.allclose(a["tau"], b["tau"], rtol=1e-9, equal_nan=True)
+
+
+def test_fleet_sync_generation_matches_v1():
+    """simulate_generation on the fleet equals the per-engine loop: the 235B pool (384 engines)
+    and the 8B pool under a tight KV budget (preemption)."""
+    from specsim.scenario import load_scenario
+    from specsim.sim.cluster import draw_step, simulate_generation
+    from specsim.world.resolve import resolve
+
+    for path, ov in (("235b_async.yaml", ["workload.prompts=64"]),
+                     ("8b_rl_think_sync.yaml", ["workload.prompts=64", "rollout.gpu_memory_utilization=0.3"])):
+        world = resolve(load_scenario(ROOT / "scenarios" / path, ov))
+        draw = draw_step(world, 0)
+        a = simulate_generation(world, draw, engine="fast_v1")
+        b = simulate_generation(world, draw, engine="fast")
+        assert [e.name for e in a.engines] == [e.name for e in b.engines]
+        assert b.rollout_s == pytest.approx(a.rollout_s, rel=1e-9)
+        assert b.total_tokens == a.total_tokens
+        assert np.allclose([e.rollout_s for e in a.engines], [e.rollout_s for e in b.engines], rtol=1e-9)
+        assert len(a.slowest.timeline["t_s"]) == len(b.slowest.timeline["t_s"])
