@@ -2,7 +2,7 @@
 
 Importing the command line loads pandas, scipy and matplotlib (a second or more on a cold disk).
 A Ctrl-C in that window, or one before a command's own handler is in place, ends the way a Ctrl-C
-inside a command does (cli_common.user_errors): one line on stderr and exit 130, never a
+inside a command does (cli/common.py user_errors): one line on stderr and exit 130, never a
 traceback or a death by signal.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-#: 128 + SIGINT, the shell's code for an interrupted command (= cli_common.EXIT_INTERRUPTED)
+#: 128 + SIGINT, the shell's code for an interrupted command (= cli/common.py EXIT_INTERRUPTED)
 EXIT_INTERRUPTED = 130
 
 

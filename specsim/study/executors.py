@@ -162,7 +162,7 @@ def sigint_latch() -> Iterator[threading.Event]:
     or object collected at that moment -- a simulation discards thousands), printing "Exception
     ignored"; a Ctrl-C that lands there would be lost and the sweep would run to its end. The task
     loop checks the event after every delivered result, the CLI when a command ends
-    (cli_common.user_errors). Only in the main thread, and not where SIGINT is ignored (a
+    (cli/common.py user_errors). Only in the main thread, and not where SIGINT is ignored (a
     background job); the previous handler is restored afterwards."""
     latched = threading.Event()
     if threading.current_thread() is not threading.main_thread() or \

@@ -1,1 +1,1 @@
-"""Reports of a study: tidy tables (tables.py), the summary (summary.py), capacity-planning plots (plots.py), the whole-run projection (projection.py) and progress lines (progress.py)."""
+"""Reports of a study: tidy tables (tables.py), the summary (summary.py), capacity-planning plots (plots.py), the whole-run projection (projection.py), the self-contained report.html (html.py) and progress lines (progress.py)."""

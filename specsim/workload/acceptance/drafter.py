@@ -269,7 +269,7 @@ class DrafterAcceptance:
         alpha_i ~ Beta around alpha_at_step(step) (:func:`specsim.workload.acceptance.population.reported_tau`);
         equals expected_tokens_per_verify(alpha_at_step(step), k, decay) for a homogeneous drafter.
         A configured ``drafter.tau`` round-trips: ``from_tau(kind, tau, k).tau(k) == tau``.
-        `tree` (workload.tree.TreeShape of depth k): the tau of drafting that tree instead of a chain.
+        `tree` (a DraftShape of depth k, workload/acceptance/shapes.py): the tau of drafting that tree instead of a chain.
         """
         kk = whole_k(k)
         return reported_tau(float(self.alpha_at_step(step)), kk, self.decay, self.concentration, tree,

@@ -103,7 +103,7 @@ def tokens_per_verify_pmf(alpha, k: int, decay=1.0, tree=None) -> np.ndarray:
     """P(emitted = 1), ..., P(emitted = k + 1), shape (..., k + 1) over broadcast alpha and decay.
 
     P(emitted = j + 1) = S_j - S_{j+1} with S_0 = 1, S_{k+1} = 0 and S_j = P(accepted >= j).
-    `tree` (a workload.tree.TreeShape of depth k): S_j is the tree's longest-accepted-path law.
+    `tree` (a DraftShape of depth k, workload/acceptance/shapes.py): S_j is the tree's longest-accepted-path law.
     """
     a = alpha_array(alpha)
     kk = whole_k(k)

@@ -88,7 +88,7 @@ def beta_nodes(m: float, c: float | None) -> tuple[np.ndarray, np.ndarray]:
 def reported_tau(m: float, k: int, d: float = 1.0, c: float | None = None, tree=None, p: float = 1.0) -> float:
     """tau an engine reports (ratio of sums, per-verify-step weighting): 1 / E[1 / tau(alpha)].
 
-    `tree` (a workload.tree.TreeShape of depth k): per-sequence tau is the tree's expected
+    `tree` (a DraftShape of depth k, workload/acceptance/shapes.py): per-sequence tau is the tree's expected
     accepted length + 1 instead of the chain's. `p` < 1 (proposal rate: a share p of the
     request-steps carries a draft): vLLM reports 1 + accepted / drafts, and a sequence of length
     L runs L / (1 + p(tau_i − 1)) steps, p of them with a draft, so
