@@ -1,4 +1,4 @@
-"""`specsim calibrate traces|kernels|workload|a100-sweep|acceptance-shape`: typer commands that parse
+"""`specsim calibrate traces|kernels|workload|a100-sweep|acceptance-shape|collect`: typer commands that parse
 options, call the calibration library (which computes and returns data) and print.
 
     specsim calibrate traces TRACES... --hardware H [--model M] [--drafter K] [--out FILE]
@@ -16,6 +16,8 @@ options, call the calibration library (which computes and returns data) and prin
     specsim calibrate acceptance-shape [--write] [--sensitivity]
         the EAGLE-3 acceptance shape fitted to published acceptance curves
         (:func:`specsim.calibrate.acceptance_shape.fit_acceptance_shape`)
+    specsim calibrate collect --out TRACE [--model M] [--device cuda] [--batches ...] [--tiny] ...
+        a kernel trace measured on this machine's GPU (torch; :func:`specsim.calibrate.collect.collector.collect_trace`)
 
 :mod:`specsim.cli.app` adds :data:`calibrate_app` to its app as ``specsim calibrate``. Errors and
 shared options come from :mod:`specsim.cli.common`: bad input prints one ``error: ...`` paragraph
@@ -227,3 +229,40 @@ def acceptance_shape_cmd(
             _say(f"  without {s.url}: c = {_fmt_c(s.c)}, d = {s.d:.4f}, Think tau5/tau3 {s.think_tau5_over_tau3:.3f}")
     for p in rep.written:
         _say(f"wrote {_shown(p)}")
+
+
+# ============================================================================ calibrate collect
+@calibrate_app.command("collect")
+@handle_errors
+def collect_cmd(
+    out: Annotated[str, typer.Option("--out", help="Kernel trace to write (.csv or .jsonl).")],
+    model: Annotated[str, typer.Option("--model", help="Catalog model (dense models only).")] = "Qwen3-8B",
+    device: Annotated[str | None, typer.Option("--device", help="cuda (default when available) or cpu.")] = None,
+    batches: Annotated[str | None, typer.Option("--batches", help="Decode/verify/draft batch sizes, e.g. 1,2,4.")] = None,
+    contexts: Annotated[str | None, typer.Option("--contexts", help="Cached tokens per sequence.")] = None,
+    k: Annotated[str | None, typer.Option("--k", help="Draft lengths k (verify q = k + 1); '' for none.")] = None,
+    prompts: Annotated[str | None, typer.Option("--prompts", help="Prefill prompt lengths.")] = None,
+    prompt_batches: Annotated[str | None, typer.Option("--prompt-batches", help="Prefill batch sizes.")] = None,
+    layers: Annotated[int | None, typer.Option("--layers", help="Time only N layers and scale to the model's L.")] = None,
+    repeats: Annotated[int | None, typer.Option("--repeats", help="Timed passes per shape (median).")] = None,
+    warmup: Annotated[int | None, typer.Option("--warmup", help="Untimed passes per shape.")] = None,
+    dtype: Annotated[str, typer.Option("--dtype", help="Weight/activation/KV dtype: bf16 or fp16.")] = "bf16",
+    no_draft: Annotated[bool, typer.Option("--no-draft", help="Skip the EAGLE-3-like draft passes.")] = False,
+    no_cuda_graphs: Annotated[bool, typer.Option("--no-cuda-graphs", help="Time eager passes on CUDA.")] = False,
+    budget_s: Annotated[float, typer.Option("--budget-s", help="Stop after about this many seconds.")] = 600.0,
+    hardware: Annotated[str | None, typer.Option("--hardware", help="Profile name for the trace (default: from the GPU).")] = None,
+    tiny: Annotated[bool, typer.Option("--tiny", help="A 2-layer hidden-64 model with small shapes (tests, CPU).")] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the random weights.")] = 0,
+) -> None:
+    """Time a catalog model's forward passes (random weights, torch) into a kernel trace (needs the collect extra)."""
+    from specsim.calibrate.collect.collector import collect_spec, collect_trace
+
+    spec = collect_spec(out=out, model=model, tiny=tiny, device=device, batches=batches, contexts=contexts, k=k,
+                        prompts=prompts, prompt_batches=prompt_batches, layers=layers, repeats=repeats, warmup=warmup,
+                        dtype=dtype, no_draft=no_draft, no_cuda_graphs=no_cuda_graphs, budget_s=budget_s,
+                        hardware=hardware, seed=seed)
+    result = collect_trace(spec, log=_say)
+    if result.path is None:
+        _say("collect: nothing was measured (all shapes skipped or budget too small); no trace written")
+        raise typer.Exit(1)
+    _say(f"collect: wrote {result.rows} rows to {result.path}")

@@ -7,7 +7,7 @@ Full-line `#` comments later in the file are skipped. calibration/README.md docu
 column with units and an example.
 
 * kernel  -- measured forward-pass times of fixed batch shapes (GPU micro-benchmarks; what
-  calibration/collect/collect.py writes). One row per (op, layout, batch, q, context).
+  `specsim calibrate collect` writes). One row per (op, layout, batch, q, context).
 * engine  -- per engine step, what vLLM / SGLang / NeMo-RL speculative-decoding metrics give.
 * lengths -- observed response lengths (tokens).
 * stage   -- per RL step, the time of each pipeline stage.

@@ -1,7 +1,7 @@
 """The collector's torch side: a random-weight decoder stack (Runner) and the pass timer (time_fn).
 
-torch is passed in by the caller (calibration/collect/collect.py imports it only when it runs),
-so importing this module needs no torch. See collect.py's docstring for what is built and timed.
+torch is passed in by the caller (collector.py imports it only when it runs),
+so importing this module needs no torch. See collector.py's docstring for what is built and timed.
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ def time_fn(torch, fn, device: str, warmup: int, repeats: int, graphs: bool) -> 
                     fn()
                 run = graph.replay
                 used_graph = True
-            except Exception as exc:  # capture unsupported for this op mix: time eager
+            except Exception as exc:  # noqa: BLE001 - capture fails with many torch error types; time eager
                 print(f"    (CUDA graph capture failed: {exc.__class__.__name__}; timing eager)", flush=True)
                 run = fn
         for _ in range(warmup):

@@ -1,8 +1,11 @@
 """GPU kernel-trace collector: time decode / verify / prefill / draft forward passes of a catalog model.
 
-    python -m calibration.collect.collect --model Qwen3-8B --out calibration/traces/h200_qwen3_8b_kernel.csv
+    specsim calibrate collect --model Qwen3-8B --out calibration/traces/h200_qwen3_8b_kernel.csv
         [--device cuda] [--batches 1,2,4,...] [--contexts 512,2048,8192] [--k 1,3,5,7]
         [--prompts 512,2048] [--prompt-batches 1,4] [--layers N] [--budget-s 600] [--tiny]
+
+The command line (cli/calibrate.py) builds a :class:`CollectSpec` with :func:`collect_spec`, which
+checks every option; :func:`collect_trace` runs the measurements and writes the trace.
 
 What it builds: the decoder stack of the catalog config (`specsim.catalog.models.load_model`) in torch with
 RANDOM weights -- nothing is downloaded; a forward pass's time does not depend on the weight
@@ -33,86 +36,97 @@ seconds; its rows say model `tiny`, which calibration will refuse (not a catalog
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
-import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
-from calibration.collect.runner import Runner, Shape, time_fn
+from specsim.calibrate.collect.timing import Runner, Shape, time_fn
+from specsim.errors import SpecError
 
-TINY = dict(name="tiny", hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, vocab=512, ffn=128)
-FULL_DEFAULTS = dict(
-    batches="1,2,4,8,16,32,64,128,256",
-    contexts="512,2048,8192",
-    k="1,3,5,7",
-    prompts="512,2048,8192",
-    prompt_batches="1,4",
-    repeats=10,
-    warmup=3,
-)
-TINY_DEFAULTS = dict(batches="1,2,4", contexts="16,64", k="1,3", prompts="32", prompt_batches="1", repeats=3, warmup=1)
+TINY = {"name": "tiny", "hidden": 64, "layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 16, "vocab": 512, "ffn": 128}
+FULL_DEFAULTS = {"batches": "1,2,4,8,16,32,64,128,256", "contexts": "512,2048,8192", "k": "1,3,5,7",
+                 "prompts": "512,2048,8192", "prompt_batches": "1,4", "repeats": 10, "warmup": 3}
+TINY_DEFAULTS = {"batches": "1,2,4", "contexts": "16,64", "k": "1,3", "prompts": "32", "prompt_batches": "1",
+                 "repeats": 3, "warmup": 1}
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 HARDWARE_GUESS = (("GB200", "gb200"), ("B200", "b200"), ("H200", "h200_sxm"), ("H100", "h100_sxm"))
 
 
-def _ints(text: str, name: str) -> list[int]:
+def _ints(text: str, name: str) -> tuple[int, ...]:
+    least = 0 if name == "contexts" else 1
+    allowed = f"a comma-separated list of whole numbers >= {least}"
     try:
-        values = [int(x) for x in str(text).replace(" ", "").split(",") if x]
+        values = tuple(int(x) for x in str(text).replace(" ", "").split(",") if x)
     except ValueError:
-        raise SystemExit(f"--{name} must be a comma-separated list of whole numbers, got {text!r}") from None
-    if not values or min(values) < (0 if name == "contexts" else 1):
-        raise SystemExit(f"--{name} must list whole numbers >= {0 if name == 'contexts' else 1}, got {text!r}")
+        raise SpecError(f"--{name}", text, allowed) from None
+    if not values or min(values) < least:
+        raise SpecError(f"--{name}", text, allowed)
     return values
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        prog="python -m calibration.collect.collect",
-        description="Time forward passes of a catalog model (random weights) into a kernel trace.",
-    )
-    ap.add_argument("--model", default="Qwen3-8B", help="catalog model name (dense models only)")
-    ap.add_argument("--out", required=True, help="kernel trace to write (.csv or .jsonl)")
-    ap.add_argument("--device", default=None, help="cuda (default when available) or cpu")
-    ap.add_argument("--batches", default=None, help="decode/verify/draft batch sizes")
-    ap.add_argument("--contexts", default=None, help="cached tokens per sequence")
-    ap.add_argument("--k", default=None, help="draft lengths k (verify q = k+1); empty string: no verify/draft")
-    ap.add_argument("--prompts", default=None, help="prefill prompt lengths")
-    ap.add_argument("--prompt-batches", default=None, help="prefill batch sizes")
-    ap.add_argument("--layers", type=int, default=None, help="time only N layers and scale to the model's L")
-    ap.add_argument("--repeats", type=int, default=None, help="timed passes per shape (median)")
-    ap.add_argument("--warmup", type=int, default=None, help="untimed passes per shape")
-    ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES), help="weight/activation/KV dtype")
-    ap.add_argument("--no-draft", action="store_true", help="skip the EAGLE-3-like draft passes")
-    ap.add_argument("--no-cuda-graphs", action="store_true", help="time eager passes on CUDA")
-    ap.add_argument(
-        "--budget-s", type=float, default=600.0, help="stop after about this many seconds (writes what it has)"
-    )
-    ap.add_argument(
-        "--hardware", default=None, help="hardware profile name for the trace (default: guessed from the GPU name)"
-    )
-    ap.add_argument("--tiny", action="store_true", help="a 2-layer hidden-64 model with small shapes (tests, CPU)")
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    d = TINY_DEFAULTS if args.tiny else FULL_DEFAULTS
-    args.batches = _ints(args.batches or d["batches"], "batches")
-    args.contexts = _ints(args.contexts or d["contexts"], "contexts")
-    k_text = d["k"] if args.k is None else args.k
-    args.k = _ints(k_text, "k") if k_text.strip() else []
-    args.prompts = _ints(args.prompts or d["prompts"], "prompts")
-    args.prompt_batches = _ints(args.prompt_batches or d["prompt_batches"], "prompt-batches")
-    args.repeats = args.repeats or d["repeats"]
-    args.warmup = d["warmup"] if args.warmup is None else args.warmup
-    if args.repeats < 1 or args.warmup < 0:
-        raise SystemExit("--repeats must be >= 1 and --warmup >= 0")
-    if args.budget_s <= 0:
-        raise SystemExit("--budget-s must be > 0")
-    return args
+@dataclass(frozen=True)
+class CollectSpec:
+    """What one collection measures: the model (or the tiny test model), the shapes, how each is
+    timed, and where the trace goes. Built and checked by :func:`collect_spec`."""
+
+    out: Path
+    model: str = "Qwen3-8B"
+    tiny: bool = False
+    device: str | None = None
+    batches: tuple[int, ...] = ()
+    contexts: tuple[int, ...] = ()
+    k: tuple[int, ...] = ()
+    prompts: tuple[int, ...] = ()
+    prompt_batches: tuple[int, ...] = ()
+    layers: int | None = None
+    repeats: int = 10
+    warmup: int = 3
+    dtype: str = "bf16"
+    no_draft: bool = False
+    no_cuda_graphs: bool = False
+    budget_s: float = 600.0
+    hardware: str | None = None
+    seed: int = 0
 
 
-def model_config(args):
+def collect_spec(*, out: str | Path, model: str = "Qwen3-8B", tiny: bool = False, device: str | None = None,
+                 batches: str | None = None, contexts: str | None = None, k: str | None = None,
+                 prompts: str | None = None, prompt_batches: str | None = None, layers: int | None = None,
+                 repeats: int | None = None, warmup: int | None = None, dtype: str = "bf16", no_draft: bool = False,
+                 no_cuda_graphs: bool = False, budget_s: float = 600.0, hardware: str | None = None,
+                 seed: int = 0) -> CollectSpec:
+    """A CollectSpec from the command's options (lists as comma-separated text; None: the
+    defaults, the tiny ones with `tiny`); a SpecError naming the option for a bad one. `k=""`
+    measures no verify or draft passes."""
+    d = TINY_DEFAULTS if tiny else FULL_DEFAULTS
+    if not str(out):
+        raise SpecError("--out", out, "a kernel trace file to write (.csv or .jsonl)")
+    if dtype not in DTYPES:
+        raise SpecError("--dtype", dtype, f"one of {sorted(DTYPES)}")
+    k_text = d["k"] if k is None else k
+    reps = d["repeats"] if repeats is None else repeats
+    warm = d["warmup"] if warmup is None else warmup
+    if reps < 1:
+        raise SpecError("--repeats", reps, ">= 1 timed passes per shape")
+    if warm < 0:
+        raise SpecError("--warmup", warm, ">= 0 untimed passes per shape")
+    if not budget_s > 0:
+        raise SpecError("--budget-s", budget_s, "> 0 seconds")
+    return CollectSpec(out=Path(out), model=model, tiny=tiny, device=device,
+                       batches=_ints(batches or d["batches"], "batches"),
+                       contexts=_ints(contexts or d["contexts"], "contexts"),
+                       k=_ints(k_text, "k") if k_text.strip() else (),
+                       prompts=_ints(prompts or d["prompts"], "prompts"),
+                       prompt_batches=_ints(prompt_batches or d["prompt_batches"], "prompt-batches"),
+                       layers=layers, repeats=reps, warmup=warm, dtype=dtype, no_draft=no_draft,
+                       no_cuda_graphs=no_cuda_graphs, budget_s=float(budget_s), hardware=hardware, seed=seed)
+
+
+def model_config(args: CollectSpec):
     """(ModelSpec of the timed model, EAGLE-3-like drafter ModelSpec or None)."""
     from specsim.catalog.models import ModelSpec, drafter_arch, load_model
-    from specsim.errors import SpecError
 
     if args.tiny:
         spec = ModelSpec(**TINY)
@@ -120,21 +134,19 @@ def model_config(args):
         try:
             spec = load_model(args.model)
         except SpecError as exc:
-            raise SystemExit(f"collect: {exc}") from None
+            raise SpecError("--model", args.model, exc.allowed) from None
     if spec.moe is not None:
-        raise SystemExit(
-            f"collect: {spec.name} is a MoE model; this collector times dense models only "
-            "(MoE routing kernels differ too much between engines)"
-        )
+        raise SpecError("--model", spec.name, "a dense model: this collector times dense models only (MoE routing "
+                                              "kernels differ too much between engines)")
     if args.layers is not None and not 1 <= args.layers <= spec.layers:
-        raise SystemExit(f"--layers must be in 1..{spec.layers} for {spec.name}, got {args.layers}")
+        raise SpecError("--layers", args.layers, f"in 1..{spec.layers} for {spec.name}")
     draft = None
     if not args.no_draft and args.k:
         draft = drafter_arch("eagle3", spec, draft_vocab=min(spec.vocab, 32000) if args.tiny else None).model
     return spec, draft
 
 
-def plan(args) -> list[Shape]:
+def plan(args: CollectSpec) -> list[Shape]:
     """Shapes in priority order: decode, prefill, verify, draft (a budget cut drops the tail)."""
     shapes = [Shape("decode", b, 1, c) for c in args.contexts for b in args.batches]
     shapes += [Shape("prefill", b, p, 0) for p in args.prompts for b in args.prompt_batches]
@@ -152,20 +164,20 @@ def guess_hardware(device_name: str) -> str:
     return ""
 
 
-def collect(args) -> tuple[list[dict], dict]:
-    """Run the measurements; returns (rows, header metadata). Stops early at the budget."""
+def collect(args: CollectSpec, log: Callable[[str], None] = print) -> tuple[list[dict], dict]:
+    """Run the measurements; returns (rows, header metadata). Stops early at the budget. Each
+    shape's time (or why it was skipped) goes to `log` as it is measured."""
     try:
         import torch
     except ImportError:
-        raise SystemExit(
-            "collect: torch is not installed (pip install 'specsim[collect]' or pip install torch)"
-        ) from None
+        raise SpecError("--device", args.device or "default", "a machine with torch installed "
+                                                              "(pip install 'specsim[collect]' or pip install torch)") from None
     t_start = time.perf_counter()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit("collect: --device cuda but torch sees no CUDA device")
+        raise SpecError("--device", device, "cpu, or cuda on a machine where torch sees a CUDA device")
     if device == "cpu" and not args.tiny:
-        print("collect: warning: timing a full-size model on the CPU is slow and says nothing about a GPU", flush=True)
+        log("collect: warning: timing a full-size model on the CPU is slow and says nothing about a GPU")
     if device == "cpu" and args.tiny:
         torch.set_num_threads(1)
     dtype = getattr(torch, DTYPES[args.dtype])
@@ -182,10 +194,9 @@ def collect(args) -> tuple[list[dict], dict]:
         machine = f"{dev_name}; torch {torch.__version__}"
     hardware = args.hardware if args.hardware is not None else guess_hardware(dev_name)
     graphs = device.startswith("cuda") and not args.no_cuda_graphs
-    print(
+    log(
         f"collect: {spec.name} ({n_layers} of {spec.layers} layers{', scaled' if split else ''}) on {machine}; "
-        f"{args.dtype}; CUDA graphs {'on' if graphs else 'off'}; budget {args.budget_s:g} s",
-        flush=True,
+        f"{args.dtype}; CUDA graphs {'on' if graphs else 'off'}; budget {args.budget_s:g} s"
     )
     runner = Runner(torch, spec, n_layers, device, dtype, draft_spec, seed=args.seed)
     shapes = plan(args)
@@ -197,7 +208,7 @@ def collect(args) -> tuple[list[dict], dict]:
         elapsed = time.perf_counter() - t_start
         if elapsed + last > args.budget_s:
             stopped = f"budget of {args.budget_s:g} s reached after {i - 1} of {len(shapes)} shapes"
-            print(f"collect: {stopped}; writing what was measured", flush=True)
+            log(f"collect: {stopped}; writing what was measured")
             break
         t0 = time.perf_counter()
         label = f"[{i}/{len(shapes)}] {shape.op:7s} batch={shape.batch:<4d} q={shape.q:<5d} ctx={shape.ctx:<6d}"
@@ -205,7 +216,7 @@ def collect(args) -> tuple[list[dict], dict]:
             need = runner.kv_bytes(shape, 1 if shape.op == "draft" else None) + runner.act_bytes(shape)
             free, _ = torch.cuda.mem_get_info(torch.device(device))
             if need > 0.85 * free:
-                print(f"{label} skipped: needs {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free", flush=True)
+                log(f"{label} skipped: needs {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free")
                 continue
         try:
             parts, _ = runner.callables(shape, split and shape.op != "draft")
@@ -217,7 +228,7 @@ def collect(args) -> tuple[list[dict], dict]:
         except RuntimeError as exc:  # out of memory or an unsupported kernel: skip the shape
             if "out of memory" not in str(exc).lower():
                 raise
-            print(f"{label} skipped: out of memory", flush=True)
+            log(f"{label} skipped: out of memory")
             if device.startswith("cuda"):
                 torch.cuda.empty_cache()
             continue
@@ -243,13 +254,13 @@ def collect(args) -> tuple[list[dict], dict]:
                 "machine": machine,
             }
         )
-        print(f"{label} {t * 1e3:9.3f} ms", flush=True)
+        log(f"{label} {t * 1e3:9.3f} ms")
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
         last = time.perf_counter() - t0
     meta = {
         "comment": (
-            "measured by calibration/collect/collect.py: forward passes of a random-weight "
+            "measured by specsim calibrate collect: forward passes of a random-weight "
             f"{spec.name} decoder stack (torch SDPA attention, {'native' if runner.gqa_native else 'expanded'} GQA, "
             "no RoPE); median of repeats"
         ),
@@ -276,22 +287,22 @@ def collect(args) -> tuple[list[dict], dict]:
     return rows, meta
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    rows, meta = collect(args)
+@dataclass(frozen=True)
+class CollectResult:
+    """What a collection wrote: the trace and its row count (0: nothing measured, nothing written)."""
+
+    path: Path | None
+    rows: int
+    meta: dict
+
+
+def collect_trace(args: CollectSpec, log: Callable[[str], None] = print) -> CollectResult:
+    """Measure and write the kernel trace (atomically); nothing is written when no shape was measured."""
+    rows, meta = collect(args, log)
     if not rows:
-        print(
-            "collect: nothing was measured (all shapes skipped or budget too small); no trace written", file=sys.stderr
-        )
-        return 1
+        return CollectResult(None, 0, meta)
     import pandas as pd
 
     from specsim.calibrate.traces.io import write_kernel_trace
 
-    path = write_kernel_trace(pd.DataFrame(rows), args.out, meta=meta)
-    print(f"collect: wrote {len(rows)} rows to {path}", flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return CollectResult(write_kernel_trace(pd.DataFrame(rows), args.out, meta=meta), len(rows), meta)
