@@ -1,38 +1,87 @@
 """Model catalog: frozen decoder-transformer specs and their derived sizes.
 
-Architecture numbers come from each model's HF config.json (catalog/models.yaml names the
-source). Derived quantities follow the standard decoder block:
+Every model is built from a Hugging Face ``config.json`` by :mod:`specsim.catalog.hf_config`
+(per ``model_type``): the bundled entries of ``catalog/models.yaml`` are config-shaped, and a user
+catalog directory (``--catalog DIR`` / ``SPECSIM_CATALOG``) or a path in a scenario adds more.
+Derived quantities follow the standard decoder block:
 
-* attention params per layer = h·(n_h·d) + 2·h·(n_kv·d) + (n_h·d)·h (+ biases)
-* dense SwiGLU FFN per layer = 3·h·f;  MoE per layer = E·3·h·f_e + h·E (router)
+* attention params per layer = h·(n_h·d) + 2·h·(n_kv·d) + (n_h·d)·h (+ biases); with multi-head
+  latent attention (MLA, :class:`MLASpec`) the low-rank q/kv projections instead
+* dense SwiGLU FFN per layer = 3·h·f;  MoE per layer = E·3·h·f_e + h·E (router) + shared experts;
+  the first `dense_layers` layers of an MoE model (DeepSeek-V3's first_k_dense_replace) run a
+  dense FFN of `dense_layer_ffn` instead (:attr:`ModelSpec.layer_groups`)
 * embeddings = V·h, plus an LM head V·h unless tied
-* KV bytes per token = layers · 2 · n_kv · d · bytes(kv dtype)
+* KV bytes per token = layers · 2 · n_kv · d · bytes(kv dtype); MLA: layers · (kv_lora_rank +
+  qk_rope_head_dim) · bytes (the latent c_KV and the decoupled RoPE key, shared by all heads)
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from importlib import resources
+from pathlib import Path
 
 from specsim.errors import SpecError, load_yaml_text
 
 
 @dataclass(frozen=True)
 class MoESpec:
-    """Mixture-of-experts FFN: `experts` experts of width `expert_ffn`, `top_k` per token."""
+    """Mixture-of-experts FFN: `experts` experts of width `expert_ffn`, `top_k` per token, plus
+    `shared_experts` always-on experts of width `shared_ffn`. `expert_bias`: each expert's
+    gate/up and down projections carry biases (gpt-oss: 2·f_e + h per expert); `router_bias`: the
+    router has one per expert."""
 
     experts: int
     top_k: int
     expert_ffn: int
     shared_experts: int = 0
     shared_ffn: int = 0
+    expert_bias: bool = False
+    router_bias: bool = False
+
+
+@dataclass(frozen=True)
+class MLASpec:
+    """Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434 §2.1; DeepSeek-V3, Kimi-K2).
+
+    Queries: h → q_lora_rank (q_a_proj, + its RMSNorm) → n_h·(qk_nope + qk_rope) (q_b_proj), or
+    one h → n_h·(qk_nope + qk_rope) projection when `q_lora_rank` is None. Keys and values:
+    h → kv_lora_rank + qk_rope (kv_a_proj_with_mqa: the latent c_KV and the decoupled RoPE key
+    k_R, shared by every head), c_KV → n_h·(qk_nope + v_head) (kv_b_proj: W_UK and W_UV);
+    output n_h·v_head → h. The cache holds c_KV and k_R per token per layer: `latent_dim` =
+    kv_lora_rank + qk_rope_head_dim values (576 for DeepSeek-V3)."""
+
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int | None = None
+
+    @property
+    def latent_dim(self) -> int:
+        """Cached values per token per layer: kv_lora_rank + qk_rope_head_dim."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A decoder transformer. `ffn` is the dense FFN width (0 for an all-MoE model)."""
+    """A decoder transformer. `ffn` is the dense FFN width of every layer (0 for an MoE model);
+    `dense_layers` of an MoE model's layers run a dense FFN of `dense_layer_ffn` instead of the
+    MoE block. `mla`: multi-head latent attention (then `kv_heads` = `heads` and `head_dim` =
+    qk_nope + qk_rope, the prefill form's MHA shape). `sliding_layers` layers attend only to the
+    last `sliding_window` tokens (gpt-oss). `mtp_layers`: the config's native multi-token
+    prediction layers (num_nextn_predict_layers; the `mtp` drafter), not counted in the totals.
+    `published_active_convention`: what the published active count counts -- "all" (every
+    parameter a token touches, the embedding row included: Qwen's, Mistral's convention), "matmul"
+    (the layers and the LM head, not the embedding lookup: DeepSeek's and OpenAI's) or "layers" (the
+    transformer layers only: GLM's)."""
 
     name: str
     hidden: int
@@ -51,11 +100,28 @@ class ModelSpec:
     published_total_params_b: float | None = None
     published_active_params_b: float | None = None
     extra_params_per_layer: int = 0
+    mla: MLASpec | None = None
+    dense_layers: int = 0
+    dense_layer_ffn: int = 0
+    mtp_layers: int = 0
+    sliding_layers: int = 0
+    sliding_window: int = 0
+    model_type: str = ""
+    published_source: str = ""
+    published_active_convention: str = "all"
 
     # --- per-layer parameter counts -------------------------------------------------------
     @cached_property
     def attn_params_per_layer(self) -> int:
-        """q, k, v, o projections (+ q/k/v biases)."""
+        """q, k, v, o projections (+ q/k/v biases); MLA: q_a (+ norm), q_b, kv_a (+ norm), kv_b, o."""
+        if self.mla is not None:
+            m, h, n = self.mla, self.hidden, self.heads
+            if m.q_lora_rank:
+                q = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * n * m.qk_head_dim
+            else:
+                q = h * n * m.qk_head_dim
+            kv = h * m.latent_dim + m.kv_lora_rank + m.kv_lora_rank * n * (m.qk_nope_head_dim + m.v_head_dim)
+            return q + kv + n * m.v_head_dim * h
         q = self.heads * self.head_dim
         kv = self.kv_heads * self.head_dim
         bias = (q + 2 * kv) if self.qkv_bias else 0
@@ -67,8 +133,11 @@ class ModelSpec:
 
     @cached_property
     def expert_params(self) -> int:
-        """Parameters of one routed expert (SwiGLU: gate, up, down)."""
-        return 3 * self.hidden * self.moe.expert_ffn if self.moe else 0
+        """Parameters of one routed expert (SwiGLU: gate, up, down; + biases when `expert_bias`)."""
+        if not self.moe:
+            return 0
+        bias = (2 * self.moe.expert_ffn + self.hidden) if self.moe.expert_bias else 0
+        return 3 * self.hidden * self.moe.expert_ffn + bias
 
     @cached_property
     def shared_expert_params_per_layer(self) -> int:
@@ -78,7 +147,9 @@ class ModelSpec:
 
     @cached_property
     def router_params_per_layer(self) -> int:
-        return self.hidden * self.moe.experts if self.moe else 0
+        if not self.moe:
+            return 0
+        return self.hidden * self.moe.experts + (self.moe.experts if self.moe.router_bias else 0)
 
     @cached_property
     def moe_params_per_layer(self) -> int:
@@ -92,6 +163,7 @@ class ModelSpec:
 
     @cached_property
     def layer_params(self) -> int:
+        """One layer of the model's main kind (its MoE layers when it has dense first layers)."""
         return (self.attn_params_per_layer + self.dense_ffn_params_per_layer + self.moe_params_per_layer
                 + self.norm_params_per_layer + self.extra_params_per_layer)
 
@@ -104,6 +176,27 @@ class ModelSpec:
         return (self.attn_params_per_layer + self.dense_ffn_params_per_layer + moe_active
                 + self.norm_params_per_layer + self.extra_params_per_layer)
 
+    @cached_property
+    def layer_groups(self) -> tuple[tuple[int, ModelSpec], ...]:
+        """(count, one layer's spec) for each kind of layer: the model itself for a uniform stack;
+        an MoE model with `dense_layers` dense first layers has its MoE layers and its dense ones
+        (their spec has the dense FFN of `dense_layer_ffn` and no MoE block)."""
+        if not self.dense_layers:
+            return ((self.layers, self),)
+        moe = replace(self, dense_layers=0, dense_layer_ffn=0)
+        dense = replace(self, name=f"{self.name}-dense-layer", moe=None, ffn=self.dense_layer_ffn, dense_layers=0,
+                        dense_layer_ffn=0)
+        return ((self.layers - self.dense_layers, moe), (self.dense_layers, dense))
+
+    @cached_property
+    def stack_params(self) -> int:
+        """Parameters of all transformer layers (every kind of layer)."""
+        return sum(n * g.layer_params for n, g in self.layer_groups)
+
+    @cached_property
+    def stack_active_params(self) -> int:
+        return sum(n * g.active_layer_params for n, g in self.layer_groups)
+
     @property
     def embedding_params(self) -> int:
         return self.vocab * self.hidden
@@ -113,34 +206,82 @@ class ModelSpec:
         """The LM head's weights (shared with the embedding when tied, but always multiplied)."""
         return self.vocab * self.hidden
 
+    # --- attention shape as the engines run it -------------------------------------------
+    @property
+    def kv_layers(self) -> int:
+        """Layers whose KV cache grows with the context (all but the sliding-window ones)."""
+        return self.layers - self.sliding_layers
+
+    @property
+    def attn_head_dim(self):
+        """d_eff of decode-like passes (decode, verify, draft): attention over one cached token
+        costs 4·d_eff FLOPs per query token per head. Standard attention: d (QKᵀ 2·d + PV 2·d).
+        MLA runs the absorbed form there (W_UK folded into the query, W_UV into the output; vLLM's
+        MLA backends, FlashMLA): QKᵀ over the kv_lora_rank + qk_rope latent, PV over kv_lora_rank:
+        4·d_eff = 2·(kv_lora_rank + qk_rope) + 2·kv_lora_rank (2176 for DeepSeek-V3, d_eff = 544)."""
+        if self.mla is None:
+            return self.head_dim
+        m = self.mla
+        return (2 * m.latent_dim + 2 * m.kv_lora_rank) / 4
+
+    @property
+    def prefill_attn_head_dim(self):
+        """d_eff of prefill-like passes (prefill, logprob, training): MLA runs the non-absorbed
+        form there (c_KV up-projected to per-head K and V, then MHA): 4·d_eff = 2·(qk_nope +
+        qk_rope) + 2·v_head (640 for DeepSeek-V3). Standard attention: d."""
+        if self.mla is None:
+            return self.head_dim
+        m = self.mla
+        return (2 * m.qk_head_dim + 2 * m.v_head_dim) / 4
+
+    def kv_bytes_per_token_layer(self, tp: int, kv_dtype_bytes: float) -> float:
+        """KV bytes one cached token takes in one layer on one GPU of a tp-way engine:
+        2·⌈n_kv/tp⌉·d·bytes (KV heads replicate when n_kv < tp); MLA: (kv_lora_rank + qk_rope)·bytes,
+        the latent shared by all heads and replicated on every TP rank (vLLM / SGLang MLA)."""
+        if self.mla is not None:
+            return float(self.mla.latent_dim) * kv_dtype_bytes
+        return 2 * float(-(-self.kv_heads // tp)) * self.head_dim * kv_dtype_bytes
+
     # --- totals -------------------------------------------------------------------------
     @property
     def total_params(self) -> int:
         head = 0 if self.tied_embeddings else self.lm_head_params
-        return self.layers * self.layer_params + self.embedding_params + head + self.hidden
+        return self.stack_params + self.embedding_params + head + self.hidden
 
     @property
     def active_params(self) -> int:
         """Parameters touched per token, counting the embedding table as published totals do."""
         head = 0 if self.tied_embeddings else self.lm_head_params
-        return self.layers * self.active_layer_params + self.embedding_params + head + self.hidden
+        return self.stack_active_params + self.embedding_params + head + self.hidden
 
     @property
     def matmul_params_per_token(self) -> int:
         """Parameters that take part in matmuls per token: active layers + LM head (not the lookup)."""
-        return self.layers * self.active_layer_params + self.lm_head_params
+        return self.stack_active_params + self.lm_head_params
+
+    @property
+    def active_params_as_published(self) -> int:
+        """The active count under the publisher's convention (`published_active_convention`)."""
+        if self.published_active_convention == "matmul":
+            return self.matmul_params_per_token
+        if self.published_active_convention == "layers":
+            return self.stack_active_params
+        return self.active_params
 
     def weight_bytes(self, dtype_bytes: float) -> float:
         return self.total_params * dtype_bytes
 
     def kv_bytes_per_token(self, kv_dtype_bytes: float) -> float:
-        """KV cache bytes for one token over all layers: layers · 2 · n_kv · d · bytes."""
-        return self.layers * 2 * self.kv_heads * self.head_dim * kv_dtype_bytes
+        """KV cache bytes for one token over all layers: layers · 2 · n_kv · d · bytes; MLA:
+        layers · (kv_lora_rank + qk_rope) · bytes; sliding-window layers hold only their window."""
+        if self.mla is not None:
+            return self.kv_layers * self.mla.latent_dim * kv_dtype_bytes
+        return self.kv_layers * 2 * self.kv_heads * self.head_dim * kv_dtype_bytes
 
     def flops_per_token(self, context_tokens: float) -> float:
-        """Forward FLOPs for one new token attending to `context_tokens`:
-        2·(matmul params) + 4·layers·n_h·d·context (QK^T and PV)."""
-        return 2.0 * self.matmul_params_per_token + 4.0 * self.layers * self.heads * self.head_dim * context_tokens
+        """Forward FLOPs for one new token attending to `context_tokens` (decode form):
+        2·(matmul params) + 4·layers·n_h·d_eff·context (QK^T and PV; d_eff = `attn_head_dim`)."""
+        return 2.0 * self.matmul_params_per_token + 4.0 * self.kv_layers * self.heads * self.attn_head_dim * context_tokens
 
 
 COST_SHAPES = ("head", "mtp", "self", "ngram")
@@ -259,14 +400,58 @@ class DrafterArch:
 DRAFTER_KINDS = drafter_kind_names()
 
 
+#: environment variable naming user catalog directories (os.pathsep-separated); `--catalog DIR` sets it
+CATALOG_ENV = "SPECSIM_CATALOG"
+BUNDLED_CATALOG = "specsim/catalog/models.yaml"
+
+
 @lru_cache(maxsize=1)
 def _catalog() -> dict:
     text = resources.files("specsim.catalog").joinpath("models.yaml").read_text()
     return load_yaml_text(text)
 
 
-def list_models() -> list[str]:
+def catalog_dirs() -> list[Path]:
+    """The user catalog directories named by $SPECSIM_CATALOG (os.pathsep-separated), in order."""
+    raw = os.environ.get(CATALOG_ENV, "")
+    dirs = [Path(p) for p in raw.split(os.pathsep) if p.strip()]
+    for d in dirs:
+        if not d.is_dir():
+            raise SpecError(CATALOG_ENV, str(d), "existing directories of config.json files (or of sub-directories "
+                                                 "holding one each), separated by " + repr(os.pathsep))
+    return dirs
+
+
+def user_catalog() -> dict[str, Path]:
+    """Model name → config file of every user catalog entry: `DIR/NAME.json`, or `DIR/NAME/config.json`
+    (an earlier directory wins a name both hold)."""
+    out: dict[str, Path] = {}
+    for d in catalog_dirs():
+        for entry in sorted(d.iterdir()):
+            if entry.name.startswith("."):
+                continue
+            if entry.is_file() and entry.suffix.lower() == ".json":
+                out.setdefault(entry.stem, entry)
+            elif entry.is_dir() and (entry / "config.json").is_file():
+                out.setdefault(entry.name, entry / "config.json")
+    return out
+
+
+def bundled_models() -> list[str]:
     return list(_catalog()["models"])
+
+
+def list_models() -> list[str]:
+    """Every model name: the bundled catalog, then the user catalog's names it does not shadow."""
+    bundled = bundled_models()
+    lowered = {n.lower() for n in bundled}
+    return bundled + [n for n in user_catalog() if n.lower() not in lowered]
+
+
+def model_origin(name: str) -> str:
+    """Where catalog model `name` comes from: 'user: <file>' or 'bundled'."""
+    user = {k.lower(): v for k, v in user_catalog().items()}
+    return f"user: {user[name.lower()]}" if name.lower() in user else "bundled"
 
 
 def _suggest(name: str, options: list[str]) -> str:
@@ -278,15 +463,52 @@ def _suggest(name: str, options: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def load_model(name: str) -> ModelSpec:
-    """Catalog lookup by name (case-insensitive); unknown names get a did-you-mean."""
+def is_model_path(name: str) -> bool:
+    """Does a scenario's `model:` name a file or directory (rather than a catalog entry)?"""
+    return "/" in name or "\\" in name or name.lower().endswith(".json")
+
+
+def model_config_path(name: str, base_dir: Path | None = None) -> Path:
+    """The path a path-like `model:` names: relative to `base_dir` (the scenario's directory) when it
+    is there, else as given (relative to the working directory)."""
+    p = Path(name).expanduser()
+    if not p.is_absolute() and base_dir is not None and (base_dir / p).exists():
+        return base_dir / p
+    return p
+
+
+@lru_cache(maxsize=64)
+def _bundled_spec(key: str) -> ModelSpec:
+    from specsim.catalog.hf_config import META_KEYS, model_from_config
+
+    entry = _catalog()["models"][key]
+    where = f"{BUNDLED_CATALOG}: models.{key}"
+    unknown = set(entry) - set(META_KEYS) - {"config"}
+    if unknown:
+        raise SpecError(f"models.{key}", sorted(unknown), f"only `config:` and {list(META_KEYS)}", BUNDLED_CATALOG)
+    return model_from_config(entry.get("config"), name=key, where=f"{where}.config", meta=entry)
+
+
+def load_model(name: str, base_dir: Path | None = None) -> ModelSpec:
+    """A model by catalog name (case-insensitive: the user catalog's entries shadow the bundled
+    ones) or by the path of a Hugging Face config.json / a directory holding one (relative to
+    `base_dir` when it is there). Unknown names get a did-you-mean."""
+    from specsim.catalog.hf_config import load_config_model
+
+    name = str(name)
+    if is_model_path(name):
+        return load_config_model(model_config_path(name, base_dir))
+    user = user_catalog()
+    key = next((k for k in user if k.lower() == name.lower()), None)
+    if key is not None:
+        return load_config_model(user[key], name=key)
     models = _catalog()["models"]
-    key = next((k for k in models if k.lower() == str(name).lower()), None)
+    key = next((k for k in models if k.lower() == name.lower()), None)
     if key is None:
-        raise SpecError("model", name, f"one of {list(models)}{_suggest(str(name), list(models))}")
-    doc = dict(models[key])
-    moe = doc.pop("moe", None)
-    return ModelSpec(name=key, moe=MoESpec(**moe) if moe else None, **doc)
+        names = list_models()
+        raise SpecError("model", name, f"one of {names}, or a path to a Hugging Face config.json (or its directory)"
+                                       f"{_suggest(name, names)}")
+    return _bundled_spec(key)
 
 
 def drafter_arch(kind: str, target: ModelSpec, draft_vocab: int | None = None,
@@ -297,7 +519,8 @@ def drafter_arch(kind: str, target: ModelSpec, draft_vocab: int | None = None,
       of `draft_ffn`, default the target's dense FFN or, for MoE targets, top_k·expert_ffn) + a
       fusion fc (fusion_inputs·h → h) + an LM head over `draft_vocab` tokens (EAGLE-3's reduced
       vocabulary, 32000; the draft-to-target token map is a lookup).
-    mtp: one target-shaped layer (MoE if the target is) + an eh_proj (2h→h) + the full LM head.
+    mtp: one target-shaped layer (MoE if the target is, MLA if the target is) + an eh_proj (2h→h) + the
+      target's full LM head and embedding (shared: the registry's shares_target_head).
     self (self_quant): the target itself at weight_bits-bit weights.
     ngram: no GPU pass.
     """
@@ -310,6 +533,7 @@ def drafter_arch(kind: str, target: ModelSpec, draft_vocab: int | None = None,
         return DrafterArch(kind, replace(target, name=f"{target.name}-w{bits}"), "int4" if bits == 4 else "int8", source)
     fusion = int(spec.fusion_inputs or 1) * target.hidden * target.hidden
     if spec.cost_shape == "head":
+        target = replace(target, mla=None)
         # EAGLE-3's layer takes [token embedding ; hidden state] (2h) into its q/k/v projections:
         # h·(n_h·d + 2·n_kv·d) weights on top of a standard attention block
         fusion += target.hidden * (target.heads + 2 * target.kv_heads) * target.head_dim
@@ -318,8 +542,18 @@ def drafter_arch(kind: str, target: ModelSpec, draft_vocab: int | None = None,
         if vocab <= 0 or ffn <= 0:
             raise SpecError("draft_vocab", vocab, "> 0")
         model = replace(target, name=f"{target.name}-{kind}", layers=int(spec.layers or 1), ffn=ffn, moe=None,
-                        vocab=vocab, tied_embeddings=True, extra_params_per_layer=fusion)
+                        vocab=vocab, tied_embeddings=True, extra_params_per_layer=fusion, **_ONE_LAYER_KIND)
         return DrafterArch(kind, model, None, source)
+    # mtp: the target's own layer shape (its attention -- MLA included -- and its MoE block, as
+    # DeepSeek-V3's and GLM-4.5's MTP layers are MoE layers) + eh_proj; a config with
+    # num_nextn_predict_layers = N > 1 keeps N such layers, and vLLM's MTP proposer runs one of them
+    # per draft pass, so one layer is priced per pass (its weights are counted once)
     model = replace(target, name=f"{target.name}-{kind}", layers=int(spec.layers or 1), tied_embeddings=True,
-                    extra_params_per_layer=fusion)
+                    extra_params_per_layer=target.extra_params_per_layer + fusion, **_ONE_LAYER_KIND)
     return DrafterArch(kind, model, None, source)
+
+
+#: what a one-layer drafter does not inherit from its target: dense first layers, sliding-window
+#: layers, MTP layers of its own (and, for an EAGLE-3 head, MLA: its layer is a Llama layer)
+_ONE_LAYER_KIND = dict(dense_layers=0, dense_layer_ffn=0, sliding_layers=0, sliding_window=0, mtp_layers=0,
+                       published_total_params_b=None, published_active_params_b=None)
