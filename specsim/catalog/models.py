@@ -489,6 +489,37 @@ def _bundled_spec(key: str) -> ModelSpec:
     return model_from_config(entry.get("config"), name=key, where=f"{where}.config", meta=entry)
 
 
+#: ModelSpec fields that are metadata, not architecture
+_META_FIELDS = dict(name="", source="", hf_id="", published_total_params_b=None, published_active_params_b=None,
+                    published_source="", published_active_convention="all")
+
+
+def architecture_key(model: ModelSpec) -> ModelSpec:
+    """The model with its metadata blanked: two configs of the same architecture have equal keys."""
+    return replace(model, **_META_FIELDS)
+
+
+def bundled_twin(model: ModelSpec) -> str | None:
+    """The bundled entry whose config describes the same architecture as `model`, if any."""
+    key = architecture_key(model)
+    return next((n for n in bundled_models() if architecture_key(_bundled_spec(n)) == key), None)
+
+
+def with_bundled_published(model: ModelSpec) -> ModelSpec:
+    """A user config without published totals of its own takes those of the bundled entry of the
+    same architecture (its source then says so), so `show model ./config.json` compares too."""
+    if model.published_total_params_b is not None or model.published_active_params_b is not None:
+        return model
+    twin = bundled_twin(model)
+    if twin is None:
+        return model
+    b = _bundled_spec(twin)
+    return replace(model, hf_id=model.hf_id or b.hf_id, published_total_params_b=b.published_total_params_b,
+                   published_active_params_b=b.published_active_params_b,
+                   published_active_convention=b.published_active_convention,
+                   published_source=f"{b.published_source} (the bundled {twin}: the same architecture)")
+
+
 def load_model(name: str, base_dir: Path | None = None) -> ModelSpec:
     """A model by catalog name (case-insensitive: the user catalog's entries shadow the bundled
     ones) or by the path of a Hugging Face config.json / a directory holding one (relative to
@@ -497,11 +528,11 @@ def load_model(name: str, base_dir: Path | None = None) -> ModelSpec:
 
     name = str(name)
     if is_model_path(name):
-        return load_config_model(model_config_path(name, base_dir))
+        return with_bundled_published(load_config_model(model_config_path(name, base_dir)))
     user = user_catalog()
     key = next((k for k in user if k.lower() == name.lower()), None)
     if key is not None:
-        return load_config_model(user[key], name=key)
+        return with_bundled_published(load_config_model(user[key], name=key))
     models = _catalog()["models"]
     key = next((k for k in models if k.lower() == name.lower()), None)
     if key is None:

@@ -45,7 +45,7 @@ from specsim.cli import common
 from specsim.cli import project as cli_project
 from specsim.cli import run as cli_run
 from specsim.cli.calibrate import calibrate_app
-from specsim.cli.common import Format, FormatOpt, SetOpt, handle_errors
+from specsim.cli.common import CatalogOpt, Format, FormatOpt, SetOpt, handle_errors, use_catalog
 from specsim.cli.show import show_app
 
 # the command bodies' short names for the shared helpers
@@ -85,8 +85,8 @@ class ListWhat(str, Enum):
 
 @app.command("list")
 @handle_errors
-def list_cmd(what: Annotated[ListWhat, typer.Argument(help="What to list.")]) -> None:
-    """List the bundled hardware profiles or the model catalog."""
+def list_cmd(what: Annotated[ListWhat, typer.Argument(help="What to list.")], catalog: CatalogOpt = None) -> None:
+    """List the bundled hardware profiles or the model catalog (bundled and user: --catalog, $SPECSIM_CATALOG)."""
     con = _console()
     if what is ListWhat.hardware:
         from specsim.catalog.hardware import list_hardware, load_hardware
@@ -104,10 +104,11 @@ def list_cmd(what: Annotated[ListWhat, typer.Argument(help="What to list.")]) ->
 
     t = _table("model catalog", "name", "params", "active params", "layers", "MoE experts/top-k", "source",
                right_from=1)
-    for name in list_models():
-        m = load_model(name)
-        moe = f"{m.moe.experts}/{m.moe.top_k}" if m.moe else "dense"
-        t.add_row(name, _b(m.total_params), _b(m.active_params), str(m.layers), moe, m.source)
+    with use_catalog(catalog):
+        for name in list_models():
+            m = load_model(name)
+            moe = f"{m.moe.experts}/{m.moe.top_k}" if m.moe else "dense"
+            t.add_row(name, _b(m.total_params), _b(m.active_params), str(m.layers), moe, m.source)
     t.columns[-1].justify = "left"
     con.print(t)
 
@@ -118,6 +119,7 @@ def list_cmd(what: Annotated[ListWhat, typer.Argument(help="What to list.")]) ->
 def check(
     scenario: Annotated[str, typer.Argument(help="Scenario YAML.")],
     sets: SetOpt = None,
+    catalog: CatalogOpt = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Load and resolve a scenario (schema, catalog names, layout fit); print a summary and warnings."""
@@ -125,12 +127,13 @@ def check(
     from specsim.study.runner import check_points
     from specsim.world.resolve import resolve
 
-    sc = _load_scenario(scenario, sets)
-    world = resolve(sc)
-    info = check_report(world, scenario)
+    with use_catalog(catalog):
+        sc = _load_scenario(scenario, sets)
+        world = resolve(sc)
+        info = check_report(world, scenario)
+        info["sweep_rows"] = sc.rows  # rows the sweep asks for (limit MAX_SWEEP_ROWS)
+        info["sweep"] = check_points(sc)  # refuses every point `run` would refuse
     w, d = sc.workload, sc.drafter
-    info["sweep_rows"] = sc.rows  # rows the sweep asks for (limit MAX_SWEEP_ROWS)
-    info["sweep"] = check_points(sc)  # refuses every point `run` would refuse
     info["warnings"] += info["sweep"].pop("warnings")
     if fmt is Format.json:
         _emit_json(info)

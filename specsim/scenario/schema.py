@@ -385,7 +385,10 @@ class Scenario(Strict):
         "seeds the single `numpy.random.Generator` stream; same scenario + seed → identical results"))
     hardware: str = Field(description=(
         "hardware profile name (`specsim list hardware`, case-insensitive) or a path to a profile YAML"))
-    model: str = Field(description="catalog model name (`specsim list models`), case-insensitive")
+    model: str = Field(description=(
+        "catalog model name (`specsim list models`, case-insensitive; the bundled catalog plus the user catalog "
+        "directories of `--catalog DIR` / `$SPECSIM_CATALOG`), or a path to a Hugging Face `config.json` or a "
+        "directory holding one (relative to the scenario file; see `docs/own-setup.md`, \"Your model\")"))
     rollout: RolloutSection = Field(description="the generation pool")
     training: TrainingSection = Field(default=TrainingSection(), description="the trainer")
     workload: WorkloadSection = Field(description="prompts, group size, length distributions")

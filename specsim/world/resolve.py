@@ -187,7 +187,7 @@ def resolve(sc: Scenario) -> World:
     base_dir = Path(file).parent if file else None
     try:
         hw = load_hardware(sc.hardware)
-        model = load_model(sc.model)
+        model = load_model(sc.model, base_dir)
         r = sc.rollout
         layout = ParallelLayout(tp=r.tp, pp=r.pp, ep=r.ep, weight_dtype=r.weight_dtype, kv_dtype=r.kv_dtype)
         layout.check_fits_model(model, "rollout")
