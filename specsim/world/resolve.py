@@ -46,7 +46,7 @@ def length_distribution(spec, field_path: str, base_dir: Path | None) -> LengthD
     path = Path(spec.path)
     if not path.is_absolute() and base_dir is not None and not path.exists():
         path = base_dir / path
-    return LengthDistribution.empirical_file(path, field_path=field_path)
+    return LengthDistribution.empirical_file(path, field_path=field_path, column=spec.column)
 
 
 def _tau_tree(sc: Scenario):
