@@ -38,7 +38,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from specsim.catalog.models import MLASpec, ModelSpec, MoESpec
+from specsim.catalog.model_spec import MLASpec, ModelSpec, MoESpec
 from specsim.errors import SpecError
 
 #: model_type → the family whose parser reads it
@@ -130,10 +130,10 @@ def model_from_config(doc: Any, *, name: str, where: str, meta: dict | None = No
     if heads % kv_heads:
         raise f._bad("num_key_value_heads", kv_heads, f"a divisor of num_attention_heads ({heads})")
     vocab = f.integer("vocab_size")
-    kw: dict[str, Any] = dict(
-        name=name, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, vocab=vocab,
-        tied_embeddings=f.flag("tie_word_embeddings", False), max_positions=f.integer("max_position_embeddings"),
-        model_type=mtype)
+    kw: dict[str, Any] = {
+        "name": name, "hidden": hidden, "layers": layers, "heads": heads, "kv_heads": kv_heads, "vocab": vocab,
+        "tied_embeddings": f.flag("tie_word_embeddings", False), "max_positions": f.integer("max_position_embeddings"),
+        "model_type": mtype}
     extra = 0
     if family in ("llama", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "glm4_moe", "gpt_oss"):
         kw["head_dim"] = _head_dim(f, hidden, heads)

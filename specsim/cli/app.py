@@ -17,6 +17,7 @@ Commands (``specsim --help``, ``specsim COMMAND --help``):
     specsim calibrate kernels     [--source aiconfigurator] [--system S] [--backend B] [--out DIR]
     specsim calibrate workload    [--targets F] [--dry-run] [--write-profile] [--max-nfev N]
     specsim calibrate a100-sweep  [--write-profile]
+    specsim calibrate acceptance METRICS [--format json]
     specsim calibrate acceptance-shape [--write] [--sensitivity]                      (cli/calibrate.py)
 
 What the commands report is computed by library functions that return data: :mod:`specsim.explain.show`

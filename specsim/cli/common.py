@@ -36,8 +36,8 @@ EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 1
 EXIT_INTERRUPTED = 130
 
-__all__ = ["COMMAND_LINE", "EXIT_INTERNAL_ERROR", "EXIT_USER_ERROR", "USER_ERRORS", "Format", "FormatOpt",
-           "HardwareOpt", "CatalogOpt", "SetOpt", "bad_option", "billions", "console", "emit_json", "error_message",
+__all__ = ["COMMAND_LINE", "EXIT_INTERNAL_ERROR", "EXIT_USER_ERROR", "USER_ERRORS", "CatalogOpt", "Format",
+           "FormatOpt", "HardwareOpt", "SetOpt", "bad_option", "billions", "console", "emit_json", "error_message",
            "handle_errors", "load_scenario_opts", "option_errors", "table", "use_catalog", "user_errors"]
 
 

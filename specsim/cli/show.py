@@ -12,8 +12,16 @@ import typer
 
 from specsim.catalog.models import drafter_kind, drafter_kind_names
 from specsim.cli import common
-from specsim.cli.common import (CatalogOpt, Format, FormatOpt, HardwareOpt, SetOpt, handle_errors, option_errors,
-                                use_catalog)
+from specsim.cli.common import (
+    CatalogOpt,
+    Format,
+    FormatOpt,
+    HardwareOpt,
+    SetOpt,
+    handle_errors,
+    option_errors,
+    use_catalog,
+)
 
 # the command bodies' short names for the shared helpers
 _bad_option, _b, _console, _emit_json = common.bad_option, common.billions, common.console, common.emit_json

@@ -6,14 +6,12 @@ import dataclasses
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from specsim.catalog.hardware import load_hardware
 from specsim.catalog.hf_config import MODEL_TYPES, load_config_model, model_from_config
-from specsim.catalog.models import (CATALOG_ENV, architecture_key, bundled_models, drafter_arch, list_models,
-                                    load_model)
+from specsim.catalog.models import CATALOG_ENV, architecture_key, bundled_models, drafter_arch, list_models, load_model
 from specsim.cli.app import app
 from specsim.cost.forward import decode_cost, pass_cost
 from specsim.cost.layout import ParallelLayout
@@ -160,21 +158,21 @@ def test_mtp_drafter_is_one_mla_moe_layer_sharing_the_targets_head():
 
 # ----------------------------------------------------------------------------- every model_type
 CONFIGS = {
-    "kimi_k2": (dict(model_type="kimi_k2", hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048,
-                     n_routed_experts=384, n_shared_experts=1, num_experts_per_tok=8, first_k_dense_replace=1,
-                     num_hidden_layers=61, num_attention_heads=64, num_key_value_heads=64, kv_lora_rank=512,
-                     q_lora_rank=1536, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, vocab_size=163840,
-                     max_position_embeddings=131072), 1026.4, None),   # "1T" total, 32B active (moonshotai/Kimi-K2)
-    "qwen2_moe": (dict(model_type="qwen2_moe", hidden_size=2048, intermediate_size=5632, moe_intermediate_size=1408,
-                       shared_expert_intermediate_size=5632, num_experts=60, num_experts_per_tok=4,
-                       num_attention_heads=16, num_key_value_heads=16, num_hidden_layers=24, vocab_size=151936,
-                       max_position_embeddings=8192), 14.3, 2.7),   # Qwen/Qwen1.5-MoE-A2.7B: 14.3B, 2.7B active
-    "deepseek_v2_lite": (dict(model_type="deepseek_v2", hidden_size=2048, intermediate_size=10944,
-                              moe_intermediate_size=1408, n_routed_experts=64, n_shared_experts=2,
-                              num_experts_per_tok=6, first_k_dense_replace=1, num_hidden_layers=27,
-                              num_attention_heads=16, num_key_value_heads=16, kv_lora_rank=512, q_lora_rank=None,
-                              qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, vocab_size=102400,
-                              max_position_embeddings=163840), 15.7, None),   # DeepSeek-V2-Lite: 15.7B total
+    "kimi_k2": ({"model_type": "kimi_k2", "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+                     "n_routed_experts": 384, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 1,
+                     "num_hidden_layers": 61, "num_attention_heads": 64, "num_key_value_heads": 64, "kv_lora_rank": 512,
+                     "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 163840,
+                     "max_position_embeddings": 131072}, 1026.4, None),   # "1T" total, 32B active (moonshotai/Kimi-K2)
+    "qwen2_moe": ({"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632, "moe_intermediate_size": 1408,
+                       "shared_expert_intermediate_size": 5632, "num_experts": 60, "num_experts_per_tok": 4,
+                       "num_attention_heads": 16, "num_key_value_heads": 16, "num_hidden_layers": 24, "vocab_size": 151936,
+                       "max_position_embeddings": 8192}, 14.3, 2.7),   # Qwen/Qwen1.5-MoE-A2.7B: 14.3B, 2.7B active
+    "deepseek_v2_lite": ({"model_type": "deepseek_v2", "hidden_size": 2048, "intermediate_size": 10944,
+                              "moe_intermediate_size": 1408, "n_routed_experts": 64, "n_shared_experts": 2,
+                              "num_experts_per_tok": 6, "first_k_dense_replace": 1, "num_hidden_layers": 27,
+                              "num_attention_heads": 16, "num_key_value_heads": 16, "kv_lora_rank": 512, "q_lora_rank": None,
+                              "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 102400,
+                              "max_position_embeddings": 163840}, 15.7, None),   # DeepSeek-V2-Lite: 15.7B total
 }
 
 

@@ -21,7 +21,7 @@ from specsim.world.resolve import resolve
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "calibration" / "traces" / "examples"
 sys.path.insert(0, str(ROOT / "tests"))
-from small_sweep import TINY_SYNC  # noqa: E402
+from small_sweep import TINY_SYNC
 
 runner = CliRunner()
 
@@ -102,8 +102,8 @@ def test_vllm_json_dump_and_sglang(tmp_path):
 
 @pytest.mark.parametrize("text, fragment", [
     ("vllm:spec_decode_num_drafts_total 10\n", "vllm:spec_decode_num_accepted_tokens_total"),
-    ("vllm:spec_decode_num_drafts_total 0\nvllm:spec_decode_num_draft_tokens_total 0\n"
-     "vllm:spec_decode_num_accepted_tokens_total 0\n", "with drafts"),
+    (("vllm:spec_decode_num_drafts_total 0\nvllm:spec_decode_num_draft_tokens_total 0\n"
+     "vllm:spec_decode_num_accepted_tokens_total 0\n"), "with drafts"),
     ("hello\n", "vLLM spec-decode metrics"),
 ])
 def test_metrics_errors_name_what_is_missing(tmp_path, text, fragment):

@@ -88,7 +88,7 @@ def _from_vllm(counts: dict[str, float], per_pos: dict[int, float], form: str, f
     if not 0 <= accepted <= drafted:
         raise SpecError(fld, {"accepted": accepted, "drafted": drafted}, "0 <= accepted <= draft tokens", where)
     k_float = drafted / drafts
-    k = int(round(k_float)) if abs(k_float - round(k_float)) < 1e-6 else None
+    k = round(k_float) if abs(k_float - round(k_float)) < 1e-6 else None
     rates = tuple(per_pos[i] / drafts for i in sorted(per_pos)) if per_pos else None
     return MeasuredAcceptance(1.0 + accepted / drafts, k, "vllm", form, drafts, drafted, accepted, rates)
 
