@@ -1,147 +1,31 @@
 """Model catalog: frozen decoder-transformer specs and their derived sizes.
 
-Architecture numbers come from each model's HF config.json (catalog/models.yaml names the
-source). Derived quantities follow the standard decoder block:
+Every model is built from a Hugging Face ``config.json`` by :mod:`specsim.catalog.hf_config`
+(per ``model_type``): the bundled entries of ``catalog/models.yaml`` are config-shaped, and a user
+catalog directory (``--catalog DIR`` / ``SPECSIM_CATALOG``) or a path in a scenario adds more.
+Derived quantities follow the standard decoder block:
 
-* attention params per layer = h·(n_h·d) + 2·h·(n_kv·d) + (n_h·d)·h (+ biases)
-* dense SwiGLU FFN per layer = 3·h·f;  MoE per layer = E·3·h·f_e + h·E (router)
+* attention params per layer = h·(n_h·d) + 2·h·(n_kv·d) + (n_h·d)·h (+ biases); with multi-head
+  latent attention (MLA, :class:`MLASpec`) the low-rank q/kv projections instead
+* dense SwiGLU FFN per layer = 3·h·f;  MoE per layer = E·3·h·f_e + h·E (router) + shared experts;
+  the first `dense_layers` layers of an MoE model (DeepSeek-V3's first_k_dense_replace) run a
+  dense FFN of `dense_layer_ffn` instead (:attr:`ModelSpec.layer_groups`)
 * embeddings = V·h, plus an LM head V·h unless tied
-* KV bytes per token = layers · 2 · n_kv · d · bytes(kv dtype)
+* KV bytes per token = layers · 2 · n_kv · d · bytes(kv dtype); MLA: layers · (kv_lora_rank +
+  qk_rope_head_dim) · bytes (the latent c_KV and the decoupled RoPE key, shared by all heads)
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass, replace
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 
+from specsim.catalog.model_spec import MLASpec, ModelSpec, MoESpec  # noqa: F401 (re-exported: the catalog's face)
 from specsim.errors import SpecError, load_yaml_text
-
-
-@dataclass(frozen=True)
-class MoESpec:
-    """Mixture-of-experts FFN: `experts` experts of width `expert_ffn`, `top_k` per token."""
-
-    experts: int
-    top_k: int
-    expert_ffn: int
-    shared_experts: int = 0
-    shared_ffn: int = 0
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """A decoder transformer. `ffn` is the dense FFN width (0 for an all-MoE model)."""
-
-    name: str
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-    ffn: int = 0
-    moe: MoESpec | None = None
-    tied_embeddings: bool = False
-    qkv_bias: bool = False
-    max_positions: int = 32768
-    source: str = ""
-    hf_id: str = ""
-    published_total_params_b: float | None = None
-    published_active_params_b: float | None = None
-    extra_params_per_layer: int = 0
-
-    # --- per-layer parameter counts -------------------------------------------------------
-    @cached_property
-    def attn_params_per_layer(self) -> int:
-        """q, k, v, o projections (+ q/k/v biases)."""
-        q = self.heads * self.head_dim
-        kv = self.kv_heads * self.head_dim
-        bias = (q + 2 * kv) if self.qkv_bias else 0
-        return self.hidden * q + 2 * self.hidden * kv + q * self.hidden + bias
-
-    @cached_property
-    def dense_ffn_params_per_layer(self) -> int:
-        return 3 * self.hidden * self.ffn
-
-    @cached_property
-    def expert_params(self) -> int:
-        """Parameters of one routed expert (SwiGLU: gate, up, down)."""
-        return 3 * self.hidden * self.moe.expert_ffn if self.moe else 0
-
-    @cached_property
-    def shared_expert_params_per_layer(self) -> int:
-        if not self.moe or not self.moe.shared_experts:
-            return 0
-        return self.moe.shared_experts * 3 * self.hidden * self.moe.shared_ffn
-
-    @cached_property
-    def router_params_per_layer(self) -> int:
-        return self.hidden * self.moe.experts if self.moe else 0
-
-    @cached_property
-    def moe_params_per_layer(self) -> int:
-        if not self.moe:
-            return 0
-        return self.moe.experts * self.expert_params + self.router_params_per_layer + self.shared_expert_params_per_layer
-
-    @cached_property
-    def norm_params_per_layer(self) -> int:
-        return 2 * self.hidden
-
-    @cached_property
-    def layer_params(self) -> int:
-        return (self.attn_params_per_layer + self.dense_ffn_params_per_layer + self.moe_params_per_layer
-                + self.norm_params_per_layer + self.extra_params_per_layer)
-
-    @cached_property
-    def active_layer_params(self) -> int:
-        """Parameters one token multiplies through in one layer (top-k experts only)."""
-        moe_active = 0
-        if self.moe:
-            moe_active = self.moe.top_k * self.expert_params + self.router_params_per_layer + self.shared_expert_params_per_layer
-        return (self.attn_params_per_layer + self.dense_ffn_params_per_layer + moe_active
-                + self.norm_params_per_layer + self.extra_params_per_layer)
-
-    @property
-    def embedding_params(self) -> int:
-        return self.vocab * self.hidden
-
-    @property
-    def lm_head_params(self) -> int:
-        """The LM head's weights (shared with the embedding when tied, but always multiplied)."""
-        return self.vocab * self.hidden
-
-    # --- totals -------------------------------------------------------------------------
-    @property
-    def total_params(self) -> int:
-        head = 0 if self.tied_embeddings else self.lm_head_params
-        return self.layers * self.layer_params + self.embedding_params + head + self.hidden
-
-    @property
-    def active_params(self) -> int:
-        """Parameters touched per token, counting the embedding table as published totals do."""
-        head = 0 if self.tied_embeddings else self.lm_head_params
-        return self.layers * self.active_layer_params + self.embedding_params + head + self.hidden
-
-    @property
-    def matmul_params_per_token(self) -> int:
-        """Parameters that take part in matmuls per token: active layers + LM head (not the lookup)."""
-        return self.layers * self.active_layer_params + self.lm_head_params
-
-    def weight_bytes(self, dtype_bytes: float) -> float:
-        return self.total_params * dtype_bytes
-
-    def kv_bytes_per_token(self, kv_dtype_bytes: float) -> float:
-        """KV cache bytes for one token over all layers: layers · 2 · n_kv · d · bytes."""
-        return self.layers * 2 * self.kv_heads * self.head_dim * kv_dtype_bytes
-
-    def flops_per_token(self, context_tokens: float) -> float:
-        """Forward FLOPs for one new token attending to `context_tokens`:
-        2·(matmul params) + 4·layers·n_h·d·context (QK^T and PV)."""
-        return 2.0 * self.matmul_params_per_token + 4.0 * self.layers * self.heads * self.head_dim * context_tokens
-
 
 COST_SHAPES = ("head", "mtp", "self", "ngram")
 
@@ -259,14 +143,58 @@ class DrafterArch:
 DRAFTER_KINDS = drafter_kind_names()
 
 
+#: environment variable naming user catalog directories (os.pathsep-separated); `--catalog DIR` sets it
+CATALOG_ENV = "SPECSIM_CATALOG"
+BUNDLED_CATALOG = "specsim/catalog/models.yaml"
+
+
 @lru_cache(maxsize=1)
 def _catalog() -> dict:
     text = resources.files("specsim.catalog").joinpath("models.yaml").read_text()
     return load_yaml_text(text)
 
 
-def list_models() -> list[str]:
+def catalog_dirs() -> list[Path]:
+    """The user catalog directories named by $SPECSIM_CATALOG (os.pathsep-separated), in order."""
+    raw = os.environ.get(CATALOG_ENV, "")
+    dirs = [Path(p) for p in raw.split(os.pathsep) if p.strip()]
+    for d in dirs:
+        if not d.is_dir():
+            raise SpecError(CATALOG_ENV, str(d), "existing directories of config.json files (or of sub-directories "
+                                                 "holding one each), separated by " + repr(os.pathsep))
+    return dirs
+
+
+def user_catalog() -> dict[str, Path]:
+    """Model name → config file of every user catalog entry: `DIR/NAME.json`, or `DIR/NAME/config.json`
+    (an earlier directory wins a name both hold)."""
+    out: dict[str, Path] = {}
+    for d in catalog_dirs():
+        for entry in sorted(d.iterdir()):
+            if entry.name.startswith("."):
+                continue
+            if entry.is_file() and entry.suffix.lower() == ".json":
+                out.setdefault(entry.stem, entry)
+            elif entry.is_dir() and (entry / "config.json").is_file():
+                out.setdefault(entry.name, entry / "config.json")
+    return out
+
+
+def bundled_models() -> list[str]:
     return list(_catalog()["models"])
+
+
+def list_models() -> list[str]:
+    """Every model name: the bundled catalog, then the user catalog's names it does not shadow."""
+    bundled = bundled_models()
+    lowered = {n.lower() for n in bundled}
+    return bundled + [n for n in user_catalog() if n.lower() not in lowered]
+
+
+def model_origin(name: str) -> str:
+    """Where catalog model `name` comes from: 'user: <file>' or 'bundled'."""
+    user = {k.lower(): v for k, v in user_catalog().items()}
+    return f"user: {user[name.lower()]}" if name.lower() in user else "bundled"
 
 
 def _suggest(name: str, options: list[str]) -> str:
@@ -278,15 +206,83 @@ def _suggest(name: str, options: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def load_model(name: str) -> ModelSpec:
-    """Catalog lookup by name (case-insensitive); unknown names get a did-you-mean."""
+def is_model_path(name: str) -> bool:
+    """Does a scenario's `model:` name a file or directory (rather than a catalog entry)?"""
+    return "/" in name or "\\" in name or name.lower().endswith(".json")
+
+
+def model_config_path(name: str, base_dir: Path | None = None) -> Path:
+    """The path a path-like `model:` names: relative to `base_dir` (the scenario's directory) when it
+    is there, else as given (relative to the working directory)."""
+    p = Path(name).expanduser()
+    if not p.is_absolute() and base_dir is not None and (base_dir / p).exists():
+        return base_dir / p
+    return p
+
+
+@lru_cache(maxsize=64)
+def _bundled_spec(key: str) -> ModelSpec:
+    from specsim.catalog.hf_config import META_KEYS, model_from_config
+
+    entry = _catalog()["models"][key]
+    where = f"{BUNDLED_CATALOG}: models.{key}"
+    unknown = set(entry) - set(META_KEYS) - {"config"}
+    if unknown:
+        raise SpecError(f"models.{key}", sorted(unknown), f"only `config:` and {list(META_KEYS)}", BUNDLED_CATALOG)
+    return model_from_config(entry.get("config"), name=key, where=f"{where}.config", meta=entry)
+
+
+#: ModelSpec fields that are metadata, not architecture
+_META_FIELDS = {"name": "", "source": "", "hf_id": "", "published_total_params_b": None, "published_active_params_b": None,
+                    "published_source": "", "published_active_convention": "all"}
+
+
+def architecture_key(model: ModelSpec) -> ModelSpec:
+    """The model with its metadata blanked: two configs of the same architecture have equal keys."""
+    return replace(model, **_META_FIELDS)
+
+
+def bundled_twin(model: ModelSpec) -> str | None:
+    """The bundled entry whose config describes the same architecture as `model`, if any."""
+    key = architecture_key(model)
+    return next((n for n in bundled_models() if architecture_key(_bundled_spec(n)) == key), None)
+
+
+def with_bundled_published(model: ModelSpec) -> ModelSpec:
+    """A user config without published totals of its own takes those of the bundled entry of the
+    same architecture (its source then says so), so `show model ./config.json` compares too."""
+    if model.published_total_params_b is not None or model.published_active_params_b is not None:
+        return model
+    twin = bundled_twin(model)
+    if twin is None:
+        return model
+    b = _bundled_spec(twin)
+    return replace(model, hf_id=model.hf_id or b.hf_id, published_total_params_b=b.published_total_params_b,
+                   published_active_params_b=b.published_active_params_b,
+                   published_active_convention=b.published_active_convention,
+                   published_source=f"{b.published_source} (the bundled {twin}: the same architecture)")
+
+
+def load_model(name: str, base_dir: Path | None = None) -> ModelSpec:
+    """A model by catalog name (case-insensitive: the user catalog's entries shadow the bundled
+    ones) or by the path of a Hugging Face config.json / a directory holding one (relative to
+    `base_dir` when it is there). Unknown names get a did-you-mean."""
+    from specsim.catalog.hf_config import load_config_model
+
+    name = str(name)
+    if is_model_path(name):
+        return with_bundled_published(load_config_model(model_config_path(name, base_dir)))
+    user = user_catalog()
+    key = next((k for k in user if k.lower() == name.lower()), None)
+    if key is not None:
+        return with_bundled_published(load_config_model(user[key], name=key))
     models = _catalog()["models"]
-    key = next((k for k in models if k.lower() == str(name).lower()), None)
+    key = next((k for k in models if k.lower() == name.lower()), None)
     if key is None:
-        raise SpecError("model", name, f"one of {list(models)}{_suggest(str(name), list(models))}")
-    doc = dict(models[key])
-    moe = doc.pop("moe", None)
-    return ModelSpec(name=key, moe=MoESpec(**moe) if moe else None, **doc)
+        names = list_models()
+        raise SpecError("model", name, f"one of {names}, or a path to a Hugging Face config.json (or its directory)"
+                                       f"{_suggest(name, names)}")
+    return _bundled_spec(key)
 
 
 def drafter_arch(kind: str, target: ModelSpec, draft_vocab: int | None = None,
@@ -297,7 +293,8 @@ def drafter_arch(kind: str, target: ModelSpec, draft_vocab: int | None = None,
       of `draft_ffn`, default the target's dense FFN or, for MoE targets, top_k·expert_ffn) + a
       fusion fc (fusion_inputs·h → h) + an LM head over `draft_vocab` tokens (EAGLE-3's reduced
       vocabulary, 32000; the draft-to-target token map is a lookup).
-    mtp: one target-shaped layer (MoE if the target is) + an eh_proj (2h→h) + the full LM head.
+    mtp: one target-shaped layer (MoE if the target is, MLA if the target is) + an eh_proj (2h→h) + the
+      target's full LM head and embedding (shared: the registry's shares_target_head).
     self (self_quant): the target itself at weight_bits-bit weights.
     ngram: no GPU pass.
     """
@@ -310,6 +307,7 @@ def drafter_arch(kind: str, target: ModelSpec, draft_vocab: int | None = None,
         return DrafterArch(kind, replace(target, name=f"{target.name}-w{bits}"), "int4" if bits == 4 else "int8", source)
     fusion = int(spec.fusion_inputs or 1) * target.hidden * target.hidden
     if spec.cost_shape == "head":
+        target = replace(target, mla=None)
         # EAGLE-3's layer takes [token embedding ; hidden state] (2h) into its q/k/v projections:
         # h·(n_h·d + 2·n_kv·d) weights on top of a standard attention block
         fusion += target.hidden * (target.heads + 2 * target.kv_heads) * target.head_dim
@@ -318,8 +316,18 @@ def drafter_arch(kind: str, target: ModelSpec, draft_vocab: int | None = None,
         if vocab <= 0 or ffn <= 0:
             raise SpecError("draft_vocab", vocab, "> 0")
         model = replace(target, name=f"{target.name}-{kind}", layers=int(spec.layers or 1), ffn=ffn, moe=None,
-                        vocab=vocab, tied_embeddings=True, extra_params_per_layer=fusion)
+                        vocab=vocab, tied_embeddings=True, extra_params_per_layer=fusion, **_ONE_LAYER_KIND)
         return DrafterArch(kind, model, None, source)
+    # mtp: the target's own layer shape (its attention -- MLA included -- and its MoE block, as
+    # DeepSeek-V3's and GLM-4.5's MTP layers are MoE layers) + eh_proj; a config with
+    # num_nextn_predict_layers = N > 1 keeps N such layers, and vLLM's MTP proposer runs one of them
+    # per draft pass, so one layer is priced per pass (its weights are counted once)
     model = replace(target, name=f"{target.name}-{kind}", layers=int(spec.layers or 1), tied_embeddings=True,
-                    extra_params_per_layer=fusion)
+                    extra_params_per_layer=target.extra_params_per_layer + fusion, **_ONE_LAYER_KIND)
     return DrafterArch(kind, model, None, source)
+
+
+#: what a one-layer drafter does not inherit from its target: dense first layers, sliding-window
+#: layers, MTP layers of its own (and, for an EAGLE-3 head, MLA: its layer is a Llama layer)
+_ONE_LAYER_KIND = {"dense_layers": 0, "dense_layer_ffn": 0, "sliding_layers": 0, "sliding_window": 0, "mtp_layers": 0,
+                       "published_total_params_b": None, "published_active_params_b": None}

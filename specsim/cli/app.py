@@ -17,6 +17,7 @@ Commands (``specsim --help``, ``specsim COMMAND --help``):
     specsim calibrate kernels     [--source aiconfigurator] [--system S] [--backend B] [--out DIR]
     specsim calibrate workload    [--targets F] [--dry-run] [--write-profile] [--max-nfev N]
     specsim calibrate a100-sweep  [--write-profile]
+    specsim calibrate acceptance METRICS [--format json]
     specsim calibrate acceptance-shape [--write] [--sensitivity]                      (cli/calibrate.py)
 
 What the commands report is computed by library functions that return data: :mod:`specsim.explain.show`
@@ -45,7 +46,7 @@ from specsim.cli import common
 from specsim.cli import project as cli_project
 from specsim.cli import run as cli_run
 from specsim.cli.calibrate import calibrate_app
-from specsim.cli.common import Format, FormatOpt, SetOpt, handle_errors
+from specsim.cli.common import CatalogOpt, Format, FormatOpt, SetOpt, handle_errors, use_catalog
 from specsim.cli.show import show_app
 
 # the command bodies' short names for the shared helpers
@@ -85,11 +86,13 @@ class ListWhat(str, Enum):
 
 @app.command("list")
 @handle_errors
-def list_cmd(what: Annotated[ListWhat, typer.Argument(help="What to list.")], fmt: FormatOpt = Format.table) -> None:
-    """List the bundled hardware profiles or the model catalog."""
+def list_cmd(what: Annotated[ListWhat, typer.Argument(help="What to list.")], catalog: CatalogOpt = None,
+             fmt: FormatOpt = Format.table) -> None:
+    """List the bundled hardware profiles or the model catalog (bundled and user: --catalog, $SPECSIM_CATALOG)."""
     from specsim.explain.show import hardware_listing, model_listing
 
-    rows = hardware_listing() if what is ListWhat.hardware else model_listing()
+    with use_catalog(catalog):
+        rows = hardware_listing() if what is ListWhat.hardware else model_listing()
     if fmt is Format.json:
         _emit_json({what.value: rows})
         return
@@ -115,6 +118,7 @@ def list_cmd(what: Annotated[ListWhat, typer.Argument(help="What to list.")], fm
 def check(
     scenario: Annotated[str, typer.Argument(help="Scenario YAML.")],
     sets: SetOpt = None,
+    catalog: CatalogOpt = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Load and resolve a scenario (schema, catalog names, layout fit); print a summary and warnings."""
@@ -122,12 +126,13 @@ def check(
     from specsim.study.runner import check_points
     from specsim.world.resolve import resolve
 
-    sc = _load_scenario(scenario, sets)
-    world = resolve(sc)
-    info = check_report(world, scenario)
+    with use_catalog(catalog):
+        sc = _load_scenario(scenario, sets)
+        world = resolve(sc)
+        info = check_report(world, scenario)
+        info["sweep_rows"] = sc.rows  # rows the sweep asks for (limit MAX_SWEEP_ROWS)
+        info["sweep"] = check_points(sc)  # refuses every point `run` would refuse
     w, d = sc.workload, sc.drafter
-    info["sweep_rows"] = sc.rows  # rows the sweep asks for (limit MAX_SWEEP_ROWS)
-    info["sweep"] = check_points(sc)  # refuses every point `run` would refuse
     info["warnings"] += info["sweep"].pop("warnings")
     if fmt is Format.json:
         _emit_json(info)

@@ -1,4 +1,4 @@
-"""`specsim calibrate traces|kernels|workload|a100-sweep|acceptance-shape|collect`: typer commands that parse
+"""`specsim calibrate traces|kernels|workload|a100-sweep|acceptance|acceptance-shape|collect`: typer commands that parse
 options, call the calibration library (which computes and returns data) and print.
 
     specsim calibrate traces TRACES... --hardware H [--model M] [--drafter K] [--out FILE]
@@ -13,6 +13,9 @@ options, call the calibration library (which computes and returns data) and prin
     specsim calibrate a100-sweep [--write-profile]
         a100_sxm's in-situ streaming factor and multi-token attention fitted to EfficientRollout's
         forward-pass sweeps (:func:`specsim.calibrate.a100_sweep.fit_a100_sweep`)
+    specsim calibrate acceptance METRICS [--format json]
+        τ and k from a vLLM / SGLang spec-decode metrics file (Prometheus, JSON, log)
+        (:func:`specsim.workload.acceptance.engine_metrics.read_acceptance_metrics`)
     specsim calibrate acceptance-shape [--write] [--sensitivity]
         the EAGLE-3 acceptance shape fitted to published acceptance curves
         (:func:`specsim.calibrate.acceptance_shape.fit_acceptance_shape`)
@@ -266,3 +269,30 @@ def collect_cmd(
         _say("collect: nothing was measured (all shapes skipped or budget too small); no trace written")
         raise typer.Exit(1)
     _say(f"collect: wrote {result.rows} rows to {result.path}")
+
+
+# ============================================================================ calibrate acceptance
+@calibrate_app.command("acceptance")
+@handle_errors
+def acceptance_cmd(
+    metrics: Annotated[Path, typer.Argument(help="A vLLM or SGLang spec-decode metrics file: a Prometheus scrape of "
+                                                 "/metrics, a JSON dump, or the engine's log.")],
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """τ as the engine reports it (1 + accepted / drafts) and its draft length k, for drafter.tau / drafter.tau_at_k
+    (or name the file as drafter.tau_from)."""
+    from specsim.workload.acceptance.engine_metrics import read_acceptance_metrics
+
+    m = read_acceptance_metrics(metrics, "METRICS")
+    info = {"file": str(metrics), **m.as_dict()}
+    if fmt is Format.json:
+        _emit_json(info)
+        return
+    counts = (f" = 1 + {m.accepted_tokens:,.0f} accepted / {m.drafts:,.0f} drafts ({m.draft_tokens:,.0f} draft tokens)"
+              if m.drafts else " (the mean of the engine's accept-length values)")
+    _say(f"{metrics}: {m.engine} {m.form}: tau = {m.tau:.4f}{counts}")
+    _say(f"k = {m.k}" if m.k is not None else "k: not in these metrics (give drafter.tau_at_k yourself)")
+    if m.per_position:
+        _say("per-position acceptance rate: " + ", ".join(f"{r:.3f}" for r in m.per_position))
+    _say(f"scenario: drafter: {{tau_from: {metrics}}}   (or tau: {m.tau:.4f}"
+         + (f", tau_at_k: {m.k})" if m.k is not None else ")"))

@@ -36,9 +36,9 @@ EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 1
 EXIT_INTERRUPTED = 130
 
-__all__ = ["COMMAND_LINE", "EXIT_INTERNAL_ERROR", "EXIT_USER_ERROR", "USER_ERRORS", "Format", "FormatOpt",
-           "HardwareOpt", "SetOpt", "bad_option", "billions", "console", "emit_json", "error_message",
-           "handle_errors", "load_scenario_opts", "option_errors", "table", "user_errors"]
+__all__ = ["COMMAND_LINE", "EXIT_INTERNAL_ERROR", "EXIT_USER_ERROR", "USER_ERRORS", "CatalogOpt", "Format",
+           "FormatOpt", "HardwareOpt", "SetOpt", "bad_option", "billions", "console", "emit_json", "error_message",
+           "handle_errors", "load_scenario_opts", "option_errors", "table", "use_catalog", "user_errors"]
 
 
 # ============================================================================ errors → exit 2
@@ -145,6 +145,34 @@ SetOpt = Annotated[list[str] | None, typer.Option(
     help="Override a scenario field, e.g. --set speculation.k=5 or --set 'sweep.speculation.k=[0,3]' (repeatable).")]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
 HardwareOpt = Annotated[str, typer.Option("--hardware", help="Hardware profile name (specsim list hardware) or YAML path.")]
+CatalogOpt = Annotated[list[str] | None, typer.Option(
+    "--catalog", metavar="DIR",
+    help="A user model catalog: a directory of Hugging Face config.json files (NAME.json, or NAME/config.json); "
+         "repeatable; searched before $SPECSIM_CATALOG and the bundled catalog.")]
+
+
+@contextlib.contextmanager
+def use_catalog(dirs: list[str] | None) -> Iterator[None]:
+    """Run the body with the `--catalog` directories prepended to $SPECSIM_CATALOG (worker processes
+    inherit it); the variable is restored afterwards."""
+    from specsim.catalog.models import CATALOG_ENV
+
+    if not dirs:
+        yield
+        return
+    for d in dirs:
+        if not os.path.isdir(d):
+            raise bad_option("--catalog", d, "an existing directory of Hugging Face config.json files "
+                                             "(NAME.json or NAME/config.json)")
+    before = os.environ.get(CATALOG_ENV)
+    os.environ[CATALOG_ENV] = os.pathsep.join([os.path.abspath(d) for d in dirs] + ([before] if before else []))
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(CATALOG_ENV, None)
+        else:
+            os.environ[CATALOG_ENV] = before
 
 
 # ============================================================================ output

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from specsim.cli.common import (
+    CatalogOpt,
     Format,
     FormatOpt,
     SetOpt,
@@ -21,6 +22,7 @@ from specsim.cli.common import (
     emit_json,
     handle_errors,
     load_scenario_opts,
+    use_catalog,
 )
 
 __all__ = ["project"]
@@ -32,6 +34,7 @@ def project(
     sets: SetOpt = None,
     replicates: Annotated[int, typer.Option("--replicates", "-r",
                                             help="Paired replicates (SD and AR on the same draws) per run.")] = 2,
+    catalog: CatalogOpt = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Project a whole RL run: wall-clock and GPU-hours with and without SD, with 95 % intervals."""
@@ -39,7 +42,8 @@ def project(
 
     if replicates < 1:
         raise bad_option("--replicates", replicates, ">= 1 replicate")
-    p = project_run(load_scenario_opts(scenario, sets), replicates=replicates)
+    with use_catalog(catalog):
+        p = project_run(load_scenario_opts(scenario, sets), replicates=replicates)
     if fmt is Format.json:
         emit_json(p)
         return

@@ -19,7 +19,7 @@ from typing import Annotated
 
 import typer
 
-from specsim.cli.common import Format, FormatOpt, SetOpt, console, emit_json, handle_errors
+from specsim.cli.common import CatalogOpt, Format, FormatOpt, SetOpt, console, emit_json, handle_errors, use_catalog
 
 __all__ = ["Backend", "run", "show_scenario"]
 
@@ -60,14 +60,16 @@ def run(
                                                    "default: a local Ray instance.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite results of a different scenario in --out.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar on stderr.")] = False,
+    catalog: CatalogOpt = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Run a scenario's sweep (every point, its baselines, the capacity plan) into a results folder:
     points.csv, steps.csv, summary.md/json and plots. Resumable."""
     from specsim.study.runner import run_scenario
 
-    res = run_scenario(scenario, list(sets or ()), out=out, jobs=jobs, backend=backend.value, address=address,
-                       progress=not no_progress and fmt is Format.table, force=force)
+    with use_catalog(catalog):
+        res = run_scenario(scenario, list(sets or ()), out=out, jobs=jobs, backend=backend.value, address=address,
+                           progress=not no_progress and fmt is Format.table, force=force)
     if fmt is Format.json:
         emit_json({**res.to_dict(), "summary": res.summary})
         return
@@ -139,6 +141,7 @@ def _print_run(res) -> None:
 def show_scenario(
     scenario: ScenarioArg,
     sets: SetOpt = None,
+    catalog: CatalogOpt = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """The resolved scenario (after --set) and the points its sweep will run. Simulates nothing."""
@@ -147,7 +150,8 @@ def show_scenario(
 
     from specsim.study import runner
 
-    info = runner.show_scenario(scenario, list(sets or ()))
+    with use_catalog(catalog):
+        info = runner.show_scenario(scenario, list(sets or ()))
     if fmt is Format.json:
         emit_json(info)
         return

@@ -12,7 +12,16 @@ import typer
 
 from specsim.catalog.models import drafter_kind, drafter_kind_names
 from specsim.cli import common
-from specsim.cli.common import Format, FormatOpt, HardwareOpt, SetOpt, handle_errors, option_errors
+from specsim.cli.common import (
+    CatalogOpt,
+    Format,
+    FormatOpt,
+    HardwareOpt,
+    SetOpt,
+    handle_errors,
+    option_errors,
+    use_catalog,
+)
 
 # the command bodies' short names for the shared helpers
 _bad_option, _b, _console, _emit_json = common.bad_option, common.billions, common.console, common.emit_json
@@ -26,7 +35,8 @@ show_app = typer.Typer(help="Inspect a model's costs, a drafter's acceptance, or
 @show_app.command("model")
 @handle_errors
 def show_model(
-    name: Annotated[str, typer.Argument(help="Catalog model name (specsim list models).")],
+    name: Annotated[str, typer.Argument(help="Catalog model name (specsim list models), or a path to a Hugging Face "
+                                             "config.json or a directory holding one.")],
     hardware: HardwareOpt = "h100_sxm",
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
     ep: Annotated[int, typer.Option(help="Expert-parallel degree (MoE only).")] = 1,
@@ -38,9 +48,10 @@ def show_model(
     max_batched_tokens: Annotated[int, typer.Option(help="Activation workspace sizing (vLLM max_num_batched_tokens).")] = 8192,
     max_batch_exp: Annotated[int, typer.Option(help="Table batches 1, 2, 4, ..., 2^this.")] = 10,
     k: Annotated[int, typer.Option("--k", help="Draft length for the verify/decode column.")] = 3,
+    catalog: CatalogOpt = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
-    """Sizes, memory plan and decode-step latency of a model on a layout."""
+    """Sizes (against the published totals), memory plan and decode-step latency of a model on a layout."""
     from specsim.catalog.hardware import load_hardware
     from specsim.catalog.models import load_model
     from specsim.explain.show import model_layout, model_report
@@ -54,7 +65,8 @@ def show_model(
     if not 0 < gpu_memory_utilization <= 1:
         raise _bad_option("--gpu-memory-utilization", gpu_memory_utilization, "in (0, 1]")
     hw = load_hardware(hardware)
-    model = load_model(name)
+    with use_catalog(catalog):
+        model = load_model(name)
     with option_errors():
         layout = model_layout(model, tp=tp, pp=pp, ep=ep, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
     info = model_report(model, hw, layout, context=context, gpu_memory_utilization=gpu_memory_utilization,
@@ -65,14 +77,22 @@ def show_model(
     con = _console()
     con.print(f"[bold]{info['model']}[/bold] on {info['hardware']}, {info['layout']}   ({info['source']})")
     s = _table("sizes", "quantity", "value")
-    s.add_row("total params", _b(info["total_params"]))
+    pub = info["published"]
+    s.add_row("total params", _b(info["total_params"]) + _vs(pub.get("total_params_b"), pub.get("total_error_pct")))
     s.add_row("active params / token", _b(info["active_params"]))
+    if pub.get("active_params_b") is not None:
+        s.add_row(f"active params, {pub['active_convention_text']}",
+                  _b(pub["active_params_as_published"]) + _vs(pub["active_params_b"], pub["active_error_pct"]))
+    arch = info["architecture"]
+    s.add_row("architecture", arch["summary"])
     s.add_row("weights per GPU", f"{info['weight_gb_per_gpu']:.2f} GB")
     s.add_row(f"KV bytes / token ({kv_dtype}, all layers)", f"{info['kv_bytes_per_token']:,.0f}")
     s.add_row("KV bytes / token per GPU", f"{info['kv_bytes_per_token_per_gpu']:,.0f}")
     s.add_row(f"KV capacity per replica (util {gpu_memory_utilization:g})", f"{info['kv_capacity_tokens']:,} tokens")
     s.add_row("ridge point (FLOP/byte, achieved)", f"{info['ridge_point_flops_per_byte']:.0f}")
     con.print(s)
+    if pub.get("source"):
+        con.print(f"published: {pub['source']}", markup=False)
     m = _table("memory per GPU", "item", "GB")
     for label, v in info["memory_gb_per_gpu"].items():
         m.add_row(common.gb_label(label), f"{v:.2f}")
@@ -84,6 +104,13 @@ def show_model(
         t.add_row(str(row["batch"]), f"{row['step_ms']:.2f}", f"{row['tokens_per_s']:,.0f}", row["bound"],
                   f"{row[f'verify_k{k}_over_decode']:.2f}", "yes" if row["kv_fits"] else "no")
     con.print(t)
+
+
+def _vs(published_b, error_pct) -> str:
+    """'   (published 671 B, +0.00 %)' or ''."""
+    if published_b is None:
+        return ""
+    return f"   (published {published_b:g} B, {error_pct:+.2f} %)"
 
 
 @show_app.command("hardware")
@@ -144,7 +171,7 @@ def _parse_steps(text: str) -> list[int]:
 @show_app.command("drafter")
 @handle_errors
 def show_drafter(
-    model: Annotated[str, typer.Option("--model", help="Target (policy) model.")] = "Qwen3-8B",
+    model: Annotated[str, typer.Option("--model", help="Target (policy) model: a catalog name or a config.json path.")] = "Qwen3-8B",
     kind: Annotated[str, typer.Option(help=" | ".join(drafter_kind_names()))] = "eagle3",
     tau: Annotated[float | None, typer.Option(help="Fresh mean acceptance length (tokens per verify) at --tau-k.")] = None,
     tau_k: Annotated[int, typer.Option("--tau-k", help="Draft length --tau was measured at.")] = 3,
@@ -165,6 +192,7 @@ def show_drafter(
     draft_vocab: Annotated[int | None, typer.Option(help="EAGLE-3 draft vocabulary (default: catalog).")] = None,
     tree: Annotated[str | None, typer.Option(help="Draft tree: children per node at depths 1..D, e.g. 4,2,1; or SGLang's EAGLE tree "
                                                        "topk:STEPS,TOPK,NUM_DRAFT_TOKENS, e.g. topk:5,8,32.")] = None,
+    catalog: CatalogOpt = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """A drafter's acceptance (τ by draft length and over RL steps) and its cost at batch 1."""
@@ -179,7 +207,8 @@ def show_drafter(
     if context < 0:
         raise _bad_option("--context", context, ">= 0 tokens")
     step_list = _parse_steps(steps)
-    target = load_model(model)
+    with use_catalog(catalog):
+        target = load_model(model)
     arch = drafter_arch(kind, target, draft_vocab)
     hw = load_hardware(hardware)
     with option_errors():

@@ -10,7 +10,23 @@ layer (per GPU, after TP/EP sharding; see docs/design.md "Forward pass"):
 * each op is priced by the roofline; TP adds two all-reduces per layer (one per sub-block), EP
   an all-to-all dispatch and combine around the experts; PP runs stages one after another and
   sends activations across each stage boundary;
-* the LM head (h × V) is priced for the tokens that need logits.
+* the LM head (h × V) is priced for the tokens that need logits;
+* multi-head latent attention (MLA: DeepSeek-V2/V3, Kimi-K2; catalog/models.MLASpec) is priced as
+  the engines run it (DeepSeek-V2, arXiv 2405.04434 §2.1; vLLM's MLA attention backends and
+  FlashMLA, github.com/deepseek-ai/FlashMLA; SGLang's MLA backends): the cache holds the latent
+  c_KV and the decoupled RoPE key, (kv_lora_rank + qk_rope_head_dim)·bytes per token per layer,
+  shared by all heads, replicated on every TP rank and read once per layer; decode-like passes
+  (decode, verify, draft) run the absorbed form -- W_UK folded into the query, W_UV into the
+  output -- so attention over one cached token costs 2·(kv_lora_rank + qk_rope) + 2·kv_lora_rank
+  FLOPs per query token per head (ModelSpec.attn_head_dim); prefill-like passes (prefill, the
+  trainer's logprob and training) run the non-absorbed form, MHA over up-projected keys and
+  values, 2·(qk_nope + qk_rope) + 2·v_head FLOPs per query-key pair per head
+  (ModelSpec.prefill_attn_head_dim). The projections' weights are the same in both forms
+  (kv_b_proj serves as W_UK/W_UV), so the linear ops are 2·T·params either way. Not priced: the
+  prefill form's up-projection of a cached prefix (chunked prefill over a cached prefix);
+* dense first layers of an MoE model (DeepSeek-V3's first_k_dense_replace) are priced layer
+  group by layer group (ModelSpec.layer_groups); sliding-window layers (gpt-oss) attend to a
+  fixed window per sequence and add nothing per context token.
 
 Because the attention-over-cache op is linear in Σc for a fixed q, a pass with uniform q is an
 affine function of the total context C = Σc_i:  t(C) = fixed_s + per_ctx_token_s · C.  The
@@ -145,50 +161,60 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
         # GEMM at the profile's fitted shape-dependent rates (== `op` for a profile without a kernel fit)
         return gemm_op_s(flops, nbytes, hw, mdt, m_tokens, n_kernels, kernel, shape)
 
-    per_layer = []  # (time, compute, memory) of each fixed op per layer
-    per_layer.append(gop(2 * tokens_attn * model.attn_params_per_layer / tp, model.attn_params_per_layer * wb / tp,
-                         tokens_attn, 2))  # qkv + o projections
-    extra = model.extra_params_per_layer + model.norm_params_per_layer
-    per_layer.append(op(2 * tokens_attn * extra / tp, extra * wb / tp))
-    if model.ffn:
-        p = model.dense_ffn_params_per_layer
-        per_layer.append(gop(2 * tokens_attn * p / tp, p * wb / tp, tokens_attn, 2))  # gate_up + down
-    if model.moe:
-        moe = model.moe
-        routed = tokens_engine * moe.top_k
-        hit = expected_experts_hit(moe.experts, moe.top_k, tokens_engine)
-        per_layer.append(gop(2 * routed * model.expert_params / shards, hit * model.expert_params * wb / shards,
-                             routed / moe.experts, 1, "moe",  # grouped GEMM, m = tokens per expert
-                             moe_shape_key(model.hidden, moe.expert_ffn, moe.experts, moe.top_k)))
-        router = model.router_params_per_layer
-        per_layer.append(gop(2 * tokens_attn * router, router * wb, tokens_attn, 1))
-        if model.shared_expert_params_per_layer:
-            p = model.shared_expert_params_per_layer
-            per_layer.append(gop(2 * tokens_attn * p / tp, p * wb / tp, tokens_attn, 2))
-
-    kv_heads_local = float(-(-model.kv_heads // tp))
-    kv_bytes_tok_layer = 2 * kv_heads_local * model.head_dim * layout.kv_bytes
+    kv_bytes_tok_layer = model.kv_bytes_per_token_layer(tp, layout.kv_bytes)
     heads_local = model.heads / tp
+    d_attn = model.attn_head_dim   # decode form (MLA: absorbed); = head_dim for standard attention
+    attn_gemm = gop(2 * tokens_attn * model.attn_params_per_layer / tp, model.attn_params_per_layer * wb / tp,
+                    tokens_attn, 2)  # qkv + o projections
     # causal attention among the new tokens, and writing their KV
-    per_layer.append(op_bf16(4 * heads_local * model.head_dim * (n / dp) * q * (q + 1) / 2,
-                              (n / dp) * q * kv_bytes_tok_layer))
+    causal = op_bf16(4 * heads_local * d_attn * (n / dp) * q * (q + 1) / 2, (n / dp) * q * kv_bytes_tok_layer)
     attn_fixed = decode_attention_fixed_s(hw, n / dp)  # fitted launch + per-sequence attention time
-    per_layer.append((attn_fixed, 0.0 * attn_fixed, 0.0 * attn_fixed))  # a latency: neither roofline side
 
-    layer_time = sum(t for t, _, _ in per_layer)
-    layer_comp = sum(c for _, c, _ in per_layer)
-    layer_mem = sum(m for _, _, m in per_layer)
-
+    layer_time = layer_comp = layer_mem = layer_comm = 0.0
     act_msg = tokens_attn * model.hidden * ab
-    layer_comm = comm.all_reduce_s(act_msg, tp, hw)  # after attention
-    if model.ffn:
-        layer_comm = layer_comm + comm.all_reduce_s(act_msg, tp, hw)
-    if model.moe:
-        if ep > 1:
-            dispatch = tokens_attn / tp * model.moe.top_k * model.hidden * ab
-            layer_comm = layer_comm + 2 * comm.all_to_all_s(dispatch, ep, hw)
-        else:
-            layer_comm = layer_comm + comm.all_reduce_s(act_msg, tp, hw)
+    for count, g in model.layer_groups:   # (layers, one layer's spec): MoE layers, dense first layers
+        per_layer = [attn_gemm]  # (time, compute, memory) of each fixed op per layer
+        extra = g.extra_params_per_layer + g.norm_params_per_layer
+        per_layer.append(op(2 * tokens_attn * extra / tp, extra * wb / tp))
+        if g.ffn:
+            p = g.dense_ffn_params_per_layer
+            per_layer.append(gop(2 * tokens_attn * p / tp, p * wb / tp, tokens_attn, 2))  # gate_up + down
+        if g.moe:
+            moe = g.moe
+            routed = tokens_engine * moe.top_k
+            hit = expected_experts_hit(moe.experts, moe.top_k, tokens_engine)
+            per_layer.append(gop(2 * routed * g.expert_params / shards, hit * g.expert_params * wb / shards,
+                                 routed / moe.experts, 1, "moe",  # grouped GEMM, m = tokens per expert
+                                 moe_shape_key(g.hidden, moe.expert_ffn, moe.experts, moe.top_k)))
+            router = g.router_params_per_layer
+            per_layer.append(gop(2 * tokens_attn * router, router * wb, tokens_attn, 1))
+            if g.shared_expert_params_per_layer:
+                p = g.shared_expert_params_per_layer
+                per_layer.append(gop(2 * tokens_attn * p / tp, p * wb / tp, tokens_attn, 2))
+        per_layer.append(causal)
+        per_layer.append((attn_fixed, 0.0 * attn_fixed, 0.0 * attn_fixed))  # a latency: neither roofline side
+
+        g_comm = comm.all_reduce_s(act_msg, tp, hw)  # after attention
+        if g.ffn:
+            g_comm = g_comm + comm.all_reduce_s(act_msg, tp, hw)
+        if g.moe:
+            if ep > 1:
+                dispatch = tokens_attn / tp * g.moe.top_k * g.hidden * ab
+                g_comm = g_comm + 2 * comm.all_to_all_s(dispatch, ep, hw)
+            else:
+                g_comm = g_comm + comm.all_reduce_s(act_msg, tp, hw)
+        layer_time = layer_time + count * (sum(t for t, _, _ in per_layer) + g_comm)
+        layer_comp = layer_comp + count * sum(c for _, c, _ in per_layer)
+        layer_mem = layer_mem + count * sum(m for _, _, m in per_layer)
+        layer_comm = layer_comm + count * g_comm
+    if model.sliding_layers:
+        # sliding-window layers (gpt-oss) attend to the last `sliding_window` tokens only: a fixed
+        # window per sequence (the context is taken to exceed it), not a per-context-token cost
+        w = float(model.sliding_window)
+        t, c, m = op_bf16(4 * heads_local * d_attn * (n / dp) * q * w, (n / dp) * w * kv_bytes_tok_layer)
+        layer_time = layer_time + model.sliding_layers * t
+        layer_comp = layer_comp + model.sliding_layers * c
+        layer_mem = layer_mem + model.sliding_layers * m
 
     head_tokens = n * logits / dp
     hdt = head_weight_dtype or wdt
@@ -201,10 +227,10 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
                                   for x in (head_t, head_c, head_m))
     pp_comm = (layout.pp - 1) * comm.p2p_s(act_msg, hw, across_domain=False) if layout.pp > 1 else 0.0
 
-    L = model.layers
-    fixed = L * (layer_time + layer_comm) + head_t + pp_comm
+    L = model.kv_layers   # layers whose attention reads the whole cache
+    fixed = layer_time + head_t + pp_comm
     # attention over the cache, per context token (C = Σ c_i over the whole engine)
-    ctx_c = L * compute_time_s(4 * heads_local * model.head_dim * q / dp, hw, "bf16")
+    ctx_c = L * compute_time_s(4 * heads_local * d_attn * q / dp, hw, "bf16")
     ctx_m = L * memory_time_s(kv_bytes_tok_layer / dp, hw, stream="kv")
     # q > 1 on an engine whose attention kernel then runs unsplit, one block per query head
     ctx_c = np.maximum(ctx_c, L * multi_token_attention_per_ctx_s(hw, n / dp, q, heads_local) / dp)
@@ -213,9 +239,9 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
         ctx_c = float(ctx_c)
     ones = 1.0 if scalar else np.ones(np.broadcast(n, q).shape)
     per_ctx = (max(ctx_c, ctx_m) if scalar else np.maximum(ctx_c, ctx_m)) * ones
-    comm_total = L * layer_comm + pp_comm
-    return PassCost(fixed_s=fixed, per_ctx_token_s=per_ctx, compute_s=L * layer_comp + head_c,
-                    memory_s=L * layer_mem + head_m, comm_s=comm_total * ones,
+    comm_total = layer_comm + pp_comm
+    return PassCost(fixed_s=fixed, per_ctx_token_s=per_ctx, compute_s=layer_comp + head_c,
+                    memory_s=layer_mem + head_m, comm_s=comm_total * ones,
                     _ctx_compute=ctx_c * ones, _ctx_memory=ctx_m * ones)
 
 
@@ -281,13 +307,14 @@ def ragged_pass_times_s(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayo
     q_eff = sq / n
     base = pass_cost(model, hw, layout, n, q_eff, np.asarray(sum_logits, dtype=float) / n, weight_dtype)
     dp = layout.attn_dp
-    attn_flops = 4 * model.heads / layout.tp * model.head_dim / dp
-    kv_local = 2 * float(-(-model.kv_heads // layout.tp)) * model.head_dim * layout.kv_bytes / dp
-    L = model.layers
+    attn_flops = 4 * model.heads / layout.tp * model.attn_head_dim / dp   # decode form (pass_cost's)
+    new_flops = 4 * model.heads / layout.tp * model.prefill_attn_head_dim / dp  # prefill form (MLA: non-absorbed)
+    kv_local = model.kv_bytes_per_token_layer(layout.tp, layout.kv_bytes) / dp
+    L = model.kv_layers
     mem_new = memory_time_s(sq * kv_local, hw)
     uniform_new = compute_time_s(attn_flops * n * q_eff * (q_eff + 1) / 2, hw)
-    ragged_new = compute_time_s(attn_flops * (np.asarray(sum_q_sq, dtype=float) + sq) / 2, hw)
-    new_adj = L * (np.maximum(ragged_new, mem_new) - np.maximum(uniform_new, mem_new))
+    ragged_new = compute_time_s(new_flops * (np.asarray(sum_q_sq, dtype=float) + sq) / 2, hw)
+    new_adj = model.layers * (np.maximum(ragged_new, mem_new) - np.maximum(uniform_new, mem_new))
     ctx_c = L * compute_time_s(attn_flops * np.asarray(sum_qc, dtype=float), hw)
     # some sequence brings > 1 token (Σq² > Σq): an unsplit kernel runs every sequence unsplit
     multi = np.asarray(sum_q_sq, dtype=float) > sq + 1e-9

@@ -3,6 +3,9 @@
 Per GPU of a replica (layout in cost/layout.py):
     weights  = layers/pp · (dense params/tp + expert params/max(tp, ep)) + (embedding + LM head)/tp
     KV/token = layers/pp · 2 · ⌈n_kv/tp⌉ · d · bytes(kv)      (KV heads replicate when n_kv < tp)
+               MLA: layers/pp · (kv_lora_rank + qk_rope_head_dim) · bytes(kv), whatever tp (the
+               latent is shared by the heads and every TP rank holds it); sliding-window layers
+               (gpt-oss) are left out: each holds a fixed window per sequence, not per token
     usable   = HBM · gpu_memory_utilization − weights − activation workspace
     KV capacity (tokens per replica) = usable / KV-per-token · attn_dp   (DP-attention groups
                each hold their own sequences' KV)
@@ -28,9 +31,16 @@ def weight_bytes_per_gpu(model: ModelSpec, layout: ParallelLayout, weight_dtype:
                          embeddings: bool = True) -> float:
     """Weight bytes on one GPU; `embeddings=False` leaves out the embedding and LM head."""
     wb = DTYPE_BYTES[weight_dtype or layout.weight_dtype]
-    moe_routed = model.moe.experts * model.expert_params if model.moe else 0
-    dense = model.layer_params - moe_routed
-    per_layer = dense / layout.tp + moe_routed / max(layout.tp, layout.ep)
+    if len(model.layer_groups) == 1:
+        moe_routed = model.moe.experts * model.expert_params if model.moe else 0
+        dense = model.layer_params - moe_routed
+        per_layer = dense / layout.tp + moe_routed / max(layout.tp, layout.ep)
+    else:   # dense first layers: the mean layer (the stage holding them holds fewer experts)
+        per_layer = 0.0
+        for count, g in model.layer_groups:
+            routed = g.moe.experts * g.expert_params if g.moe else 0
+            per_layer += count * ((g.layer_params - routed) / layout.tp + routed / max(layout.tp, layout.ep))
+        per_layer /= model.layers
     head = 0 if model.tied_embeddings else model.lm_head_params
     layers_local = int(np.ceil(model.layers / layout.pp))
     return wb * (layers_local * per_layer + (model.embedding_params + head) / layout.tp * embeddings)
@@ -48,8 +58,11 @@ def drafter_weight_bytes_per_gpu(drafter: DrafterArch | None, layout: ParallelLa
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, layout: ParallelLayout, drafter: DrafterArch | None = None) -> float:
     """KV bytes one cached token occupies on one GPU (policy + the drafter's own layers)."""
-    per_layer = 2 * np.ceil(model.kv_heads / layout.tp) * model.head_dim * layout.kv_bytes
-    layers = int(np.ceil(model.layers / layout.pp))
+    if model.mla is not None:   # the latent c_KV + RoPE key, replicated on every TP rank
+        per_layer = model.kv_bytes_per_token_layer(layout.tp, layout.kv_bytes)
+    else:
+        per_layer = 2 * np.ceil(model.kv_heads / layout.tp) * model.head_dim * layout.kv_bytes
+    layers = int(np.ceil(model.kv_layers / layout.pp))
     if drafter is not None and drafter.model is not None:
         layers += int(np.ceil(drafter.kv_layers / layout.pp))
     return float(per_layer * layers)

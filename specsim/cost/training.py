@@ -157,7 +157,8 @@ def forward_pass_s(model: ModelSpec, hw: HardwareSpec, tl: TrainingLayout, seq_t
     linear = float(pass_cost(model, hw, par, t_mb_tokens, 1.0, 1.0).fixed_s)
     heads_local = model.heads / par.tp
     pairs = float(np.sum(L * (L + 1) / 2) - L.sum())  # the q=1 pass already counted one pair per token
-    attn_total = model.layers * float(compute_time_s(4 * heads_local * model.head_dim * pairs / par.attn_dp, hw))
+    attn_total = model.layers * float(compute_time_s(4 * heads_local * model.prefill_attn_head_dim * pairs
+                                                     / par.attn_dp, hw))
     per_mb = linear + attn_total / tl.dp / m
     return float((m + par.pp - 1) / par.pp * per_mb)
 
@@ -180,11 +181,12 @@ def train_flops(model: ModelSpec, seq_tokens) -> float:
     """Model FLOPs of fwd+bwd over the sequences:
         6 · (matmul params per token) · Σ L_i  +  12 · layers · n_h · d · Σ L_i²/2
     (matmuls: 2 fwd + 4 bwd per param per token; causal attention QKᵀ and PV: 4·n_h·d per
-    query-key pair per layer forward, ×3 for fwd+bwd, Σ L_i²/2 pairs). MFU convention: activation
+    query-key pair per layer forward, ×3 for fwd+bwd, Σ L_i²/2 pairs; MLA: d = (qk_nope + qk_rope +
+    v_head)/2, the non-absorbed form training runs, ModelSpec.prefill_attn_head_dim). MFU convention: activation
     recomputation is not counted (it is inside the achieved MFU)."""
     L = np.asarray(seq_tokens, dtype=float)
     linear = 6.0 * model.matmul_params_per_token * float(L.sum())
-    attn = 12.0 * model.layers * model.heads * model.head_dim * float(np.sum(L * L)) / 2.0
+    attn = 12.0 * model.layers * model.heads * model.prefill_attn_head_dim * float(np.sum(L * L)) / 2.0
     return linear + attn
 
 

@@ -69,6 +69,8 @@ def model_report(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, *, 
     return {
         "model": model.name, "source": model.source, "hardware": hw.name, "layout": layout.describe(),
         "gpus_per_replica": layout.gpus, "total_params": model.total_params, "active_params": model.active_params,
+        "matmul_params_per_token": model.matmul_params_per_token, "published": published_report(model),
+        "architecture": architecture_report(model),
         "weight_gb_per_gpu": float(plan.weight_bytes) / GB,
         "kv_bytes_per_token": model.kv_bytes_per_token(DTYPE_BYTES[layout.kv_dtype]),
         "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token, "kv_capacity_tokens": plan.kv_capacity_tokens,
@@ -80,6 +82,64 @@ def model_report(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, *, 
                   f"verify_k{k}_over_decode": float(r), "kv_fits": bool(f)}
                  for b, s, bd, r, f in zip(batches, step_s, bound, ratio, fits)],
     }
+
+
+#: how each published active-parameter convention counts (ModelSpec.published_active_convention)
+ACTIVE_CONVENTION_TEXT = {"all": "as published (every parameter a token touches, the embedding row included)",
+                          "matmul": "as published (layers + LM head, not the embedding lookup)",
+                          "layers": "as published (the transformer layers only)"}
+
+
+def published_report(model: ModelSpec) -> dict:
+    """The derived totals against the published ones (catalog metadata; {} fields when unpublished):
+    the relative error of each, in percent, and the convention the active count follows."""
+    out: dict = {"source": model.published_source, "total_params_b": model.published_total_params_b,
+                 "active_params_b": model.published_active_params_b,
+                 "active_convention": model.published_active_convention,
+                 "active_convention_text": ACTIVE_CONVENTION_TEXT[model.published_active_convention],
+                 "active_params_as_published": model.active_params_as_published}
+    if model.published_total_params_b:
+        out["total_error_pct"] = 100.0 * (model.total_params / 1e9 / model.published_total_params_b - 1.0)
+    if model.published_active_params_b:
+        out["active_error_pct"] = 100.0 * (model.active_params_as_published / 1e9 / model.published_active_params_b - 1.0)
+    return out
+
+
+def architecture_report(model: ModelSpec) -> dict:
+    """What the config describes, beyond the sizes: attention kind, dense first layers, experts, MTP."""
+    from specsim.catalog.models import drafter_arch
+
+    parts = [model.model_type or "catalog"]
+    attn: dict = {"heads": model.heads}
+    if model.mla is not None:
+        m = model.mla
+        attn.update(kind="mla", kv_lora_rank=m.kv_lora_rank, q_lora_rank=m.q_lora_rank, qk_nope_head_dim=m.qk_nope_head_dim,
+                    qk_rope_head_dim=m.qk_rope_head_dim, v_head_dim=m.v_head_dim, kv_values_per_token_per_layer=m.latent_dim,
+                    decode_attention_flops_per_cached_token_per_head=4 * model.attn_head_dim)
+        parts.append(f"MLA ({model.heads} heads, latent KV {m.kv_lora_rank} + RoPE {m.qk_rope_head_dim} per token per layer)")
+    else:
+        attn.update(kind="gqa" if model.kv_heads < model.heads else "mha", kv_heads=model.kv_heads, head_dim=model.head_dim)
+        parts.append(f"{model.heads} heads / {model.kv_heads} KV heads of {model.head_dim}")
+    if model.sliding_layers:
+        attn.update(sliding_layers=model.sliding_layers, sliding_window=model.sliding_window)
+        parts.append(f"{model.sliding_layers} sliding-window layers ({model.sliding_window} tokens)")
+    out: dict = {"model_type": model.model_type, "layers": model.layers, "attention": attn,
+                 "dense_layers": model.dense_layers if model.moe else model.layers}
+    if model.moe:
+        e = model.moe
+        out["moe"] = {"experts": e.experts, "top_k": e.top_k, "expert_ffn": e.expert_ffn,
+                      "shared_experts": e.shared_experts}
+        parts.append(f"{model.layers - model.dense_layers} MoE layers ({e.experts} experts, top {e.top_k}"
+                     + (f", {e.shared_experts} shared" if e.shared_experts else "") + ")"
+                     + (f" after {model.dense_layers} dense" if model.dense_layers else ""))
+    if model.mtp_layers:
+        mtp = drafter_arch("mtp", model).model
+        out["mtp"] = {"layers": model.mtp_layers, "params": mtp.total_params - mtp.embedding_params,
+                      "counted_in_total": False}
+        parts.append(f"{model.mtp_layers} MTP layer(s), {mtp.total_params - mtp.embedding_params:,} params "
+                     f"not counted in the totals (drafter kind mtp)")
+    out["summary"] = "; ".join(parts)
+    return out
 
 
 # ============================================================================ drafter

@@ -134,7 +134,45 @@ def read_yaml(path: str | Path) -> dict:
     return doc
 
 
+def tau_from_metrics(doc: dict, file: str | None) -> dict:
+    """`drafter.tau_from`: read the engine's spec-decode metrics (relative to the scenario file when
+    the file is there) and set `drafter.tau` to the τ they report and `drafter.tau_at_k` to their
+    draft length (workload/acceptance/engine_metrics.py). A `tau` or `tau_at_k` given beside it must
+    agree; `alpha` cannot be given with it. Re-validating a loaded scenario re-reads the file and
+    finds the same values (a sweep over `drafter.tau_from` reads each file)."""
+    d = doc.get("drafter")
+    if not isinstance(d, dict) or not isinstance(d.get("tau_from"), str) or not d["tau_from"]:
+        return doc
+    from specsim.workload.acceptance.engine_metrics import read_acceptance_metrics
+
+    src = d["tau_from"]
+    path = Path(src).expanduser()
+    if not path.is_absolute() and file is not None and (Path(file).parent / path).exists():
+        path = Path(file).parent / path
+    try:
+        m = read_acceptance_metrics(path, "drafter.tau_from")
+    except SpecError as exc:
+        raise ScenarioError(exc.where or file, "drafter.tau_from", src if exc.value == str(path) else exc.value,
+                            f"must be {exc.allowed}") from None
+    if d.get("alpha") is not None:
+        raise ScenarioError(file, "drafter.alpha", d["alpha"], "omitted with drafter.tau_from (it gives tau)")
+    if d.get("tau") is not None and d["tau"] != m.tau:
+        raise ScenarioError(file, "drafter.tau", d["tau"], f"omitted with drafter.tau_from ({src} gives tau = "
+                                                           f"{m.tau:.6g}; give one or the other)")
+    out = dict(d, tau=m.tau)
+    if m.k is not None:
+        if d.get("tau_at_k") is not None and d["tau_at_k"] != m.k:
+            raise ScenarioError(file, "drafter.tau_at_k", d["tau_at_k"],
+                                f"omitted or {m.k} with drafter.tau_from ({src} has {m.k} draft tokens per draft)")
+        out["tau_at_k"] = m.k
+    elif d.get("tau_at_k") is None:
+        raise ScenarioError(file, "drafter.tau_at_k", None, f"given with drafter.tau_from: {src} holds {m.engine}'s "
+                                                            "accept length, which carries no draft length")
+    return {**doc, "drafter": out}
+
+
 def validate_doc(doc: dict, file: str | None = None) -> Scenario:
+    doc = tau_from_metrics(doc, file)
     try:
         sc = Scenario.model_validate(doc)
     except ValidationError as exc:

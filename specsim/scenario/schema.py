@@ -33,7 +33,8 @@ class LengthSpec(Strict):
 
     `kind: lognormal`: `median` + `p99` (tokens) or `mu` + `sigma` (log tokens); `kind: mixture`:
     `components` of `{weight, median, p99}`; `kind: empirical`: `path` to a CSV/JSONL of observed
-    lengths (relative to the scenario file); `kind: fixed`: `tokens`."""
+    lengths (relative to the scenario file), read from `column` (default: the first of the known
+    length columns of NeMo-RL, veRL and OpenRLHF logs); `kind: fixed`: `tokens`."""
 
     kind: Literal["lognormal", "mixture", "empirical", "fixed"] = Field(
         default="lognormal", description="distribution family")
@@ -49,6 +50,14 @@ class LengthSpec(Strict):
     path: str | None = Field(default=None,
                              description="empirical: CSV/JSONL of observed lengths, relative to the scenario file")
     tokens: int | None = Field(default=None, ge=1, le=10**9, description="fixed: every length")
+    column: str | None = Field(default=None, min_length=1, max_length=200, description=(
+        "empirical: the CSV column / JSON key holding one response's length (a JSON list is read as one length "
+        "per entry); null: the first present of `length`, `response_tokens`, `response_length`, "
+        "`response_lengths`, `generation_lengths`, `generation_length` (NeMo-RL, veRL, OpenRLHF; see "
+        "`docs/own-setup.md`, \"Length logs\"). Per-step aggregates (`response_length/mean`, ...) are refused"))
+    unit: Literal["tokens"] = Field(default="tokens", description=(
+        "empirical: the unit of the column, tokens only (a character or word count is not a token count: convert "
+        "it first)"))
 
     @model_validator(mode="after")
     def _complete(self):
@@ -73,6 +82,8 @@ class LengthSpec(Strict):
                 raise field_error("components", [c["weight"] for c in self.components], "weights must sum to 1")
         elif self.kind == "empirical" and not self.path:
             raise field_error("path", self.path, "empirical needs path: a CSV/JSONL file of observed lengths")
+        if self.kind != "empirical" and self.column is not None:
+            raise field_error("column", self.column, "only with kind: empirical (the column of a length file)")
         elif self.kind == "fixed" and self.tokens is None:
             raise field_error("tokens", self.tokens, "fixed needs tokens")
         return self
@@ -217,6 +228,12 @@ class DrafterSection(Strict):
         "a ratio of sums over the whole run (see \"What tau means\" in `docs/speculative-decoding.md`); give `tau` "
         "or `alpha`"))
     tau_at_k: int = Field(default=3, ge=1, le=32, description="draft length `tau` was measured at (τ ≤ k + 1)")
+    tau_from: str | None = Field(default=None, min_length=1, max_length=4096, description=(
+        "instead of `tau`: a vLLM or SGLang spec-decode metrics file (Prometheus text scraped from `/metrics`, a "
+        "JSON dump, or the engine's log), relative to the scenario file; `tau` is set to what the engine reports, "
+        "1 + accepted / drafts (vLLM's counters vllm:spec_decode_num_accepted_tokens_total and "
+        "vllm:spec_decode_num_drafts_total; SGLang's accept length), and `tau_at_k` to vLLM's draft tokens per "
+        "draft (SGLang reports no k: give `tau_at_k`). `specsim calibrate acceptance FILE` prints what it reads"))
     alpha: float | None = Field(default=None, ge=0, lt=1, description="per-token acceptance instead of `tau`")
     init: Literal["in_domain", "general"] = Field(
         default="in_domain", description="drafter trained on in-domain data, or a general-domain drafter")
@@ -385,7 +402,10 @@ class Scenario(Strict):
         "seeds the single `numpy.random.Generator` stream; same scenario + seed → identical results"))
     hardware: str = Field(description=(
         "hardware profile name (`specsim list hardware`, case-insensitive) or a path to a profile YAML"))
-    model: str = Field(description="catalog model name (`specsim list models`), case-insensitive")
+    model: str = Field(description=(
+        "catalog model name (`specsim list models`, case-insensitive; the bundled catalog plus the user catalog "
+        "directories of `--catalog DIR` / `$SPECSIM_CATALOG`), or a path to a Hugging Face `config.json` or a "
+        "directory holding one (relative to the scenario file; see `docs/own-setup.md`, \"Your model\")"))
     rollout: RolloutSection = Field(description="the generation pool")
     training: TrainingSection = Field(default=TrainingSection(), description="the trainer")
     workload: WorkloadSection = Field(description="prompts, group size, length distributions")

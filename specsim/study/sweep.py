@@ -196,14 +196,14 @@ def inputs_fingerprint(sc: Scenario) -> dict:
         out["hardware"] = _file_sha(str(resolve_profile_path(sc.hardware)))
     except (SpecError, OSError):
         out["hardware"] = f"unreadable:{sc.hardware}"
+    base = Path(source_file(sc)).parent if source_file(sc) else None
     try:
-        target = load_model(sc.model)
+        target = load_model(sc.model, base)
         out["model"] = _sha12(repr(target))
         d = sc.drafter
         out["drafter"] = _sha12(repr(drafter_arch(d.kind, target, d.draft_vocab, d.draft_ffn)))
     except (SpecError, KeyError, TypeError, ValueError):
         out["model"] = f"unknown:{sc.model}"
-    base = Path(source_file(sc)).parent if source_file(sc) else None
     for name in ("response_tokens", "prompt_tokens"):
         spec = getattr(sc.workload, name)
         if spec.kind == "empirical" and spec.path:

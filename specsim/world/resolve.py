@@ -46,7 +46,7 @@ def length_distribution(spec, field_path: str, base_dir: Path | None) -> LengthD
     path = Path(spec.path)
     if not path.is_absolute() and base_dir is not None and not path.exists():
         path = base_dir / path
-    return LengthDistribution.empirical_file(path, field_path=field_path)
+    return LengthDistribution.empirical_file(path, field_path=field_path, column=spec.column)
 
 
 def _tau_tree(sc: Scenario):
@@ -187,7 +187,7 @@ def resolve(sc: Scenario) -> World:
     base_dir = Path(file).parent if file else None
     try:
         hw = load_hardware(sc.hardware)
-        model = load_model(sc.model)
+        model = load_model(sc.model, base_dir)
         r = sc.rollout
         layout = ParallelLayout(tp=r.tp, pp=r.pp, ep=r.ep, weight_dtype=r.weight_dtype, kv_dtype=r.kv_dtype)
         layout.check_fits_model(model, "rollout")

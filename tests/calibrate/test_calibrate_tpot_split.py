@@ -23,7 +23,7 @@ from specsim.errors import SpecError
 QWEN235 = moe_shape_key(4096, 1536, 128, 8)
 #: (hidden, inter, experts, topk, weight-bandwidth share): the catalog shape streams at 0.4 of
 #: HBM, another (non-catalog) shape at 0.9 -- one law across both cannot price either exactly
-SHAPES = ((4096, 1536, 128, 8, 0.4), (7168, 2048, 256, 8, 0.9))
+SHAPES = ((4096, 1536, 128, 8, 0.4), (6144, 2560, 160, 6, 0.9))
 
 
 def _moe_two_shapes() -> pd.DataFrame:
@@ -62,7 +62,7 @@ def test_per_shape_fit_recovers_the_shape_and_beats_the_cross_shape_law(root):
     own = fit.kernel_fit.moe_shapes[QWEN235]["fp8"]
     assert own.weight_bw_eff == pytest.approx(0.4, rel=0.05)
     assert fit.kernel_fit.moe["fp8"].weight_bw_eff > 0.45  # the law is pulled towards the other shape
-    assert moe_shape_key(7168, 2048, 256, 8) not in fit.kernel_fit.moe_shapes  # not a catalog shape
+    assert moe_shape_key(6144, 2560, 160, 6) not in fit.kernel_fit.moe_shapes  # not a catalog shape
     row = next(r for r in fit.moe_shape_rows() if r["term"] == "moe.fp8" and r["shape"] == QWEN235)
     assert row["per_shape_median"] < 0.02 < row["cross_shape_median"]
 

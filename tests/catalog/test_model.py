@@ -1,5 +1,7 @@
 """Model catalog: derived parameter counts against published totals, KV sizes, drafter architectures."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -27,7 +29,7 @@ def test_total_params_within_2pct_of_published(name):
 @pytest.mark.parametrize("name", PUBLISHED_ACTIVE)
 def test_active_params_within_2pct_of_published(name):
     m = load_model(name)
-    assert m.active_params / 1e9 == pytest.approx(m.published_active_params_b, rel=0.02)
+    assert m.active_params_as_published / 1e9 == pytest.approx(m.published_active_params_b, rel=0.02)
 
 
 @pytest.mark.parametrize("name, total_b, active_b", [
@@ -51,7 +53,7 @@ def test_dense_model_active_equals_total_and_moe_active_is_a_small_share():
 def test_tied_embeddings_drop_the_lm_head_from_the_total():
     m = load_model("Qwen2.5-3B")
     assert m.tied_embeddings
-    untied = m.__class__(**{**m.__dict__, "tied_embeddings": False})
+    untied = dataclasses.replace(m, tied_embeddings=False)
     assert untied.total_params - m.total_params == m.vocab * m.hidden
 
 
@@ -60,7 +62,10 @@ def test_tied_embeddings_drop_the_lm_head_from_the_total():
 def test_kv_bytes_per_token_formula(name, dtype):
     m = load_model(name)
     b = DTYPE_BYTES[dtype]
-    assert m.kv_bytes_per_token(b) == m.layers * 2 * m.kv_heads * m.head_dim * b
+    if m.mla is not None:   # the latent c_KV + the RoPE key per layer
+        assert m.kv_bytes_per_token(b) == m.layers * (m.mla.kv_lora_rank + m.mla.qk_rope_head_dim) * b
+    else:                   # sliding-window layers hold a window, not every token
+        assert m.kv_bytes_per_token(b) == (m.layers - m.sliding_layers) * 2 * m.kv_heads * m.head_dim * b
 
 
 def test_kv_bytes_per_token_qwen3_8b_value():

@@ -99,11 +99,34 @@ def scalar_out(arr: np.ndarray, scalar: bool):
 
 
 _JSON_SUFFIXES = {".jsonl", ".ndjson", ".json"}
-_NAMES = ("length", "response_tokens")
+#: the columns read by default, first present wins: specsim's own (`length`, `response_tokens`), and
+#: the per-response length columns of RL trainers' logs -- `response_length` (veRL's per-sample
+#: response length, aggregated as `response_length/mean` in its metrics; OpenRLHF's experience
+#: info), `response_lengths`, `generation_lengths` / `generation_length` (NeMo-RL's generation
+#: output, per sample or as a list per row); docs/own-setup.md, "Length logs"
+LENGTH_COLUMNS = ("length", "response_tokens", "response_length", "response_lengths", "generation_lengths",
+                  "generation_length")
+_NAMES = LENGTH_COLUMNS
+#: suffixes of per-step aggregates (veRL's `response_length/mean`, ...): not one response's length
+_AGGREGATES = ("/mean", "/max", "/min", "/std", "/clip_ratio", "_mean", "_max", "_min", "_std")
 
 
-def read_lengths_file(path: Path, fld: str) -> list[float]:
+def _check_column(column: str, fld: str, where: str) -> None:
+    if column.lower().endswith(_AGGREGATES):
+        raise SpecError(fld.rpartition(".")[0] + ".column" if "." in fld else "column", column,
+                        "a column of per-response lengths, not a per-step aggregate (mean/max/min): export one "
+                        "row per response", where)
+
+
+def read_lengths_file(path: Path, fld: str, column: str | None = None) -> list[float]:
+    """Response lengths (tokens) from a CSV or JSONL file: column `column` (case-insensitive), or the
+    first of LENGTH_COLUMNS present, or a single bare column. A JSON list value is one length per
+    entry (NeMo-RL's per-step `generation_lengths`)."""
     where = str(path)
+    names = _NAMES if column is None else (column.lower(),)
+    wanted = "'" + "', '".join(names) + "'"
+    if column is not None:
+        _check_column(column, fld, where)
     try:
         text = path.read_text()
     except OSError as e:
@@ -118,11 +141,16 @@ def read_lengths_file(path: Path, fld: str) -> list[float]:
             except json.JSONDecodeError:
                 raise SpecError(fld, line.strip()[:80], f"one JSON object per line (line {lineno})", where) from None
             if isinstance(obj, dict):
-                key = next((k for k in _NAMES if k in obj), None)
+                lowered = {str(k).lower(): k for k in obj}
+                key = next((lowered[k] for k in names if k in lowered), None)
                 if key is None:
-                    raise SpecError(fld, sorted(obj)[:10],
-                                    f"an object with key 'length' or 'response_tokens' (line {lineno})", where)
-                raw.append((lineno, obj[key]))
+                    raise SpecError(fld, sorted(obj)[:10], f"an object with key {wanted} (line {lineno}; "
+                                                           "`column:` names another)", where)
+                value = obj[key]
+                if isinstance(value, list):
+                    raw.extend((lineno, v) for v in value)
+                else:
+                    raw.append((lineno, value))
             else:
                 raw.append((lineno, obj))
     else:
@@ -135,15 +163,15 @@ def read_lengths_file(path: Path, fld: str) -> list[float]:
             except ValueError:
                 header = [c.strip().lower() for c in first]
             if header is None:
-                if len(first) != 1:
-                    raise SpecError(fld, first, "a CSV with a single column, or a header with a 'length' or "
-                                    "'response_tokens' column", where)
+                if len(first) != 1 or column is not None:
+                    raise SpecError(fld, first, f"a CSV with a single column, or a header with a {wanted} column",
+                                    where)
                 col, data = 0, rows
             else:
-                col = next((header.index(k) for k in _NAMES if k in header), None)
+                col = next((header.index(k) for k in names if k in header), None)
                 if col is None:
-                    if len(header) != 1:
-                        raise SpecError(fld, first, "a CSV header with a 'length' or 'response_tokens' column", where)
+                    if len(header) != 1 or column is not None:
+                        raise SpecError(fld, first, f"a CSV header with a {wanted} column", where)
                     col = 0
                 data = rows[1:]
             for lineno, r in data:

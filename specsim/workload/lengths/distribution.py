@@ -185,18 +185,20 @@ class LengthDistribution:
         return cls("empirical", values=(positive_real(tokens, sub_field(field_path, "tokens")),), field_path=field_path)
 
     @classmethod
-    def empirical_file(cls, path, *, field_path: str = DEFAULT_FIELD) -> LengthDistribution:
+    def empirical_file(cls, path, *, field_path: str = DEFAULT_FIELD, column: str | None = None) -> LengthDistribution:
         """Observed lengths read from a trace file.
 
         * ``.jsonl`` / ``.ndjson`` / ``.json``: one JSON value per line, an object with key
-          ``length`` or ``response_tokens`` (or a bare number).
-        * anything else is CSV: a column named ``length`` or ``response_tokens``, or a single
-          column (with or without a header).
+          `column` (default: the first of checks.LENGTH_COLUMNS: ``length``, ``response_tokens``,
+          ``response_length``, ``response_lengths``, ``generation_lengths``,
+          ``generation_length``; a list value is one length per entry), or a bare number.
+        * anything else is CSV: the column named `column` (default: the first of
+          LENGTH_COLUMNS), or a single column (with or without a header).
 
         An unreadable or empty file, or a non-numeric or non-positive value, raises SpecError with
         ``where`` = the file.
         """
-        values = read_lengths_file(Path(path), sub_field(field_path, "path"))
+        values = read_lengths_file(Path(path), sub_field(field_path, "path"), column)
         return cls("empirical", values=tuple(values), field_path=field_path)
 
     # ------------------------------------------------------------------ derived

@@ -1,0 +1,286 @@
+"""Models from Hugging Face ``config.json`` files: one parser per ``model_type``, one code path for
+the bundled catalog and for the user's own configs.
+
+A config is read as the engines read it (vLLM / SGLang / transformers model classes of that
+``model_type``); only the fields that change a cost are used, and a field the parser needs but
+cannot find, or a value it cannot price, is a :class:`SpecError` naming the file, the field, the
+value and what is allowed (the CLI prints one paragraph and exits 2). Supported types:
+
+============== ==========================================================================
+model_type     architecture
+============== ==========================================================================
+llama          Llama 2/3/3.1/3.3: GQA, SwiGLU, optional attention/MLP biases
+qwen2          Qwen2 / Qwen2.5 dense: GQA with q/k/v biases
+qwen3          Qwen3 dense: GQA (q/k RMSNorm, not counted: 2·d per layer)
+qwen2_moe      Qwen1.5/Qwen2-MoE: routed experts + one gated shared expert, q/k/v biases
+qwen3_moe      Qwen3 MoE: routed experts (decoder_sparse_step / mlp_only_layers → dense layers)
+mixtral        Mixtral: 8 routed SwiGLU experts of `intermediate_size`, top-2
+deepseek_v3    DeepSeek-V3/R1 (and deepseek_v2, kimi_k2 -- Kimi-K2 ships the DeepseekV3 classes):
+               MLA, routed + shared experts, `first_k_dense_replace` dense first layers,
+               `num_nextn_predict_layers` native MTP layers
+glm4_moe       GLM-4.5 / GLM-4.5-Air: GQA with q/k/v biases, routed + shared experts,
+               dense first layers, native MTP layers
+gpt_oss        gpt-oss: GQA with biases and attention sinks, biased experts and router,
+               alternating sliding-window (128) / full attention layers
+============== ==========================================================================
+
+Specsim's own metadata (its source, the published totals) sits beside the config, never in it:
+in ``catalog/models.yaml`` next to each entry's ``config:``; in a user's config.json as an
+optional ``_specsim`` object (``source``, ``hf_id``, ``published_total_params_b``,
+``published_active_params_b``, ``published_active_convention``, ``published_source``), which
+Hugging Face ignores.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from specsim.catalog.model_spec import MLASpec, ModelSpec, MoESpec
+from specsim.errors import SpecError
+
+#: model_type → the family whose parser reads it
+MODEL_TYPES = {
+    "llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen2_moe": "qwen2_moe", "qwen3_moe": "qwen3_moe",
+    "mixtral": "mixtral", "deepseek_v3": "deepseek", "deepseek_v2": "deepseek", "kimi_k2": "deepseek",
+    "glm4_moe": "glm4_moe", "gpt_oss": "gpt_oss",
+}
+#: keys of the optional `_specsim` metadata object (and of a bundled entry beside its `config:`)
+META_KEYS = ("source", "hf_id", "published_total_params_b", "published_active_params_b",
+             "published_active_convention", "published_source")
+CONFIG_NAME = "config.json"
+ACTIVE_CONVENTIONS = ("all", "matmul", "layers")
+
+
+class _Fields:
+    """Typed access to one config's fields, every error naming the file and the field."""
+
+    def __init__(self, doc: dict, where: str):
+        self.doc, self.where = doc, where
+
+    def _bad(self, key: str, value: Any, allowed: str) -> SpecError:
+        return SpecError(key, value, allowed, self.where)
+
+    def integer(self, key: str, default: Any = ..., minimum: int = 1) -> int:
+        if key not in self.doc or self.doc[key] is None:
+            if default is ...:
+                raise self._bad(key, "<missing>", f"an integer >= {minimum} (a required config.json field)")
+            return default
+        v = self.doc[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v) or v < minimum:
+            raise self._bad(key, v, f"an integer >= {minimum}")
+        return int(v)
+
+    def flag(self, key: str, default: bool = False) -> bool:
+        v = self.doc.get(key, default)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise self._bad(key, v, "true or false")
+        return v
+
+    def int_list(self, key: str) -> list[int]:
+        v = self.doc.get(key) or []
+        if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v):
+            raise self._bad(key, v, "a list of layer indices (integers >= 0)")
+        return v
+
+    def refuse(self, key: str, allowed_values: tuple, why: str) -> None:
+        """A field whose other values specsim cannot price (absent counts as the first allowed)."""
+        v = self.doc.get(key, allowed_values[0])
+        if v not in allowed_values:
+            raise self._bad(key, v, f"{' or '.join(repr(a) for a in allowed_values)} ({why})")
+
+
+def _head_dim(f: _Fields, hidden: int, heads: int) -> int:
+    if f.doc.get("head_dim") is not None:
+        return f.integer("head_dim")
+    if hidden % heads:
+        raise f._bad("head_dim", "<missing>", f"given, since hidden_size {hidden} is not a multiple of "
+                                              f"num_attention_heads {heads}")
+    return hidden // heads
+
+
+def _dense_count(f: _Fields, layers: int) -> int:
+    """Qwen MoE: layer i is dense when it is in mlp_only_layers or (i + 1) % decoder_sparse_step != 0."""
+    step = f.integer("decoder_sparse_step", 1)
+    only = set(f.int_list("mlp_only_layers"))
+    return sum(1 for i in range(layers) if i in only or (i + 1) % step != 0)
+
+
+def model_from_config(doc: Any, *, name: str, where: str, meta: dict | None = None) -> ModelSpec:
+    """The ModelSpec a Hugging Face config describes. `where` names the file (or catalog entry)
+    in every error; `meta` carries specsim's metadata (source, published totals)."""
+    if not isinstance(doc, dict):
+        raise SpecError("(config)", type(doc).__name__, "a JSON object (a Hugging Face config.json)", where)
+    f = _Fields(doc, where)
+    mtype = doc.get("model_type")
+    if mtype is None and isinstance(doc.get("text_config"), dict):
+        raise SpecError("model_type", "<missing>", "a text model's config (a multimodal config's `text_config` "
+                        "is not read: give the language model's own config.json)", where)
+    family = MODEL_TYPES.get(mtype)
+    if family is None:
+        raise SpecError("model_type", mtype, f"one of {sorted(MODEL_TYPES)} (the architectures specsim prices)", where)
+    hidden = f.integer("hidden_size")
+    layers = f.integer("num_hidden_layers")
+    heads = f.integer("num_attention_heads")
+    kv_heads = f.integer("num_key_value_heads", heads)
+    if heads % kv_heads:
+        raise f._bad("num_key_value_heads", kv_heads, f"a divisor of num_attention_heads ({heads})")
+    vocab = f.integer("vocab_size")
+    kw: dict[str, Any] = {
+        "name": name, "hidden": hidden, "layers": layers, "heads": heads, "kv_heads": kv_heads, "vocab": vocab,
+        "tied_embeddings": f.flag("tie_word_embeddings", False), "max_positions": f.integer("max_position_embeddings"),
+        "model_type": mtype}
+    extra = 0
+    if family in ("llama", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "glm4_moe", "gpt_oss"):
+        kw["head_dim"] = _head_dim(f, hidden, heads)
+    if family in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "mixtral"):
+        f.refuse("use_sliding_window", (False,), "sliding-window attention is priced for gpt_oss only")
+    if family == "llama":
+        bias = f.flag("attention_bias")
+        kw["qkv_bias"] = bias
+        extra += hidden if bias else 0   # o_proj bias
+        f.refuse("mlp_bias", (False,), "MLP biases are not priced")
+        kw["ffn"] = f.integer("intermediate_size")
+    elif family in ("qwen2", "qwen3"):
+        kw["qkv_bias"] = True if family == "qwen2" else f.flag("attention_bias")
+        if family == "qwen3" and kw["qkv_bias"]:
+            extra += hidden              # Qwen3's attention_bias also biases o_proj
+        kw["ffn"] = f.integer("intermediate_size")
+    elif family in ("qwen2_moe", "qwen3_moe"):
+        kw["qkv_bias"] = True if family == "qwen2_moe" else f.flag("attention_bias")
+        shared_ffn = f.integer("shared_expert_intermediate_size", 0, minimum=0) if family == "qwen2_moe" else 0
+        kw["moe"] = MoESpec(experts=f.integer("num_experts"), top_k=f.integer("num_experts_per_tok"),
+                            expert_ffn=f.integer("moe_intermediate_size"), shared_experts=1 if shared_ffn else 0,
+                            shared_ffn=shared_ffn)
+        if shared_ffn:
+            extra += hidden              # the shared expert's sigmoid gate (h → 1)
+        dense = _dense_count(f, layers)
+        if dense:
+            kw["dense_layers"], kw["dense_layer_ffn"] = dense, f.integer("intermediate_size")
+    elif family == "mixtral":
+        kw["moe"] = MoESpec(experts=f.integer("num_local_experts"), top_k=f.integer("num_experts_per_tok"),
+                            expert_ffn=f.integer("intermediate_size"))
+    elif family == "deepseek":
+        nope, rope, v = f.integer("qk_nope_head_dim"), f.integer("qk_rope_head_dim"), f.integer("v_head_dim")
+        kw["mla"] = MLASpec(kv_lora_rank=f.integer("kv_lora_rank"), qk_nope_head_dim=nope, qk_rope_head_dim=rope,
+                            v_head_dim=v, q_lora_rank=f.integer("q_lora_rank", None))
+        kw["head_dim"], kw["kv_heads"] = nope + rope, heads
+        f.refuse("attention_bias", (False,), "MLA projections without biases")
+        _routed_and_shared(f, kw, layers)
+    elif family == "glm4_moe":
+        kw["qkv_bias"] = f.flag("attention_bias")
+        _routed_and_shared(f, kw, layers)
+    elif family == "gpt_oss":
+        bias = f.flag("attention_bias", True)
+        kw["qkv_bias"] = bias
+        extra += (hidden if bias else 0) + heads   # o_proj bias; one attention sink per head
+        experts = f.integer("num_local_experts")
+        top_k = f.integer("num_experts_per_tok", None) or f.integer("experts_per_token")
+        kw["moe"] = MoESpec(experts=experts, top_k=top_k, expert_ffn=f.integer("intermediate_size"), expert_bias=True,
+                            router_bias=True)
+        types = doc.get("layer_types")
+        window = f.integer("sliding_window", 0, minimum=0)
+        if types is not None:
+            if not isinstance(types, list) or len(types) != layers or not set(types) <= {"sliding_attention",
+                                                                                            "full_attention"}:
+                raise f._bad("layer_types", types, f"a list of {layers} entries, each 'sliding_attention' or "
+                                                   "'full_attention'")
+            sliding = types.count("sliding_attention")
+        else:
+            sliding = layers // 2 if window else 0   # gpt-oss alternates, starting with a sliding layer
+        if sliding and not window:
+            raise f._bad("sliding_window", window, "an integer >= 1 (layer_types has sliding_attention layers)")
+        kw["sliding_layers"], kw["sliding_window"] = sliding, window if sliding else 0
+    if kw["heads"] % kw["kv_heads"]:
+        raise f._bad("num_key_value_heads", kw["kv_heads"], f"a divisor of num_attention_heads ({heads})")
+    kw["extra_params_per_layer"] = extra
+    kw.update(_meta(meta or {}, where))
+    return ModelSpec(**kw)
+
+
+def _routed_and_shared(f: _Fields, kw: dict, layers: int) -> None:
+    """DeepSeek-V3 / GLM-4.5 FFNs: n_routed_experts of moe_intermediate_size (top num_experts_per_tok),
+    n_shared_experts always-on experts of the same width, the first first_k_dense_replace layers dense
+    of intermediate_size, every layer after them MoE (moe_layer_freq 1), num_nextn_predict_layers MTP
+    layers."""
+    f.refuse("moe_layer_freq", (1,), "every layer after the dense first ones is an MoE layer")
+    width = f.integer("moe_intermediate_size")
+    shared = f.integer("n_shared_experts", 0, minimum=0)
+    kw["moe"] = MoESpec(experts=f.integer("n_routed_experts"), top_k=f.integer("num_experts_per_tok"), expert_ffn=width,
+                        shared_experts=shared, shared_ffn=width if shared else 0)
+    dense = f.integer("first_k_dense_replace", 0, minimum=0)
+    if dense >= layers:
+        raise f._bad("first_k_dense_replace", dense, f"below num_hidden_layers ({layers})")
+    if dense:
+        kw["dense_layers"], kw["dense_layer_ffn"] = dense, f.integer("intermediate_size")
+    kw["mtp_layers"] = f.integer("num_nextn_predict_layers", 0, minimum=0)
+
+
+def _meta(meta: dict, where: str) -> dict:
+    out = {}
+    for key in META_KEYS:
+        if meta.get(key) is None:
+            continue
+        v = meta[key]
+        if key.startswith("published_") and key.endswith("_b"):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise SpecError(f"_specsim.{key}", v, "a number of billions > 0", where)
+            v = float(v)
+        elif key == "published_active_convention":
+            if v not in ACTIVE_CONVENTIONS:
+                raise SpecError(f"_specsim.{key}", v, "'all' (the embedding row counted), 'matmul' (layers + LM "
+                                                      "head, not the embedding lookup) or 'layers' (the transformer "
+                                                      "layers only)", where)
+        else:
+            v = str(v)
+        out[key] = v
+    return out
+
+
+# ============================================================================ files
+def config_file(path: Path) -> Path:
+    """The config.json a path names: the file itself, or `config.json` inside a directory."""
+    if path.is_dir():
+        inner = path / CONFIG_NAME
+        if not inner.is_file():
+            raise SpecError("model", str(path), f"a directory holding a {CONFIG_NAME}, or a config.json file")
+        return inner
+    if not path.is_file():
+        raise SpecError("model", str(path), "an existing Hugging Face config.json (or a directory holding one)")
+    return path
+
+
+def model_name_for(path: Path) -> str:
+    """A config's catalog name: its directory's name for `DIR/config.json`, else the file's stem."""
+    return path.parent.name if path.name == CONFIG_NAME and path.parent.name else path.stem
+
+
+def read_config(path: Path) -> dict:
+    """The JSON object of a config file; unreadable or malformed files are a SpecError naming it."""
+    where = str(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8-sig"))
+    except OSError as e:
+        raise SpecError("model", where, f"a readable config.json ({e.strerror or e})", where) from None
+    except UnicodeDecodeError:
+        raise SpecError("(file)", "<binary>", "a UTF-8 JSON file", where) from None
+    except json.JSONDecodeError as e:
+        raise SpecError("(file)", "<unparseable>", f"valid JSON ({e.msg} at line {e.lineno})", where) from None
+    if not isinstance(doc, dict):
+        raise SpecError("(file)", type(doc).__name__, "a JSON object (a Hugging Face config.json)", where)
+    return doc
+
+
+def load_config_model(path: str | Path, name: str | None = None) -> ModelSpec:
+    """The model of a config.json (or a directory holding one), named `name` or after the file."""
+    file = config_file(Path(path))
+    doc = read_config(file)
+    meta = doc.get("_specsim") or {}
+    if not isinstance(meta, dict):
+        raise SpecError("_specsim", meta, "an object of specsim metadata (source, published totals)", str(file))
+    meta = {"source": str(file), **meta}
+    return model_from_config(doc, name=name or model_name_for(file), where=str(file), meta=meta)
