@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from specsim import inputs
 from specsim.errors import SpecError, YamlTooLarge, load_yaml_text, short_repr
 from specsim.scenario.base import SEP, Raw, ScenarioError
 from specsim.scenario.paths import model_for_path
@@ -110,25 +111,13 @@ def _format_validation(exc: ValidationError, file: str | None) -> ScenarioError:
 
 
 def read_yaml(path: str | Path) -> dict:
-    p = Path(path)
+    """The scenario file's mapping, read through the guarded reader (specsim.inputs: a regular
+    file, bounded, UTF-8, unique keys); every problem is a ScenarioError naming the file."""
     file = str(path)
-    if not p.is_file():
-        raise ScenarioError(file, "(file)", file, "an existing scenario YAML file")
     try:
-        raw = p.read_bytes()
-        text = raw.decode("utf-8")
-        doc = load_yaml_text(text)
-    except UnicodeDecodeError:
-        raise ScenarioError(file, "(file)", "<binary>", "a UTF-8 YAML text file") from None
-    except YamlTooLarge as exc:
-        raise ScenarioError(file, "(file)", "<aliases>", f"a YAML document of plain values: {exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or exc.__class__.__name__
-        raise ScenarioError(file, "(file)", "<unparseable>", f"valid YAML ({problem}{where})") from None
-    except (OSError, RecursionError) as exc:
-        raise ScenarioError(file, "(file)", file, f"a readable YAML file ({exc.__class__.__name__})") from None
+        doc = inputs.read_yaml(path, "(file)", "scenario YAML file")
+    except SpecError as exc:
+        raise ScenarioError(file, "(file)", exc.value, exc.allowed) from None
     if not isinstance(doc, dict):
         raise ScenarioError(file, "(scenario)", doc, "a YAML mapping with sections hardware, model, rollout, workload, drafter, ...")
     return doc

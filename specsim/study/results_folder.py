@@ -16,11 +16,11 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from pathlib import Path
 
-from specsim import atomic
+from specsim import atomic, inputs
+from specsim.errors import SpecError
 from specsim.scenario import ScenarioError
 from specsim.study.plan import PointRuns
 
@@ -99,10 +99,13 @@ def prepare(out_dir: Path, resolved_text: str, force: bool) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
         atomic.remove_stale_temporaries(out_dir)  # a run killed mid-write leaves its temp file
         f = out_dir / "resolved.yaml"
-        old = f.read_text(encoding="utf-8") if f.is_file() else None
+        old = inputs.read_text(f, "--out", "results file") if f.exists() else None
     except OSError as exc:
         raise _out_error(out_dir, exc) from None
-    except UnicodeDecodeError:
+    except SpecError as exc:   # not a regular file, not UTF-8, too large: not this scenario's
+        if "regular" in exc.allowed:
+            raise ResultsConflict(None, "--out", str(f), f"a results folder whose resolved.yaml is a regular file "
+                                  f"({exc.allowed})") from None
         old = ""
     conflict = None
     if old is not None and old != resolved_text:
@@ -177,9 +180,9 @@ def _read(folder: Path, pattern: re.Pattern) -> dict[str, tuple[object, str | No
         if not pattern.match(f.name):
             continue
         try:
-            out[f.stem] = (json.loads(f.read_text(encoding="utf-8")), None)
-        except (OSError, ValueError, RecursionError) as exc:
-            out[f.stem] = (None, f"readable JSON ({exc.__class__.__name__})")
+            out[f.stem] = (inputs.read_json(f, "(file)", "stored result"), None)
+        except SpecError as exc:   # a FIFO, a device, not UTF-8, not JSON: never trusted, never waited on
+            out[f.stem] = (None, f"a readable JSON file ({exc.allowed})")
     return out
 
 
@@ -215,8 +218,8 @@ def inputs_changes(out_dir: Path, inputs: dict) -> list[str]:
     f = out_dir / "inputs.json"
     old = None
     try:
-        old = json.loads(f.read_text(encoding="utf-8")) if f.is_file() else None
-    except (OSError, ValueError):
+        old = inputs.read_json(f, "(file)", "stored result") if f.exists() else None
+    except SpecError:
         old = None
     changed = []
     if isinstance(old, dict):

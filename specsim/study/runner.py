@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specsim import atomic
+from specsim import atomic, inputs
 from specsim.scenario import MAX_SWEEP_ROWS, Scenario, ScenarioError, load_scenario, source_file, to_yaml
 from specsim.study import results_folder as results_dir
 from specsim.study.capacity import capacity_plan, capacity_sizes
@@ -85,15 +85,11 @@ class RunSummary:
 
     def points(self):
         """points.csv as a pandas DataFrame."""
-        import pandas as pd
-
-        return pd.read_csv(Path(self.out_dir) / "points.csv")
+        return inputs.read_csv_frame(Path(self.out_dir) / "points.csv", "points.csv", "points table")
 
     def steps(self):
         """steps.csv as a pandas DataFrame."""
-        import pandas as pd
-
-        return pd.read_csv(Path(self.out_dir) / "steps.csv")
+        return inputs.read_csv_frame(Path(self.out_dir) / "steps.csv", "steps.csv", "steps table")
 
     def to_dict(self) -> dict:
         return {"out_dir": str(self.out_dir), "scenario": self.scenario, "rows": self.rows,
