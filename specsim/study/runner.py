@@ -40,7 +40,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specsim import atomic, inputs
+from specsim import atomic
+from specsim.inputs import read_csv_frame
 from specsim.scenario import MAX_SWEEP_ROWS, Scenario, ScenarioError, load_scenario, source_file, to_yaml
 from specsim.study import results_folder as results_dir
 from specsim.study.capacity import capacity_plan, capacity_sizes
@@ -85,11 +86,11 @@ class RunSummary:
 
     def points(self):
         """points.csv as a pandas DataFrame."""
-        return inputs.read_csv_frame(Path(self.out_dir) / "points.csv", "points.csv", "points table")
+        return read_csv_frame(Path(self.out_dir) / "points.csv", "points.csv", "points table")
 
     def steps(self):
         """steps.csv as a pandas DataFrame."""
-        return inputs.read_csv_frame(Path(self.out_dir) / "steps.csv", "steps.csv", "steps table")
+        return read_csv_frame(Path(self.out_dir) / "steps.csv", "steps.csv", "steps table")
 
     def to_dict(self) -> dict:
         return {"out_dir": str(self.out_dir), "scenario": self.scenario, "rows": self.rows,
@@ -148,20 +149,18 @@ def show_scenario(path: str | Path, overrides: Sequence[str] = ()) -> dict:
     }
 
 
-def _default_out(sc: Scenario) -> Path:
-    """<output.dir>/<name>-<UTC stamp>: the name is one plain path component (the schema says so),
-    so the folder is always inside output.dir."""
-    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S")
-    return Path(sc.output.dir) / f"{sc.name}-{stamp}"
+def default_out(sc: Scenario) -> Path:
+    """<output.dir>/<name>/: one folder per scenario, so rerunning the same command resumes (and
+    finds every finished run); the name is one plain path component (the schema says so), so the
+    folder is always inside output.dir. `--fresh` recomputes it from scratch."""
+    return Path(sc.output.dir) / sc.name
 
 
 # ============================================================================ the run
 def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Path | None = None, jobs: int = 2,
                  backend: str = "local", address: str | None = None, progress: bool = True, force: bool = False,
-                 *, engine: str = "fast", plots: bool | None = None) -> RunSummary:
+                 *, engine: str = "fast", plots: bool | None = None, fresh: bool = False) -> RunSummary:
     """Load, expand the sweep, run every point (and its baselines, once), write the results folder."""
-    from specsim.study.report import tables
-    from specsim.study.report.summary import summary_dict, summary_markdown
 
     t0 = time.perf_counter()
     sc = load_scenario(path, list(overrides))
@@ -171,9 +170,21 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
         warnings.append(f"--jobs {jobs} capped at {workers}: this process may use {workers} CPU(s)")
     plan = plan_study(sc, engine)
     warnings += [f"{_where(values)}: {text}" for values, text in plan.notes]
-    out_dir = Path(out) if out is not None else _default_out(sc)
+    out_dir = atomic.output_path(out if out is not None else default_out(sc), "--out", folder=True, force=force)
     resolved_text = to_yaml(sc)
-    results_dir.prepare(out_dir, resolved_text, force)
+    with atomic.FolderLock(out_dir, "--out"):
+        return _run_locked(sc, plan, out_dir, resolved_text, warnings, workers, t0, force, fresh, progress, backend,
+                           address, engine, plots)
+
+
+def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings: list[str], workers: int, t0: float,
+                force: bool, fresh: bool, progress: bool, backend: str, address: str | None, engine: str,
+                plots: bool | None) -> RunSummary:
+    """The run, holding the results folder's lock."""
+    from specsim.study.report import tables
+    from specsim.study.report.summary import summary_dict, summary_markdown
+
+    results_dir.prepare(out_dir, resolved_text, force, fresh)
     inputs = inputs_fingerprint(sc)
     changed = results_dir.inputs_changes(out_dir, inputs)
     if changed:
