@@ -160,6 +160,10 @@ def check(
                   + f" (mean α; curve scaled ×{oc['scale']:.3f} so the run reports τ)")
     t.add_row("SD policy", world.policy.label)
     t.add_row("sweep", f"{sc.rows:,} rows (combinations × replicates)")  # rel (#15 row 2)
+    wk = info["sweep"]["work"]
+    t.add_row("cost estimate", f"{wk['runs']:,} pipeline runs + ≈{wk['capacity_runs']:,} capacity runs, "
+                               f"≈{wk['tokens'] + wk['capacity_tokens']:.3g} simulated tokens "
+                               f"(bound {wk['max_tokens']:.3g}: output.max_simulated_tokens)")
     con.print(t)
     for msg in info["warnings"]:
         con.print(f"[yellow]warning:[/yellow] {msg}")
@@ -236,8 +240,14 @@ app.add_typer(calibrate_app, name="calibrate")
 
 # ============================================================================ entry point
 def main() -> None:
-    """Console-script entry point (`specsim`, `python -m specsim`)."""
-    app()
+    """Console-script entry point (`specsim`, `python -m specsim`): streams made safe first (a
+    closed stdout, a C locale), and a reader that goes away (`| head -1`) ends the command quietly."""
+    common.safe_streams()
+    try:
+        app()
+    except BrokenPipeError:
+        common.quiet_closed_stdout()
+        raise SystemExit(0) from None
 
 
 if __name__ == "__main__":

@@ -42,11 +42,19 @@ from pathlib import Path
 
 from specsim import atomic
 from specsim.inputs import read_csv_frame
-from specsim.scenario import MAX_SWEEP_ROWS, Scenario, ScenarioError, load_scenario, source_file, to_yaml
+from specsim.scenario import (
+    MAX_SWEEP_ROWS,
+    Scenario,
+    ScenarioError,
+    ignored_fields,
+    load_scenario,
+    source_file,
+    to_yaml,
+)
 from specsim.study import results_folder as results_dir
 from specsim.study.capacity import capacity_plan, capacity_sizes
 from specsim.study.executors import check_backend, run_tasks
-from specsim.study.plan import plan_study
+from specsim.study.plan import plan_study, work_problem
 from specsim.study.report import projection
 from specsim.study.report.progress import Progress
 from specsim.study.results_folder import ResultsConflict, sha
@@ -120,9 +128,17 @@ def check_points(sc: Scenario) -> dict:
     """What `run` checks before simulating, for `specsim check`: every sweep point and its baseline
     resolves (fits its GPUs). Raises ScenarioError naming `sweep`; returns the counts."""
     plan = plan_study(sc)
+    _refuse_too_much(sc, plan)
     return {"rows": len(plan.points), "combinations": len({p.index for p in plan.points}), "runs": len(plan.tasks),
-            "max_rows": MAX_SWEEP_ROWS,
-            "warnings": [f"{_where(values)}: {text}" for values, text in plan.notes if values]}
+            "max_rows": MAX_SWEEP_ROWS, "work": plan.work(),
+            "warnings": [f"{_where(values)}: {text}" for values, text in plan.notes if values] + ignored_fields(sc)}
+
+
+def _refuse_too_much(sc: Scenario, plan) -> None:
+    """The cost estimate's bound (output.max_simulated_tokens), before anything runs."""
+    problem = work_problem(plan)
+    if problem:
+        raise ScenarioError(source_file(sc), "output.max_simulated_tokens", sc.output.max_simulated_tokens, problem)
 
 
 def _where(values: dict) -> str:
@@ -169,7 +185,8 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
     if workers < jobs and backend == "local":
         warnings.append(f"--jobs {jobs} capped at {workers}: this process may use {workers} CPU(s)")
     plan = plan_study(sc, engine)
-    warnings += [f"{_where(values)}: {text}" for values, text in plan.notes]
+    _refuse_too_much(sc, plan)
+    warnings += [f"{_where(values)}: {text}" for values, text in plan.notes] + ignored_fields(sc)
     out_dir = atomic.output_path(out if out is not None else default_out(sc), "--out", folder=True, force=force)
     resolved_text = to_yaml(sc)
     with atomic.FolderLock(out_dir, "--out"):
@@ -238,7 +255,8 @@ def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings:
             if "error" in result and task.role in ("point", "baseline"):
                 bad = next(p for p in plan.points if task.key in (plan.runs_of[p.point_id].point, plan.runs_of[p.point_id].baseline))
                 what = "a point that can run" if task.role == "point" else f"a point whose {task.role} can run"
-                raise ScenarioError(file, "sweep", bad.label(), f"{what}: {result['error']}")
+                field, value = ("sweep", bad.label()) if bad.values else ("(scenario)", sc.name)
+                raise ScenarioError(file, field, value, f"{what}: {result['error']}")
             atomic.write_json(runs_dir / f"{task.key}.json", result)
             runs[task.key] = json.loads(json.dumps(result, sort_keys=True))
             computed += 1
