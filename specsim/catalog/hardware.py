@@ -266,7 +266,7 @@ def resolve_profile_path(name_or_path: str) -> Path:
 #: are generous physical ranges -- a GPU with 10⁵ TB/s of HBM is a typo, not a forecast.
 PROFILE_KEYS = ("name", "description", "peak_dense_tflops", "hbm_gb", "hbm_tbps", "nvlink_gbps_per_direction",
                 "nvlink_domain_gpus", "scaleout_gbit_per_s", "collective_latency_us", "efficiency", "kernel_fit",
-                "sd_costs")
+                "sd_costs", "calibration")   # calibration: provenance a calibrated copy records (not read)
 _BOUNDS = {
     "peak_dense_tflops": (0.0, 1e5, False, "TFLOP/s"), "hbm_gb": (0.0, 1e5, False, "GB"),
     "hbm_tbps": (0.0, 1e3, False, "TB/s"), "nvlink_gbps_per_direction": (0.0, 1e5, False, "GB/s"),

@@ -303,7 +303,8 @@ def _run_ray(ray: Any, tasks: list[RunTask], on_result, jobs: int, address: str 
     try:
         remote = ray.remote(num_cpus=1)(execute)
         # --jobs is the most tasks in flight (and never more than the cluster's CPUs)
-        cpus = int((ray.cluster_resources() or {}).get("CPU", jobs) or jobs)
+        resources = getattr(ray, "cluster_resources", None)
+        cpus = int(((resources() if resources else None) or {}).get("CPU", jobs) or jobs)
         limit = max(1, min(jobs, cpus))
         queue = list(tasks)
         refs: dict = {}

@@ -117,10 +117,10 @@ def prepare(out_dir: Path, resolved_text: str, force: bool, fresh: bool = False)
     elif old is not None and old != resolved_text:
         conflict = (f"a folder of results of this scenario; it holds results of another one (resolved.yaml sha256 "
                     f"{sha(old)[:12]}, this scenario {sha(resolved_text)[:12]}): the scenario or its --set "
-                    "overrides changed. Rerun with --fresh to discard the old results, or choose another --out")
+                    "overrides changed. Rerun with --fresh (or --force) to discard the old results, or choose another --out")
     elif old is None and ((out_dir / "points").exists() or (out_dir / "runs").exists()):
         conflict = ("a folder of results of this scenario; it has points/ or runs/ but no resolved.yaml, so which "
-                    "scenario made them is unknown. Rerun with --fresh to discard them, or choose another --out")
+                    "scenario made them is unknown. Rerun with --fresh (or --force) to discard them, or choose another --out")
     if conflict:
         if not force:
             raise ResultsConflict(None, "--out", str(out_dir), conflict)
@@ -184,6 +184,13 @@ def _read(folder: Path, pattern: re.Pattern) -> dict[str, tuple[object, str | No
         return out
     for f in sorted(folder.glob("*.json")):
         if not pattern.match(f.name):
+            continue
+        if not f.is_file():   # a FIFO or device planted under a result's name: never read, never kept
+            try:
+                f.unlink()
+            except OSError:
+                pass
+            out[f.stem] = (None, "a regular file (it was a special file: removed)")
             continue
         try:
             out[f.stem] = (read_json(f, "(file)", "stored result"), None)

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specsim import atomic
+from specsim.errors import SpecError
 from specsim.inputs import read_csv_frame
 from specsim.scenario import (
     MAX_SWEEP_ROWS,
@@ -187,11 +188,17 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
     plan = plan_study(sc, engine)
     _refuse_too_much(sc, plan)
     warnings += [f"{_where(values)}: {text}" for values, text in plan.notes] + ignored_fields(sc)
-    out_dir = atomic.output_path(out if out is not None else default_out(sc), "--out", folder=True, force=force)
     resolved_text = to_yaml(sc)
-    with atomic.FolderLock(out_dir, "--out"):
+    try:
+        out_dir = atomic.output_path(out if out is not None else default_out(sc), "--out", folder=True, force=force)
+        lock = atomic.FolderLock(out_dir, "--out").__enter__()
+    except SpecError as exc:   # the output-path rule and the lock: a ResultsConflict naming --out
+        raise ResultsConflict(None, exc.field, exc.value, exc.allowed) from None
+    try:
         return _run_locked(sc, plan, out_dir, resolved_text, warnings, workers, t0, force, fresh, progress, backend,
                            address, engine, plots)
+    finally:
+        lock.__exit__(None, None, None)
 
 
 def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings: list[str], workers: int, t0: float,
