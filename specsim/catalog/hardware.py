@@ -9,6 +9,7 @@ the key name.
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -281,6 +282,14 @@ _LATENCY_KEYS = ("nvlink", "scaleout", "nvlink_oneshot")
 _ENTRY_KEYS = ("value", "source")
 
 
+def _finite(v) -> bool:
+    """A finite number (an int too large for a float is not)."""
+    try:
+        return math.isfinite(float(v))
+    except (OverflowError, TypeError, ValueError):
+        return False
+
+
 def _unknown(block: dict, allowed, prefix: str, where: str) -> None:
     """Refuse a key outside `allowed`, with a did-you-mean."""
     for key, value in block.items():
@@ -311,7 +320,7 @@ def _num(doc: dict, key: str, where: str, bounds_key: str | None = None, prefix:
     allowed = _bounds_text(lo, hi, closed, unit) + " (as `value:` with a `source:`)"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SpecError(name, value, allowed, where)
-    if not np.isfinite(value) or value > hi or value < lo or (value == lo and not closed):
+    if not _finite(value) or value > hi or value < lo or (value == lo and not closed):
         raise SpecError(name, value, allowed, where)
     return float(value), source
 
@@ -401,8 +410,8 @@ def _parse_profile(where: str, data: bytes) -> HardwareSpec:
 
 def _pos(block: dict, key: str, where: str, field_prefix: str, upper: float | None = None) -> float:
     v = block.get(key) if isinstance(block, dict) else None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
-        raise SpecError(f"{field_prefix}.{key}", v, "a finite number >= 0", where)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v) or v < 0 or v > 1e12:
+        raise SpecError(f"{field_prefix}.{key}", v, "a finite number >= 0 and <= 1e12", where)
     if upper is not None and v > upper:
         raise SpecError(f"{field_prefix}.{key}", v, f"<= {upper}", where)
     return float(v)
