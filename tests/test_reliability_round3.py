@@ -387,16 +387,16 @@ def test_ray_tasks_ship_absolute_paths_and_jobs_caps_them(tmp_path, monkeypatch)
 
 # ============================================================================ 10 streams and locale
 def _specsim(*args: str, env=None, **kw):
-    return subprocess.run([sys.executable, "-m", "specsim", *args], env=env or ENV, capture_output=True, timeout=300,
+    return subprocess.run([sys.executable, "-m", "specsim", *args], env=env or ENV, capture_output=True, timeout=300, check=False,
                           **kw)
 
 
 def test_head_one_and_closed_stdout_exit_quietly(tmp_path):
     path = scenario(tmp_path)
     cmd = f"{sys.executable} -m specsim show scenario {path} | head -1; exit ${{PIPESTATUS[0]}}"
-    res = subprocess.run(["bash", "-c", cmd], env=ENV, capture_output=True, timeout=300)
+    res = subprocess.run(["bash", "-c", cmd], env=ENV, capture_output=True, timeout=300, check=False)
     assert res.returncode == 0 and b"Traceback" not in res.stderr and b"error" not in res.stderr
-    res = subprocess.run(["bash", "-c", f"{sys.executable} -m specsim check {path} >&-"], env=ENV,
+    res = subprocess.run(["bash", "-c", f"{sys.executable} -m specsim check {path} >&-"], env=ENV, check=False,
                          capture_output=True, timeout=300)
     assert res.returncode == 0 and b"internal error" not in res.stderr, res.stderr
 
