@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_open", "save_figure", "write_bytes", "write_csv", "write_json", "write_parquet", "write_text"]
+__all__ = ["LOCK", "MARKER", "FolderLock", "atomic_open", "output_path", "save_figure", "write_bytes", "write_csv", "write_json", "write_parquet", "write_text"]
 
 
 @contextlib.contextmanager
@@ -25,6 +25,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[io.IOBase
         raise ValueError(f"atomic_open mode must be 'wb' or 'w', got {mode!r}")
     dest = Path(path)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    check_regular_destination(dest)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     try:
         os.fchmod(fd, 0o666 & ~current_umask())
@@ -156,3 +157,169 @@ def remove_stale_temporaries(folder: str | os.PathLike) -> int:
         except FileNotFoundError:
             pass
     return removed
+
+
+# ============================================================================ the output-path rule
+#: The marker file in every folder specsim writes: a folder holding it is specsim's.
+MARKER = ".specsim"
+#: The advisory lock file of a folder specsim writes into (holds the writer's PID).
+LOCK = ".specsim.lock"
+#: Bundled package files are never an output.
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def _refuse(option: str, path: str, allowed: str):
+    from specsim.errors import SpecError
+
+    return SpecError(option, path, allowed, where="command line")
+
+
+def _kind(st_mode: int) -> str:
+    import stat
+
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(st_mode):
+            return name
+    return "a special file"
+
+
+def _inside_package(p: Path) -> bool:
+    try:
+        p.resolve().relative_to(PACKAGE_DIR)
+        return True
+    except (ValueError, OSError):
+        return False
+
+
+def output_path(path: str | os.PathLike | None, option: str = "--out", *, folder: bool, force: bool = False) -> Path:
+    """The one rule every output path of specsim follows (`--out` of run, validate, calibrate
+    traces and calibrate kernels). Returns the path, creating a folder (with its marker).
+
+    * an empty path is an error (it would mean the current folder);
+    * nothing inside the installed package (the bundled profiles and catalogs) is ever written;
+    * a special file -- a device such as /dev/full, a FIFO, a socket -- is never written or replaced;
+    * a folder (`folder=True`) is specsim's when it holds the marker file (:data:`MARKER`); a new
+      or empty folder becomes specsim's; any other non-empty folder is refused unless `force`;
+      a path that exists and is not a folder is refused;
+    * a file (`folder=False`) that exists is replaced only with `force`; its folder must exist or
+      be creatable.
+    """
+    import stat
+
+    text = "" if path is None else os.fspath(path)
+    what = "folder" if folder else "file"
+    if not str(text).strip():
+        raise _refuse(option, str(text), f"a {what} path (an empty path would write into the current folder)")
+    p = Path(text)
+    if _inside_package(p):
+        raise _refuse(option, str(p), f"a {what} outside the installed specsim package ({PACKAGE_DIR}): its "
+                      "bundled files are never overwritten; write elsewhere and pass that path")
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        from specsim.errors import os_reason
+
+        raise _refuse(option, str(p), f"a {what} path specsim can use ({os_reason(exc)})") from None
+    if st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+        raise _refuse(option, str(p), f"a {what} path that is not a special file: this is {_kind(st.st_mode)}, "
+                      "which specsim never writes to or replaces")
+    if folder:
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            raise _refuse(option, str(p), "a folder (this path is a regular file)")
+        if st is not None and not force and not (p / MARKER).is_file():
+            try:
+                entries = sorted(e.name for e in p.iterdir())
+            except OSError as exc:
+                from specsim.errors import os_reason
+
+                raise _refuse(option, str(p), f"a folder specsim can read ({os_reason(exc)})") from None
+            if entries:
+                shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+                raise _refuse(option, str(p), f"a new or empty folder, or one specsim wrote (it holds the marker "
+                              f"file {MARKER}); this folder holds other files ({shown}): choose another {option}, "
+                              "or pass --force to write into it")
+        try:
+            p.mkdir(parents=True, exist_ok=True)
+            if not (p / MARKER).is_file():
+                write_text(p / MARKER, "This folder was written by specsim; this marker lets later specsim runs "
+                           "write into it (docs/results.md).\n")
+        except OSError as exc:
+            from specsim.errors import os_reason
+
+            raise _refuse(option, str(p), f"a folder specsim can create and write files in ({os_reason(exc)})") from None
+        return p
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise _refuse(option, str(p), "a file path (this path is a folder)")
+    if st is not None and not force:
+        raise _refuse(option, str(p), "a path where no file exists yet; this file exists: pass --force to "
+                      "replace it, or choose another path")
+    parent = p.parent
+    if parent.exists() and not parent.is_dir():
+        raise _refuse(option, str(p), f"a file in a folder ({parent} is not a folder)")
+    return p
+
+
+def check_regular_destination(dest: Path) -> None:
+    """Refuse to replace a special file (a device, a FIFO, a socket) or a folder with a file."""
+    import stat
+
+    try:
+        st = os.stat(dest)
+    except OSError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        from specsim.errors import SpecError
+
+        raise SpecError("(output file)", str(dest), f"a path that is a regular file or nothing yet; this is "
+                        f"{_kind(st.st_mode)}, which specsim never writes to or replaces", str(dest))
+
+
+class FolderLock:
+    """An advisory lock on a folder specsim writes into: `fcntl.flock` on its :data:`LOCK` file,
+    which holds the owner's PID. A second writer into the same folder fails at once, naming the
+    PID, instead of both writing and one losing its results. Released when the block ends (or
+    when the process dies: the kernel drops a dead process's flock)."""
+
+    def __init__(self, folder: str | os.PathLike, option: str = "--out"):
+        self.folder, self.option, self.fd = Path(folder), option, None
+
+    def __enter__(self) -> FolderLock:  # noqa: PYI034
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX: no lock
+            return self
+        path = self.folder / LOCK
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0),
+                         0o666 & ~current_umask())
+        except OSError as exc:
+            from specsim.errors import os_reason
+
+            raise _refuse(self.option, str(self.folder), f"a folder specsim can lock ({LOCK}: "
+                          f"{os_reason(exc)})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            try:
+                owner = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            except OSError:
+                owner = "unknown"
+            os.close(fd)
+            raise _refuse(self.option, str(self.folder), f"a folder no other specsim process is writing into: "
+                          f"process {owner} holds its lock ({LOCK}); wait for it to finish, or choose another "
+                          f"{self.option}") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, 0)
+            os.close(self.fd)   # closing drops the flock
+            self.fd = None

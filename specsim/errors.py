@@ -7,6 +7,9 @@ The loader is PyYAML's safe loader (libyaml's C parser when available) with two 
   ``yes``, ``no`` (and ``y``/``n``) as booleans, which turns ``speculation.policy: off`` into
   ``False``; here they stay strings, and the schema turns ``yes``/``no``/``on``/``off`` into
   booleans where it wants a boolean (pydantic accepts those strings for ``bool`` fields).
+* Duplicate keys are an error: YAML says a mapping's keys are unique, PyYAML keeps the last one
+  silently (``k: 2`` then ``k: 5`` ran with 5). Here a repeated key raises :class:`DuplicateKey`
+  (a ``yaml.YAMLError``, so every caller's "valid YAML" error names it with its line).
 * Bounded aliases: anchors and aliases share objects, so a 600-byte "billion laughs" document
   loads instantly but expands to 10⁹ values the moment anything walks it (validation, repr,
   deepcopy). After loading, the document is walked with a budget of ``MAX_YAML_VALUES`` values
@@ -33,8 +36,28 @@ _BASE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _BOOL_TAG = "tag:yaml.org,2002:bool"
 
 
+class DuplicateKey(yaml.constructor.ConstructorError):
+    """A mapping that names one key twice (YAML requires unique keys)."""
+
+
 class _Loader(_BASE_LOADER):  # type: ignore[misc, valid-type]
-    """Safe loader with YAML 1.2 booleans (only true/false)."""
+    """Safe loader with YAML 1.2 booleans (only true/false) and unique mapping keys."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                try:
+                    key = self.construct_object(key_node, deep=True)
+                    hash(key)
+                except Exception:  # noqa: BLE001, S112 - an unhashable key: the base constructor says so
+                    continue
+                if key in seen:
+                    first = seen[key]
+                    raise DuplicateKey(None, None, f"duplicate key {key!r} (first at line {first + 1}; each key "
+                                       "once per mapping)", key_node.start_mark)
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
 
 
 _Loader.yaml_implicit_resolvers = {
@@ -95,7 +118,12 @@ class SpecError(ValueError):
 
     def __init__(self, field: str, value, allowed: str, where: str | None = None):
         self.field, self.value, self.allowed, self.where = field, value, allowed, where
-        super().__init__(self.message())
+        # args are the constructor's arguments, so `type(e)(*e.args)` -- how simpy re-raises an
+        # exception from inside a process, and how pickle rebuilds one -- gives the same error
+        super().__init__(field, value, allowed, where)
+
+    def __str__(self) -> str:
+        return self.message()
 
     def message(self) -> str:
         loc = f" in {self.where}" if self.where else ""
@@ -113,5 +141,43 @@ class InvariantError(RuntimeError):
     """
 
     def __init__(self, engine: str, step: int, quantity: str, detail: str):
-        self.engine, self.step, self.quantity = engine, step, quantity
-        super().__init__(f"internal invariant violated in {engine} at step {step}: {quantity}: {detail}")
+        self.engine, self.step, self.quantity, self.detail = engine, step, quantity, detail
+        super().__init__(engine, step, quantity, detail)   # reconstructible: type(e)(*e.args)
+
+    def __str__(self) -> str:
+        return (f"internal invariant violated in {self.engine} at step {self.step}: {self.quantity}: "
+                f"{self.detail}")
+
+
+#: errno -> what it means, in words, for the errors a user can meet reading or writing files
+_ERRNO_WORDS = {
+    "ENOENT": "no such file or folder", "EACCES": "permission denied", "EPERM": "operation not permitted",
+    "ENOSPC": "no space left on the device (disk full)", "EDQUOT": "disk quota exceeded",
+    "EFBIG": "file too large (the file-size limit was reached)", "EROFS": "read-only file system",
+    "EISDIR": "it is a folder", "ENOTDIR": "a part of the path is not a folder", "EEXIST": "it already exists",
+    "ENAMETOOLONG": "the name is too long", "ELOOP": "too many symbolic links", "EMFILE": "too many open files",
+    "EIO": "input/output error (the device failed)", "ENXIO": "no such device (nothing reads or writes there)",
+    "ENODEV": "no such device", "EBADF": "the stream is closed", "EPIPE": "the reader went away (broken pipe)",
+    "ECONNREFUSED": "connection refused (nothing listens there)", "ETIMEDOUT": "the connection timed out",
+    "EHOSTUNREACH": "no route to the host", "ENETUNREACH": "the network is unreachable",
+    "ECONNRESET": "the connection was reset by the other side", "EAGAIN": "resource temporarily unavailable",
+    "EBUSY": "the device or file is busy", "ETXTBSY": "the file is busy", "EXDEV": "a move across file systems",
+}
+
+
+def os_reason(exc: BaseException) -> str:
+    """What the operating system said, in words: 'no space left on the device (disk full)
+    [ENOSPC]' for an OSError with errno ENOSPC; the strerror (or the class name) otherwise."""
+    import errno as _errno
+    import socket
+
+    if isinstance(exc, socket.timeout):
+        return "no answer before the timeout"
+    if isinstance(exc, socket.gaierror):
+        return f"unknown host ({exc.strerror or exc})"
+    code = getattr(exc, "errno", None)
+    name = _errno.errorcode.get(code) if isinstance(code, int) else None
+    if name in _ERRNO_WORDS:
+        return f"{_ERRNO_WORDS[name]} [{name}]"
+    text = getattr(exc, "strerror", None) or str(exc) or exc.__class__.__name__
+    return f"{text} [{name}]" if name else text

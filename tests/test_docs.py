@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: the README is a front door: what it answers, set-up, a tour, how far to trust it, where next
 README_MAX_LINES = 200
 #: history belongs in CHANGELOG.md, not in the guide ("round 7", "since round 12", "this round")
-HISTORY = re.compile(r"\b(?:round \d+|rounds \d|this round|since round|until round|previous round)\b", re.I)
+HISTORY = re.compile(r"\b(?:round \d+|rounds \d|this round|since round|until round|previous round)\b", re.IGNORECASE)
 
 
 def test_user_guide_builds_strict(tmp_path):

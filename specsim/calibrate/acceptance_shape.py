@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 from scipy import optimize
 
+from specsim import inputs
 from specsim.errors import SpecError
 from specsim.validate.targets import REPO_ROOT
 from specsim.workload.acceptance.population import (
@@ -175,8 +176,9 @@ class ShapeReport:
 def load_curves(path: Path = CURVES_CSV) -> list[Curve]:
     """Read the curve table; a bad row raises SpecError naming file and row (`where`), field and value."""
     out = []
-    with open(path, newline="") as fh:
-        for i, row in enumerate(csv.DictReader(fh), start=2):
+    text = inputs.read_text(path, "(file)", "acceptance curve table (CSV)")
+    if True:
+        for i, row in enumerate(csv.DictReader(text.splitlines()), start=2):
             where = f"{path}:{i}"
             if row["metric"] not in METRICS:
                 raise SpecError("metric", row["metric"], f"one of {list(METRICS)}", where)
@@ -283,7 +285,7 @@ def write_scenarios(best: Fit, names=SCENARIOS, root: Path = ROOT) -> list[Path]
     changed = []
     for name in names:
         path = root / "scenarios" / name
-        lines = path.read_text().splitlines()
+        lines = inputs.read_text(path, "(file)", "scenario YAML file").splitlines()
         start = lines.index("drafter:")
         end = next((i for i in range(start + 1, len(lines)) if lines[i] and not lines[i].startswith((" ", "#"))), len(lines))
         body = [ln for ln in lines[start + 1:end] if not re.match(r"\s+position_decay:", ln)]

@@ -25,7 +25,6 @@ in specsim's catalog, on a layout specsim has (attention TP = tp_size; MoE eithe
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
+from specsim import inputs
 from specsim.calibrate import tpot_model as tm
 from specsim.catalog.hardware import HardwareSpec
 from specsim.catalog.models import load_model
@@ -88,8 +88,8 @@ def checkpoint_quant(configs_dir: Path | None, model_path: str) -> str | None:
     if not f.is_file():
         return None
     try:
-        q = json.loads(f.read_text()).get("quantization_config") or {}
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        q = inputs.read_json(f, "(file)", "model config JSON").get("quantization_config") or {}
+    except (SpecError, AttributeError):
         return None
     if str(q.get("quant_method", "")).lower() != "fp8":
         return None
@@ -279,4 +279,4 @@ def read_silicon(root: Path) -> pd.DataFrame:
     p = Path(root).parent / "silicon_sample.csv"
     if not p.is_file():
         raise SpecError("silicon_sample.csv", str(p), "the measured TPOT table of the kernels package")
-    return pd.read_csv(p)
+    return inputs.read_csv_frame(p, "silicon_sample.csv", "measured TPOT table (CSV)")

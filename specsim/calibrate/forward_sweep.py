@@ -51,6 +51,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
+from specsim import inputs
 from specsim.catalog.hardware import HardwareSpec, MultiTokenAttentionFit
 from specsim.catalog.models import drafter_arch, load_model
 from specsim.cost.forward import draft_cost, pass_cost
@@ -97,10 +98,7 @@ def read_sweep(path: str | Path) -> pd.DataFrame:
     p = Path(path)
     if not p.is_file():
         raise SpecError("sweep file", str(path), "an existing CSV file")
-    try:
-        df = pd.read_csv(p, comment="#")
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-        raise SpecError("sweep file", str(path), f"a CSV file ({exc})", str(p)) from None
+    df = inputs.read_csv_frame(p, "sweep file", "forward-pass sweep CSV", comment="#")
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
         raise SpecError("columns", missing, f"a sweep with columns {list(COLUMNS)}", str(p))
@@ -288,7 +286,7 @@ def _edit_kernel_fit(profile: str | Path, edit) -> None:
     from specsim.errors import load_yaml_text
 
     p = Path(profile)
-    text = p.read_text(encoding="utf-8")
+    text = inputs.read_text(p, "hardware", "hardware profile YAML")
     header = "".join(ln for ln in text.splitlines(keepends=True)[:50] if ln.startswith("#"))
     doc = load_yaml_text(text)
     kf = doc.get("kernel_fit")

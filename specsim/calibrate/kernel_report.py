@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from specsim import inputs
 from specsim.atomic import write_text
 from specsim.calibrate import engine_overhead as eo
 from specsim.calibrate import kernel_tables as kt
@@ -201,7 +202,7 @@ def write_fitted_profile(fit: SystemFit, cal: KernelCalibration, out_dir: Path, 
     """The bundled profile with fitted values (each with its source) and a `kernel_fit` block."""
     name = kt.PROFILE_OF[fit.system]
     src = Path(fit.hw.path or PROFILE_DIR / f"{name}.yaml")
-    text = src.read_text()
+    text = inputs.read_text(src, "hardware", "hardware profile YAML")
     header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
     doc = yaml.safe_load(text)
     pkg = f"{kt.PACKAGE}=={kt.package_version()}"

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from specsim import inputs
 from specsim.errors import SpecError
 
 PACKAGE = "aiconfigurator-core"
@@ -94,7 +95,7 @@ def read_table(root: Path, system: str, family: str, backend: str, table: str,
     p = table_path(root, system, family, backend, table, near)
     if p is None:
         return pd.DataFrame(), ""
-    df = pd.read_parquet(p)
+    df = inputs.read_parquet_frame(p, f"{p.name}", "kernel table (Parquet)")
     if "latency" not in df.columns:
         raise SpecError(f"{p.name} columns", list(df.columns), "a `latency` column (ms)", str(p))
     df = df[pd.to_numeric(df["latency"], errors="coerce") > 0].copy()

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import yaml
 
+from specsim import inputs
 from specsim.atomic import write_text as atomic_write_text
 from specsim.calibrate.common import PARAMS, SCALE, YAML_NAME
 from specsim.calibrate.hardware_fit import HardwareFit
 from specsim.catalog.hardware import HardwareSpec, efficiency_to_yaml_dict, load_hardware
-from specsim.errors import SpecError
+from specsim.errors import SpecError, load_yaml_text
 
 
 def write_calibrated_profile(
@@ -35,8 +36,8 @@ def write_calibrated_profile(
     if not src.is_file():
         raise SpecError("hardware", str(src), "the source profile YAML the calibrated copy starts from")
     try:
-        doc = yaml.safe_load(src.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        doc = load_yaml_text(inputs.read_text(src, "hardware", "hardware profile YAML"))
+    except yaml.YAMLError as exc:
         raise SpecError("hardware", str(src), f"a valid YAML profile ({exc.__class__.__name__})") from None
     date = date or _dt.date.today().isoformat()
     traces = [str(t) for t in (traces if traces is not None else fit.sources)]

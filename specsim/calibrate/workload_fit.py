@@ -38,6 +38,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from scipy.optimize import least_squares
 
+from specsim import inputs
 from specsim.errors import SpecError, load_yaml_text
 from specsim.scenario import load_scenario
 from specsim.validate.run import Runs, Target, load_targets, simulate_target
@@ -167,7 +168,7 @@ class Applier:
         from specsim.catalog.hardware import load_hardware
 
         hw = load_hardware(load_scenario(scenario).hardware)
-        doc = load_yaml_text(Path(hw.path).read_text())
+        doc = load_yaml_text(inputs.read_text(hw.path, "hardware", "hardware profile YAML"))
         for dotted, v in changes.items():
             block, _, key = dotted.partition(".")
             if block not in ("efficiency", "sd_costs") or not key:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from specsim import inputs
 from specsim.calibrate.workload_fit import Applier, FitResult, load_fit_block
 from specsim.errors import SpecError
 from specsim.scenario import load_scenario
@@ -100,7 +101,7 @@ def write_scenarios(path: str | Path, result: FitResult, comment: str | dict[str
 
     written = []
     for f, changes in scenario_updates(path, result).items():
-        text = Path(f).read_text(encoding="utf-8")
+        text = inputs.read_text(f, "(file)", "scenario YAML file")
         write_text(Path(f), rewrite_yaml_fields(text, changes, comment.get(f, {}) if isinstance(comment, dict) else comment))
         load_scenario(f)   # the written file still loads
         written.append(f)
@@ -121,7 +122,7 @@ def write_profile_values(path: str | Path, result: FitResult, profile: str | Pat
     vals = result.values()
     rows_of = {n: [r["target"] for st in result.stages for r in st.rows if n in r["pins"].split(",")]
                for n in vals}
-    text = Path(profile).read_text(encoding="utf-8")
+    text = inputs.read_text(profile, "hardware", "hardware profile YAML")
     header = "".join(ln for ln in text.splitlines(keepends=True)[:50] if ln.startswith("#"))
     doc = load_yaml_text(text)
     done: dict[str, float] = {}

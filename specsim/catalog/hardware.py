@@ -9,6 +9,7 @@ the key name.
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -16,8 +17,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from specsim import inputs
 from specsim.catalog.sd_costs import SDCosts, load_sd_costs
-from specsim.errors import SpecError, load_yaml_text
+from specsim.errors import SpecError, YamlTooLarge, load_yaml_text, short_repr
 
 PROFILE_DIR = Path(__file__).resolve().parent / "hardware_profiles"
 
@@ -260,16 +262,66 @@ def resolve_profile_path(name_or_path: str) -> Path:
     raise SpecError("hardware", name_or_path, f"one of {names} or a path to a profile YAML{hint}")
 
 
-def _num(doc: dict, key: str, where: str, positive: bool = True) -> tuple[float, str]:
+#: what a profile may hold at the top level, and the bounds of its numbers (YAML units): each
+#: number is finite and inside (lo, hi] ([lo, hi] where the third element says so). The bounds
+#: are generous physical ranges -- a GPU with 10⁵ TB/s of HBM is a typo, not a forecast.
+PROFILE_KEYS = ("name", "description", "peak_dense_tflops", "hbm_gb", "hbm_tbps", "nvlink_gbps_per_direction",
+                "nvlink_domain_gpus", "scaleout_gbit_per_s", "collective_latency_us", "efficiency", "kernel_fit",
+                "sd_costs", "calibration")   # calibration: provenance a calibrated copy records (not read)
+_BOUNDS = {
+    "peak_dense_tflops": (0.0, 1e5, False, "TFLOP/s"), "hbm_gb": (0.0, 1e5, False, "GB"),
+    "hbm_tbps": (0.0, 1e3, False, "TB/s"), "nvlink_gbps_per_direction": (0.0, 1e5, False, "GB/s"),
+    "nvlink_domain_gpus": (1.0, 1e5, True, "GPUs"), "scaleout_gbit_per_s": (0.0, 1e6, False, "Gbit/s"),
+    "collective_latency_us": (0.0, 1e6, False, "µs"),
+    "efficiency.compute": (1e-3, 1.0, True, ""), "efficiency.memory": (1e-3, 1.0, True, ""),
+    "efficiency.comm": (1e-3, 1.0, True, ""), "efficiency.train_mfu": (1e-3, 1.0, True, ""),
+    "efficiency.step_overhead_ms": (0.0, 1e4, True, "ms"), "efficiency.per_seq_overhead_us": (0.0, 1e5, True, "µs"),
+    "efficiency.draft_overhead_ms": (0.0, 1e4, True, "ms"),
+}
+_LATENCY_KEYS = ("nvlink", "scaleout", "nvlink_oneshot")
+_ENTRY_KEYS = ("value", "source")
+
+
+def _finite(v) -> bool:
+    """A finite number (an int too large for a float is not)."""
+    try:
+        return math.isfinite(float(v))
+    except (OverflowError, TypeError, ValueError):
+        return False
+
+
+def _unknown(block: dict, allowed, prefix: str, where: str) -> None:
+    """Refuse a key outside `allowed`, with a did-you-mean."""
+    for key, value in block.items():
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), [str(a) for a in allowed], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise SpecError(f"{prefix}{key}", value, f"a known profile field: unknown field {key!r}; allowed "
+                            f"here: {list(allowed)}{hint}", where)
+
+
+def _bounds_text(lo: float, hi: float, closed: bool, unit: str) -> str:
+    return f"a finite number in {'[' if closed else '('}{lo:g}, {hi:g}]" + (f" {unit}" if unit else "")
+
+
+def _num(doc: dict, key: str, where: str, bounds_key: str | None = None, prefix: str = "") -> tuple[float, str]:
+    """A profile number (plain, or `{value, source}`) inside its bounds (see _BOUNDS)."""
+    name = prefix + key
     entry = doc.get(key)
     if isinstance(entry, dict):
-        value, source = entry.get("value"), str(entry.get("source", ""))
+        _unknown(entry, _ENTRY_KEYS, f"{name}.", where)
+        value, source = entry.get("value"), entry.get("source", "")
+        if isinstance(source, (dict, list)):
+            raise SpecError(f"{name}.source", source, "a text naming where the value comes from", where)
+        source = str(source)
     else:
         value, source = entry, ""
+    lo, hi, closed, unit = _BOUNDS[bounds_key or name]
+    allowed = _bounds_text(lo, hi, closed, unit) + " (as `value:` with a `source:`)"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SpecError(key, value, "a number (as `value:` with a `source:`)", where)
-    if positive and not value > 0:
-        raise SpecError(key, value, "> 0", where)
+        raise SpecError(name, value, allowed, where)
+    if not _finite(value) or value > hi or value < lo or (value == lo and not closed):
+        raise SpecError(name, value, allowed, where)
     return float(value), source
 
 
@@ -281,7 +333,8 @@ def load_hardware(name_or_path: str) -> HardwareSpec:
     small run's time. The file is read every time, so one edited on disk is parsed again; the
     returned spec is frozen, so callers cannot see each other's changes."""
     path = resolve_profile_path(name_or_path)
-    return _parse_profile(str(path), path.read_bytes())
+    return _parse_profile(str(path), inputs.read_bytes(path, "hardware", "hardware profile YAML",
+                                                       inputs.MAX_YAML_BYTES))
 
 
 @lru_cache(maxsize=32)
@@ -289,34 +342,48 @@ def _parse_profile(where: str, data: bytes) -> HardwareSpec:
     """The profile whose file at `where` holds `data` (both are the cache key)."""
     path = Path(where)
     try:
-        doc = load_yaml_text(data.decode())
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise SpecError("hardware", str(path), f"a valid YAML file ({exc.__class__.__name__})") from None
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise SpecError("hardware", data[exc.start: exc.start + 8],
+                        f"a UTF-8 YAML profile; the byte at offset {exc.start} is not UTF-8", where) from None
+    try:
+        doc = load_yaml_text(text)
+    except yaml.YAMLError as exc:
+        raise SpecError("hardware", "<unparseable>", f"a valid YAML profile ({inputs.yaml_problem(exc)})",
+                        where) from None
+    except (YamlTooLarge, RecursionError) as exc:
+        raise SpecError("hardware", "<aliases>", f"a YAML profile of plain values ({exc.__class__.__name__})",
+                        where) from None
     if not isinstance(doc, dict):
-        raise SpecError("hardware", str(path), "a YAML mapping with the profile fields", where)
+        raise SpecError("hardware", short_repr(doc), "a YAML mapping with the profile fields", where)
+    _unknown(doc, PROFILE_KEYS, "", where)
+    for key in ("name", "description"):
+        if key in doc and not isinstance(doc[key], str):
+            raise SpecError(key, doc[key], "a text", where)
     sources: dict[str, str] = {}
 
-    def num(key: str, sub: dict | None = None, prefix: str = "", positive: bool = True) -> float:
-        v, s = _num(sub if sub is not None else doc, key, where, positive)
+    def num(key: str, sub: dict | None = None, prefix: str = "", bounds_key: str | None = None) -> float:
+        v, s = _num(sub if sub is not None else doc, key, where, bounds_key, prefix)
         sources[prefix + key] = s
         return v
 
     flops_doc = doc.get("peak_dense_tflops")
     if not isinstance(flops_doc, dict) or "bf16" not in flops_doc:
         raise SpecError("peak_dense_tflops", flops_doc, "a mapping of dtype -> {value, source} including bf16", where)
-    peak = {dt: num(dt, flops_doc, "peak_dense_tflops.") * 1e12 for dt in flops_doc}
-    lat = doc.get("collective_latency_us") or {}
+    _unknown(flops_doc, sorted(DTYPE_BYTES), "peak_dense_tflops.", where)
+    peak = {dt: num(dt, flops_doc, "peak_dense_tflops.", "peak_dense_tflops") * 1e12 for dt in flops_doc}
+    lat = doc.get("collective_latency_us")
+    if not isinstance(lat, dict) or not {"nvlink", "scaleout"} <= set(lat):
+        raise SpecError("collective_latency_us", lat, "a mapping with nvlink and scaleout (and optionally "
+                        "nvlink_oneshot), each {value, source} in µs", where)
+    _unknown(lat, _LATENCY_KEYS, "collective_latency_us.", where)
     eff_doc = doc.get("efficiency")
     if not isinstance(eff_doc, dict):
         raise SpecError("efficiency", eff_doc, f"a mapping with {sorted(_EFF_KEYS)}", where)
+    _unknown(eff_doc, list(_EFF_KEYS), "efficiency.", where)
     eff = {}
     for key, (attr, scale) in _EFF_KEYS.items():
-        v = num(key, eff_doc, "efficiency.", positive=key not in ("step_overhead_ms", "per_seq_overhead_us", "draft_overhead_ms"))
-        if attr in ("compute", "memory", "comm", "train_mfu") and not 0 < v <= 1:
-            raise SpecError(f"efficiency.{key}", v, "in (0, 1]", where)
-        if v < 0:
-            raise SpecError(f"efficiency.{key}", v, ">= 0", where)
-        eff[attr] = v * scale
+        eff[attr] = num(key, eff_doc, "efficiency.") * scale
     domain = num("nvlink_domain_gpus")
     if domain != int(domain):
         raise SpecError("nvlink_domain_gpus", domain, "a whole number of GPUs", where)
@@ -329,22 +396,22 @@ def _parse_profile(where: str, data: bytes) -> HardwareSpec:
         nvlink_bw_bytes_per_s=num("nvlink_gbps_per_direction") * 1e9,
         nvlink_domain_gpus=int(domain),
         scaleout_bw_bytes_per_s=num("scaleout_gbit_per_s") * 1e9 / 8,
-        nvlink_latency_s=num("nvlink", lat, "collective_latency_us.") * 1e-6,
-        scaleout_latency_s=num("scaleout", lat, "collective_latency_us.") * 1e-6,
+        nvlink_latency_s=num("nvlink", lat, "collective_latency_us.", "collective_latency_us") * 1e-6,
+        scaleout_latency_s=num("scaleout", lat, "collective_latency_us.", "collective_latency_us") * 1e-6,
         efficiency=Efficiency(**eff),
         sources=sources,
         path=where,
         kernel_fit=_kernel_fit(doc.get("kernel_fit"), where),
         sd_costs=load_sd_costs(doc.get("sd_costs"), where),
-        nvlink_oneshot_latency_s=(num("nvlink_oneshot", lat, "collective_latency_us.") * 1e-6
+        nvlink_oneshot_latency_s=(num("nvlink_oneshot", lat, "collective_latency_us.", "collective_latency_us") * 1e-6
                                   if "nvlink_oneshot" in lat else None),
     )
 
 
 def _pos(block: dict, key: str, where: str, field_prefix: str, upper: float | None = None) -> float:
     v = block.get(key) if isinstance(block, dict) else None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
-        raise SpecError(f"{field_prefix}.{key}", v, "a finite number >= 0", where)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v) or v < 0 or v > 1e12:
+        raise SpecError(f"{field_prefix}.{key}", v, "a finite number >= 0 and <= 1e12", where)
     if upper is not None and v > upper:
         raise SpecError(f"{field_prefix}.{key}", v, f"<= {upper}", where)
     return float(v)

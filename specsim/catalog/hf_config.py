@@ -33,11 +33,11 @@ Hugging Face ignores.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
+from specsim import inputs
 from specsim.catalog.model_spec import MLASpec, ModelSpec, MoESpec
 from specsim.errors import SpecError
 
@@ -260,16 +260,10 @@ def model_name_for(path: Path) -> str:
 
 
 def read_config(path: Path) -> dict:
-    """The JSON object of a config file; unreadable or malformed files are a SpecError naming it."""
+    """The JSON object of a config file, through the guarded reader (specsim.inputs: regular files
+    only, bounded, UTF-8 with a BOM dropped); unreadable or malformed files are a SpecError naming it."""
     where = str(path)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8-sig"))
-    except OSError as e:
-        raise SpecError("model", where, f"a readable config.json ({e.strerror or e})", where) from None
-    except UnicodeDecodeError:
-        raise SpecError("(file)", "<binary>", "a UTF-8 JSON file", where) from None
-    except json.JSONDecodeError as e:
-        raise SpecError("(file)", "<unparseable>", f"valid JSON ({e.msg} at line {e.lineno})", where) from None
+    doc = inputs.read_json(path, "(file)", "Hugging Face config.json", inputs.MAX_YAML_BYTES)
     if not isinstance(doc, dict):
         raise SpecError("(file)", type(doc).__name__, "a JSON object (a Hugging Face config.json)", where)
     return doc

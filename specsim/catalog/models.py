@@ -24,8 +24,9 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from specsim import inputs
 from specsim.catalog.model_spec import MLASpec, ModelSpec, MoESpec  # noqa: F401 (re-exported: the catalog's face)
-from specsim.errors import SpecError, load_yaml_text
+from specsim.errors import SpecError, short_repr
 
 COST_SHAPES = ("head", "mtp", "self", "ngram")
 
@@ -72,12 +73,58 @@ class DrafterKind:
         return self.cost_shape != "ngram"
 
 
+def _catalog_file(name: str) -> dict:
+    """A bundled catalog YAML, read through the guarded reader (UTF-8, unique keys, bounded)."""
+    doc = inputs.read_yaml(Path(str(resources.files("specsim.catalog").joinpath(name))), "(catalog)",
+                           "catalog YAML", inputs.MAX_YAML_BYTES)
+    if not isinstance(doc, dict):
+        raise SpecError("(catalog)", short_repr(doc), "a YAML mapping", f"catalog/{name}")
+    return doc
+
+
+def catalog_entry(doc, cls, prefix: str, where: str) -> dict:
+    """A catalog entry checked against the dataclass it builds: a mapping, known keys only (with a
+    did-you-mean), numbers finite, whole where the field is an int, > 0 (>= 0 for counts that
+    may be zero), text where it is text, true/false where it is a flag."""
+    import dataclasses
+    import math
+
+    if not isinstance(doc, dict):
+        raise SpecError(prefix, short_repr(doc), "a mapping of the entry's fields", where)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "name"}
+    for key, v in doc.items():
+        fname = f"{prefix}.{key}"
+        if key not in fields:
+            raise SpecError(fname, v, f"a known field: one of {sorted(fields)}{_suggest(str(key), list(fields))}",
+                            where)
+        kind = str(fields[key].type)
+        if v is None and "None" in kind:
+            continue
+        if kind.startswith("bool"):
+            if not isinstance(v, bool):
+                raise SpecError(fname, v, "true or false", where)
+        elif kind.startswith(("int", "float")):
+            whole = kind.startswith("int")
+            zero_ok = key in ("ffn", "shared_experts", "shared_ffn", "extra_params_per_layer")
+            ok = (not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+                  and (v >= 0 if zero_ok else v > 0) and v <= 1e15 and (not whole or v == int(v)))
+            if not ok:
+                raise SpecError(fname, v, f"a finite {'whole ' if whole else ''}number "
+                                f"{'>= 0' if zero_ok else '> 0'} and <= 1e15", where)
+        elif kind.startswith("str") and not isinstance(v, str):
+            raise SpecError(fname, v, "a text", where)
+    return doc
+
+
 @lru_cache(maxsize=1)
 def _drafter_registry() -> dict[str, DrafterKind]:
-    text = resources.files("specsim.catalog").joinpath("drafters.yaml").read_text()
+    where = "catalog/drafters.yaml"
+    top = _catalog_file("drafters.yaml")
     out = {}
-    for name, doc in load_yaml_text(text)["drafters"].items():
-        kind = DrafterKind(name=name, **doc)
+    if not isinstance(top.get("drafters"), dict):
+        raise SpecError("drafters", top.get("drafters"), "a mapping of drafter kind -> its entry", where)
+    for name, doc in top["drafters"].items():
+        kind = DrafterKind(name=str(name), **catalog_entry(doc, DrafterKind, f"drafters.{name}", where))
         if kind.cost_shape not in COST_SHAPES:
             raise SpecError(f"drafters.{name}.cost_shape", kind.cost_shape, f"one of {COST_SHAPES}", "catalog/drafters.yaml")
         check_proposal_rate(kind.proposal_rate, f"drafters.{name}.proposal_rate", "catalog/drafters.yaml")
@@ -150,8 +197,10 @@ BUNDLED_CATALOG = "specsim/catalog/models.yaml"
 
 @lru_cache(maxsize=1)
 def _catalog() -> dict:
-    text = resources.files("specsim.catalog").joinpath("models.yaml").read_text()
-    return load_yaml_text(text)
+    doc = _catalog_file("models.yaml")
+    if not isinstance(doc.get("models"), dict):
+        raise SpecError("models", doc.get("models"), "a mapping of model name -> its shapes", "catalog/models.yaml")
+    return doc
 
 
 def catalog_dirs() -> list[Path]:

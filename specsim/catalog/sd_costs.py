@@ -78,8 +78,13 @@ def load_sd_costs(doc, where: str | None = None) -> SDCosts:
             continue
         entry = doc[key]
         value, source = (entry.get("value"), str(entry.get("source", ""))) if isinstance(entry, dict) else (entry, "")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
-            raise SpecError(f"sd_costs.{key}", value, "a finite number >= 0 (as `value:` with a `source:`)", where)
+        try:
+            finite = not isinstance(value, bool) and isinstance(value, (int, float)) and np.isfinite(float(value))
+        except OverflowError:
+            finite = False
+        if not finite or value < 0 or value > 1e12:
+            raise SpecError(f"sd_costs.{key}", value, "a finite number in [0, 1e12] (as `value:` with a `source:`)",
+                            where)
         if key in ("ngram_cpu_tokens_per_s", "cuda_graph_max_tokens", "sampler_passes") and value <= 0:
             raise SpecError(f"sd_costs.{key}", value, "> 0", where)
         values[attr] = int(value) if attr == "cuda_graph_max_tokens" else float(value) * scale

@@ -162,6 +162,10 @@ def check(
                   + f" (mean α; curve scaled ×{oc['scale']:.3f} so the run reports τ)")
     t.add_row("SD policy", world.policy.label)
     t.add_row("sweep", f"{sc.rows:,} rows (combinations × replicates)")  # rel (#15 row 2)
+    wk = info["sweep"]["work"]
+    t.add_row("cost estimate", f"{wk['runs']:,} pipeline runs + ≈{wk['capacity_runs']:,} capacity runs, "
+                               f"≈{wk['tokens'] + wk['capacity_tokens']:.3g} simulated tokens "
+                               f"(bound {wk['max_tokens']:.3g}: output.max_simulated_tokens)")
     con.print(t)
     for msg in info["warnings"]:
         con.print(f"[yellow]warning:[/yellow] {msg}")
@@ -172,29 +176,48 @@ def check(
 def validate_cmd(
     targets: Annotated[list[str] | None, typer.Argument(help="Target YAML files (default: calibration/targets/*.yaml).")] = None,
     tolerance: Annotated[float | None, typer.Option("--tolerance", help="Override every row's relative tolerance.")] = None,
-    out: Annotated[str, typer.Option("--out", help="Folder for validation.csv and validation.md.")] = "results/validation",
+    out: Annotated[str, typer.Option("--out", help="Folder for validation.csv and validation.md (new, empty or "
+                                                   "written by specsim; others only with --force).")] = "results/validation",
+    force: Annotated[bool, typer.Option("--force", help="Write into a non-empty --out folder specsim did not write.")] = False,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Run each published target's scenario and print measured vs simulated; exit 1 if any row fails."""
     import pandas as pd
 
-    from specsim.atomic import write_csv, write_text
+    from specsim.atomic import FolderLock, output_path
     from specsim.validate.run import validate
 
     if tolerance is not None and not tolerance > 0:
         raise _bad_option("--tolerance", tolerance, "a relative tolerance > 0")
+    folder = output_path(out, "--out", folder=True, force=force)   # the one output-path rule, before any work
     rows = validate(targets, tolerance)
     frame = pd.DataFrame([r.as_dict() for r in rows])
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
+    with FolderLock(folder, "--out"):
+        _write_validation(folder, frame, rows)
+    failed = int((frame["result"] != "pass").sum())
+    _print_validation(frame, rows, failed, folder, fmt)
+    if failed:
+        raise typer.Exit(1)
+
+
+_VALIDATION_COLS = ["target", "metric", "params", "role", "measured", "simulated", "simulated_se_pct", "error_pct",
+                    "tolerance_pct", "result"]
+
+
+def _write_validation(folder: Path, frame, rows) -> None:
+    from specsim.atomic import write_csv, write_text
+
     write_csv(folder / "validation.csv", frame)
-    cols = ["target", "metric", "params", "role", "measured", "simulated", "simulated_se_pct", "error_pct",
-            "tolerance_pct", "result"]
+    cols = _VALIDATION_COLS
     md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     shown = [r.display() for r in rows]   # rounded for reading; CSV/JSON keep full precision
     md += ["| " + " | ".join(r[c] for c in cols) + " |" for r in shown]
     write_text(folder / "validation.md", "# specsim validate\n\n" + "\n".join(md) + "\n")
-    failed = int((frame["result"] != "pass").sum())
+
+
+def _print_validation(frame, rows, failed: int, folder: Path, fmt) -> None:
+    cols = _VALIDATION_COLS
+    shown = [r.display() for r in rows]
     if fmt is Format.json:
         _emit_json({"rows": [r.as_dict() for r in rows], "failed": failed, "out": str(folder)})
     else:
@@ -207,8 +230,6 @@ def validate_cmd(
                             for role, g in frame.groupby("role", sort=True))
         con.print(f"{len(frame) - failed} of {len(frame)} rows within tolerance ({by_role}); "
                   f"written to {folder}/validation.csv, .md")
-    if failed:
-        raise typer.Exit(1)
 
 
 # `specsim run` and `specsim show scenario` live in cli/run.py, `specsim project` in cli/project.py,
@@ -221,8 +242,14 @@ app.add_typer(calibrate_app, name="calibrate")
 
 # ============================================================================ entry point
 def main() -> None:
-    """Console-script entry point (`specsim`, `python -m specsim`)."""
-    app()
+    """Console-script entry point (`specsim`, `python -m specsim`): streams made safe first (a
+    closed stdout, a C locale), and a reader that goes away (`| head -1`) ends the command quietly."""
+    common.safe_streams()
+    try:
+        app()
+    except BrokenPipeError:
+        common.quiet_closed_stdout()
+        raise SystemExit(0) from None
 
 
 if __name__ == "__main__":

@@ -72,16 +72,21 @@ def traces_cmd(
     hardware: Annotated[str | None, typer.Option("--hardware", help="Profile whose efficiency factors are fitted.")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model of the traces (default: the traces' column).")] = None,
     drafter: Annotated[str | None, typer.Option("--drafter", help="Drafter kind of the SD rows (eagle3, mtp, ...).")] = None,
-    out: Annotated[str | None, typer.Option("--out", help="Write the calibrated profile YAML here.")] = None,
+    out: Annotated[str | None, typer.Option("--out", help="Write the calibrated profile YAML here (a new file; "
+                                                         "an existing one only with --force).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing --out file.")] = False,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Fit a hardware profile's efficiency factors (and acceptance, lengths) to traces."""
+    from specsim.atomic import output_path
     from specsim.calibrate import calibrate
 
     if not traces:
         raise _bad_option("traces", [], "one or more trace files (CSV or JSONL)")
     if hardware is None:
         raise _bad_option("--hardware", None, "the profile whose efficiency factors are fitted (specsim list hardware)")
+    if out is not None:
+        out = str(output_path(out, "--out", folder=False, force=force))   # the one output-path rule
     report = calibrate(traces, hardware, model=model, out=out, drafter_kind=drafter)
     rows = report.to_rows()
     if fmt is Format.json:
@@ -104,11 +109,17 @@ def kernels_cmd(
     source: Annotated[str, typer.Option("--source", help="Kernel tables fitted: aiconfigurator (aiconfigurator-core).")] = "aiconfigurator",
     system: Annotated[str, typer.Option("--system", help="h100_sxm, h200_sxm, b200_sxm, gb200, a100_sxm or all.")] = "all",
     backend: Annotated[str, typer.Option("--backend", help="Engine whose kernel tables are fitted.")] = "vllm",
-    out: Annotated[str | None, typer.Option("--out", help="Write the fitted profiles into this folder.")] = None,
+    out: Annotated[str | None, typer.Option("--out", help="Write the fitted profiles into this folder (new, empty "
+                                                         "or written by specsim; others only with --force).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Write into a non-empty --out folder specsim did not write.")] = False,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Fit the profiles' kernel laws and engine overheads to measured kernel tables."""
+    from specsim.atomic import output_path
     from specsim.calibrate.describe import kernel_calibration_info
+
+    if out is not None:
+        out = str(output_path(out, "--out", folder=True, force=force))   # the one output-path rule
 
     info = kernel_calibration_info(source, system, backend, out)
     if fmt is Format.json:

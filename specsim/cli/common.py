@@ -26,7 +26,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from specsim.errors import LayoutError, SpecError
+from specsim.errors import LayoutError, SpecError, os_reason
 from specsim.scenario import ScenarioError
 from specsim.study.executors import sigint_latch
 from specsim.study.report.tables import jsonable
@@ -65,9 +65,12 @@ def error_message(exc: BaseException) -> str:
         return f"{name}: (file): valid YAML ({getattr(exc, 'problem', None) or exc.__class__.__name__}), got <unparseable>"
     if isinstance(exc, UnicodeDecodeError):
         return "(file): (file): a UTF-8 text file, got <binary>"
-    if isinstance(exc, OSError):
-        name = exc.filename if exc.filename is not None else "(file)"
-        return f"{name}: (file): an existing, readable file ({exc.strerror or exc.__class__.__name__}), got {str(name)!r}"
+    if isinstance(exc, OSError):   # what the operating system said, in words (ENOSPC, EFBIG, ECONNREFUSED, ...)
+        name = exc.filename if exc.filename is not None else None
+        what = os_reason(exc)
+        if name is None:
+            return f"(system): the operation failed: {what}"
+        return f"{name}: (file): a path specsim can read or write; the operating system said: {what}"
     return f"{exc.__class__.__name__}: {exc}"
 
 
@@ -93,6 +96,9 @@ def user_errors() -> Iterator[None]:
                 raise KeyboardInterrupt
     except (typer.Exit, typer.Abort):
         raise
+    except BrokenPipeError:
+        quiet_closed_stdout()   # the reader went away (`| head -1`): nothing left to say, not an error
+        raise typer.Exit(0) from None
     except KeyboardInterrupt:
         typer.echo("interrupted: every finished point is already saved; rerun the same command to resume", err=True)
         raise typer.Exit(EXIT_INTERRUPTED) from None
@@ -104,6 +110,31 @@ def user_errors() -> Iterator[None]:
         typer.echo(f"internal error: {_one_line(f'{exc.__class__.__name__}: {exc}')} "
                    "(this is a bug in specsim; rerun with SPECSIM_DEBUG=1 for the traceback)", err=True)
         raise typer.Exit(EXIT_INTERNAL_ERROR) from None
+
+
+def quiet_closed_stdout() -> None:
+    """After the reader of stdout went away: point stdout at /dev/null, so the interpreter's last
+    flush at exit does not fail again (Python would print "Exception ignored ... BrokenPipeError")."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def safe_streams() -> None:
+    """Make stdout/stderr safe to print to whatever the environment: a closed stream (`>&-`,
+    where Python sets sys.stdout to None) becomes /dev/null; a non-UTF-8 locale (`LC_ALL=C
+    PYTHONUTF8=0`) keeps its encoding, and characters it cannot encode (×, τ, ≤) print as '?'
+    instead of failing."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 - lives as long as the process
+            continue
+        enc = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if enc != "utf8" and hasattr(stream, "reconfigure"):
+            with contextlib.suppress(OSError, ValueError):
+                stream.reconfigure(errors="replace")
 
 
 def handle_errors(fn: Callable) -> Callable:
@@ -176,10 +207,19 @@ def use_catalog(dirs: list[str] | None) -> Iterator[None]:
 
 
 # ============================================================================ output
+class _Console(Console):
+    """rich's Console, whose broken-pipe handling (exit 1) ends the command quietly instead: the
+    reader went away (`| head -1`), which is not a failure of the command."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def console() -> Console:
     """A console on the current stdout (so test runners capture it); wide when not a terminal."""
     out = sys.stdout
-    return Console(file=out, width=None if out.isatty() else 160, soft_wrap=False, highlight=False)
+    return _Console(file=out, width=None if out.isatty() else 160, soft_wrap=False, highlight=False)
 
 
 def emit_json(obj: Any) -> None:

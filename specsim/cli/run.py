@@ -51,14 +51,18 @@ def _ci(m: dict | None, digits: int = 3) -> str:
 def run(
     scenario: ScenarioArg,
     sets: SetOpt = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Results folder (default: "
-                                                "<output.dir>/<scenario>-<UTC timestamp>/). Rerun into the same "
-                                                "folder to resume.")] = None,
+    out: Annotated[str | None, typer.Option("--out", "-o", help="Results folder (default: <output.dir>/<scenario "
+                                               "name>/). Rerunning the same command resumes there; a non-empty "
+                                               "folder that specsim did not write is refused unless --force.")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Parallel worker processes (local) or Ray CPUs.")] = 2,
     backend: Annotated[Backend, typer.Option("--backend", help="local processes, or a Ray cluster.")] = Backend.local,
     address: Annotated[str | None, typer.Option("--address", help="Ray cluster address (ray.init(address=...)); "
                                                    "default: a local Ray instance.")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite results of a different scenario in --out.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Write into a non-empty --out folder specsim did not write "
+                                                       "(or one holding another scenario's results, which are "
+                                                       "discarded).")] = False,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Discard the results already in the folder and recompute "
+                                                       "everything (default: resume).")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar on stderr.")] = False,
     catalog: CatalogOpt = None,
     fmt: FormatOpt = Format.table,
@@ -69,7 +73,7 @@ def run(
 
     with use_catalog(catalog):
         res = run_scenario(scenario, list(sets or ()), out=out, jobs=jobs, backend=backend.value, address=address,
-                           progress=not no_progress and fmt is Format.table, force=force)
+                           progress=not no_progress and fmt is Format.table, force=force, fresh=fresh)
     if fmt is Format.json:
         emit_json({**res.to_dict(), "summary": res.summary})
         return

@@ -5,6 +5,7 @@ from specsim.scenario.base import ScenarioError, Strict
 from specsim.scenario.loading import (
     apply_overrides,
     check_derived,
+    ignored_fields,
     load_scenario,
     parse_override,
     read_yaml,
@@ -32,7 +33,7 @@ from specsim.scenario.schema import (
 __all__ = [
     "MAX_SWEEP_ROWS", "CapacitySection", "DrafterSection", "LengthSpec", "OutputSection", "PipelineSection",
     "RolloutSection", "Scenario", "ScenarioError", "SpeculationSection", "StalenessSection", "Strict",
-    "TrainingSection", "WorkloadSection", "apply_overrides", "check_derived", "load_scenario", "parse_override",
+    "TrainingSection", "WorkloadSection", "apply_overrides", "check_derived", "ignored_fields", "load_scenario", "parse_override",
     "path_problem", "read_yaml", "set_dotted", "source_file", "spec_error_to_scenario", "sweep_rows", "to_yaml",
     "validate_doc",
 ]

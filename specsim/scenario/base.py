@@ -17,7 +17,10 @@ class ScenarioError(ValueError):
 
     def __init__(self, file: str | None, field: str, value: Any, allowed: str):
         self.file, self.field, self.value, self.allowed = file, field, value, allowed
-        super().__init__(self.message())
+        super().__init__(file, field, value, allowed)   # reconstructible: type(e)(*e.args)
+
+    def __str__(self) -> str:
+        return self.message()
 
     def message(self) -> str:
         where = f"{self.file}: " if self.file else ""

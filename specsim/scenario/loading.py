@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from specsim import inputs
 from specsim.errors import SpecError, YamlTooLarge, load_yaml_text, short_repr
 from specsim.scenario.base import SEP, Raw, ScenarioError
 from specsim.scenario.paths import model_for_path
@@ -110,25 +111,13 @@ def _format_validation(exc: ValidationError, file: str | None) -> ScenarioError:
 
 
 def read_yaml(path: str | Path) -> dict:
-    p = Path(path)
+    """The scenario file's mapping, read through the guarded reader (specsim.inputs: a regular
+    file, bounded, UTF-8, unique keys); every problem is a ScenarioError naming the file."""
     file = str(path)
-    if not p.is_file():
-        raise ScenarioError(file, "(file)", file, "an existing scenario YAML file")
     try:
-        raw = p.read_bytes()
-        text = raw.decode("utf-8")
-        doc = load_yaml_text(text)
-    except UnicodeDecodeError:
-        raise ScenarioError(file, "(file)", "<binary>", "a UTF-8 YAML text file") from None
-    except YamlTooLarge as exc:
-        raise ScenarioError(file, "(file)", "<aliases>", f"a YAML document of plain values: {exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or exc.__class__.__name__
-        raise ScenarioError(file, "(file)", "<unparseable>", f"valid YAML ({problem}{where})") from None
-    except (OSError, RecursionError) as exc:
-        raise ScenarioError(file, "(file)", file, f"a readable YAML file ({exc.__class__.__name__})") from None
+        doc = inputs.read_yaml(path, "(file)", "scenario YAML file")
+    except SpecError as exc:
+        raise ScenarioError(file, "(file)", exc.value, exc.allowed) from None
     if not isinstance(doc, dict):
         raise ScenarioError(file, "(scenario)", doc, "a YAML mapping with sections hardware, model, rollout, workload, drafter, ...")
     return doc
@@ -249,23 +238,65 @@ def check_derived(sc: Scenario) -> None:
                             f"overrides giving a valid baseline scenario: {exc.field}: {exc.allowed}") from None
     axes = _axes(sc.sweep)
     for i, axis in enumerate(axes):
-        for change in axis:
+        seen: dict[str, int] = {}   # each swept value once *after* conversion: [3, 3.0, "3"] is one value
+        for pos, change in enumerate(axis):
             try:
-                apply_overrides(sc, change)
+                _once(apply_overrides(sc, change), change, seen, pos, file)
                 continue
             except ScenarioError as alone:
+                if alone.field.startswith("sweep."):
+                    raise
                 first: dict = {}
                 for j, other in enumerate(axes):
                     first.update(change if j == i else other[0])
                 try:
-                    apply_overrides(sc, first)
+                    _once(apply_overrides(sc, first), change, seen, pos, file)
                     continue
-                except ScenarioError:
+                except ScenarioError as together:
+                    if together.field.startswith("sweep."):
+                        raise
                     exc = alone
             path, value = next(iter(change.items())) if len(change) == 1 else ("zip", change)
             where = "" if exc.field == path else f" ({exc.field})"
             raise ScenarioError(file, f"sweep.{path}", value, f"swept values that give a valid "
                                                              f"scenario{where}: {exc.allowed}") from None
+
+
+def _at(doc: Any, path: str) -> Any:
+    for part in path.split("."):
+        doc = doc.get(part) if isinstance(doc, dict) else None
+    return doc
+
+
+def _once(new: Scenario, change: dict, seen: dict[str, int], pos: int, file: str | None) -> None:
+    """Refuse a swept value equal, after the schema converted it, to one swept before it."""
+    import json
+
+    dumped = new.model_dump(mode="json")
+    key = json.dumps({p: _at(dumped, p) for p in change}, sort_keys=True, default=str)
+    if key in seen:
+        path, value = next(iter(change.items())) if len(change) == 1 else ("zip", change)
+        raise ScenarioError(file, f"sweep.{path}", value, f"each swept value once after conversion to the "
+                            f"field's type (positions {seen[key]} and {pos} are the same value, "
+                            f"{short_repr(_at(dumped, next(iter(change))))})")
+    seen[key] = pos
+
+
+def ignored_fields(sc: Scenario) -> list[str]:
+    """Warnings for fields the user wrote (or swept) that the scenario's mode does not use: they
+    are never dropped silently. (Warnings, not errors: a sweep over the mode may need them.)"""
+    out = []
+    swept = set(sc.sweep) - {"replicates", "zip"}
+    given_lag = "policy_lag" in sc.pipeline.model_fields_set or "pipeline.policy_lag" in swept
+    if sc.pipeline.mode == "sync" and given_lag and "pipeline.mode" not in swept:
+        out.append("pipeline.policy_lag is ignored: it applies to pipeline.mode async only (sync steps use the "
+                   "current policy)")
+    given_gtau = "general_tau" in sc.drafter.model_fields_set or "drafter.general_tau" in swept
+    if sc.drafter.init == "in_domain" and sc.drafter.general_tau is not None or (
+            given_gtau and sc.drafter.init == "in_domain" and "drafter.init" not in swept):
+        out.append("drafter.general_tau is ignored: it applies to drafter.init general only (set init: general, "
+                   "or remove it)")
+    return out
 
 
 def source_file(sc: Scenario) -> str | None:

@@ -38,12 +38,12 @@ class LengthSpec(Strict):
 
     kind: Literal["lognormal", "mixture", "empirical", "fixed"] = Field(
         default="lognormal", description="distribution family")
-    median: float | None = Field(default=None, gt=0, le=1e9, description="lognormal: median tokens (with `p99`)")
-    p99: float | None = Field(default=None, gt=0, le=1e9,
+    median: float | None = Field(default=None, ge=1, le=1e9, description="lognormal: median tokens (with `p99`)")
+    p99: float | None = Field(default=None, ge=1, le=1e9,
                               description="lognormal: 99th percentile tokens, above the median")
     mu: float | None = Field(default=None, ge=-50, le=50,
                              description="lognormal: mean of ln(tokens) (with `sigma`, instead of `median`/`p99`)")
-    sigma: float | None = Field(default=None, gt=0, le=20, description="lognormal: standard deviation of ln(tokens)")
+    sigma: float | None = Field(default=None, ge=1e-6, le=20, description="lognormal: standard deviation of ln(tokens)")
     components: list[dict[str, float]] | None = Field(
         default=None, description="mixture: lognormal components `{weight, median, p99}` (p99 above the median), "
                                   "weights summing to 1")
@@ -61,9 +61,18 @@ class LengthSpec(Strict):
 
     @model_validator(mode="after")
     def _complete(self):
+        own = {"lognormal": {"median", "p99", "mu", "sigma"}, "mixture": {"components"}, "empirical": {"path"},
+               "fixed": {"tokens"}}[self.kind]
+        for name in ("median", "p99", "mu", "sigma", "components", "path", "tokens"):
+            if name not in own and getattr(self, name) is not None:   # never silently ignored
+                raise field_error(name, getattr(self, name), f"only with a kind that uses it (kind {self.kind} uses "
+                                  f"{sorted(own)}); remove it or change kind")
         if self.kind == "lognormal":
             by_q = self.median is not None and self.p99 is not None
             by_p = self.mu is not None and self.sigma is not None
+            if (self.median is not None or self.p99 is not None) and (self.mu is not None or self.sigma is not None):
+                raise field_error("mu", self.mu, "either median and p99 (tokens) or mu and sigma (log tokens), not "
+                                  "both: the two sets disagree unless converted, so neither is chosen silently")
             if not (by_q or by_p):
                 raise field_error("median", self.median, "lognormal needs median and p99 (tokens) or mu and sigma")
             if by_q and self.p99 <= self.median:
@@ -108,7 +117,7 @@ class RolloutSection(Strict):
                                   description="most sequences an engine runs at once (vLLM `max_num_seqs`); null: "
                                               "vLLM's own default (`EngineArgs.get_batch_defaults`): 1024 on a GPU "
                                               "with ≥ 70 GiB other than the A100, 256 otherwise")
-    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1,
+    gpu_memory_utilization: float = Field(default=0.9, ge=0.01, le=1,
                                           description="share of HBM the engine may use (colocated sync runs leave "
                                                       "room for the trainer)")
     max_batched_tokens: int = Field(default=8192, ge=1, le=10**7,
@@ -142,7 +151,7 @@ class TrainingSection(Strict):
         default="broadcast", description="how new weights reach the rollout engines: a pipelined broadcast from the "
                                          "trainer pool, or each rollout GPU all-gathering its shard from the "
                                          "trainer's ZeRO shards")
-    optimizer_bytes_per_param: float = Field(default=16.0, gt=0, le=1024,
+    optimizer_bytes_per_param: float = Field(default=16.0, ge=0.01, le=1024,
                                              description="trainer memory per parameter (weights, grads, Adam states)")
     sharding: Literal["fsdp", "distributed_optimizer"] = Field(
         default="fsdp", description="how the trainer shards over its data-parallel replicas: `fsdp` = ZeRO-3 (veRL's "
@@ -152,9 +161,9 @@ class TrainingSection(Strict):
                                     "one parameter all-gather per optimizer step; NeMo-RL's Megatron policy). The "
                                     "NeMo-RL scenarios (`8b_*`, `235b_*`) set it (`calibration/published/README.md`, "
                                     "\"Trainer\"), and `30b_a3b_h100_async` as an assumption")
-    mfu: float | None = Field(default=None, gt=0, le=1,
+    mfu: float | None = Field(default=None, ge=1e-3, le=1,
                               description="override the hardware profile's `train_mfu` (the achieved fwd+bwd MFU)")
-    logprob_efficiency: float | None = Field(default=None, gt=0, le=1,
+    logprob_efficiency: float | None = Field(default=None, ge=1e-3, le=1,
                                              description="share of peak bf16 the trainer's logprob passes reach "
                                                          "(scalar roofline); null: priced with the profile's "
                                                          "inference kernels. Fitted for the 8B scenarios")
@@ -247,21 +256,21 @@ class DrafterSection(Strict):
         "`tau_tree_verify_tokens` too); α is solved on that tree"))
     tau_tree_verify_tokens: int | None = Field(default=None, ge=2, le=4096, description=(
         "with `tau_tree_topk`: that tree's num_draft_tokens (verify tokens per sequence, the root included)"))
-    position_decay: float = Field(default=1.0, gt=0, le=1,
+    position_decay: float = Field(default=1.0, ge=1e-3, le=1,
                                   description="acceptance of draft position j is α·d^(j−1)")
-    heterogeneity: float | None = Field(default=None, gt=0, le=1e6, description=(
+    heterogeneity: float | None = Field(default=None, ge=1e-2, le=1e6, description=(
         "Beta concentration of per-sequence α (null: every sequence has the mean)"))
     staleness: StalenessSection = Field(default=StalenessSection(), description=(
         "how α decays as the policy moves away from the drafter (default: no drift)"))
     update_every_steps: int = Field(default=0, ge=0, le=10**6,
                                     description="retrain the drafter online every I RL steps (0 = never)")
-    update_token_fraction: float = Field(default=1.0, gt=0, le=1,
+    update_token_fraction: float = Field(default=1.0, ge=1e-3, le=1,
                                          description="share of the step's sequences an online drafter update trains on")
     draft_vocab: int | None = Field(default=None, ge=1, le=10**7,
                                     description="EAGLE-3 draft vocabulary (default from the registry: 32000)")
     draft_ffn: int | None = Field(default=None, ge=1, le=10**7,
                                   description="EAGLE-3 layer FFN width (default: the target's)")
-    proposal_rate: float | None = Field(default=None, gt=0, le=1, description=(
+    proposal_rate: float | None = Field(default=None, ge=1e-3, le=1, description=(
         "share of request-steps that carry a draft (default from the registry: 1 for model drafters, 0.10 for n-gram, "
         "which proposes nothing when no n-gram matches); `tau` stays vLLM's value, conditional on a draft"))
     context_curve: list[list[float]] | None = Field(default=None, max_length=1000, description=(
@@ -371,7 +380,7 @@ class CapacitySection(Strict):
     rollout_gpus: list[int] | None = Field(default=None, description=(
         "rollout pool sizes for the capacity plan (null: ×¼, ½, 1, 2 of `rollout.gpus` in whole engines; `[]`: no "
         "capacity plan)"))
-    target_step_s: float | None = Field(default=None, gt=0, description=(
+    target_step_s: float | None = Field(default=None, ge=1e-3, le=1e9, description=(
         "step-time target the capacity plan marks (null: AR's mean step at the scenario's rollout size)"))
     replicates: int | None = Field(default=None, ge=1, le=1000, description=(
         "replicates per capacity size (null: the sweep's `replicates`; replicate r draws what the sweep's replicate "
@@ -382,8 +391,12 @@ class OutputSection(Strict):
     """Results folder, plots and the capacity plan."""
 
     dir: str = Field(default="results", description=(
-        "results folder: each run writes `<dir>/<name>-<UTC timestamp>/`"))
+        "results folder: `specsim run` writes `<dir>/<name>/` (rerunning resumes there; `--fresh` recomputes)"))
     plots: bool = Field(default=True, description="draw the plots")
+    max_simulated_tokens: float = Field(default=2e10, ge=1, le=1e18, description=(
+        "the most tokens a run may simulate, summed over its pipeline runs (responses × expected response tokens × "
+        "steps; `specsim check` prints the estimate): a bigger run is refused before it starts; raise it with "
+        "`--set output.max_simulated_tokens=1e12`"))
     capacity: CapacitySection = Field(default=CapacitySection(), description=(
         "the capacity plan: rollout pool sizes to rerun the best SD point and its AR counterpart at"))
 
@@ -464,6 +477,16 @@ class Scenario(Strict):
             raise field_error("workload.prompts", self.workload.prompts,
                        f"at most 10,000,000 responses per step (prompts x group_size = {responses:,})")
         cap = self.output.capacity
+        if cap.rollout_gpus:
+            r = self.rollout
+            per_engine = max(r.tp, r.ep) * r.pp
+            layout_swept = any(str(k).startswith("rollout.") for k in self.sweep)
+            for n in cap.rollout_gpus:
+                if n < 1 or n > 10**6:
+                    raise field_error("output.capacity.rollout_gpus", n, "rollout pool sizes of 1 to 1,000,000 GPUs")
+                if not layout_swept and n % per_engine:
+                    raise field_error("output.capacity.rollout_gpus", n, f"multiples of the {per_engine} GPUs of "
+                                      f"one engine (rollout.tp/ep/pp)")
         # ×¼, ½, 1, 2 of rollout.gpus by default (capacity.capacity_sizes); the scenario's own size is always run
         listed = set(cap.rollout_gpus) if cap.rollout_gpus is not None else None
         sizes = 4 if listed is None else len(listed | {self.rollout.gpus}) if listed else 0

@@ -11,7 +11,9 @@ SIGKILL'ed or SIGTERM'ed `specsim run` leaves no orphaned workers (within about 
 ignores SIGINT (Ctrl-C goes to the parent, which stops the pool). On any exception in the parent
 the workers are terminated rather than waited for.
 
-Ray: with `address` (a running cluster: ``host:port``, ``ray://host:port`` or ``auto``) it
+Ray: with `address` (a running cluster: ``host:port`` of its head, or ``auto``; ``ray://`` Ray Client
+addresses are refused, and a host:port where something other than a Ray head listens is refused
+within seconds: it must answer an HTTP/2 preface as a gRPC server does) it
 connects; without, it always starts a private local instance of `jobs` CPUs
 (``ray.init(address="local")``), also when a Ray head already runs on this machine, and shuts it
 down afterwards.
@@ -29,9 +31,10 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
-from specsim.errors import SpecError
+from specsim.errors import SpecError, os_reason
 from specsim.scenario import ScenarioError, validate_doc
 from specsim.study.sweep import RunTask
 
@@ -70,7 +73,7 @@ def check_backend(backend: str, jobs: int, address: str | None = None, *, probe:
         _ray()
         if address is not None and probe:
             _probe_address(address)
-    return min(jobs, available_cpus()) if backend == "local" else jobs
+    return min(jobs, available_cpus()) if backend == "local" or address is None else jobs
 
 
 def _ray():
@@ -82,21 +85,43 @@ def _ray():
     return ray
 
 
+#: HTTP/2 client preface + an empty SETTINGS frame: a Ray GCS (a gRPC server) answers with its
+#: own SETTINGS frame at once; anything else (a web server, a database, a plain socket) does not.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
 def _probe_address(address: str) -> None:
-    """Refuse a Ray address nothing answers on (Ray itself retries for many minutes)."""
+    """Refuse, within seconds, a Ray address nothing answers on, or where something that is not a
+    Ray cluster listens (Ray itself retries for many minutes): the GCS is a gRPC (HTTP/2) server,
+    so it must answer an HTTP/2 preface with a SETTINGS frame. `ray://` (Ray Client) addresses
+    are refused with what to give instead."""
     if address in ("auto", "local"):
         return
+    if address.startswith("ray://"):
+        raise SpecError("--address", address, "the host:port of a running Ray cluster's head (the GCS address "
+                        "`ray start --head` prints, port 6379 by default) or 'auto'; ray:// (Ray Client) addresses "
+                        "are not supported: the tasks need the cluster's own scheduler", where="command line")
     hostport = address.split("://", 1)[1] if "://" in address else address
     host, sep, port_text = hostport.rstrip("/").rpartition(":")
-    allowed = "'auto' or the host:port (or ray://host:port) of a running Ray cluster"
+    allowed = "'auto' or the host:port of a running Ray cluster's head"
     if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise SpecError("--address", address, allowed, where="command line")
     try:
-        with socket.create_connection((host.strip("[]"), int(port_text)), timeout=ADDRESS_TIMEOUT_S):
-            pass
+        with socket.create_connection((host.strip("[]"), int(port_text)), timeout=ADDRESS_TIMEOUT_S) as conn:
+            conn.settimeout(ADDRESS_TIMEOUT_S)
+            conn.sendall(_H2_PREFACE)
+            head = b""
+            while len(head) < 9:
+                chunk = conn.recv(9 - len(head))
+                if not chunk:
+                    break
+                head += chunk
     except OSError as exc:
-        raise SpecError("--address", address, f"{allowed}; nothing answers there ({exc.__class__.__name__})",
+        raise SpecError("--address", address, f"{allowed}; nothing answers there: {os_reason(exc)}",
                         where="command line") from None
+    if len(head) < 9 or head[3] != 0x04:
+        raise SpecError("--address", address, f"{allowed}; something listens there, but it is not a Ray cluster "
+                        "(it does not speak gRPC/HTTP/2 as a Ray head does)", where="command line")
 
 
 # ============================================================================ one run
@@ -227,6 +252,45 @@ def _run_tasks(tasks: list[RunTask], on_result: Callable[[RunTask, dict], None],
 
 
 # ============================================================================ ray
+def shippable(task: dict) -> dict:
+    """A task whose input paths are absolute, as a worker on another machine (or in another
+    folder) needs them: the scenario file, a hardware profile given as a path, and the length
+    files (looked up as resolve does: as written, else next to the scenario file)."""
+    from specsim.inputs import resolve_input
+
+    t = dict(task)
+    doc = json_copy(t["doc"])
+    file = t.get("file")
+    base = Path(file).resolve().parent if file else None
+    hw = doc.get("hardware")
+    if isinstance(hw, str) and ("/" in hw or hw.lower().endswith((".yaml", ".yml"))):
+        doc["hardware"] = _absolute(hw, base)
+    for name in ("response_tokens", "prompt_tokens"):
+        spec = (doc.get("workload") or {}).get(name)
+        if isinstance(spec, dict) and isinstance(spec.get("path"), str) and spec["path"]:
+            spec["path"] = _absolute(spec["path"], base)
+    t["doc"] = doc
+    if file:
+        t["file"] = resolve_input(file)
+    return t
+
+
+def _absolute(path: str, base: Path | None) -> str:
+    p = Path(path).expanduser()
+    if p.is_absolute():
+        return str(p)
+    if p.exists() or base is None:
+        return str(p.absolute())
+    return str((base / p).absolute())
+
+
+def json_copy(doc: dict) -> dict:
+    import json
+
+    return json.loads(json.dumps(doc))
+
+
+
 def _run_ray(ray: Any, tasks: list[RunTask], on_result, jobs: int, address: str | None) -> None:
     started = False
     if not ray.is_initialized():
@@ -238,12 +302,22 @@ def _run_ray(ray: Any, tasks: list[RunTask], on_result, jobs: int, address: str 
             started = True
     try:
         remote = ray.remote(num_cpus=1)(execute)
-        refs = {remote.remote(asdict(t)): t for t in tasks}
-        pending = list(refs)
-        while pending:
+        # --jobs is the most tasks in flight (and never more than the cluster's CPUs)
+        resources = getattr(ray, "cluster_resources", None)
+        cpus = int(((resources() if resources else None) or {}).get("CPU", jobs) or jobs)
+        limit = max(1, min(jobs, cpus))
+        queue = list(tasks)
+        refs: dict = {}
+        pending: list = []
+        while queue or pending:
+            while queue and len(pending) < limit:
+                t = queue.pop(0)
+                ref = remote.remote(shippable(asdict(t)))
+                refs[ref] = t
+                pending.append(ref)
             done, pending = ray.wait(pending, num_returns=1)
             for ref in done:
-                on_result(refs[ref], ray.get(ref))
+                on_result(refs.pop(ref), ray.get(ref))
     finally:
         if started:
             ray.shutdown()

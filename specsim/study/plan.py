@@ -7,13 +7,14 @@ exist fails at once (exit 2, naming `sweep`) instead of after hours of simulatio
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from specsim.scenario import Scenario, ScenarioError, source_file
 from specsim.study.sweep import RunTask, SweepPoint, baseline_of, expand, point_scenario, sync_ar_of
 from specsim.world.specs import steady_fill_warning
 
-__all__ = ["PointRuns", "StudyPlan", "plan_study"]
+__all__ = ["PointRuns", "StudyPlan", "plan_study", "work_problem"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,37 @@ class StudyPlan:
     sync_ar_is_baseline: bool
     roles: dict[str, set[str]] = field(default_factory=dict)
     notes: list[tuple[dict, str]] = field(default_factory=list)
+    #: expected generated tokens of each run, by run key (responses × E[length] × steps)
+    tokens_per_run: dict[int, float] = field(default_factory=dict)
+
+    def work(self) -> dict:
+        """The cost estimate before running: pipeline runs the sweep needs and the tokens they
+        generate (responses per step × expected response tokens × steps, summed over runs; the
+        capacity plan adds its runs later, about `capacity_runs` more of the same size)."""
+        tokens = sum(self.tokens_per_run.get(k, 0.0) for k in self.tasks)
+        sc = self.scenario
+        cap = sc.output.capacity
+        sizes = 4 if cap.rollout_gpus is None else len(set(cap.rollout_gpus) | {sc.rollout.gpus}) if cap.rollout_gpus \
+            else 0
+        cap_runs = sizes * 2 * int(cap.replicates or sc.sweep.get("replicates", 1) or 1)
+        biggest = max(self.tokens_per_run.values(), default=0.0)
+        return {"runs": len(self.tasks), "tokens": float(tokens), "capacity_runs": cap_runs,
+                "capacity_tokens": float(cap_runs * biggest),   # a capacity run generates what a point run does
+                "responses_per_step": sc.workload.prompts * sc.workload.group_size,
+                "max_tokens": float(sc.output.max_simulated_tokens)}
+
+
+def work_problem(plan: StudyPlan) -> str | None:
+    """Why the plan is over its bound (output.max_simulated_tokens), or None."""
+    w = plan.work()
+    total = w["tokens"] + w["capacity_tokens"]
+    if total <= w["max_tokens"]:
+        return None
+    return (f"at most {w['max_tokens']:.3g} simulated tokens (output.max_simulated_tokens); this sweep generates "
+            f"about {total:.3g}: {w['runs']} pipeline runs + about {w['capacity_runs']} capacity-plan runs of "
+            f"{w['responses_per_step']:,} responses per step. Lift the bound with --set "
+            f"output.max_simulated_tokens={10 ** math.ceil(math.log10(total)):.0e}, or simulate less (fewer "
+            "prompts, steps or swept values)")
 
 
 def plan_study(sc: Scenario, engine: str = "fast") -> StudyPlan:
@@ -60,6 +92,8 @@ def plan_study(sc: Scenario, engine: str = "fast") -> StudyPlan:
     per_index: dict[int, tuple[Scenario, Scenario, Scenario | None]] = {}
     all_sync_is_base = True
     notes: list[tuple[dict, str]] = []
+    tokens_per_run: dict[str, float] = {}
+    tokens_of_index: dict[int, float] = {}
     for p in points:
         if p.index not in per_index:
             try:
@@ -67,13 +101,24 @@ def plan_study(sc: Scenario, engine: str = "fast") -> StudyPlan:
                 base = baseline_of(psc)
                 sync = sync_ar_of(psc)
                 world = resolve(psc)      # fail fast (exit 2) on a point that cannot exist
-                resolve(base)
             except ScenarioError as exc:
+                if not p.values:   # no sweep: the error names the field the user wrote, not `sweep`
+                    raise
                 raise ScenarioError(source_file(sc), "sweep", p.label(),
                                     f"points that can run ({exc.field}: {exc.allowed})") from None
+            try:
+                resolve(base)
+            except ScenarioError as exc:
+                field, value = ("sweep", p.label()) if p.values else ("pipeline.baseline",
+                                                                      dict(sc.pipeline.baseline) or "{}")
+                raise ScenarioError(source_file(sc), field, value, f"a point whose baseline can run "
+                                    f"({exc.field}: {exc.allowed})") from None
             same = sync.model_dump() == base.model_dump()
             all_sync_is_base &= same
             per_index[p.index] = (psc, base, None if same else sync)
+            w = world.workload
+            tokens_of_index[p.index] = (w.prompts * w.group_size * world.response_dist.mean_tokens(w.max_response_tokens)
+                                       * psc.pipeline.steps)
             point_sc[p.index] = psc
             if world.pipeline.steady_includes_fill:
                 notes.append((p.values, steady_fill_warning(world.pipeline)))
@@ -85,7 +130,8 @@ def plan_study(sc: Scenario, engine: str = "fast") -> StudyPlan:
             if t is None:
                 continue
             roles.setdefault(t.key, set()).add(t.role)
+            tokens_per_run[t.key] = tokens_of_index[p.index]
             if t.key not in tasks or (tasks[t.key].role != "point" and t.role == "point"):
                 tasks[t.key] = t
         runs_of[p.point_id] = PointRuns(t_run.key, t_base.key, t_sync.key if t_sync else t_base.key)
-    return StudyPlan(sc, points, point_sc, runs_of, tasks, all_sync_is_base, roles, notes)
+    return StudyPlan(sc, points, point_sc, runs_of, tasks, all_sync_is_base, roles, notes, tokens_per_run)

@@ -16,11 +16,12 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from pathlib import Path
 
 from specsim import atomic
+from specsim.errors import SpecError
+from specsim.inputs import read_json, read_text
 from specsim.scenario import ScenarioError
 from specsim.study.plan import PointRuns
 
@@ -28,8 +29,8 @@ __all__ = ["ResultsConflict", "inputs_changes", "load_points", "load_runs", "own
            "run_problem", "sha"]
 
 #: Top-level files a run writes.
-TOP_FILES = ("resolved.yaml", "inputs.json", "points.csv", "points.parquet", "steps.csv", "runs.csv",
-             "timeline.csv", "summary.json", "summary.md", "report.html")
+TOP_FILES = (atomic.MARKER, atomic.LOCK, "resolved.yaml", "inputs.json", "points.csv", "points.parquet", "steps.csv",
+             "runs.csv", "timeline.csv", "summary.json", "summary.md", "report.html")
 #: Plot stems (each written as .png and .csv under plots/).
 PLOT_STEMS = ("heatmap_e2e_speedup", "speedup_vs_k", "rollout_timeline", "step_breakdown", "capacity_plan")
 _OWNED = {
@@ -91,27 +92,35 @@ def _out_error(out_dir: Path, exc: OSError) -> ResultsConflict:
     return ResultsConflict(None, "--out", str(out_dir), f"a folder specsim can create and write files in ({why})")
 
 
-def prepare(out_dir: Path, resolved_text: str, force: bool) -> None:
-    """Create or reuse `out_dir` for results of the scenario `resolved_text` (see the module doc)."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ResultsConflict(None, "--out", str(out_dir), "a folder (this path is a file)")
+def prepare(out_dir: Path, resolved_text: str, force: bool, fresh: bool = False) -> None:
+    """Create or reuse `out_dir` for results of the scenario `resolved_text` (see the module doc);
+    call it holding the folder's lock (atomic.FolderLock). `fresh` discards every result specsim
+    stored there first (`specsim run --fresh`)."""
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
         atomic.remove_stale_temporaries(out_dir)  # a run killed mid-write leaves its temp file
         f = out_dir / "resolved.yaml"
-        old = f.read_text(encoding="utf-8") if f.is_file() else None
+        old = read_text(f, "--out", "results file") if f.exists() else None
     except OSError as exc:
         raise _out_error(out_dir, exc) from None
-    except UnicodeDecodeError:
+    except SpecError as exc:   # not a regular file, not UTF-8, too large: not this scenario's
+        if "regular" in exc.allowed:
+            raise ResultsConflict(None, "--out", str(f), f"a results folder whose resolved.yaml is a regular file "
+                                  f"({exc.allowed})") from None
         old = ""
     conflict = None
-    if old is not None and old != resolved_text:
+    if fresh:
+        _discard(out_dir)
+        for name in TOP_FILES:
+            if name not in (atomic.MARKER, atomic.LOCK) and (out_dir / name).is_file():
+                (out_dir / name).unlink()
+        old = None
+    elif old is not None and old != resolved_text:
         conflict = (f"a folder of results of this scenario; it holds results of another one (resolved.yaml sha256 "
                     f"{sha(old)[:12]}, this scenario {sha(resolved_text)[:12]}): the scenario or its --set "
-                    "overrides changed. Rerun with --force to discard the old results, or choose another --out")
+                    "overrides changed. Rerun with --fresh (or --force) to discard the old results, or choose another --out")
     elif old is None and ((out_dir / "points").exists() or (out_dir / "runs").exists()):
         conflict = ("a folder of results of this scenario; it has points/ or runs/ but no resolved.yaml, so which "
-                    "scenario made them is unknown. Rerun with --force to discard them, or choose another --out")
+                    "scenario made them is unknown. Rerun with --fresh (or --force) to discard them, or choose another --out")
     if conflict:
         if not force:
             raise ResultsConflict(None, "--out", str(out_dir), conflict)
@@ -176,10 +185,17 @@ def _read(folder: Path, pattern: re.Pattern) -> dict[str, tuple[object, str | No
     for f in sorted(folder.glob("*.json")):
         if not pattern.match(f.name):
             continue
+        if not f.is_file():   # a FIFO or device planted under a result's name: never read, never kept
+            try:
+                f.unlink()
+            except OSError:
+                pass
+            out[f.stem] = (None, "a regular file (it was a special file: removed)")
+            continue
         try:
-            out[f.stem] = (json.loads(f.read_text(encoding="utf-8")), None)
-        except (OSError, ValueError, RecursionError) as exc:
-            out[f.stem] = (None, f"readable JSON ({exc.__class__.__name__})")
+            out[f.stem] = (read_json(f, "(file)", "stored result"), None)
+        except SpecError as exc:   # a FIFO, a device, not UTF-8, not JSON: never trusted, never waited on
+            out[f.stem] = (None, f"a readable JSON file ({exc.allowed})")
     return out
 
 
@@ -215,8 +231,8 @@ def inputs_changes(out_dir: Path, inputs: dict) -> list[str]:
     f = out_dir / "inputs.json"
     old = None
     try:
-        old = json.loads(f.read_text(encoding="utf-8")) if f.is_file() else None
-    except (OSError, ValueError):
+        old = read_json(f, "(file)", "stored result") if f.exists() else None
+    except SpecError:
         old = None
     changed = []
     if isinstance(old, dict):

@@ -41,11 +41,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specsim import atomic
-from specsim.scenario import MAX_SWEEP_ROWS, Scenario, ScenarioError, load_scenario, source_file, to_yaml
+from specsim.errors import SpecError
+from specsim.inputs import read_csv_frame
+from specsim.scenario import (
+    MAX_SWEEP_ROWS,
+    Scenario,
+    ScenarioError,
+    ignored_fields,
+    load_scenario,
+    source_file,
+    to_yaml,
+)
 from specsim.study import results_folder as results_dir
 from specsim.study.capacity import capacity_plan, capacity_sizes
 from specsim.study.executors import check_backend, run_tasks
-from specsim.study.plan import plan_study
+from specsim.study.plan import plan_study, work_problem
 from specsim.study.report import html, projection
 from specsim.study.report.progress import Progress
 from specsim.study.results_folder import ResultsConflict, sha
@@ -85,15 +95,11 @@ class RunSummary:
 
     def points(self):
         """points.csv as a pandas DataFrame."""
-        import pandas as pd
-
-        return pd.read_csv(Path(self.out_dir) / "points.csv")
+        return read_csv_frame(Path(self.out_dir) / "points.csv", "points.csv", "points table")
 
     def steps(self):
         """steps.csv as a pandas DataFrame."""
-        import pandas as pd
-
-        return pd.read_csv(Path(self.out_dir) / "steps.csv")
+        return read_csv_frame(Path(self.out_dir) / "steps.csv", "steps.csv", "steps table")
 
     def to_dict(self) -> dict:
         return {"out_dir": str(self.out_dir), "scenario": self.scenario, "rows": self.rows,
@@ -123,9 +129,17 @@ def check_points(sc: Scenario) -> dict:
     """What `run` checks before simulating, for `specsim check`: every sweep point and its baseline
     resolves (fits its GPUs). Raises ScenarioError naming `sweep`; returns the counts."""
     plan = plan_study(sc)
+    _refuse_too_much(sc, plan)
     return {"rows": len(plan.points), "combinations": len({p.index for p in plan.points}), "runs": len(plan.tasks),
-            "max_rows": MAX_SWEEP_ROWS,
-            "warnings": [f"{_where(values)}: {text}" for values, text in plan.notes if values]}
+            "max_rows": MAX_SWEEP_ROWS, "work": plan.work(),
+            "warnings": [f"{_where(values)}: {text}" for values, text in plan.notes if values] + ignored_fields(sc)}
+
+
+def _refuse_too_much(sc: Scenario, plan) -> None:
+    """The cost estimate's bound (output.max_simulated_tokens), before anything runs."""
+    problem = work_problem(plan)
+    if problem:
+        raise ScenarioError(source_file(sc), "output.max_simulated_tokens", sc.output.max_simulated_tokens, problem)
 
 
 def _where(values: dict) -> str:
@@ -152,20 +166,18 @@ def show_scenario(path: str | Path, overrides: Sequence[str] = ()) -> dict:
     }
 
 
-def _default_out(sc: Scenario) -> Path:
-    """<output.dir>/<name>-<UTC stamp>: the name is one plain path component (the schema says so),
-    so the folder is always inside output.dir."""
-    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S")
-    return Path(sc.output.dir) / f"{sc.name}-{stamp}"
+def default_out(sc: Scenario) -> Path:
+    """<output.dir>/<name>/: one folder per scenario, so rerunning the same command resumes (and
+    finds every finished run); the name is one plain path component (the schema says so), so the
+    folder is always inside output.dir. `--fresh` recomputes it from scratch."""
+    return Path(sc.output.dir) / sc.name
 
 
 # ============================================================================ the run
 def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Path | None = None, jobs: int = 2,
                  backend: str = "local", address: str | None = None, progress: bool = True, force: bool = False,
-                 *, engine: str = "fast", plots: bool | None = None) -> RunSummary:
+                 *, engine: str = "fast", plots: bool | None = None, fresh: bool = False) -> RunSummary:
     """Load, expand the sweep, run every point (and its baselines, once), write the results folder."""
-    from specsim.study.report import tables
-    from specsim.study.report.summary import summary_dict, summary_markdown
 
     t0 = time.perf_counter()
     sc = load_scenario(path, list(overrides))
@@ -174,10 +186,29 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
     if workers < jobs and backend == "local":
         warnings.append(f"--jobs {jobs} capped at {workers}: this process may use {workers} CPU(s)")
     plan = plan_study(sc, engine)
-    warnings += [f"{_where(values)}: {text}" for values, text in plan.notes]
-    out_dir = Path(out) if out is not None else _default_out(sc)
+    _refuse_too_much(sc, plan)
+    warnings += [f"{_where(values)}: {text}" for values, text in plan.notes] + ignored_fields(sc)
     resolved_text = to_yaml(sc)
-    results_dir.prepare(out_dir, resolved_text, force)
+    try:
+        out_dir = atomic.output_path(out if out is not None else default_out(sc), "--out", folder=True, force=force)
+        lock = atomic.FolderLock(out_dir, "--out").__enter__()
+    except SpecError as exc:   # the output-path rule and the lock: a ResultsConflict naming --out
+        raise ResultsConflict(None, exc.field, exc.value, exc.allowed) from None
+    try:
+        return _run_locked(sc, plan, out_dir, resolved_text, warnings, workers, t0, force, fresh, progress, backend,
+                           address, engine, plots)
+    finally:
+        lock.__exit__(None, None, None)
+
+
+def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings: list[str], workers: int, t0: float,
+                force: bool, fresh: bool, progress: bool, backend: str, address: str | None, engine: str,
+                plots: bool | None) -> RunSummary:
+    """The run, holding the results folder's lock."""
+    from specsim.study.report import tables
+    from specsim.study.report.summary import summary_dict, summary_markdown
+
+    results_dir.prepare(out_dir, resolved_text, force, fresh)
     inputs = inputs_fingerprint(sc)
     changed = results_dir.inputs_changes(out_dir, inputs)
     if changed:
@@ -231,7 +262,8 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
             if "error" in result and task.role in ("point", "baseline"):
                 bad = next(p for p in plan.points if task.key in (plan.runs_of[p.point_id].point, plan.runs_of[p.point_id].baseline))
                 what = "a point that can run" if task.role == "point" else f"a point whose {task.role} can run"
-                raise ScenarioError(file, "sweep", bad.label(), f"{what}: {result['error']}")
+                field, value = ("sweep", bad.label()) if bad.values else ("(scenario)", sc.name)
+                raise ScenarioError(file, field, value, f"{what}: {result['error']}")
             atomic.write_json(runs_dir / f"{task.key}.json", result)
             runs[task.key] = json.loads(json.dumps(result, sort_keys=True))
             computed += 1

@@ -38,6 +38,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from specsim import inputs
 from specsim.errors import SpecError
 from specsim.scenario import Scenario, ScenarioError, apply_overrides, source_file
 
@@ -222,13 +223,13 @@ def _file_sha(path: str) -> str:
     try:
         st = p.stat()
         return _file_sha_cached(str(p.resolve()), st.st_mtime_ns, st.st_size)
-    except OSError:
+    except (OSError, SpecError):
         return f"unreadable:{path}"
 
 
 @lru_cache(maxsize=256)
 def _file_sha_cached(path: str, mtime_ns: int, size: int) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
+    return hashlib.sha256(inputs.read_bytes(path, "(file)", "input file")).hexdigest()[:12]
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from specsim import atomic
+from specsim import atomic, inputs
+from specsim.errors import SpecError
 from specsim.scenario import Scenario, apply_overrides
 
 __all__ = ["timeline_frame", "write_timeline"]
@@ -58,8 +59,8 @@ def _vsu(run: dict, step: int) -> float:
 def read_timeline(path: Path) -> pd.DataFrame | None:
     """timeline.csv when present and well-formed, else None."""
     try:
-        df = pd.read_csv(path)
-    except (OSError, ValueError):
+        df = inputs.read_csv_frame(path, "timeline.csv", "timeline table")
+    except SpecError:
         return None
     if list(df.columns) != COLUMNS or df.empty or not set(df["variant"]) <= {"AR", "SD"}:
         return None

@@ -29,10 +29,10 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from specsim.errors import SpecError, YamlTooLarge, load_yaml_text
+from specsim import inputs
+from specsim.errors import SpecError
 
 # Where the bundled targets live: <repo>/calibration/targets (found from the package, not the cwd).
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -200,10 +200,7 @@ def _pydantic_to_spec(exc: ValidationError, path: Path, doc: Any) -> SpecError:
 def load_target_file(path: Path) -> TargetFile:
     if not path.is_file():
         raise SpecError("targets", str(path), "an existing target YAML file")
-    try:
-        doc = load_yaml_text(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError, YamlTooLarge) as exc:  # decoding, YAML or alias bomb: one message
-        raise SpecError("(file)", str(path), f"valid UTF-8 YAML ({exc.__class__.__name__})", str(path)) from None
+    doc = inputs.read_yaml(path, "(file)", "validation target YAML")
     if not isinstance(doc, dict):
         raise SpecError("(file)", type(doc).__name__, "a mapping with source, hardware and a `targets:` list", str(path))
     try:

@@ -200,10 +200,16 @@ def resolve(sc: Scenario) -> World:
                             "drafter with pipeline.mode async (the measured estimate is per sync rollout)")
         uses_drafter = policy.kind != "off"
         w = sc.workload
-        need_tokens = w.max_prompt_tokens + w.max_response_tokens + max(policy.ks) + 1
+        # draft slots a sequence needs in the KV cache: k for a chain, the tree's draft tokens for a tree
+        slots = max([*policy.ks, *(t.tokens for t in (policy.tree,) if t is not None)])
+        need_tokens = w.max_prompt_tokens + w.max_response_tokens + slots + 1
+        if w.max_prompt_tokens + slots + 2 > model.max_positions:
+            raise SpecError("workload.max_prompt_tokens", w.max_prompt_tokens,
+                            f"<= {model.max_positions - slots - 2} ({model.name} has {model.max_positions} "
+                            f"positions; a prompt, {slots} draft slots and at least one response token must fit)")
         if need_tokens > model.max_positions:
             raise SpecError("workload.max_response_tokens", w.max_response_tokens,
-                            f"<= {model.max_positions - w.max_prompt_tokens - max(policy.ks) - 1} "
+                            f"<= {model.max_positions - w.max_prompt_tokens - slots - 1} "
                             f"({model.name} has {model.max_positions} positions, prompts up to {w.max_prompt_tokens})")
         mem = memory_plan(model, hw, layout, gpu_memory_utilization=r.gpu_memory_utilization,
                           max_batched_tokens=r.max_batched_tokens, drafter=arch if uses_drafter else None,

@@ -225,8 +225,11 @@ def test_show_lengths_json_samples_and_growth():
 def test_show_lengths_bad_inputs():
     err = bad("show", "lengths", SCENARIO, "--set", "workload.response_tokens.p99=100")
     assert SCENARIO in err and "p99" in err
+    # switching the kind leaves median/p99 behind, which an empirical spec does not use: refused, named
     err = bad("show", "lengths", SCENARIO, "--set", "workload.response_tokens.kind=empirical",
               "--set", "workload.response_tokens.path=missing.csv")
+    assert "workload.response_tokens.median" in err and "kind empirical" in err
+    err = bad("show", "lengths", SCENARIO, "--set", "workload.response_tokens={kind: empirical, path: missing.csv}")
     assert "workload.response_tokens.path" in err and "missing.csv" in err
 
 

@@ -366,3 +366,119 @@ def test_fuzz_changed_inputs(runner, tmp_path_factory, field, factor):
     assert info["reused_runs"] == 0 and info["computed_runs"] == first.computed_runs
     assert any("inputs changed" in w for w in info["warnings"])
     COUNTS["changed inputs: recomputed, none reused"] += 1
+
+
+# ============================================================================ #35: profiles, length files, --set
+# Every case ends in exit 0 or a clean exit-2 error; OUTCOMES counts them per input class
+# (printed at the end of the module with -s: `exit 0`, `exit 2 clean`, `other`).
+OUTCOMES: Counter = Counter()
+PROFILE = Path(__file__).resolve().parents[2] / "specsim" / "catalog" / "hardware_profiles" / "h100_sxm.yaml"
+HOSTILE_NUMBERS = [float("inf"), float("-inf"), float("nan"), 5e-324, 1e-308, -1.0, 0, 1e300, 10**40, True, "abc",
+                   None, [1], {"value": 1}]
+
+
+def _outcome(klass: str, res) -> None:
+    out = res.output + (res.stderr if res.stderr_bytes is not None else "")
+    clean = res.exit_code == 2 and (res.stderr or "").startswith("error: ") and "Traceback" not in out \
+        and "internal error" not in out
+    key = "exit 0" if res.exit_code == 0 else "exit 2 clean" if clean else "other"
+    OUTCOMES[(klass, key)] += 1
+    assert key != "other", out
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _outcome_table():
+    yield
+    if OUTCOMES:
+        classes = sorted({k for k, _ in OUTCOMES})
+        print("\nfuzz outcomes (#35)      exit 0   exit 2 clean   other")
+        for k in classes:
+            print(f"  {k:<22} {OUTCOMES[(k, 'exit 0')]:>6}   {OUTCOMES[(k, 'exit 2 clean')]:>12}   "
+                  f"{OUTCOMES[(k, 'other')]:>5}")
+
+
+def _profile_paths(doc: dict) -> list[tuple[str, ...]]:
+    out = []
+
+    def walk(d, prefix):
+        for k, v in d.items():
+            if isinstance(v, dict) and set(v) <= {"value", "source"} and "value" in v:
+                out.append(prefix + (k, "value"))
+            elif isinstance(v, dict) and k not in ("kernel_fit",):
+                walk(v, prefix + (k,))
+            elif not isinstance(v, dict):
+                out.append(prefix + (k,))
+    walk(doc, ())
+    return out
+
+
+_PROFILE_DOC = yaml.safe_load(PROFILE.read_text(encoding="utf-8"))
+_PROFILE_LEAVES = _profile_paths(_PROFILE_DOC)
+
+
+@settings(max_examples=150, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(leaf=st.sampled_from(_PROFILE_LEAVES), value=st.sampled_from(HOSTILE_NUMBERS),
+       extra=st.sampled_from([None, "hbm_tbs", "efficency", "notes"]), raw=st.sampled_from([None, "bom", "dup",
+                                                                                          "binary"]))
+def test_fuzz_hardware_profiles(runner, tmp_path_factory, leaf, value, extra, raw):
+    folder = tmp_path_factory.mktemp("hw")
+    doc = copy.deepcopy(_PROFILE_DOC)
+    _set(doc, leaf, value)
+    if extra:
+        doc[extra] = 1
+    text = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
+    data = text.encode()
+    if raw == "bom":
+        data = b"\xef\xbb\xbf" + data
+    elif raw == "dup":
+        data += b"hbm_gb: 3\n"
+    elif raw == "binary":
+        data = data[:200] + b"\x00\xff" + data[200:]
+    prof = folder / "hw.yaml"
+    prof.write_bytes(data)
+    path = _write(folder, {**BASE, "hardware": str(prof)})
+    _outcome("hardware profile", runner.invoke(app, ["check", str(path)]))
+
+
+LENGTH_LINES = ["100", "200", "1e3", "12.5", '"300', '400"', "-5", "0", "nan", "inf", "abc", "", "  ", "7,8", "length",
+                "\ufeff100", "\x00", "99999999999999999999", "1" * 400]
+
+
+@settings(max_examples=150, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(lines=st.lists(st.sampled_from(LENGTH_LINES), min_size=0, max_size=12),
+       suffix=st.sampled_from([".csv", ".jsonl", ".txt"]), special=st.sampled_from([None, None, None, "fifo", "dir"]))
+def test_fuzz_length_files(runner, tmp_path_factory, lines, suffix, special):
+    import os
+
+    folder = tmp_path_factory.mktemp("len")
+    f = folder / f"lengths{suffix}"
+    if special == "fifo":
+        os.mkfifo(f)
+    elif special == "dir":
+        f.mkdir()
+    else:
+        f.write_bytes("\n".join(lines).encode("utf-8", "surrogatepass"))
+    doc = copy.deepcopy(BASE)
+    doc["workload"]["response_tokens"] = {"kind": "empirical", "path": f.name}
+    path = _write(folder, doc)
+    _outcome("length file", runner.invoke(app, ["check", str(path)]))
+
+
+SET_PATHS = ["training.mfu", "drafter.heterogeneity", "output.capacity.rollout_gpus", "workload.max_prompt_tokens",
+             "speculation.tree_branching", "workload.prompts", "pipeline.policy_lag", "drafter.general_tau",
+             "sweep.speculation.k", "workload.response_tokens", "output.max_simulated_tokens", "rollout.tp",
+             "hardware", "seed", "speculation.k"]
+SET_VALUES = ["5e-324", "1e-308", "[0]", "[3, 3.0, '3']", "10000000", "[1000, 1000, 1000, 1000, 1000, 1000]",
+              ".inf", ".nan", "-1", "0", "{kind: lognormal, median: 40, p99: 120, mu: 1, sigma: 1}",
+              "{a: 1, a: 2}", "1e12", "abc", "", "[]", "3", "/dev/zero", "[2, 2]", "true"]
+
+
+@settings(max_examples=200, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(sets=st.lists(st.tuples(st.sampled_from(SET_PATHS), st.sampled_from(SET_VALUES)), min_size=1, max_size=3))
+def test_fuzz_set_overrides(runner, tmp_path_factory, sets):
+    folder = tmp_path_factory.mktemp("set")
+    path = _write(folder, BASE)
+    args = ["check", str(path)]
+    for p, v in sets:
+        args += ["--set", f"{p}={v}"]
+    _outcome("--set", runner.invoke(app, args))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from collections.abc import Iterable
@@ -12,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specsim import inputs
 from specsim.calibrate.traces.schema import (
     FILE_FIELD,
     FORMATS,
@@ -26,28 +26,12 @@ from specsim.calibrate.traces.schema import (
 
 
 def load_text(path: Path) -> str:
+    """The trace's text through the guarded reader (specsim.inputs): a regular file, bounded,
+    UTF-8 with a BOM dropped, no NUL bytes."""
     where = str(path)
-    if not path.exists():
-        raise trace_error(FILE_FIELD, where, "an existing trace file", where)
-    if not path.is_file():
-        raise trace_error(FILE_FIELD, where, "a regular file (CSV or JSONL trace)", where)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise trace_error(FILE_FIELD, where, f"a readable file ({exc.strerror or exc})", where) from None
-    if not data.strip():
+    text = inputs.read_text(path, FILE_FIELD, "trace file (CSV or JSONL)")
+    if not text.strip():
         raise trace_error(FILE_FIELD, "empty file", "a trace with a header row and at least one record", where)
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise trace_error(
-            FILE_FIELD,
-            data[exc.start : exc.start + 8],
-            f"UTF-8 text (CSV or JSONL); the byte at offset {exc.start} is not",
-            where,
-        ) from None
-    if "\x00" in text:
-        raise trace_error(FILE_FIELD, "binary data (NUL bytes)", "UTF-8 text (CSV or JSONL)", where)
     return text
 
 
@@ -111,10 +95,7 @@ def parse_records(path: Path, text: str, kind_hint: str | None):
                     columns.append(key)
             records.append((f"line {lineno}", obj))
         return meta, "jsonl", columns, records
-    try:
-        rows = [(lineno, next(csv.reader([line], skipinitialspace=True))) for lineno, line in content]
-    except csv.Error as exc:
-        raise trace_error(FILE_FIELD, "CSV", f"valid comma-separated values ({exc})", where) from None
+    rows = inputs.csv_records(content, FILE_FIELD, where)
     header_lineno, header = rows[0]
     header = [h.strip().lower() for h in header]
     data_rows = rows[1:]

@@ -14,7 +14,6 @@ Which caveats apply is decided from the resolved scenario and the summary, each 
 from __future__ import annotations
 
 import base64
-import json
 import math
 import platform
 from pathlib import Path
@@ -26,7 +25,7 @@ import yaml
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
-from specsim import atomic
+from specsim import atomic, inputs
 
 __all__ = ["REPORT_FILE", "caveats", "render_report", "write_report"]
 
@@ -88,15 +87,15 @@ def render_report(out_dir: Path) -> str:
     """The report page of the results folder `out_dir` (summary.json, summary.md, points.csv,
     resolved.yaml, inputs.json and plots/*.png must be there, as `specsim run` writes them)."""
     out_dir = Path(out_dir)
-    summary = json.loads((out_dir / "summary.json").read_text(encoding="utf-8"))
-    resolved_text = (out_dir / "resolved.yaml").read_text(encoding="utf-8")
+    summary = inputs.read_json(out_dir / "summary.json", "--out", "results file")
+    resolved_text = inputs.read_text(out_dir / "resolved.yaml", "--out", "results file")
     resolved = yaml.safe_load(resolved_text) or {}
     env = Environment(loader=PackageLoader("specsim.study.report", "templates"),
                       autoescape=select_autoescape(["html", "j2"]), trim_blocks=False, keep_trailing_newline=True)
-    summary_md = (out_dir / "summary.md").read_text(encoding="utf-8")
+    summary_md = inputs.read_text(out_dir / "summary.md", "--out", "results file")
     summary_html = markdown.markdown(_summary_body(summary_md), extensions=["tables", "fenced_code"], output_format="html")
-    points = pd.read_csv(out_dir / "points.csv")
-    inputs = json.loads((out_dir / "inputs.json").read_text(encoding="utf-8"))
+    points = inputs.read_csv_frame(out_dir / "points.csv", "--out", "results file")
+    hashes = inputs.read_json(out_dir / "inputs.json", "--out", "results file")
     run = summary.get("run") or {}
     provenance = {
         "specsim": summary.get("specsim_version", ""),
@@ -107,7 +106,7 @@ def render_report(out_dir: Path) -> str:
                      f"{run.get('reused_runs', 0)} reused; backend {run.get('backend', '')}, jobs {run.get('jobs', '')})",
         "scenario file": summary.get("file", ""),
         "seed": summary.get("seed", ""),
-        **{f"input sha256 ({k})": v for k, v in sorted(inputs.items())},
+        **{f"input sha256 ({k})": v for k, v in sorted(hashes.items())},
     }
     page = env.get_template("report.html.j2").render(
         title=f"{summary.get('scenario', '')}: speculative decoding in RL rollouts",
@@ -155,7 +154,7 @@ def _plots(out_dir: Path, files: dict[str, str]) -> list[dict[str, str]]:
         path = out_dir / "plots" / file
         if not path.is_file():
             continue
-        data = base64.b64encode(path.read_bytes()).decode("ascii")
+        data = base64.b64encode(inputs.read_bytes(path, "--out", "plot")).decode("ascii")
         out.append({"name": name, "file": file, "data": data,
                     "caption": PLOT_CAPTIONS.get(name, name.replace("_", " "))})
     return out

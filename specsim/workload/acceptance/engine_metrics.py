@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specsim import inputs
 from specsim.errors import SpecError
 
 VLLM_DRAFTS = "spec_decode_num_drafts"
@@ -207,14 +208,7 @@ def read_acceptance_metrics(path: Path, fld: str = "drafter.tau_from") -> Measur
     """τ (and k) from a vLLM / SGLang metrics dump or log file (see the module docstring); the
     format is recognised from the content."""
     where = str(path)
-    if not path.is_file():
-        raise SpecError(fld, where, "an existing metrics file (Prometheus text, JSON, or an engine log)", where)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except OSError as e:
-        raise SpecError(fld, where, f"a readable metrics file ({e.strerror or e})", where) from None
-    except UnicodeDecodeError:
-        raise SpecError(fld, "<binary>", "a UTF-8 text file of engine metrics", where) from None
+    text = inputs.read_text(path, fld, "metrics file (Prometheus text, JSON, or an engine log)")
     stripped = text.lstrip()
     out = None
     if stripped.startswith(("{", "[")):

@@ -96,6 +96,11 @@ class DraftShape(Protocol):
     def describe(self) -> dict: ...
 
 
+#: The most draft tokens one tree may hold (SGLang's num_draft_tokens is at most a few hundred;
+#: `speculation.tree_verify_tokens` allows 4096 verify tokens, the root included).
+MAX_TREE_TOKENS = 4095
+
+
 def _expected_from_beta(beta: np.ndarray):
     """E[tokens emitted per verify] = 1 + sum_j prod_{i<=j} beta_i, a float for scalar alpha."""
     out = 1.0 + np.cumprod(beta, axis=-1).sum(axis=-1)
@@ -119,6 +124,14 @@ class TreeShape:
         b = tuple(self.branching)
         if not b or any(isinstance(x, bool) or int(x) != x or x < 1 for x in b):
             raise SpecError("tree.branching", list(b), "a non-empty list of whole numbers >= 1")
+        nodes, total = 1, 0
+        for x in b:   # exact integers: a tree of 6·10⁵⁷ nodes is refused, not overflowed
+            nodes *= int(x)
+            total += nodes
+            if total > MAX_TREE_TOKENS:
+                raise SpecError("tree.branching", list(b), f"a tree of at most {MAX_TREE_TOKENS:,} draft tokens "
+                                "(the product of the branching factors, summed over depths; engines verify "
+                                "at most a few hundred)")
         object.__setattr__(self, "branching", tuple(int(x) for x in b))
         object.__setattr__(self, "sibling_factor", _sibling_factor(self.sibling_factor))
 

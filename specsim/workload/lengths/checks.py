@@ -7,14 +7,13 @@ distribution's ``field_path`` prefix (``workload.response_tokens.median``, ``.co
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from specsim import inputs
 from specsim.errors import SpecError
 
 
@@ -106,9 +105,10 @@ _JSON_SUFFIXES = {".jsonl", ".ndjson", ".json"}
 #: output, per sample or as a list per row); docs/own-setup.md, "Length logs"
 LENGTH_COLUMNS = ("length", "response_tokens", "response_length", "response_lengths", "generation_lengths",
                   "generation_length")
-_NAMES = LENGTH_COLUMNS
 #: suffixes of per-step aggregates (veRL's `response_length/mean`, ...): not one response's length
 _AGGREGATES = ("/mean", "/max", "/min", "/std", "/clip_ratio", "_mean", "_max", "_min", "_std")
+#: The most lengths one length file may hold (a 10⁷-row file reads in seconds).
+MAX_LENGTH_ROWS = 10_000_000
 
 
 def _check_column(column: str, fld: str, where: str) -> None:
@@ -118,78 +118,88 @@ def _check_column(column: str, fld: str, where: str) -> None:
                         "row per response", where)
 
 
-def read_lengths_file(path: Path, fld: str, column: str | None = None) -> list[float]:
-    """Response lengths (tokens) from a CSV or JSONL file: column `column` (case-insensitive), or the
-    first of LENGTH_COLUMNS present, or a single bare column. A JSON list value is one length per
-    entry (NeMo-RL's per-step `generation_lengths`)."""
+def read_lengths_file(path: Path, fld: str, column: str | None = None) -> np.ndarray:
+    """The lengths in a CSV or JSONL file, read through the guarded reader (specsim.inputs):
+    regular files only, bounded, UTF-8 with a BOM dropped, one record per line, every length a
+    whole number of tokens > 0 (a fractional length is an error naming its line, never rounded).
+    The lengths are column `column` (case-insensitive), or the first of LENGTH_COLUMNS present, or
+    a single bare column; a JSON list value is one length per entry (NeMo-RL's per-step
+    `generation_lengths`)."""
     where = str(path)
-    names = _NAMES if column is None else (column.lower(),)
+    names = LENGTH_COLUMNS if column is None else (column.lower(),)
     wanted = "'" + "', '".join(names) + "'"
     if column is not None:
         _check_column(column, fld, where)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise SpecError(fld, where, f"a readable trace file ({e.strerror or e})", where) from None
-    raw: list[tuple[int, Any]] = []  # (line number, raw value)
-    if path.suffix.lower() in _JSON_SUFFIXES:
-        for lineno, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                raise SpecError(fld, line.strip()[:80], f"one JSON object per line (line {lineno})", where) from None
+    text = inputs.read_text(path, fld, "length file (CSV or JSONL)")
+    json_file = path.suffix.lower() in _JSON_SUFFIXES
+    if not json_file and column is None:
+        fast = inputs.fast_number_column(text)   # one bare column of numbers: parsed in C
+        if fast is not None and 0 < fast.size <= MAX_LENGTH_ROWS and bool(
+                (np.isfinite(fast) & (fast > 0) & (fast == np.floor(fast))).all()):
+            return fast
+    lines = inputs.content_lines(text)
+    if not lines:
+        raise SpecError(fld, where, "a non-empty file of response lengths", where)
+    if len(lines) > MAX_LENGTH_ROWS + 1:
+        raise SpecError(fld, f"{len(lines):,} rows", f"a length file of at most {MAX_LENGTH_ROWS:,} lengths "
+                        "(resample it, or fit a lognormal/mixture to it)", where)
+    label = "a length in tokens"
+    if json_file:
+        raw: list[Any] = []
+        linenos: list[int] = []
+        for lineno, obj in inputs.jsonl_records(lines, fld, where):
             if isinstance(obj, dict):
                 lowered = {str(k).lower(): k for k in obj}
                 key = next((lowered[k] for k in names if k in lowered), None)
                 if key is None:
                     raise SpecError(fld, sorted(obj)[:10], f"an object with key {wanted} (line {lineno}; "
                                                            "`column:` names another)", where)
-                value = obj[key]
-                if isinstance(value, list):
-                    raw.extend((lineno, v) for v in value)
-                else:
-                    raw.append((lineno, value))
-            else:
-                raw.append((lineno, obj))
+                obj = obj[key]
+            for v in (obj if isinstance(obj, list) else [obj]):
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise SpecError(fld, v, f"{label}: a whole number > 0 (line {lineno})", where)
+                raw.append(v)
+                linenos.append(lineno)
+        if len(raw) > MAX_LENGTH_ROWS:
+            raise SpecError(fld, f"{len(raw):,} lengths", f"a length file of at most {MAX_LENGTH_ROWS:,} lengths "
+                            "(resample it, or fit a lognormal/mixture to it)", where)
+        if not raw:
+            raise SpecError(fld, where, "a non-empty file of response lengths", where)
+        arr = np.asarray(raw, dtype=float)
+        bad = ~np.isfinite(arr) | ~(arr > 0) | (arr != np.floor(arr))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise SpecError(fld, raw[i], f"{label}: a whole number > 0 (line {linenos[i]})", where)
+        return arr
+    body = "\n".join(line for _, line in lines)
+    if '"' not in body and "," not in body and column is None:   # one bare column, parsed in C
+        cells = [line.strip() for _, line in lines]
+        linenos_all = [n for n, _ in lines]
+        if not inputs.is_number(cells[0]):   # a one-column header (any name): the column is the lengths
+            cells, linenos_all = cells[1:], linenos_all[1:]
+            if not cells:
+                raise SpecError(fld, where, "a non-empty file of response lengths (it has only a header)", where)
+        return inputs.number_column(cells, linenos_all, fld, where, integer=True)
+    rows = inputs.csv_records(lines, fld, where, MAX_LENGTH_ROWS)
+    first_line, first = rows[0]
+    header = None if all(inputs.is_number(c) for c in first) else [c.lower() for c in first]
+    if header is None:
+        if len(first) != 1 or column is not None:
+            raise SpecError(fld, first, f"a CSV with a single column, or a header with a {wanted} column "
+                            f"(line {first_line})", where)
+        col, data = 0, rows
     else:
-        rows = [(i, r) for i, r in enumerate(csv.reader(text.splitlines()), start=1) if any(c.strip() for c in r)]
-        if rows:
-            first = rows[0][1]
-            try:
-                [float(c) for c in first]
-                header = None
-            except ValueError:
-                header = [c.strip().lower() for c in first]
-            if header is None:
-                if len(first) != 1 or column is not None:
-                    raise SpecError(fld, first, f"a CSV with a single column, or a header with a {wanted} column",
-                                    where)
-                col, data = 0, rows
-            else:
-                col = next((header.index(k) for k in names if k in header), None)
-                if col is None:
-                    if len(header) != 1 or column is not None:
-                        raise SpecError(fld, first, f"a CSV header with a {wanted} column", where)
-                    col = 0
-                data = rows[1:]
-            for lineno, r in data:
-                if col >= len(r):
-                    raise SpecError(fld, r, f"a value in column {col + 1} (line {lineno})", where)
-                raw.append((lineno, r[col].strip()))
-    if not raw:
-        raise SpecError(fld, where, "a non-empty trace of response lengths", where)
-    values: list[float] = []
-    for lineno, v in raw:
-        if isinstance(v, bool):
-            x = float("nan")
-        else:
-            try:
-                x = float(v)
-            except (TypeError, ValueError):
-                x = float("nan")
-        if not math.isfinite(x) or x <= 0:
-            raise SpecError(fld, v, f"a positive length in tokens (line {lineno})", where)
-        values.append(x)
-    return values
+        col = next((header.index(k) for k in names if k in header), None)
+        if col is None:
+            if len(header) != 1 or column is not None:
+                raise SpecError(fld, first, f"a CSV header with a {wanted} column (line {first_line})", where)
+            col = 0
+        data = rows[1:]
+    if not data:
+        raise SpecError(fld, where, "a non-empty file of response lengths (it has only a header)", where)
+    width = len(first)
+    for lineno, r in data:
+        if len(r) != width:
+            raise SpecError(fld, r, f"{width} comma-separated value{'s' if width > 1 else ''} per row, like the "
+                            f"first row (line {lineno})", where)
+    return inputs.number_column([r[col] for _, r in data], [n for n, _ in data], fld, where, integer=True)

@@ -8,7 +8,9 @@ workload/lengths/fit.py and follow the conventions stated in workload/lengths/sa
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -106,7 +108,7 @@ class LengthDistribution:
             put(self, "_sorted", empty)
         else:
             arr = positive_array(self.values, sub_field(fp, "values"))
-            put(self, "values", tuple(float(x) for x in arr))
+            put(self, "values", tuple(arr.tolist()))
             put(self, "_w", empty)
             put(self, "_mu", empty)
             put(self, "_sg", empty)
@@ -177,7 +179,7 @@ class LengthDistribution:
     def empirical(cls, values, *, field_path: str = DEFAULT_FIELD) -> LengthDistribution:
         """Observed lengths (tokens, all > 0), resampled with replacement."""
         arr = positive_array(values, sub_field(field_path, "values"))
-        return cls("empirical", values=tuple(float(x) for x in arr), field_path=field_path)
+        return cls("empirical", values=arr, field_path=field_path)
 
     @classmethod
     def fixed(cls, tokens: float, *, field_path: str = DEFAULT_FIELD) -> LengthDistribution:
@@ -198,8 +200,7 @@ class LengthDistribution:
         An unreadable or empty file, or a non-numeric or non-positive value, raises SpecError with
         ``where`` = the file.
         """
-        values = read_lengths_file(Path(path), sub_field(field_path, "path"), column)
-        return cls("empirical", values=tuple(values), field_path=field_path)
+        return _empirical_file(str(path), field_path, column, *_file_identity(path))
 
     # ------------------------------------------------------------------ derived
 
@@ -317,3 +318,20 @@ class LengthDistribution:
         """P(L > cap) before truncation: the share of responses that hit the length limit."""
         c = finite_real(cap, cap_field(self.field_path))
         return float(self._sf(c))
+
+
+def _file_identity(path) -> tuple[int, int]:
+    """(mtime_ns, size) of a file, (0, -1) when it cannot be stat'ed (the reader then says why)."""
+    try:
+        st = os.stat(path)
+        return st.st_mtime_ns, st.st_size
+    except (OSError, ValueError):
+        return 0, -1
+
+
+@lru_cache(maxsize=8)
+def _empirical_file(path: str, field_path: str, column: str | None, mtime_ns: int, size: int) -> LengthDistribution:
+    """A length file's distribution, parsed once per file version (a sweep resolves the same file
+    for every point; a 10⁷-row file costs seconds once, not once per point). Frozen: shareable."""
+    values = read_lengths_file(Path(path), sub_field(field_path, "path"), column)
+    return LengthDistribution("empirical", values=values, field_path=field_path)

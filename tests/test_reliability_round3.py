@@ -1,0 +1,409 @@
+"""Reliability round 3 (issue #35): one test (at least) per defect class, each failing on 586b98a.
+
+1 one guarded reader for every input file     6 errors say what happened (errno, field path)
+2 strict hardware profiles and catalogs;      7 no silent coercion (duplicate keys, equal sweep
+  exceptions out of simpy processes intact      values, conflicting sets, ignored fields)
+3 outputs never clobber (marker, lock, ...)   8 Ray edges (non-Ray listener, ray://, paths, --jobs)
+4/9 a cost estimate with a bound              10 streams and locale
+5 values that pass check and crash run
+"""
+
+from __future__ import annotations
+
+import copy
+import errno
+import multiprocessing
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import typer.testing
+import yaml
+from small_sweep import TINY_SYNC
+
+from specsim import atomic, inputs
+from specsim.cli.app import app
+from specsim.cli.common import error_message
+from specsim.errors import InvariantError, SpecError, load_yaml_text, os_reason
+from specsim.scenario import ScenarioError, load_scenario
+from specsim.study.runner import run_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = ROOT / "specsim" / "catalog" / "hardware_profiles" / "h100_sxm.yaml"
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def cli(*args: str):
+    res = typer.testing.CliRunner().invoke(app, list(args))
+    return res, res.output + (res.stderr if res.stderr_bytes is not None else "")
+
+
+def scenario(tmp_path: Path, **changes) -> str:
+    doc = copy.deepcopy(TINY_SYNC)
+    for dotted, v in changes.items():
+        cur = doc
+        parts = dotted.split("__")
+        for part in parts[:-1]:
+            cur = cur.setdefault(part, {})
+        cur[parts[-1]] = v
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return str(p)
+
+
+def clean_error(res, text: str, *words: str) -> None:
+    assert res.exit_code == 2, text
+    assert "Traceback" not in text and "internal error" not in text, text
+    for w in words:
+        assert w in text, (w, text)
+
+
+# ============================================================================ 1 guarded reader
+def test_reader_refuses_fifos_devices_folders_without_hanging(tmp_path):
+    fifo = tmp_path / "lengths.csv"
+    os.mkfifo(fifo)
+    for path, kind in ((fifo, "FIFO"), (Path("/dev/zero"), "character device"), (tmp_path, "folder")):
+        t0 = time.monotonic()
+        with pytest.raises(SpecError, match=kind):
+            inputs.read_bytes(path, "f")
+        assert time.monotonic() - t0 < 2
+    path = scenario(tmp_path, workload__response_tokens={"kind": "empirical", "path": str(fifo)})
+    res, text = cli("check", path)
+    clean_error(res, text, "workload.response_tokens.path", "FIFO")
+
+
+def test_reader_size_bound(tmp_path):
+    p = tmp_path / "big.csv"
+    p.write_bytes(b"1\n" * 100)
+    with pytest.raises(SpecError, match="at most 100 bytes"):
+        inputs.read_bytes(p, "f", max_bytes=100)
+
+
+@pytest.mark.parametrize("body, line", [
+    (b"\xef\xbb\xbf100\n200\n300\n", None),             # a BOM is not part of the first row
+    (b'100\n"200\n300\n400\n', 2),                       # a stray quote names its line
+    (b"100\n200.5\n300\n", 2),                           # fractional lengths are an error, not rounded
+    (b"length,x\n100,1\n200\n", 3),                      # a short row
+])
+def test_length_file_strict_parsing(tmp_path, body, line):
+    from specsim.workload.lengths.checks import read_lengths_file
+
+    p = tmp_path / "l.csv"
+    p.write_bytes(body)
+    if line is None:
+        assert read_lengths_file(p, "f").tolist() == [100.0, 200.0, 300.0]
+    else:
+        with pytest.raises(SpecError, match=f"line {line}"):
+            read_lengths_file(p, "f")
+
+
+def test_ten_million_row_length_file_reads_in_seconds(tmp_path):
+    from specsim.workload.lengths.checks import read_lengths_file
+
+    p = tmp_path / "l.csv"
+    p.write_bytes(b"\n".join(str(100 + i % 3000).encode() for i in range(10**7)) + b"\n")
+    t0 = time.perf_counter()
+    arr = read_lengths_file(p, "f")
+    assert arr.size == 10**7 and time.perf_counter() - t0 < 20
+
+
+def test_stored_result_fifo_does_not_hang_a_resume(tmp_path):
+    path = scenario(tmp_path)
+    out = tmp_path / "r"
+    run_scenario(path, out=out, jobs=1, progress=False)
+    victim = next((out / "runs").glob("*.json"))
+    victim.unlink()
+    os.mkfifo(victim)
+    done = []
+    t = threading.Thread(target=lambda: done.append(run_scenario(path, out=out, jobs=1, progress=False)), daemon=True)
+    t.start()
+    t.join(120)
+    assert done and any("not a valid run" in w for w in done[0].warnings)
+
+
+# ============================================================================ 2 strict profiles
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d["hbm_tbps"].update(value=float("inf")), "hbm_tbps"),
+    (lambda d: d["peak_dense_tflops"]["bf16"].update(value=float("inf")), "peak_dense_tflops.bf16"),
+    (lambda d: d["hbm_gb"].update(value=float("inf")), "hbm_gb"),
+    (lambda d: d["efficiency"]["step_overhead_ms"].update(value=float("nan")), "efficiency.step_overhead_ms"),
+    (lambda d: d.update(hbm_tbs=3), "hbm_tbs"),                 # unknown key, with a did-you-mean
+    (lambda d: d["efficiency"].update(compute=5e-324), "efficiency.compute"),
+])
+def test_hardware_profile_schema(tmp_path, edit, field):
+    doc = yaml.safe_load(PROFILE.read_text(encoding="utf-8"))
+    edit(doc)
+    prof = tmp_path / "hw.yaml"
+    prof.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    res, text = cli("check", scenario(tmp_path, hardware=str(prof)))
+    clean_error(res, text, field, str(prof))
+
+
+def test_exceptions_survive_simpy_reraise():
+    for exc in (InvariantError("engine0", 3, "tokens", "lost one"), SpecError("a.b", 1, "> 2", "f.yaml"),
+                ScenarioError("f.yaml", "a.b", 1, "must be > 2")):
+        again = type(exc)(*exc.args)   # what simpy does with a process's exception
+        assert str(again) == str(exc) and type(again) is type(exc)
+
+
+def test_exception_inside_a_simpy_process_reaches_the_user_as_itself():
+    import simpy
+
+    def proc(env):
+        yield env.timeout(1)
+        raise InvariantError("e", 1, "q", "d")
+
+    env = simpy.Environment()
+    env.process(proc(env))
+    with pytest.raises(InvariantError, match="internal invariant violated in e at step 1: q: d"):
+        env.run()
+
+
+def test_catalog_entries_are_checked():
+    from specsim.catalog.models import ModelSpec, catalog_entry
+
+    with pytest.raises(SpecError, match="did you mean 'layers'"):
+        catalog_entry({"layer": 3}, ModelSpec, "models.x", "catalog/models.yaml")
+    with pytest.raises(SpecError, match="hidden"):
+        catalog_entry({"hidden": float("inf")}, ModelSpec, "models.x", "catalog/models.yaml")
+
+
+# ============================================================================ 3 outputs
+def test_out_refuses_special_files_bundled_files_empty_and_foreign_folders(tmp_path):
+    path = scenario(tmp_path)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "summary.md").write_text("my notes", encoding="utf-8")
+    for args, words in ((["--out", "/dev/full"], ["character device"]), (["--out", ""], ["empty path"]),
+                        (["--out", str(mine)], ["--force", "summary.md"]),
+                        (["--out", str(ROOT / "specsim" / "catalog")], ["package"])):
+        res, text = cli("run", path, "--no-progress", *args)
+        clean_error(res, text, "--out", *words)
+    assert (mine / "summary.md").read_text(encoding="utf-8") == "my notes"
+    for cmd in (["calibrate", "traces", "x.csv", "--hardware", "h200_sxm", "--out", "/dev/full"],
+                ["calibrate", "traces", "x.csv", "--hardware", "h200_sxm", "--out", str(PROFILE), "--force"],
+                ["validate", "--out", "/dev/full"]):
+        res, text = cli(*cmd)
+        clean_error(res, text, "--out")
+    assert Path("/dev/full").is_char_device()
+
+
+def test_atomic_write_never_replaces_a_special_file(tmp_path):
+    fifo = tmp_path / "f"
+    os.mkfifo(fifo)
+    with pytest.raises(SpecError, match="FIFO"):
+        atomic.write_text(fifo, "x")
+    assert fifo.is_fifo()
+
+
+def test_second_writer_into_one_folder_fails_naming_the_pid(tmp_path):
+    out = tmp_path / "r"
+    atomic.output_path(out, folder=True)
+    with atomic.FolderLock(out):
+        assert (out / atomic.LOCK).read_text().strip() == str(os.getpid())
+        with pytest.raises(ScenarioError, match=f"process {os.getpid()} holds its lock"):
+            run_scenario(scenario(tmp_path), out=out, jobs=1, progress=False, force=True)
+    run_scenario(scenario(tmp_path), out=out, jobs=1, progress=False)   # released
+
+
+def _hold_lock(folder: str, ready, stop) -> None:
+    with atomic.FolderLock(folder):
+        ready.set()
+        stop.wait(60)
+
+
+def test_lock_held_by_another_process(tmp_path):
+    out = tmp_path / "r"
+    atomic.output_path(out, folder=True)
+    ctx = multiprocessing.get_context("spawn")
+    ready, stop = ctx.Event(), ctx.Event()
+    p = ctx.Process(target=_hold_lock, args=(str(out), ready, stop))
+    p.start()
+    try:
+        assert ready.wait(60)
+        res, text = cli("run", scenario(tmp_path), "--out", str(out), "--no-progress", "--force")
+        clean_error(res, text, f"process {p.pid}")
+    finally:
+        stop.set()
+        p.join(30)
+
+
+def test_default_folder_per_scenario_resumes_and_fresh_recomputes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = scenario(tmp_path)
+    a = run_scenario(path, jobs=1, progress=False)
+    assert Path(a.out_dir) == Path("results") / "tiny" and (Path(a.out_dir) / atomic.MARKER).is_file()
+    b = run_scenario(path, jobs=1, progress=False)
+    assert b.out_dir == a.out_dir and b.computed_runs == 0 and b.reused_runs > 0
+    c = run_scenario(path, jobs=1, progress=False, fresh=True)
+    assert c.computed_runs > 0 and c.reused_runs == 0
+    with pytest.raises(ScenarioError, match="--fresh"):
+        run_scenario(path, ["seed=5"], jobs=1, progress=False)
+
+
+# ============================================================================ 4/9 cost estimate
+def test_check_prints_the_cost_estimate_and_run_refuses_above_the_bound(tmp_path):
+    path = scenario(tmp_path)
+    res, text = cli("check", path)
+    assert res.exit_code == 0 and "cost estimate" in text and "simulated tokens" in text
+    big = ["--set", "workload.prompts=1000000", "--set", "workload.max_response_tokens=4096",
+           "--set", "workload.response_tokens={kind: lognormal, median: 600, p99: 3000}"]
+    for cmd in ("check", "run"):
+        res, text = cli(cmd, path, *big)
+        clean_error(res, text, "output.max_simulated_tokens", "--set output.max_simulated_tokens=")
+    res, text = cli("check", path, *big, "--set", "output.max_simulated_tokens=1e12")
+    assert res.exit_code == 0, text
+
+
+# ============================================================================ 5 check passes, run crashes
+@pytest.mark.parametrize("override, field", [
+    ("training.mfu=5e-324", "training.mfu"), ("drafter.heterogeneity=1e-308", "drafter.heterogeneity"),
+    ("output.capacity.rollout_gpus=[0]", "output.capacity.rollout_gpus"),
+    ("speculation.tree_branching=[1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000]",
+     "speculation.tree_branching"),
+])
+def test_values_that_used_to_pass_check(tmp_path, override, field):
+    res, text = cli("check", scenario(tmp_path), "--set", override)
+    clean_error(res, text, field)
+
+
+def test_kv_fit_counts_tree_tokens(tmp_path):
+    # the chain's k=2 fits a 32K model at max_prompt 2048 + response 30600; a 63-token tree does not
+    base = ["--set", "workload.max_response_tokens=30600", "--set", "rollout.kv_capacity_tokens=32700",
+            "--set", "pipeline.mode=async", "--set", "training.gpus=8", "--set", "training.tp=2"]
+    res, text = cli("check", scenario(tmp_path), *base)
+    assert res.exit_code == 0, text
+    res, text = cli("check", scenario(tmp_path), *base, "--set", "speculation.k=2",
+                    "--set", "speculation.tree_branching=[7, 8]")
+    clean_error(res, text, "rollout.kv_capacity_tokens", "32712")
+
+
+# ============================================================================ 6 errors say what happened
+def test_os_errors_say_what_the_os_said():
+    for code, words in ((errno.ENOSPC, "no space left"), (errno.EFBIG, "file too large"),
+                        (errno.ECONNREFUSED, "connection refused")):
+        exc = OSError(code, os.strerror(code), "/some/file")
+        assert words in os_reason(exc) and words in error_message(exc)
+        assert "an existing, readable file" not in error_message(exc)
+
+
+def test_validate_out_on_a_full_disk_says_disk_full(tmp_path, monkeypatch):
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "x"))
+
+    path = scenario(tmp_path)
+    monkeypatch.setattr(atomic, "write_text", full)
+    with pytest.raises(ScenarioError, match="disk full"):
+        run_scenario(path, out=tmp_path / "r", jobs=1, progress=False)
+
+
+def test_no_sweep_errors_never_say_sweep_and_bounds_are_sane(tmp_path):
+    res, text = cli("check", scenario(tmp_path), "--set", "rollout.tp=3")
+    clean_error(res, text, "rollout.tp")
+    assert "s.yaml: sweep" not in text
+    res, text = cli("check", scenario(tmp_path), "--set", "workload.max_prompt_tokens=10000000")
+    clean_error(res, text, "workload.max_prompt_tokens")
+    assert "<= -" not in text
+
+
+# ============================================================================ 7 silent coercion
+def test_duplicate_yaml_keys_are_an_error(tmp_path):
+    with pytest.raises(yaml.YAMLError, match="duplicate key 'k'"):
+        load_yaml_text("speculation:\n  k: 2\n  k: 5\n")
+    p = Path(scenario(tmp_path))
+    p.write_text(p.read_text(encoding="utf-8") + "seed: 3\n", encoding="utf-8")
+    res, text = cli("check", str(p))
+    clean_error(res, text, "duplicate key 'seed'")
+
+
+def test_sweep_values_equal_after_coercion_and_conflicting_sets(tmp_path):
+    path = scenario(tmp_path)
+    res, text = cli("check", path, "--set", 'sweep.speculation.k=[3, 3.0, "3"]')
+    clean_error(res, text, "sweep.speculation.k", "once")
+    res, text = cli("check", path, "--set",
+                    "workload.response_tokens={kind: lognormal, median: 40, p99: 120, mu: 3, sigma: 1}")
+    clean_error(res, text, "workload.response_tokens")
+    res, text = cli("check", path, "--set", "workload.response_tokens={kind: fixed, tokens: 40, median: 9}")
+    clean_error(res, text, "workload.response_tokens.median")
+
+
+def test_ignored_fields_are_warned(tmp_path):
+    res, text = cli("check", scenario(tmp_path), "--set", "pipeline.policy_lag=3")
+    assert res.exit_code == 0 and "pipeline.policy_lag is ignored" in text
+    res, text = cli("check", scenario(tmp_path), "--set", "drafter.general_tau=2.5")
+    assert res.exit_code == 0 and "drafter.general_tau is ignored" in text
+
+
+# ============================================================================ 8 Ray edges
+def test_ray_address_where_a_non_ray_service_listens_fails_in_seconds(tmp_path):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    port = srv.getsockname()[1]
+
+    def serve():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+            time.sleep(0.2)
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        t0 = time.monotonic()
+        res, text = cli("run", scenario(tmp_path), "--backend", "ray", "--address", f"127.0.0.1:{port}")
+        clean_error(res, text, "--address", "not a Ray cluster")
+        assert time.monotonic() - t0 < 15
+        res, text = cli("run", scenario(tmp_path), "--backend", "ray", "--address", f"ray://127.0.0.1:{port}")
+        clean_error(res, text, "--address", "ray://")
+    finally:
+        srv.close()
+
+
+def test_ray_tasks_ship_absolute_paths_and_jobs_caps_them(tmp_path, monkeypatch):
+    from specsim.study import executors
+    from specsim.study.plan import plan_study
+
+    (tmp_path / "l.csv").write_text("50\n60\n70\n", encoding="utf-8")
+    path = scenario(tmp_path, workload__response_tokens={"kind": "empirical", "path": "l.csv"})
+    monkeypatch.chdir("/")
+    sc = load_scenario(path)
+    task = next(iter(plan_study(sc).tasks.values()))
+    from dataclasses import asdict
+
+    shipped = executors.shippable(asdict(task))
+    assert shipped["doc"]["workload"]["response_tokens"]["path"] == str(tmp_path / "l.csv")
+    assert Path(shipped["file"]).is_absolute()
+    assert executors.check_backend("ray", 10**6, None) <= executors.available_cpus()
+
+
+# ============================================================================ 10 streams and locale
+def _specsim(*args: str, env=None, **kw):
+    return subprocess.run([sys.executable, "-m", "specsim", *args], env=env or ENV, capture_output=True, timeout=300, check=False,
+                          **kw)
+
+
+def test_head_one_and_closed_stdout_exit_quietly(tmp_path):
+    path = scenario(tmp_path)
+    cmd = f"{sys.executable} -m specsim show scenario {path} | head -1; exit ${{PIPESTATUS[0]}}"
+    res = subprocess.run(["bash", "-c", cmd], env=ENV, capture_output=True, timeout=300, check=False)
+    assert res.returncode == 0 and b"Traceback" not in res.stderr and b"error" not in res.stderr
+    res = subprocess.run(["bash", "-c", f"{sys.executable} -m specsim check {path} >&-"], env=ENV, check=False,
+                         capture_output=True, timeout=300)
+    assert res.returncode == 0 and b"internal error" not in res.stderr, res.stderr
+
+
+def test_c_locale_without_utf8_mode(tmp_path):
+    env = {**ENV, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
+    res = _specsim("check", scenario(tmp_path), env=env)
+    assert res.returncode == 0 and b"Traceback" not in res.stderr, res.stderr
+    res = _specsim("list", "models", env=env)
+    assert res.returncode == 0, res.stderr
