@@ -22,7 +22,7 @@ from specsim.sim.common import EngineConfig, EngineResult, EngineWork, condition
 from specsim.sim.engine import run_fast
 from specsim.sim.fastlaw import step_law
 from specsim.sim.fleet import run_fleet_closed
-from specsim.sim.fleet_state import fleet_supports
+from specsim.sim.fleet_state import fleet_pays, fleet_supports
 from specsim.sim.reference import run_reference
 from specsim.workload.acceptance.laws import alpha_from_tau
 from specsim.workload.lengths import growth_factor, sample_group_lengths, sample_prompt_lengths
@@ -284,7 +284,10 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
                         alpha_estimates: dict[str, float] | None = None) -> GenerationResult:
     """Run one generation phase. `versions_since_update`: drafter staleness (policy versions
     since the drafter was last trained) — sets the mean acceptance. `alpha_estimates`: engine
-    name -> the acceptance its SD policy prices with (default: the mean acceptance)."""
+    name -> the acceptance its SD policy prices with (default: the mean acceptance). `engine`:
+    "fast" (the fleet where it supports the config and pays, sim/fleet_state.fleet_pays, else the
+    per-engine fast loop), "fleet" (the fleet wherever it supports the config), "fast_v1" (the
+    per-engine fast loop), "reference"."""
     mean_alpha = float(world.acceptance.alpha_at_version(versions_since_update))
     alphas = sequence_alphas(mean_alpha, world.acceptance.concentration, draw.alpha_quantiles)
     groups = draw.response_tokens.shape
@@ -296,7 +299,9 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
     order = np.argsort(eng_of_response, kind="stable")  # responses grouped by engine, queue order kept
     starts = np.searchsorted(eng_of_response[order], np.arange(world.engines + 1))
     base_cfg = engine_config(world, "engine", mean_alpha, record_timeline=record_timeline)
-    if engine == "fast" and fleet_supports(base_cfg):   # the whole pool at once (sim/fleet.py)
+    if fleet_supports(base_cfg) and (engine == "fleet" or (engine == "fast" and fleet_pays(
+            world.engines, world.rollout.max_batch, world.kv_capacity_tokens, prompt_of, lengths))):
+        # the whole pool at once (sim/fleet.py); "fleet" forces it, "fast" where it pays
         results = _fleet_generation(world, base_cfg, draw, order, starts, group_of, prompt_of, lengths, alphas,
                                     mean_alpha, alpha_estimates)
     else:

@@ -100,6 +100,29 @@ def fleet_supports(cfg: EngineConfig) -> bool:
     return cfg.policy.kind in ("off", "always", "threshold", "toggle", "adaptive") and cfg.context is None
 
 
+#: measured crossover (docs/benchmarks.md): the fleet pays from this many engines whatever the KV
+FLEET_MIN_ENGINES = 48
+#: ... and from this many when every engine's batch fits its KV budget
+FLEET_MIN_ENGINES_AMPLE_KV = 16
+
+
+def fleet_pays(engines: int, max_batch: int, kv_capacity_tokens: float, prompt: np.ndarray,
+               lengths: np.ndarray) -> bool:
+    """Is the fleet faster than the per-engine loop for this pool? Its rounds are as many as the
+    busiest engine's events and each costs ~0.3-1 ms of numpy whatever the pool's size, where the
+    v1 engine pays ~20-40 µs per engine and event: a few engines lose. An engine whose concurrent
+    batch (min(max_batch, its responses)) of mean-length sequences overflows its KV budget has
+    many more events (KV-bound segments, preemptions) and loses up to more engines. Measured on
+    the 8B pool (8,192 trajectories): 8 engines 0.4-0.5×, 16 (KV-bound) 0.8×, 32 ample 4×, 32
+    tight 0.75×, 48 tight 1.2×, 64 tight 2×."""
+    if engines >= FLEET_MIN_ENGINES:
+        return True
+    if engines < FLEET_MIN_ENGINES_AMPLE_KV or not len(lengths):
+        return False
+    concurrent = min(max_batch, len(lengths) / engines)
+    return kv_capacity_tokens >= concurrent * float(np.mean(prompt + lengths))
+
+
 class FleetState:
     """A pool of engines sharing one EngineConfig (names apart), state in arrays."""
 

@@ -37,7 +37,7 @@ from specsim.sim.common import EngineResult, EngineWork, conditional_tau
 from specsim.sim.engine import FastEngine
 from specsim.sim.fastlaw import StepLaw, step_law
 from specsim.sim.fleet import Fleet, SwitchPayload
-from specsim.sim.fleet_state import fleet_supports, ragged
+from specsim.sim.fleet_state import fleet_pays, fleet_supports, ragged
 from specsim.sim.reference import ReferenceEngine
 from specsim.world.specs import World
 
@@ -53,7 +53,7 @@ class StreamCluster:
         base = engine_config(world, "engine", mean_alpha0, record_timeline=record_timeline)
         alpha_of = sequence_alpha_fn(mean_alpha0, world.acceptance.concentration)
         self.finish_of_step: dict[int, float] = {}
-        self.fast = engine in ("fast", "fast_v1")
+        self.fast = engine in ("fast", "fast_v1", "fleet")
         self.current_step = 0     # steps before it have finished everywhere
         self.max_released = -1
         self.fleet = None
@@ -64,7 +64,10 @@ class StreamCluster:
             eng_of = dispatch(world, d)[group_of]
             order = np.argsort(eng_of, kind="stable")
             steps.append((order, eng_of[order], group_of))
-        if engine == "fast" and fleet_supports(base):
+        d0 = draws[0]
+        if fleet_supports(base) and (engine == "fleet" or (engine == "fast" and fleet_pays(
+                E, world.rollout.max_batch, world.kv_capacity_tokens,
+                np.repeat(d0.prompt_tokens, d0.response_tokens.shape[1]), d0.response_tokens.reshape(-1)))):
             self._build_fleet(base, steps, alpha_of)
             return
         per_engine: list[list[dict]] = [[] for _ in range(E)]
