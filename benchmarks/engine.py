@@ -17,6 +17,7 @@ relative difference in step end times.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -72,7 +73,9 @@ POOL_CASES = [
 
 def pool_table(repeats: int) -> Table:
     """Fleet vs per-engine fast engine on whole pools, alternating runs in this process."""
-    table = Table(title="fleet engine vs per-engine fast engine (fast_v1), one process, alternating, median")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    table = Table(title="fleet engine vs per-engine fast engine (fast_v1), one process, alternating, median "
+                        f"(load average {load})")
     for col in ("case", "fast_v1 s", "fleet s", "ratio v1/fleet", "per RL step v1 / fleet s", "max rel diff"):
         table.add_column(col, justify="right" if col != "case" else "left")
     for label, path, overrides, pipeline in POOL_CASES:
