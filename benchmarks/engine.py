@@ -17,6 +17,7 @@ relative difference in step end times.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -57,14 +58,14 @@ def timed(fn, repeats: int = 1):
     return out, sorted(times)[len(times) // 2]
 
 
-ASYNC_235B = ["speculation.k=5", "pipeline.policy_lag=2", "pipeline.steps=6"]
+ASYNC_235B = ["sweep={}", "speculation.k=5", "pipeline.policy_lag=2", "pipeline.steps=6"]
 POOL_CASES = [
     # label, scenario, overrides, pipeline (else one closed generation phase)
     ("235B async pipeline, 384 engines, 256x16 = 4,096 traj/step", "scenarios/235b_async.yaml", ASYNC_235B, True),
     ("235B async pipeline, 384 engines, 4096x16 = 65,536 traj/step", "scenarios/235b_async.yaml",
      ASYNC_235B + ["workload.prompts=4096"], True),
     ("235B sync AR generation, 512 engines, 4,096 traj", "scenarios/235b_async.yaml",
-     ["pipeline.mode=sync", "speculation.policy=off", "training.gpus=null", "rollout.gpus=2048"], False),
+     ["sweep={}", "pipeline.mode=sync", "speculation.policy=off", "training.gpus=null", "rollout.gpus=2048"], False),
     ("8B sync generation, 32 engines, 8,192 traj, tight KV (preemption)", "scenarios/8b_rl_think_sync.yaml",
      ["rollout.gpu_memory_utilization=0.3"], False),
 ]
@@ -72,7 +73,9 @@ POOL_CASES = [
 
 def pool_table(repeats: int) -> Table:
     """Fleet vs per-engine fast engine on whole pools, alternating runs in this process."""
-    table = Table(title="fleet engine vs per-engine fast engine (fast_v1), one process, alternating, median")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    table = Table(title="fleet engine vs per-engine fast engine (fast_v1), one process, alternating, median "
+                        f"(load average {load})")
     for col in ("case", "fast_v1 s", "fleet s", "ratio v1/fleet", "per RL step v1 / fleet s", "max rel diff"):
         table.add_column(col, justify="right" if col != "case" else "left")
     for label, path, overrides, pipeline in POOL_CASES:

@@ -36,14 +36,29 @@ def project(
                                             help="Paired replicates (SD and AR on the same draws) per run.")] = 2,
     catalog: CatalogOpt = None,
     fmt: FormatOpt = Format.table,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar on stderr.")] = False,
 ) -> None:
     """Project a whole RL run: wall-clock and GPU-hours with and without SD, with 95 % intervals."""
     from specsim.study.projection import format_projection, project_run
+    from specsim.study.report.progress import Progress
 
     if replicates < 1:
         raise bad_option("--replicates", replicates, ">= 1 replicate")
     with use_catalog(catalog):
-        p = project_run(load_scenario_opts(scenario, sets), replicates=replicates)
+        sc = load_scenario_opts(scenario, sets)
+    # points: paired replicates done; simulation runs: pipeline runs (SD and AR per replicate)
+    with Progress(not no_progress and fmt is Format.table, replicates) as prog:
+        prog.set_runs(2 * replicates)
+        done = []
+
+        def on_run(r: int) -> None:
+            prog.runs_done()
+            done.append(r)
+            if done.count(r) == 2:
+                prog.set_points(r + 1)
+
+        with use_catalog(catalog):
+            p = project_run(sc, replicates=replicates, on_run=on_run)
     if fmt is Format.json:
         emit_json(p)
         return

@@ -22,7 +22,7 @@ from specsim.sim.common import EngineConfig, EngineResult, EngineWork, condition
 from specsim.sim.engine import run_fast
 from specsim.sim.fastlaw import step_law
 from specsim.sim.fleet import run_fleet_closed
-from specsim.sim.fleet_state import fleet_supports
+from specsim.sim.fleet_state import fleet_pays, fleet_supports
 from specsim.sim.reference import run_reference
 from specsim.workload.acceptance.laws import alpha_from_tau
 from specsim.workload.lengths import growth_factor, sample_group_lengths, sample_prompt_lengths
@@ -57,17 +57,111 @@ def draw_step(world: World, step: int, replicate: int = 0) -> StepDraw:
     return StepDraw(step, prompts, lengths, u, int(rng.integers(2**62)))
 
 
+#: the acceptance-quantile grid (logit-spaced) on which the Beta quantile function and the
+#: steps-to-finish laws are tabulated
+GRID_U = 1.0 / (1.0 + np.exp(-np.linspace(-28.0, 28.0, 4097)))
+
+#: True: the fleet engine takes exactly the inputs of the per-engine fast engine (fast_v1) — one
+#: noise stream per engine and step, laws computed per response — so it reproduces fast_v1 to
+#: rounding (the tests hold the fleet's logic to fast_v1 this way). False (default): one noise
+#: stream per step and tabulated laws (`QuantileLaws`), equal to fast_v1 within noise.
+V1_INPUTS = False
+
+
+def _beta_quantiles(mean_alpha: float, concentration: float) -> np.ndarray:
+    a, b = mean_alpha * concentration, (1.0 - mean_alpha) * concentration
+    return stats.beta.ppf(GRID_U, a, b)
+
+
 def sequence_alpha_fn(mean_alpha: float, concentration: float | None):
     """u ↦ α: the Beta(mean α, concentration) quantile function, as a vectorized callable (all
     sequences at mean α when there is no heterogeneity)."""
     if concentration is None or mean_alpha <= 0.0:
         return lambda u: np.full(np.shape(u), float(mean_alpha))
-    a, b = mean_alpha * concentration, (1.0 - mean_alpha) * concentration
     # the Beta quantile function on a logit-spaced grid of u, interpolated (|error| < 1e-4 in α;
     # scipy's ppf on every response would dominate a 65k-response step)
-    grid_u = 1.0 / (1.0 + np.exp(-np.linspace(-28.0, 28.0, 4097)))
-    grid_a = stats.beta.ppf(grid_u, a, b)
-    return lambda u: np.clip(np.interp(u, grid_u, grid_a), 0.0, 1.0 - 1e-12)
+    grid_a = _beta_quantiles(mean_alpha, concentration)
+    return lambda u: np.clip(np.interp(u, GRID_U, grid_a), 0.0, 1.0 - 1e-12)
+
+
+class QuantileLaws:
+    """A response's acceptance α and its steps-to-finish laws (fastlaw.step_law at every draft
+    length k > 0 of the policy) as functions of its acceptance quantile u, at one mean acceptance.
+    Both are smooth in u, so they are tabulated once on GRID_U (4,097 points) and interpolated
+    linearly for every response, one searchsorted shared by all columns — instead of the pmf of
+    every response at every weight switch. Invariant: at a grid point the values are step_law's;
+    between points the error is second order in the spacing (about 1e-6 relative), far below the
+    steps-to-finish noise."""
+
+    def __init__(self, mean_alpha: float, concentration: float | None, ks, decay: float, tree_for,
+                 proposal_rate: float):
+        self.ks = tuple(k for k in ks if k > 0)
+        self.flat = concentration is None or mean_alpha <= 0.0
+        grid_a = (np.array([float(mean_alpha)]) if self.flat
+                  else np.clip(_beta_quantiles(mean_alpha, concentration), 0.0, 1.0 - 1e-12))
+        rows = [grid_a]
+        for k in self.ks:
+            lw = step_law(grid_a, k, decay, tree_for(k), proposal_rate)
+            rows += [lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1]
+        self.table = np.vstack(rows)          # (1 + 5 per k, grid)
+
+    def __call__(self, u: np.ndarray) -> tuple[np.ndarray, dict]:
+        """(α of each u, {k: (mu, inv_mu, offset, sd1, skew1)} of each u)."""
+        u = np.asarray(u, dtype=float)
+        if self.flat:
+            vals = np.repeat(self.table, len(u), axis=1)
+        else:
+            i = np.clip(np.searchsorted(GRID_U, u) - 1, 0, len(GRID_U) - 2)
+            w = (u - GRID_U[i]) / (GRID_U[i + 1] - GRID_U[i])
+            lo = self.table[:, i]
+            vals = lo + (self.table[:, i + 1] - lo) * w
+        laws = {k: tuple(vals[1 + 5 * j:6 + 5 * j]) for j, k in enumerate(self.ks)}
+        return vals[0], laws
+
+
+_LAW_TABLES: dict = {}
+_LAW_TABLES_MAX = 256
+
+
+def quantile_laws(mean_alpha: float, concentration: float | None, ks, decay: float, tree_for,
+                  proposal_rate: float) -> QuantileLaws:
+    """QuantileLaws, cached per (mean acceptance, concentration, draft lengths, decay, trees,
+    proposal rate): every version at the same drafter staleness, every replicate and every point
+    of a sweep that shares the drafter reuses one table (a table is ~100 KB; the cache keeps the
+    most recent 256)."""
+    ks = tuple(int(k) for k in ks)
+    key = (float(mean_alpha), concentration, ks, float(decay), tuple(tree_for(k) for k in ks), float(proposal_rate))
+    try:
+        hit = _LAW_TABLES.get(key)
+    except TypeError:          # an unhashable tree: no caching
+        return QuantileLaws(mean_alpha, concentration, ks, decay, tree_for, proposal_rate)
+    if hit is None:
+        if len(_LAW_TABLES) >= _LAW_TABLES_MAX:
+            _LAW_TABLES.pop(next(iter(_LAW_TABLES)))
+        hit = _LAW_TABLES[key] = QuantileLaws(mean_alpha, concentration, ks, decay, tree_for, proposal_rate)
+    return hit
+
+
+def exact_laws(alphas: np.ndarray, ks, decay: float, tree_for, proposal_rate: float) -> dict:
+    """{k: (mu, inv_mu, offset, sd1, skew1)}: fastlaw.step_law of every response (as fast_v1 keys)."""
+    out = {}
+    for k in ks:
+        if k > 0:
+            lw = step_law(alphas, k, decay, tree_for(k), proposal_rate)
+            out[k] = (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1)
+    return out
+
+
+def step_noise(draw: "StepDraw", order: np.ndarray, eng_sorted: np.ndarray) -> np.ndarray:
+    """The fast engine's noise for one RL step (one standard normal per response; `order`: the
+    step's responses sorted by engine, `eng_sorted` their engines), aligned with `order`. One
+    stream per step, indexed by response; with V1_INPUTS one stream per engine (fast_v1's)."""
+    if not V1_INPUTS:
+        return np.random.default_rng([draw.engine_seed, 0xF1EE7]).standard_normal(draw.n_responses)[order]
+    counts = np.bincount(eng_sorted) if len(eng_sorted) else np.zeros(0, dtype=np.int64)
+    parts = [np.random.default_rng([draw.engine_seed, e]).standard_normal(int(c))
+             for e, c in enumerate(counts.tolist()) if c]
+    return np.concatenate(parts) if parts else np.zeros(0)
 
 
 def sequence_alphas(mean_alpha: float, concentration: float | None, quantiles: np.ndarray) -> np.ndarray:
@@ -190,7 +284,10 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
                         alpha_estimates: dict[str, float] | None = None) -> GenerationResult:
     """Run one generation phase. `versions_since_update`: drafter staleness (policy versions
     since the drafter was last trained) — sets the mean acceptance. `alpha_estimates`: engine
-    name -> the acceptance its SD policy prices with (default: the mean acceptance)."""
+    name -> the acceptance its SD policy prices with (default: the mean acceptance). `engine`:
+    "fast" (the fleet where it supports the config and pays, sim/fleet_state.fleet_pays, else the
+    per-engine fast loop), "fleet" (the fleet wherever it supports the config), "fast_v1" (the
+    per-engine fast loop), "reference"."""
     mean_alpha = float(world.acceptance.alpha_at_version(versions_since_update))
     alphas = sequence_alphas(mean_alpha, world.acceptance.concentration, draw.alpha_quantiles)
     groups = draw.response_tokens.shape
@@ -202,8 +299,11 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
     order = np.argsort(eng_of_response, kind="stable")  # responses grouped by engine, queue order kept
     starts = np.searchsorted(eng_of_response[order], np.arange(world.engines + 1))
     base_cfg = engine_config(world, "engine", mean_alpha, record_timeline=record_timeline)
-    if engine == "fast" and fleet_supports(base_cfg):   # the whole pool at once (sim/fleet.py)
-        results = _fleet_generation(world, base_cfg, draw, order, starts, group_of, prompt_of, lengths, alphas)
+    if fleet_supports(base_cfg) and (engine == "fleet" or (engine == "fast" and fleet_pays(
+            world.engines, world.rollout.max_batch, world.kv_capacity_tokens, prompt_of, lengths))):
+        # the whole pool at once (sim/fleet.py); "fleet" forces it, "fast" where it pays
+        results = _fleet_generation(world, base_cfg, draw, order, starts, group_of, prompt_of, lengths, alphas,
+                                    mean_alpha, alpha_estimates)
     else:
         runner = run_reference if engine == "reference" else run_fast
         results = []
@@ -223,19 +323,28 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
 
 
 def _fleet_generation(world: World, cfg: EngineConfig, draw: StepDraw, order, starts, group_of, prompt_of, lengths,
-                      alphas) -> list[EngineResult]:
-    """simulate_generation's engines as one fleet (sim/fleet.py): the same responses, queue order
-    and noise (one normal per response from the engine's stream) as the per-engine loop. The
-    fleet's policies price no batch, so the engines' acceptance estimates are not needed."""
+                      alphas, mean_alpha: float, alpha_estimates: dict[str, float] | None) -> list[EngineResult]:
+    """simulate_generation's engines as one fleet (sim/fleet.py): the same responses and queue
+    order as the per-engine loop; the step's noise (`step_noise`) and tabulated laws
+    (`QuantileLaws`; with V1_INPUTS fast_v1's per-engine noise and exact laws). Priced policies
+    (toggle, adaptive) price with each engine's acceptance estimate."""
     used = [e for e in range(world.engines) if starts[e + 1] > starts[e]]
-    eng_of = np.repeat(np.arange(len(used)), [starts[e + 1] - starts[e] for e in used])
-    z = np.concatenate([np.random.default_rng([draw.engine_seed, e]).standard_normal(int(starts[e + 1] - starts[e]))
-                        for e in used]) if used else np.zeros(0)
-    a = alphas[order]
-    pol = cfg.policy
-    laws = {k: step_law(a, k, cfg.position_decay, pol.tree_for(k), cfg.proposal_rate) for k in pol.ks if k > 0}
-    return run_fleet_closed(cfg, [f"engine{e}" for e in used], eng_of, order, group_of[order], prompt_of[order],
-                            lengths[order], z, laws, a)
+    counts = [starts[e + 1] - starts[e] for e in used]
+    eng_of = np.repeat(np.arange(len(used)), counts)
+    z = step_noise(draw, order, np.repeat(np.asarray(used, dtype=np.int64), counts))
+    pol, acc = cfg.policy, world.acceptance
+    if V1_INPUTS:
+        a = alphas[order]
+        laws = exact_laws(a, pol.ks, cfg.position_decay, pol.tree_for, cfg.proposal_rate)
+    else:
+        a, laws = quantile_laws(mean_alpha, acc.concentration, pol.ks, cfg.position_decay, pol.tree_for,
+                                cfg.proposal_rate)(draw.alpha_quantiles[order])
+    names = [f"engine{e}" for e in used]
+    est = None
+    if alpha_estimates:
+        est = np.array([alpha_estimates.get(nm, cfg.policy_ctx.alpha_estimate) for nm in names], dtype=float)
+    return run_fleet_closed(cfg, names, eng_of, order, group_of[order], prompt_of[order], lengths[order], z, laws, a,
+                            est)
 
 
 def with_policy(world: World, policy: SDPolicy) -> World:

@@ -34,7 +34,7 @@ import numpy as np
 from specsim.errors import InvariantError
 from specsim.sim.common import EngineConfig, EngineResult
 from specsim.sim.fleet_admit import admit, fit_batch, policy_for_new
-from specsim.sim.fleet_state import INF, FleetState, choose_k_fleet, per_engine, ragged, runs
+from specsim.sim.fleet_state import INF, FleetState, cells, per_engine, ragged, runs
 
 __all__ = ["Fleet", "SwitchPayload", "run_fleet_closed"]
 
@@ -43,7 +43,8 @@ __all__ = ["Fleet", "SwitchPayload", "run_fleet_closed"]
 class SwitchPayload:
     """A weight switch for the whole pool: responses `idx` (engine-sorted; engine e's are
     idx[toff[e]:toff[e+1]]) get acceptance `alphas` and steps-to-finish laws `laws` (k -> the
-    StepLaw's five arrays, aligned with idx)."""
+    StepLaw's five arrays, aligned with idx); `mean_alpha`: the acceptance the engines' policies
+    price with from then on (toggle, adaptive)."""
 
     version: int
     idx: np.ndarray
@@ -51,6 +52,7 @@ class SwitchPayload:
     alphas: np.ndarray
     laws: dict
     in_flight: bool
+    mean_alpha: float | None = None
 
 
 def steps_to_reach(D: np.ndarray, c1: np.ndarray, c2: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -82,7 +84,7 @@ class Fleet(FleetState):
         self.ev_ptr = np.zeros(self.E, dtype=np.int64)
         self.next_ev = np.full(self.E, INF)
         self.gate = np.full(self.E, -1, dtype=np.int64)
-        self.batch_dependent = self.cfg.policy.kind == "threshold"
+        self.batch_dependent = self.cfg.policy.kind in ("threshold", "toggle", "adaptive")
         self.drainable = not self.open and self.cfg.policy.kind in ("off", "always")
         ks = [k for k in self.krow]
         self.krow_of = np.zeros(max(ks) + 1, dtype=np.int64)
@@ -161,6 +163,8 @@ class Fleet(FleetState):
         for k, arrs in self.laws.items():
             for dst, src in zip(arrs, pl.laws[k]):
                 dst[ii] = src[pp]
+        if pl.mean_alpha is not None and self.cfg.policy.kind in ("toggle", "adaptive"):
+            self.set_alpha_estimate(sub[diff], np.full(int(diff.sum()), float(pl.mean_alpha)))
         self.rekey(sub[diff])
 
     # ---------------------------------------------------------------- the loop
@@ -335,7 +339,7 @@ class Fleet(FleetState):
         slot and (last of its group) its prompt blocks are freed."""
         if not len(F):
             return
-        r, c = np.nonzero(self.slot_fin[F] == self.s[F][:, None])
+        r, c = cells(self.slot_fin[F] == self.s[F][:, None])
         eng = F[r]
         idx = self.slot_resp[eng, c]
         E = self.E
@@ -362,7 +366,7 @@ class Fleet(FleetState):
         np.subtract.at(self.remaining, (eng, self.step_ids[idx]), 1)
         if self.batch_dependent:
             live = u[self.n[u] > 0]
-            self.set_k(live, choose_k_fleet(self.cfg.policy, self.n[live]))
+            self.set_k(live, self.choose_k(live))
         empty = u[self.n[u] == 0]
         self.A[empty] = 0.0    # drop accumulated rounding
         self.B[empty] = 0.0
@@ -450,10 +454,11 @@ class Fleet(FleetState):
 
 
 def run_fleet_closed(cfg: EngineConfig, names: list[str], eng_of, response_ids, groups, prompt, lengths, z, laws,
-                     alphas) -> list[EngineResult]:
+                     alphas, alpha_estimates=None) -> list[EngineResult]:
     """Closed rollouts on a pool (everything queued at 0, nothing scheduled): one EngineResult per
     engine, checked (Fleet.check)."""
-    fl = Fleet(cfg, names, eng_of, response_ids, groups, prompt, lengths, z, laws, alphas)
+    fl = Fleet(cfg, names, eng_of, response_ids, groups, prompt, lengths, z, laws, alphas,
+               alpha_estimates=alpha_estimates)
     fl.run()
     fl.check()
     return fl.results()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.sim.fleet_state import FleetState, choose_k_fleet, leading_true, per_engine, ragged, runs
+from specsim.sim.fleet_state import FleetState, leading_true, per_engine, ragged, runs
 
 CHUNK = 32   # candidates looked at per engine and pass (a long admission takes more passes)
 
@@ -54,7 +54,7 @@ def fit_batch(st: FleetState, e: np.ndarray) -> np.ndarray:
         st.preempt[j] += 1
         st.qhead[ee] -= 1                         # back to the front of the queue
         st.queue[ee, st.qhead[ee]] = j
-        k_cur[over] = choose_k_fleet(st.cfg.policy, st.n[ee])
+        k_cur[over] = st.choose_k(ee)
         over = _overflows(st, e, k_cur)
     st.set_k(e[preempted], k_cur[preempted])
     return preempted
@@ -167,7 +167,7 @@ def policy_for_new(st: FleetState, new: np.ndarray, eng: np.ndarray) -> None:
     if not len(new):
         return
     u = runs(eng)[0]
-    k_new = choose_k_fleet(st.cfg.policy, st.n[u])
+    k_new = st.choose_k(u)
     changed = u[k_new != st.k[u]]
     if len(changed):
         st.set_k(changed, k_new[k_new != st.k[u]])

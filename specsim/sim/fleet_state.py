@@ -29,7 +29,8 @@ from __future__ import annotations
 import numpy as np
 
 from specsim.sim.common import EngineConfig
-from specsim.sim.fastlaw import steps_to_finish
+from specsim.sim.fastlaw import StepLaw, steps_to_finish
+from specsim.workload.acceptance.laws import expected_tokens_per_verify
 
 INF = float("inf")
 BIG = np.iinfo(np.int64).max // 4
@@ -55,11 +56,24 @@ def leading_true(mask: np.ndarray, lens: np.ndarray) -> np.ndarray:
 def runs(sorted_vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(values, first index, count) of the runs of equal values of a sorted array (np.unique
     without the sort)."""
-    if not len(sorted_vals):
+    n = len(sorted_vals)
+    if not n:
         z = np.zeros(0, dtype=np.int64)
         return sorted_vals, z, z
-    first = np.flatnonzero(np.concatenate(([True], sorted_vals[1:] != sorted_vals[:-1])))
-    return sorted_vals[first], first, np.diff(np.append(first, len(sorted_vals)))
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(sorted_vals[1:], sorted_vals[:-1], out=new[1:])
+    first = np.flatnonzero(new)
+    cnt = np.empty(len(first), dtype=np.int64)
+    cnt[:-1] = first[1:] - first[:-1]
+    cnt[-1] = n - first[-1]
+    return sorted_vals[first], first, cnt
+
+
+def cells(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, columns) of the True cells of a 2-D mask, row-major (np.nonzero, but through
+    flatnonzero: numpy's 2-D nonzero is tens of times slower on a sparse engine × slot mask)."""
+    return np.divmod(np.flatnonzero(mask), mask.shape[1])
 
 
 def per_engine(eng: np.ndarray, values, n_engines: int) -> np.ndarray:
@@ -79,9 +93,34 @@ def choose_k_fleet(policy, n: np.ndarray) -> np.ndarray:
 
 
 def fleet_supports(cfg: EngineConfig) -> bool:
-    """Policies whose draft length is a function of the active count only, without a context curve
-    (toggle and adaptive price every batch with the cost model: the v1 engine runs them)."""
-    return cfg.policy.kind in ("off", "always", "threshold") and cfg.context is None
+    """Every policy without a context curve: off, always, threshold (the draft length a function of
+    the active count), toggle and adaptive (priced per engine from its active count and context,
+    FleetState.choose_k). Acceptance falling with the context keys each sequence's rate by its own
+    context (a rate heap per engine): the v1 engine runs it."""
+    return cfg.policy.kind in ("off", "always", "threshold", "toggle", "adaptive") and cfg.context is None
+
+
+#: measured crossover (docs/benchmarks.md): the fleet pays from this many engines whatever the KV
+FLEET_MIN_ENGINES = 48
+#: ... and from this many when every engine's batch fits its KV budget
+FLEET_MIN_ENGINES_AMPLE_KV = 16
+
+
+def fleet_pays(engines: int, max_batch: int, kv_capacity_tokens: float, prompt: np.ndarray,
+               lengths: np.ndarray) -> bool:
+    """Is the fleet faster than the per-engine loop for this pool? Its rounds are as many as the
+    busiest engine's events and each costs ~0.3-1 ms of numpy whatever the pool's size, where the
+    v1 engine pays ~20-40 µs per engine and event: a few engines lose. An engine whose concurrent
+    batch (min(max_batch, its responses)) of mean-length sequences overflows its KV budget has
+    many more events (KV-bound segments, preemptions) and loses up to more engines. Measured on
+    the 8B pool (8,192 trajectories): 8 engines 0.4-0.5×, 16 (KV-bound) 0.8×, 32 ample 4×, 32
+    tight 0.75×, 48 tight 1.2×, 64 tight 2×."""
+    if engines >= FLEET_MIN_ENGINES:
+        return True
+    if engines < FLEET_MIN_ENGINES_AMPLE_KV or not len(lengths):
+        return False
+    concurrent = min(max_batch, len(lengths) / engines)
+    return kv_capacity_tokens >= concurrent * float(np.mean(prompt + lengths))
 
 
 class FleetState:
@@ -89,21 +128,27 @@ class FleetState:
 
     def __init__(self, cfg: EngineConfig, names: list[str], eng_of: np.ndarray, response_ids: np.ndarray,
                  groups: np.ndarray, prompt: np.ndarray, lengths: np.ndarray, z: np.ndarray, laws: dict,
-                 alphas: np.ndarray, step_ids: np.ndarray | None = None, *, open_: bool = False):
-        """`eng_of` must be sorted (engine-major); `laws`: k -> StepLaw over all responses."""
+                 alphas: np.ndarray, step_ids: np.ndarray | None = None, *, open_: bool = False,
+                 alpha_estimates: np.ndarray | None = None):
+        """`eng_of` must be sorted (engine-major); `laws`: k -> StepLaw (or its five arrays) over all
+        responses; `alpha_estimates`: the acceptance each engine's policy prices with (toggle,
+        adaptive; default the config's estimate)."""
         E = len(names)
         N = len(eng_of)
         self.cfg, self.names, self.E, self.N = cfg, list(names), E, N
         self.eng_of = np.asarray(eng_of, dtype=np.int64)
         self.ids = np.asarray(response_ids)
-        _, self.groups = np.unique(np.stack([self.eng_of, np.asarray(groups, dtype=np.int64)]), axis=1,
-                                   return_inverse=True)
+        g = np.asarray(groups, dtype=np.int64)
+        g = g - (g.min() if N else 0)
+        span = int(g.max()) + 1 if N else 1            # (engine, group) -> one key, numbered densely
+        _, self.groups = np.unique(self.eng_of * span + g, return_inverse=True)
         self.groups = self.groups.reshape(-1)
         self.P = np.asarray(prompt, dtype=float)
         self.L = np.asarray(lengths, dtype=float)
         self.z = np.asarray(z, dtype=float)
         self.alphas = np.asarray(alphas, dtype=float).copy()
-        self.laws = {k: [np.array(a, dtype=float) for a in (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1)]
+        self.laws = {k: [np.array(a, dtype=float) for a in
+                         ((lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1) if isinstance(lw, StepLaw) else lw)]
                      for k, lw in laws.items() if k > 0}
         self.blk = cfg.block_tokens
         self.cap = cfg.capacity_blocks
@@ -115,6 +160,15 @@ class FleetState:
         self.krow = {k: cfg.table.index(k) for k in set(cfg.policy.ks) | {0} if k in cfg.table.ks}
         self.fixed = cfg.table.fixed_s
         self.per_ctx = cfg.table.per_ctx_s
+        # priced policies (toggle, adaptive): each engine's predicted tokens per step at every k
+        self.pol_ks = np.asarray(cfg.policy.ks, dtype=np.int64)
+        self.pol_rows = np.array([cfg.table.index(int(k)) for k in cfg.policy.ks if k in cfg.table.ks], dtype=np.int64)
+        self.alpha_est = (np.full(E, float(cfg.policy_ctx.alpha_estimate)) if alpha_estimates is None
+                          else np.asarray(alpha_estimates, dtype=float).copy())
+        self._tau_of: dict[float, np.ndarray] = {}
+        self.tau_est = np.zeros((E, len(self.pol_ks)))
+        if cfg.policy.kind in ("toggle", "adaptive"):
+            self.set_alpha_estimate(np.arange(E), self.alpha_est)
         # per response
         self.g0 = np.zeros(N)
         self.s0 = np.zeros(N)
@@ -179,8 +233,43 @@ class FleetState:
     def active_of(self, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(responses, their engines) active on engines e."""
         rows = self.slot_resp[e]
-        r, c = np.nonzero(rows >= 0)
+        r, c = cells(rows >= 0)
         return rows[r, c], e[r]
+
+    # ---------------------------------------------------------------- the policy
+    def set_alpha_estimate(self, e: np.ndarray, alpha: np.ndarray) -> None:
+        """Engines e price with acceptance `alpha`: τ̂ at every k of the policy, as choose_k
+        (chain τ, mapped through the proposal rate)."""
+        ctx = self.cfg.policy_ctx
+        self.alpha_est[e] = alpha
+        for a in np.unique(self.alpha_est[e]).tolist():
+            row = self._tau_of.get(a)
+            if row is None:
+                tau = np.asarray(expected_tokens_per_verify(np.full(len(self.pol_ks), a), self.pol_ks,
+                                                            ctx.position_decay), dtype=float)
+                if ctx.proposal_rate != 1.0:
+                    tau = 1.0 + ctx.proposal_rate * (tau - 1.0)
+                row = self._tau_of[a] = tau
+            self.tau_est[e[self.alpha_est[e] == a]] = row
+
+    def choose_k(self, e: np.ndarray) -> np.ndarray:
+        """world.speculation.choose_k for every engine in e at its active count n and context
+        A + B·s: off/always/threshold from n (choose_k_fleet); toggle and adaptive price one step at
+        every k of the policy from the cost table (fixed + per_ctx·context) and take the rate
+        τ̂/step time: toggle speculates when its rate clears (1 + margin) × AR's, adaptive takes
+        the best k. 0 for an empty engine."""
+        pol = self.cfg.policy
+        n = self.n[e]
+        if pol.kind not in ("toggle", "adaptive"):
+            return choose_k_fleet(pol, n)
+        ctx = self.A[e] + self.B[e] * self.s[e]
+        step_s = self.fixed[self.pol_rows[:, None], n] + self.per_ctx[self.pol_rows[:, None], n] * ctx   # (K, e)
+        rate = self.tau_est[e].T / step_s
+        if pol.kind == "toggle":
+            k = np.where(rate[1] >= (1.0 + pol.margin) * rate[0], pol.k, 0)
+        else:
+            k = self.pol_ks[np.argmax(rate, axis=0)]
+        return np.where(n > 0, k, 0).astype(np.int64)
 
     # ---------------------------------------------------------------- keying
     def key(self, idx: np.ndarray, eng: np.ndarray) -> None:

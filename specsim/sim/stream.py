@@ -31,12 +31,13 @@ from dataclasses import replace
 
 import numpy as np
 
+from specsim.sim import cluster
 from specsim.sim.cluster import StepDraw, dispatch, engine_config, sequence_alpha_fn
 from specsim.sim.common import EngineResult, EngineWork, conditional_tau
 from specsim.sim.engine import FastEngine
 from specsim.sim.fastlaw import StepLaw, step_law
 from specsim.sim.fleet import Fleet, SwitchPayload
-from specsim.sim.fleet_state import fleet_supports, ragged
+from specsim.sim.fleet_state import fleet_pays, fleet_supports, ragged
 from specsim.sim.reference import ReferenceEngine
 from specsim.world.specs import World
 
@@ -52,17 +53,21 @@ class StreamCluster:
         base = engine_config(world, "engine", mean_alpha0, record_timeline=record_timeline)
         alpha_of = sequence_alpha_fn(mean_alpha0, world.acceptance.concentration)
         self.finish_of_step: dict[int, float] = {}
-        self.fast = engine in ("fast", "fast_v1")
+        self.fast = engine in ("fast", "fast_v1", "fleet")
         self.current_step = 0     # steps before it have finished everywhere
         self.max_released = -1
         self.fleet = None
+        self.mean_alpha0 = mean_alpha0
         steps = []                # per step: responses sorted by engine (queue order kept) and their engines
         for j, d in enumerate(draws):
             group_of = np.repeat(np.arange(d.response_tokens.shape[0]), d.response_tokens.shape[1])
             eng_of = dispatch(world, d)[group_of]
             order = np.argsort(eng_of, kind="stable")
             steps.append((order, eng_of[order], group_of))
-        if engine == "fast" and fleet_supports(base):
+        d0 = draws[0]
+        if fleet_supports(base) and (engine == "fleet" or (engine == "fast" and fleet_pays(
+                E, world.rollout.max_batch, world.kv_capacity_tokens,
+                np.repeat(d0.prompt_tokens, d0.response_tokens.shape[1]), d0.response_tokens.reshape(-1)))):
             self._build_fleet(base, steps, alpha_of)
             return
         per_engine: list[list[dict]] = [[] for _ in range(E)]
@@ -97,28 +102,25 @@ class StreamCluster:
 
     def _build_fleet(self, base, steps: list, alpha_of) -> None:
         """The pool as one Fleet (sim/fleet.py): the same per-engine queues (each engine's responses
-        in step order) and noise (per step and engine, one normal per response from the engine's
-        stream) as the per-engine engines, engine-major in the fleet's arrays."""
+        in step order) as the per-engine engines, engine-major in the fleet's arrays; each step's
+        noise from the step's stream and the laws tabulated per mean acceptance (cluster.step_noise,
+        cluster.QuantileLaws; with cluster.V1_INPUTS fast_v1's per-engine noise and exact laws)."""
         draws, E = self.draws, self.world.engines
         cols = {key: [] for key in ("ids", "groups", "prompt", "lengths", "u", "step", "z", "eng")}
         for j, (d, (order, eng_sorted, group_of)) in enumerate(zip(draws, steps)):
-            counts = np.bincount(eng_sorted, minlength=E)
             cols["ids"].append(self.step_offset[j] + order)
             cols["groups"].append(j * len(d.prompt_tokens) + group_of[order])
             cols["prompt"].append(d.prompt_tokens[group_of[order]])
             cols["lengths"].append(d.response_tokens.reshape(-1)[order])
             cols["u"].append(d.alpha_quantiles[order])
             cols["step"].append(np.full(len(order), j))
-            cols["z"].append(np.concatenate([np.random.default_rng([d.engine_seed, e]).standard_normal(int(c))
-                                             for e, c in enumerate(counts.tolist()) if c]))
+            cols["z"].append(cluster.step_noise(d, order, eng_sorted))
             cols["eng"].append(eng_sorted)
         cat = {key: np.concatenate(v) for key, v in cols.items()}
         by_engine = np.argsort(cat["eng"], kind="stable")         # engine-major, step order kept
         cat = {key: v[by_engine] for key, v in cat.items()}
         used, eng_of = np.unique(cat["eng"], return_inverse=True)
-        alphas = alpha_of(cat["u"])
-        pol = self.world.policy
-        laws = {k: step_law(alphas, k, base.position_decay, pol.tree_for(k), base.proposal_rate) for k in pol.ks if k > 0}
+        alphas, laws = self._laws(self.mean_alpha0, cat["u"])
         self.fleet = Fleet(base, [f"engine{e}" for e in used.tolist()], eng_of, cat["ids"], cat["groups"], cat["prompt"],
                            cat["lengths"], cat["z"], laws, alphas, cat["step"], open_=True)
         self.u_all = cat["u"]
@@ -129,6 +131,16 @@ class StreamCluster:
         per_step = np.zeros((len(used), n_steps + 1), dtype=np.int64)
         np.add.at(per_step, (eng_of, cat["step"] + 1), 1)
         self.tail_lo = (self.fleet.off[:-1][:, None] + np.cumsum(per_step, axis=1)).T
+
+    def _laws(self, mean_alpha: float, u: np.ndarray) -> tuple[np.ndarray, dict]:
+        """α and {k: the five law arrays} of responses with quantiles u at `mean_alpha`: from the
+        mean acceptance's table (cluster.quantile_laws, cached), or exact (cluster.V1_INPUTS)."""
+        pol, acc = self.world.policy, self.world.acceptance
+        if cluster.V1_INPUTS:
+            alphas = sequence_alpha_fn(mean_alpha, acc.concentration)(u)
+            return alphas, cluster.exact_laws(alphas, pol.ks, acc.decay, pol.tree_for, acc.proposal_rate)
+        table = cluster.quantile_laws(mean_alpha, acc.concentration, pol.ks, acc.decay, pol.tree_for, acc.proposal_rate)
+        return table(u)
 
     def release_step(self, j: int, t_s: float) -> None:
         self.max_released = max(self.max_released, j)
@@ -171,15 +183,9 @@ class StreamCluster:
         lo, hi = self.tail_lo[j], self.tail_lo[min(self.max_released + 2, len(self.draws))]
         seg_lens = hi - lo
         _, idx = ragged(lo, seg_lens)
-        alphas = sequence_alpha_fn(mean_alpha, self.world.acceptance.concentration)(self.u_all[idx])
-        pol, acc = self.world.policy, self.world.acceptance
-        laws = {}
-        for k in pol.ks:
-            if k > 0:
-                lw = step_law(alphas, k, acc.decay, pol.tree_for(k), acc.proposal_rate)
-                laws[k] = (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1)
+        alphas, laws = self._laws(mean_alpha, self.u_all[idx])
         toff = np.concatenate(([0], np.cumsum(seg_lens)))
-        fl.switch(t_s, SwitchPayload(version, idx, toff, alphas, laws, in_flight))
+        fl.switch(t_s, SwitchPayload(version, idx, toff, alphas, laws, in_flight, mean_alpha))
 
     def _done(self, j: int) -> bool:
         if self.fleet is not None:

@@ -18,6 +18,8 @@ Student-t interval (the replicates differ in every drawn length and acceptance).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import math
 
 import numpy as np
@@ -58,13 +60,17 @@ def interval(values) -> tuple[float, float, float]:
     return m, m - half, m + half
 
 
-def project_run(sc: Scenario, *, replicates: int = 2, engine: str = "fast") -> dict:
-    """The scenario's whole run with SD and its AR twin, `replicates` paired replicates each."""
+def project_run(sc: Scenario, *, replicates: int = 2, engine: str = "fast",
+                on_run: Callable[[int], None] | None = None) -> dict:
+    """The scenario's whole run with SD and its AR twin, `replicates` paired replicates each.
+    `on_run(replicate)` is called after each pipeline run (2 per replicate: a progress bar)."""
     w_sd, w_ar = resolve(sc), resolve(apply_overrides(sc, AR))
     per = {"sd": [], "ar": []}
     for r in range(replicates):
-        per["sd"].append(run_totals(run_pipeline(w_sd, engine=engine, replicate=r), _gpus(w_sd)))
-        per["ar"].append(run_totals(run_pipeline(w_ar, engine=engine, replicate=r), _gpus(w_ar)))
+        for kind, w in (("sd", w_sd), ("ar", w_ar)):
+            per[kind].append(run_totals(run_pipeline(w, engine=engine, replicate=r), _gpus(w)))
+            if on_run is not None:
+                on_run(r)
     out = {"scenario": sc.name, "steps": w_sd.pipeline.steps, "replicates": replicates, "gpus": _gpus(w_sd)}
     for kind, rows in per.items():
         for key in rows[0]:

@@ -1,6 +1,7 @@
 """The fleet engine (sim/fleet.py): a pool of fast engines advanced together. Held to the reference
-engine at the pool level (many engines, arrivals mid-rollout, weight switches, preemption) and
-to the per-engine fast engine (engine="fast_v1"), which it reproduces to rounding."""
+engine at the pool level (many engines, arrivals mid-rollout, weight switches, preemption), to
+the per-engine fast engine (engine="fast_v1"), which it reproduces to rounding given the same
+inputs (cluster.V1_INPUTS), and on its own inputs to fast_v1 within the replicate interval."""
 
 from __future__ import annotations
 
@@ -123,17 +124,22 @@ def test_fleet_arrivals_and_switches_match_reference(in_flight):
 
 
 @pytest.mark.long
-def test_fleet_matches_v1_on_the_235b_main_job():
-    """The 235B async main job (384 engines, rollout batch 4096, k = 5, lag 2; fewer steps): the
-    fleet's step times and τ equal the per-engine fast engine's (engine="fast_v1") to rounding,
-    far inside the replicate interval; AR and a partial-rollouts variant too."""
+def test_fleet_matches_v1_on_the_235b_main_job(monkeypatch):
+    """The 235B async main job (384 engines, rollout batch 4096, k = 5, lag 2; fewer steps), the
+    fleet given fast_v1's inputs (cluster.V1_INPUTS: per-engine noise, exact laws): step times and
+    τ equal the per-engine fast engine's (engine="fast_v1") to rounding; AR, a partial-rollouts
+    variant, toggle and adaptive too."""
     from specsim.scenario import load_scenario
+    from specsim.sim import cluster
     from specsim.sim.pipeline import run_pipeline
     from specsim.world.resolve import resolve
 
+    monkeypatch.setattr(cluster, "V1_INPUTS", True)
     for ov in (["speculation.k=5", "pipeline.policy_lag=2"], ["speculation.k=0", "pipeline.policy_lag=0"],
-               ["speculation.k=3", "pipeline.policy_lag=1", "pipeline.partial_rollouts=true"]):
-        world = resolve(load_scenario(ROOT / "scenarios" / "235b_async.yaml", ov + ["pipeline.steps=5"]))
+               ["speculation.k=3", "pipeline.policy_lag=1", "pipeline.partial_rollouts=true"],
+               ["speculation.policy=toggle", "speculation.k=3", "pipeline.policy_lag=2"],
+               ["speculation.policy=adaptive", "speculation.k_max=4", "pipeline.policy_lag=1"]):
+        world = resolve(load_scenario(ROOT / "scenarios" / "235b_async.yaml", ["sweep={}"] + ov + ["pipeline.steps=5"]))
         a = run_pipeline(world, engine="fast_v1").steps_frame()
         b = run_pipeline(world, engine="fast").steps_frame()
         for col in ("step_end_s", "gen_end_s", "tokens", "verify_steps"):
@@ -141,21 +147,69 @@ def test_fleet_matches_v1_on_the_235b_main_job():
         assert np.allclose(a["tau"], b["tau"], rtol=1e-9, equal_nan=True)
 
 
-def test_fleet_sync_generation_matches_v1():
-    """simulate_generation on the fleet equals the per-engine loop: the 235B pool (384 engines)
-    and the 8B pool under a tight KV budget (preemption)."""
+@pytest.mark.long
+def test_fleet_within_the_replicate_interval_of_v1_on_the_235b_main_job():
+    """The fleet on its own inputs (one noise stream per step, tabulated laws) against today's
+    fast engine (fast_v1) on the 235B main job (k = 5, lag 2, 6 steps, replicates 0..2): per
+    replicate the same draws, so the gap is the engines' noise alone; the mean over replicates of
+    the steady step time and τ lies within the 95 % replicate interval of fast_v1's."""
     from specsim.scenario import load_scenario
+    from specsim.sim.pipeline import run_pipeline
+    from specsim.world.resolve import resolve
+
+    world = resolve(load_scenario(ROOT / "scenarios" / "235b_async.yaml",
+                                  ["sweep={}", "speculation.k=5", "pipeline.policy_lag=2", "pipeline.steps=6"]))
+    reps = range(3)
+    v1 = [run_pipeline(world, engine="fast_v1", replicate=r).steady() for r in reps]
+    fl = [run_pipeline(world, engine="fast", replicate=r).steady() for r in reps]
+    for key in ("effective_step_s", "tau", "generation_s"):
+        a = np.array([x[key] for x in v1])
+        b = np.array([x[key] for x in fl])
+        half = 4.303 * a.std(ddof=1) / np.sqrt(len(a))        # t(0.975, 2 dof)
+        assert abs(b.mean() - a.mean()) <= half, (key, a, b, half)
+        assert np.max(np.abs(b - a) / a) < 0.05, (key, a, b)   # paired draws: the engine noise alone
+
+
+def test_fleet_sync_generation_matches_v1(monkeypatch):
+    """simulate_generation on the fleet equals the per-engine loop given its inputs
+    (cluster.V1_INPUTS): the 235B pool (384 engines) and the 8B pool under a tight KV budget
+    (preemption); toggle and adaptive priced with per-engine measured estimates."""
+    from specsim.scenario import load_scenario
+    from specsim.sim import cluster
     from specsim.sim.cluster import draw_step, simulate_generation
     from specsim.world.resolve import resolve
 
-    for path, ov in (("235b_async.yaml", ["workload.prompts=64"]),
-                     ("8b_rl_think_sync.yaml", ["workload.prompts=64", "rollout.gpu_memory_utilization=0.3"])):
+    monkeypatch.setattr(cluster, "V1_INPUTS", True)
+    cases = [("235b_async.yaml", ["sweep={}", "workload.prompts=64"], None),
+             ("8b_rl_think_sync.yaml", ["workload.prompts=64", "rollout.gpu_memory_utilization=0.3"], None),
+             ("8b_rl_think_sync.yaml", ["workload.prompts=64", "rollout.gpu_memory_utilization=0.3",
+                                        "speculation.policy=toggle", "speculation.k=3"], None),
+             ("8b_rl_think_sync.yaml", ["workload.prompts=64", "speculation.policy=adaptive", "speculation.k_max=4"],
+              {"engine0": 0.3, "engine3": 0.9})]
+    for path, ov, est in cases:
         world = resolve(load_scenario(ROOT / "scenarios" / path, ov))
         draw = draw_step(world, 0)
-        a = simulate_generation(world, draw, engine="fast_v1")
-        b = simulate_generation(world, draw, engine="fast")
+        a = simulate_generation(world, draw, engine="fast_v1", alpha_estimates=est)
+        b = simulate_generation(world, draw, engine="fast", alpha_estimates=est)
         assert [e.name for e in a.engines] == [e.name for e in b.engines]
         assert b.rollout_s == pytest.approx(a.rollout_s, rel=1e-9)
         assert b.total_tokens == a.total_tokens
+        assert b.verify_steps == pytest.approx(a.verify_steps, rel=1e-12)
         assert np.allclose([e.rollout_s for e in a.engines], [e.rollout_s for e in b.engines], rtol=1e-9)
+        assert np.allclose([e.draft_passes for e in a.engines], [e.draft_passes for e in b.engines], rtol=1e-12)
         assert len(a.slowest.timeline["t_s"]) == len(b.slowest.timeline["t_s"])
+
+
+def test_tabulated_laws_match_step_law():
+    """cluster.QuantileLaws against fastlaw.step_law per response: at the 235B acceptance and
+    concentration every law column within 1e-5 relative (the steps-to-finish noise is ~1e-2)."""
+    from specsim.sim.cluster import QuantileLaws, sequence_alpha_fn
+
+    u = np.clip(np.random.default_rng(0).random(20_000), 1e-12, 1 - 1e-12)
+    for k, decay, p in ((3, 1.0, 1.0), (5, 0.9, 0.8)):
+        a, laws = QuantileLaws(0.7, 8.0, (0, k), decay, lambda k: None, p)(u)
+        exact = sequence_alpha_fn(0.7, 8.0)(u)
+        assert np.allclose(a, exact, rtol=0, atol=1e-9)
+        lw = step_law(exact, k, decay, None, p)
+        for got, want in zip(laws[k], (lw.mu, lw.inv_mu, lw.offset, lw.sd1)):
+            assert np.allclose(got, want, rtol=1e-5, atol=1e-7)
