@@ -96,9 +96,8 @@ class PlanSection(Strict):
     @classmethod
     def _gpus(cls, v):
         vals = [v] if isinstance(v, int) else v
-        if vals is not None:
-            if not vals or any(isinstance(x, bool) or x < 1 or x > 10**6 for x in vals):
-                raise ValueError("a whole number of GPUs >= 1 or a non-empty list of them")
+        if vals is not None and (not vals or any(isinstance(x, bool) or x < 1 or x > 10**6 for x in vals)):
+            raise ValueError("a whole number of GPUs >= 1 or a non-empty list of them")
         return v
 
     @field_validator("k")

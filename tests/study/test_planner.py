@@ -75,7 +75,7 @@ def test_search_keeps_the_brute_force_best(tiny, planned):
 
 
 def test_bounds_are_below_every_simulated_step(tiny, planned):
-    res, out = planned
+    res, _ = planned
     df = res.candidates()
     sim = df[df.status == "simulated"]
     assert len(sim) > 0

@@ -29,6 +29,7 @@ search against brute force.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
 from specsim.scenario import Scenario, apply_overrides

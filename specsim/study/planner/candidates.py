@@ -110,7 +110,7 @@ def splits(total: int, engine_gpus: int, replica_gpus: int, shares: list[float])
     whole engines, the rest to whole trainer replicas; pairs with an empty pool are left out."""
     out = []
     for s in shares:
-        r = int(math.floor(s * total / engine_gpus)) * engine_gpus
+        r = math.floor(s * total / engine_gpus) * engine_gpus
         t = int((total - r) // replica_gpus) * replica_gpus
         if r >= engine_gpus and t >= replica_gpus and (r, t) not in out:
             out.append((r, t))

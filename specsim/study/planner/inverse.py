@@ -131,12 +131,13 @@ def min_gpus_for(ctx: Context, ans: dict, target: float) -> list[dict]:
         n0 = entry["total_gpus"]
         memo: dict[int, list[float] | None] = {}
 
-        def steps(m: int):
+        def steps(m: int, memo=memo, entry=entry, unit=unit):
             if m not in memo:
                 memo[m] = ctx.steps(_scaled(entry, ctx.sc, m * unit))
             return memo[m]
 
-        ok = lambda m: _mean(steps(m)) <= target
+        def ok(m: int, steps=steps) -> bool:
+            return _mean(steps(m)) <= target
         hi = max(1, n0 // unit)
         grow = 0
         while not ok(hi) and grow < 4:
@@ -193,7 +194,7 @@ def break_even_tau(ctx: Context, ans: dict, tol: float = 0.05) -> list[dict]:
     for name, goal, what in goals:
         memo: dict[float, float] = {}
 
-        def ok(tau: float) -> bool:
+        def ok(tau: float, memo=memo, goal=goal) -> bool:
             if tau not in memo:
                 memo[tau] = _mean(ctx.steps({**base, **_tau_overrides(ctx.sc, tau)}))
             return memo[tau] <= goal
@@ -238,7 +239,8 @@ def stops_paying(ctx: Context, ans: dict, k_max: int = 16, lag_max: int = 16) ->
             s = _mean(ctx.steps({**base, "pipeline.policy_lag": lag}))
             return a / s
 
-        lag_ok = lambda lag: gain(lag) < 1.0 + PAYS_MARGIN
+        def lag_ok(lag: int) -> bool:
+            return gain(lag) < 1.0 + PAYS_MARGIN
         l0 = int(base["pipeline.policy_lag"])
         if lag_ok(lag_max):
             lo, hi = bisect_int(l0, lag_max, lag_ok)

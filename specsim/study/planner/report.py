@@ -53,7 +53,7 @@ def candidate_rows(evs, usd: dict[str, float]) -> list[dict]:
         mean = m["mean"] if m["mean"] is not None else math.nan
         lo, hi = (m["ci95"] if m["ci95"] else (math.nan, math.nan))
 
-        def avg(key):
+        def avg(key, e=e):
             vals = [s[key] for s in e.steady.values() if key in s]
             return float(np.mean(vals)) if vals else math.nan
 
@@ -148,8 +148,8 @@ def plot_fronts(stem: Path, sc, fr: dict, target: float | None) -> str | None:
     data = pd.DataFrame(rows)
     fig = Figure(figsize=(6.4, 4.2))
     ax = fig.add_subplot(111)
-    styles = {"ar": dict(linestyle="--", marker="s", color="0.45", label="AR (no SD)"),
-              "sd": dict(linestyle="-", marker="o", color="0.1", label="SD")}
+    styles = {"ar": {"linestyle": "--", "marker": "s", "color": "0.45", "label": "AR (no SD)"},
+              "sd": {"linestyle": "-", "marker": "o", "color": "0.1", "label": "SD"}}
     for arm, pts in fr.items():
         if pts:
             ax.step([p["gpu_hours_per_step"] for p in pts], [p["step_s"] for p in pts], where="post", **styles[arm])
@@ -202,9 +202,9 @@ def plan_markdown(summary: dict) -> str:
     lines += ["", "## Search", "",
               f"- candidates: {s['candidates']} ({s['infeasible']} infeasible); pruned by bounds: "
               + (", ".join(f"{k} {v}" for k, v in s["pruned_by"].items()) or "none"),
-              f"- simulated: {s['simulated_candidates']} candidates; {s['computed_runs']} runs simulated, "
-              f"{s['reused_runs']} reused; {s['wall_s']:.1f} s wall on {s['jobs']} worker(s)",
-              f"- halving rounds: " + "; ".join(f"round {r['round']}: {r['candidates']} at {r['replicates']} "
+              (f"- simulated: {s['simulated_candidates']} candidates; {s['computed_runs']} runs simulated, "
+               f"{s['reused_runs']} reused; {s['wall_s']:.1f} s wall on {s['jobs']} worker(s)"),
+              "- halving rounds: " + "; ".join(f"round {r['round']}: {r['candidates']} at {r['replicates']} "
                                                 f"replicate(s)" for r in s["rounds"]), ""]
     if summary.get("queries"):
         lines += ["## Inverse answers", ""]

@@ -87,7 +87,7 @@ def replicate_schedule(replicates: int, rounds: int) -> list[int]:
     """Replicates per halving round: 1 … `replicates`, growing geometrically."""
     if rounds <= 1:
         return [replicates]
-    out = [max(1, int(round(replicates ** (i / (rounds - 1))))) for i in range(rounds)]
+    out = [max(1, round(replicates ** (i / (rounds - 1)))) for i in range(rounds)]
     out[-1] = replicates
     return [max(a, b) for a, b in zip(out, [1] + out[:-1])]
 
@@ -182,7 +182,7 @@ def search(sc, cands: list[Candidate], runs: dict, store: Callable[[str, dict], 
         if not pending:
             break
         if share < 1.0:   # seed every arm: its lowest-bound candidates first
-            n = max(2 * jobs, int(math.ceil(share * len(pending))))
+            n = max(2 * jobs, math.ceil(share * len(pending)))
             per_group: dict[tuple, int] = {}
             wave = []
             for e in pending:
@@ -217,7 +217,7 @@ def _keep(alive: list[Evaluated], fraction: float, within: float) -> list[Evalua
     out = []
     for members in groups.values():
         members.sort(key=Evaluated.mean_step)
-        n = max(1, int(math.ceil(fraction * len(members))))
+        n = max(1, math.ceil(fraction * len(members)))
         best = members[0].mean_step()
         out += [e for i, e in enumerate(members) if i < n or e.mean_step() <= best * (1 + within)]
     return out
