@@ -40,7 +40,7 @@ class PlanSearchSection(Strict):
     steps: int | None = Field(default=None, ge=2, le=10000, description=(
         "RL steps per simulated candidate (null: `pipeline.steps`); `pipeline.warmup_steps` must stay below it"))
     halving_rounds: int = Field(default=2, ge=1, le=10, description=(
-        "successive-halving rounds: round 1 runs replicate 0 of every surviving candidate, the last round "
+        "successive-halving rounds: the first runs replicate 0 of every surviving candidate, the last "
         "`replicates`; between them the replicate count grows geometrically"))
     keep_fraction: float = Field(default=0.25, gt=0, le=1, description=(
         "share of each arm's candidates (per GPU count and GPU type) kept after a halving round"))
