@@ -23,6 +23,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 from specsim.catalog.models import drafter_kind_names
 from specsim.scenario.base import Raw, ScenarioError, Strict, field_error  # noqa: F401 (re-exported)
 from specsim.scenario.paths import MAX_SWEEP_ROWS, path_problem, sweep_rows
+from specsim.scenario.plan_section import PlanSection
 
 DType = Literal["bf16", "fp16", "fp8", "int8", "fp4", "int4"]
 
@@ -431,6 +432,7 @@ class Scenario(Strict):
         "runs; `check` and `show scenario` print the count); every swept value must give a valid scenario on its "
         "own (errors name `sweep.<path>`)"))
     output: OutputSection = Field(default=OutputSection(), description="results folder, plots and the capacity plan")
+    plan: PlanSection = Field(default=PlanSection(), description="what `specsim plan` searches (ignored by `run`)")
     _source_file: str | None = PrivateAttr(default=None)
 
     @field_validator("name")

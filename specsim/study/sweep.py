@@ -150,7 +150,7 @@ def point_scenario(sc: Scenario, point: SweepPoint) -> Scenario:
 def run_doc(sc: Scenario) -> dict:
     """The scenario as a dict with everything that cannot change the simulation normalised away."""
     doc = sc.model_dump(mode="json")
-    for key in ("name", "description", "sweep", "output"):
+    for key in ("name", "description", "sweep", "output", "plan"):
         doc.pop(key, None)
     doc["pipeline"].pop("baseline", None)
     spec = doc["speculation"]

@@ -1,0 +1,136 @@
+"""The scenario's `plan:` section: what `specsim plan` searches over and what it optimises.
+
+A plan names a budget (total GPUs, one count or several), the GPU types, the constraints the
+algorithm and the deployment put on a configuration (the policy lag it tolerates, the SD policies
+and draft lengths allowed, the rollout layouts and rollout:training splits allowed) and an
+objective. `specsim run` ignores it (run keys leave it out); `specsim plan` reads it, each field
+overridable on the command line (`--set plan.total_gpus=[512,1024]` or the plan command's flags).
+The search itself is :mod:`specsim.study.planner`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from specsim.scenario.base import Strict, field_error
+
+__all__ = ["LayoutChoice", "PlanSearchSection", "PlanSection"]
+
+
+class LayoutChoice(Strict):
+    """One allowed rollout engine layout: tensor, expert and pipeline parallel degrees."""
+
+    tp: int = Field(default=1, ge=1, le=1024, description="tensor-parallel degree of one engine")
+    ep: int = Field(default=1, ge=1, le=4096, description="expert-parallel degree (MoE only; 1 or a multiple of tp)")
+    pp: int = Field(default=1, ge=1, le=1024, description="pipeline stages of one engine")
+
+
+class PlanSearchSection(Strict):
+    """How the plan's search spends simulations.
+
+    Survivors of the analytic bounds are simulated with successive halving: every one at one
+    replicate, the best `keep_fraction` of each arm (AR / SD) at each GPU count — and every one
+    within `keep_within` of its arm's best — go on to the next round, the last round runs
+    `replicates` replicates. Replicate r of every candidate draws the same responses (paired)."""
+
+    replicates: int = Field(default=3, ge=1, le=100, description=(
+        "replicates of each finalist (the last halving round); 95 % t-intervals need ≥ 2"))
+    steps: int | None = Field(default=None, ge=2, le=10000, description=(
+        "RL steps per simulated candidate (null: `pipeline.steps`); `pipeline.warmup_steps` must stay below it"))
+    halving_rounds: int = Field(default=2, ge=1, le=10, description=(
+        "successive-halving rounds: the first runs replicate 0 of every surviving candidate, the last "
+        "`replicates`; between them the replicate count grows geometrically"))
+    keep_fraction: float = Field(default=0.25, gt=0, le=1, description=(
+        "share of each arm's candidates (per GPU count and GPU type) kept after a halving round"))
+    keep_within: float = Field(default=0.03, ge=0, le=10, description=(
+        "also keep every candidate whose mean step time is within this relative margin of its arm's best "
+        "(so noise between near-ties cannot drop the true best)"))
+    bound_slack: float = Field(default=0.9, gt=0, le=1, description=(
+        "the analytic step-time bounds are multiplied by this before they prune (a margin for the bounds' "
+        "expected-length terms; 1 prunes hardest)"))
+
+
+class PlanSection(Strict):
+    """The plan: budget, constraints and objective of `specsim plan`.
+
+    Candidates are GPU type × total GPUs × rollout:training split (async) × rollout layout × SD
+    policy and k × policy lag ≤ `max_policy_lag`; AR (`k = 0`) is always one arm. The trainer keeps
+    the scenario's `training` layout (tp, pp, ep); the training pool is the rest of the budget, in
+    whole trainer replicas. See `docs/plan.md`."""
+
+    total_gpus: int | list[int] | None = Field(default=None, description=(
+        "the GPU budget: one count or a list of counts (a range: list it, or `--gpus 512:2048:512`); null: the "
+        "scenario's total GPUs"))
+    hardware: list[str] | None = Field(default=None, description=(
+        "GPU types to consider (hardware profile names); null: the scenario's `hardware`"))
+    max_policy_lag: int = Field(default=1, ge=0, le=64, description=(
+        "largest policy lag the algorithm tolerates (async; NeMo-RL `max_trajectory_age_steps`, default 1): lags "
+        "0 … this are candidates"))
+    sd_policies: list[Literal["always", "threshold"]] = Field(default_factory=lambda: ["always"], description=(
+        "SD policies allowed (`threshold` speculates only while the batch is ≤ `speculation.max_batch`)"))
+    k: list[int] = Field(default_factory=lambda: [0, 3, 5, 7], description=(
+        "draft lengths allowed; 0 is AR (always evaluated: the AR arm)"))
+    layouts: list[LayoutChoice] | None = Field(default=None, description=(
+        "rollout engine layouts allowed; null: every tp × ep × pp (powers of two, at most `max_engine_gpus` GPUs "
+        "per engine, pp ≤ 2) that fits the model and the memory plan"))
+    max_engine_gpus: int = Field(default=8, ge=1, le=4096, description=(
+        "default layout enumeration: the most GPUs one rollout engine may span"))
+    rollout_shares: list[float] | None = Field(default=None, description=(
+        "async: allowed shares of the budget that generate (the rest trains); each is rounded down to whole "
+        "engines and the trainer to whole replicas; null: `split_grid` shares evenly spaced in (0, 1)"))
+    split_grid: int = Field(default=7, ge=1, le=64, description=(
+        "async, `rollout_shares` null: how many rollout shares the default grid has (i/(n+1), i = 1 … n)"))
+    target_step_s: float | None = Field(default=None, gt=0, description=(
+        "target step time (s): needed by the `min_gpus` and `min_gpu_hours` objectives; with `min_step_time` it is "
+        "marked on the fronts"))
+    objective: Literal["min_step_time", "min_gpus", "min_gpu_hours"] = Field(default="min_step_time", description=(
+        "min_step_time: the fastest step at the budget; min_gpus / min_gpu_hours: the fewest GPUs / GPU-hours per "
+        "step that reach `target_step_s`"))
+    gpu_hour_usd: dict[str, float] = Field(default_factory=dict, description=(
+        "optional $ per GPU-hour by hardware profile name: fronts and costs also in dollars"))
+    search: PlanSearchSection = Field(default=PlanSearchSection(), description="how the search spends simulations")
+
+    @field_validator("total_gpus")
+    @classmethod
+    def _gpus(cls, v):
+        vals = [v] if isinstance(v, int) else v
+        if vals is not None and (not vals or any(isinstance(x, bool) or x < 1 or x > 10**6 for x in vals)):
+            raise ValueError("a whole number of GPUs >= 1 or a non-empty list of them")
+        return v
+
+    @field_validator("k")
+    @classmethod
+    def _ks(cls, v):
+        if not v or any(isinstance(x, bool) or x < 0 or x > 32 for x in v):
+            raise ValueError("a non-empty list of draft lengths 0..32 (0 = AR)")
+        return sorted(set(v))
+
+    @field_validator("rollout_shares")
+    @classmethod
+    def _shares(cls, v):
+        if v is not None and (not v or any(not 0 < x < 1 for x in v)):
+            raise ValueError("a non-empty list of shares strictly between 0 and 1")
+        return v
+
+    @field_validator("gpu_hour_usd")
+    @classmethod
+    def _usd(cls, v):
+        for name, x in v.items():
+            if isinstance(x, bool) or not x >= 0:
+                raise ValueError(f"$ per GPU-hour >= 0 for each hardware profile ({name}: {x!r})")
+        return {k.lower(): float(x) for k, x in v.items()}
+
+    @model_validator(mode="after")
+    def _target(self):
+        if self.objective != "min_step_time" and self.target_step_s is None:
+            raise field_error("target_step_s", None, f"a target step time (s) for objective {self.objective}")
+        return self
+
+    def gpu_counts(self, scenario_total: int) -> list[int]:
+        """The budget's GPU counts, ascending."""
+        v = self.total_gpus
+        if v is None:
+            return [int(scenario_total)]
+        return sorted({int(x) for x in ([v] if isinstance(v, int) else v)})

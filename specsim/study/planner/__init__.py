@@ -1,0 +1,162 @@
+"""`specsim plan`: find the configuration, not just score one.
+
+    plan_scenario("scenarios/235b_plan.yaml", jobs=2)
+
+reads the scenario's `plan:` section (budget, GPU types, constraints, objective), enumerates every
+allowed configuration (`candidates.py`), prunes with analytic bounds on the step time
+(`bounds.py`), simulates the survivors with successive halving (`search.py`) and reports the
+best AR and SD configurations, SD's gain at each one's own optimum, the runner-ups and the Pareto
+fronts (`report.py`). Inverse questions — fewest GPUs for a step time, break-even τ, the k and lag
+at which SD stops paying — are answered by bisection on simulations (`inverse.py`).
+
+The results folder (default ``<output.dir>/<name>-plan/``):
+
+    resolved.yaml            the scenario without its plan section (its hash guards reuse: a
+                             widened or narrowed plan reuses every run of the same scenario)
+    plan.yaml                the plan section as run (after --set / flags)
+    inputs.json              the inputs' content hashes (part of every run key)
+    runs/<key>.json          every simulated run, atomically; reused on rerun
+    candidates.csv/.parquet  every candidate: status, bound, pruning reason, means and intervals
+    fronts.csv, fronts.png   the AR and SD Pareto fronts (step time vs GPU-hours per step)
+    summary.json, summary.md the answer, the search's cost, the inverse answers
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from specsim import atomic
+from specsim.scenario import ScenarioError, load_scenario, to_yaml
+from specsim.study import results_folder as results_dir
+from specsim.study.executors import check_backend
+from specsim.study.planner.candidates import enumerate_candidates
+from specsim.study.planner.report import answer, candidate_rows, fronts, plan_markdown, plot_fronts, write_tables
+from specsim.study.planner.search import search, write_run
+from specsim.study.sweep import inputs_fingerprint
+
+__all__ = ["PlanResult", "plan_scenario"]
+
+
+@dataclass
+class PlanResult:
+    """What `plan_scenario` did and found; `summary` is summary.json's content."""
+
+    out_dir: Path
+    summary: dict
+    files: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def answer(self) -> dict:
+        return self.summary["answer"]
+
+    @property
+    def search(self) -> dict:
+        return self.summary["search"]
+
+    def candidates(self):
+        import pandas as pd
+
+        return pd.read_csv(Path(self.out_dir) / "candidates.csv")
+
+
+def _without_plan(sc):
+    from specsim.scenario.plan_section import PlanSection
+
+    return sc.model_copy(update={"plan": PlanSection()})
+
+
+def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Path | None = None, jobs: int = 2,
+                  backend: str = "local", address: str | None = None, progress: bool = False, force: bool = False,
+                  *, engine: str = "fast", min_gpus_for: float | None = None, break_even_tau: bool = False,
+                  stops_paying: bool = False) -> PlanResult:
+    """Run the plan of a scenario (see the module doc)."""
+    t0 = time.perf_counter()
+    sc = load_scenario(path, list(overrides))
+    workers = check_backend(backend, jobs, address)
+    warnings: list[str] = []
+    plan = sc.plan
+    if sc.pipeline.mode == "sync" and plan.rollout_shares is not None:
+        raise ScenarioError(None, "plan.rollout_shares", plan.rollout_shares,
+                            "omitted for a sync (colocated) scenario: it has no rollout:training split")
+    cands, rejected = enumerate_candidates(sc, plan)
+    out_dir = Path(out) if out is not None else Path(sc.output.dir) / f"{sc.name}-plan"
+    base_text = to_yaml(_without_plan(sc))
+    results_dir.prepare(out_dir, base_text, force)
+    atomic.write_text(out_dir / "plan.yaml", yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False))
+    inputs = inputs_fingerprint(sc)
+    changed = results_dir.inputs_changes(out_dir, inputs)
+    if changed:
+        warnings.append(f"inputs changed since the last plan into this folder ({', '.join(changed)}): runs that "
+                        "depend on them are recomputed")
+    runs_dir = out_dir / "runs"
+    runs = results_dir.load_runs(runs_dir, warnings)
+    state = search(sc, cands, runs, lambda k, r: write_run(runs_dir, k, r), jobs=workers, backend=backend,
+                   address=address, engine=engine)
+    evs = state.evaluated
+    reps = plan.search.replicates
+    usd = dict(plan.gpu_hour_usd)
+    ans = answer(evs, plan, reps, usd)
+    fr = fronts(evs)
+    queries = []
+    if min_gpus_for is not None or break_even_tau or stops_paying:
+        from specsim.study.planner import inverse
+
+        ctx = inverse.Context(sc, runs, lambda k, r: write_run(runs_dir, k, r), workers, backend, address, engine,
+                              reps)
+        if min_gpus_for is not None:
+            queries += inverse.min_gpus_for(ctx, ans, min_gpus_for)
+        if break_even_tau:
+            queries += inverse.break_even_tau(ctx, ans)
+        if stops_paying:
+            queries += inverse.stops_paying(ctx, ans)
+        state.computed_runs += ctx.computed
+        state.reused_runs += ctx.reused
+    pruned: dict[str, int] = {}
+    for e in evs:
+        if e.status == "pruned":
+            pruned[e.pruned_by] = pruned.get(e.pruned_by, 0) + 1
+    wall = time.perf_counter() - t0
+    search_info = {
+        "candidates": len(evs) + sum(1 for _ in rejected), "enumerated": len(evs),
+        "layouts_rejected": [{"hardware": r["hardware"], "layout": list(r["layout"]), "reason": r["reason"]}
+                             for r in rejected],
+        "infeasible": sum(1 for e in evs if e.status == "infeasible") + len(rejected),
+        "pruned_by": pruned, "simulated_candidates": sum(1 for e in evs if e.status == "simulated"),
+        "finalists": sum(1 for e in evs if e.status == "simulated" and len(e.steady) >= reps),
+        "computed_runs": state.computed_runs, "reused_runs": state.reused_runs, "rounds": state.rounds,
+        "wall_s": wall, "jobs": workers, "backend": backend,
+    }
+    rows = candidate_rows(evs, usd)
+    files = write_tables(out_dir, rows)
+    plot = plot_fronts(out_dir / "fronts", sc, fr, plan.target_step_s) if sc.output.plots else None
+    if plot:
+        files += ["fronts.png", "fronts.csv"]
+    from specsim.study.report.tables import jsonable
+    from specsim.study.runner import specsim_version
+
+    summary = jsonable({
+        "scenario": sc.name, "model": sc.model, "mode": sc.pipeline.mode, "hardware": sorted({c.hardware for c in cands}),
+        "budgets": plan.gpu_counts(sc.total_gpus), "max_policy_lag": plan.max_policy_lag,
+        "plan": plan.model_dump(mode="json"), "answer": ans, "fronts": fr, "search": search_info, "queries": queries,
+        "version": specsim_version(), "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "out_dir": str(out_dir), "warnings": warnings, "inputs": inputs,
+    })
+    atomic.write_json(out_dir / "summary.json", summary)
+    atomic.write_text(out_dir / "summary.md", plan_markdown(summary))
+    files += ["summary.json", "summary.md", "resolved.yaml", "plan.yaml", "inputs.json"]
+    return PlanResult(out_dir, summary, files, warnings)
+
+
+def candidate_overrides(entry: dict) -> list[str]:
+    """`--set` strings that make the scenario one reported configuration (for `specsim run`)."""
+    import json
+
+    return [f"{k}={json.dumps(v)}" for k, v in entry["overrides"].items()]
+

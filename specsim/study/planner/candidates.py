@@ -1,0 +1,202 @@
+"""The plan's candidates: every configuration the `plan:` section allows, and which of them can exist.
+
+A candidate is one scenario: GPU type × rollout:training split (async; sync is colocated) ×
+rollout layout (tp, ep, pp) × SD policy and k (k = 0: AR) × policy lag. It is named by the dotted
+overrides that turn the scenario into it (`Candidate.overrides`), so a plain `specsim run` with
+those `--set`s reruns it exactly. Feasibility comes from `world/resolve.py` (the memory plan, the
+layout rules, the trainer layout): a candidate that does not resolve is infeasible, with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from specsim.scenario import Scenario, ScenarioError, apply_overrides, source_file
+
+__all__ = ["Candidate", "LayoutKey", "default_layouts", "enumerate_candidates", "splits"]
+
+LayoutKey = tuple[int, int, int]   # (tp, ep, pp)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration. `budget`: the GPU count of the plan it belongs to (the GPUs it uses,
+    rollout + training, may be fewer: whole engines and trainer replicas)."""
+
+    hardware: str
+    budget: int
+    rollout_gpus: int
+    training_gpus: int | None      # None: sync (colocated)
+    layout: LayoutKey
+    policy: str                    # off | always | threshold
+    k: int
+    lag: int
+    steps: int
+    cid: str = field(default="", compare=False)
+
+    @property
+    def arm(self) -> str:
+        return "ar" if self.policy == "off" else "sd"
+
+    @property
+    def total_gpus(self) -> int:
+        return self.rollout_gpus + (self.training_gpus or 0)
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        """The dotted `--set` overrides that make the scenario this candidate."""
+        tp, ep, pp = self.layout
+        o: dict[str, Any] = {"hardware": self.hardware, "rollout.gpus": self.rollout_gpus, "rollout.tp": tp,
+                             "rollout.ep": ep, "rollout.pp": pp, "pipeline.steps": self.steps}
+        if self.training_gpus is not None:
+            o["training.gpus"] = self.training_gpus
+            o["pipeline.policy_lag"] = self.lag
+        o["speculation.policy"] = self.policy
+        if self.policy != "off":
+            o["speculation.k"] = self.k
+        return o
+
+    def label(self) -> str:
+        tp, ep, pp = self.layout
+        split = f"{self.rollout_gpus}+{self.training_gpus}" if self.training_gpus is not None else \
+            f"{self.rollout_gpus} colocated"
+        sd = "AR" if self.policy == "off" else f"{self.policy} k={self.k}"
+        lag = f", lag {self.lag}" if self.training_gpus is not None else ""
+        return f"{self.hardware} {split}, TP{tp}·EP{ep}·PP{pp}, {sd}{lag}"
+
+    def as_dict(self) -> dict[str, Any]:
+        tp, ep, pp = self.layout
+        return {"candidate": self.cid, "hardware": self.hardware, "budget_gpus": self.budget,
+                "rollout_gpus": self.rollout_gpus, "training_gpus": self.training_gpus or 0,
+                "total_gpus": self.total_gpus, "tp": tp, "ep": ep, "pp": pp, "arm": self.arm,
+                "sd_policy": self.policy, "k": self.k, "policy_lag": self.lag}
+
+
+def _with_id(c: Candidate) -> Candidate:
+    text = json.dumps(c.overrides, sort_keys=True)
+    return Candidate(**{**c.__dict__, "cid": hashlib.sha256(text.encode()).hexdigest()[:12]})
+
+
+def _pow2_upto(n: int) -> list[int]:
+    out, v = [], 1
+    while v <= n:
+        out.append(v)
+        v *= 2
+    return out
+
+
+def default_layouts(model, max_engine_gpus: int) -> list[LayoutKey]:
+    """tp, ep powers of two (ep 1 or a multiple of tp, MoE only), pp ∈ {1, 2}, at most
+    `max_engine_gpus` GPUs per engine; tp divides the attention and KV heads."""
+    out = []
+    for pp in (1, 2):
+        for tp in _pow2_upto(max_engine_gpus):
+            if model.heads % tp or (model.kv_heads % tp and tp % model.kv_heads):
+                continue
+            eps = [1] + ([e for e in _pow2_upto(max_engine_gpus) if e >= tp and e % tp == 0 and e > 1]
+                         if model.moe is not None else [])
+            for ep in sorted(set(eps)):
+                if max(tp, ep) * pp <= max_engine_gpus:
+                    out.append((tp, ep, pp))
+    return out
+
+
+def splits(total: int, engine_gpus: int, replica_gpus: int, shares: list[float]) -> list[tuple[int, int]]:
+    """(rollout, training) GPU pairs for an async budget: each share of `total` rounded down to
+    whole engines, the rest to whole trainer replicas; pairs with an empty pool are left out."""
+    out = []
+    for s in shares:
+        r = math.floor(s * total / engine_gpus) * engine_gpus
+        t = int((total - r) // replica_gpus) * replica_gpus
+        if r >= engine_gpus and t >= replica_gpus and (r, t) not in out:
+            out.append((r, t))
+    return out
+
+
+def default_shares(n: int) -> list[float]:
+    return [i / (n + 1) for i in range(1, n + 1)]
+
+
+def enumerate_candidates(sc: Scenario, plan) -> tuple[list[Candidate], list[dict]]:
+    """Every candidate of the plan (before any bound), and the rejected (hardware, layout)
+    pairs with the reason. Raises ScenarioError naming the constraint when nothing is left."""
+    from specsim.catalog.models import load_model
+
+    file = source_file(sc)
+    model = load_model(sc.model)
+    async_ = sc.pipeline.mode == "async"
+    hws = [h.lower() for h in (plan.hardware or [sc.hardware])]
+    if plan.layouts is not None:
+        layouts = [(c.tp, c.ep, c.pp) for c in plan.layouts]
+    else:
+        layouts = default_layouts(model, plan.max_engine_gpus)
+    if not layouts:
+        raise ScenarioError(file, "plan.max_engine_gpus", plan.max_engine_gpus,
+                            f"room for at least one rollout layout of {sc.model} (tp must divide its heads)")
+    t = sc.training
+    replica = max(t.tp, t.ep) * t.pp
+    shares = plan.rollout_shares or default_shares(plan.split_grid)
+    lags = list(range(plan.max_policy_lag + 1)) if async_ else [0]
+    steps = plan.search.steps or sc.pipeline.steps
+    if sc.pipeline.warmup_steps >= steps:
+        raise ScenarioError(file, "plan.search.steps", steps, f"above pipeline.warmup_steps ({sc.pipeline.warmup_steps})")
+    arms = [("off", 0)] + [(p, k) for p in plan.sd_policies for k in plan.k if k > 0]
+    budgets = plan.gpu_counts(sc.total_gpus)
+    out: list[Candidate] = []
+    rejected: list[dict] = []
+    for hw in hws:
+        for lay in layouts:
+            g = max(lay[0], lay[1]) * lay[2]
+            why = layout_problem(sc, hw, lay, max(k for _, k in arms))
+            if why:
+                rejected.append({"hardware": hw, "layout": lay, "reason": why})
+                continue
+            for n in budgets:
+                if async_:
+                    pairs = splits(n, g, replica, shares)
+                else:
+                    r = (n // g) * g
+                    pairs = [(r, None)] if r >= g and r % replica == 0 else []
+                for r, tr in pairs:
+                    for pol, k in arms:
+                        for lag in lags:
+                            out.append(_with_id(Candidate(hw, n, r, tr, lay, pol, k, lag, steps)))
+    if not out:
+        detail = "; ".join(f"{r['hardware']} TP{r['layout'][0]}·EP{r['layout'][1]}·PP{r['layout'][2]}: {r['reason']}"
+                           for r in rejected[:4])
+        if len(rejected) == len(hws) * len(layouts):
+            raise ScenarioError(file, "plan.layouts", [list(lay) for lay in layouts],
+                                f"at least one rollout layout that fits {sc.model} ({detail})")
+        raise ScenarioError(file, "plan.total_gpus", budgets,
+                            f"a budget that holds at least one rollout engine and, async, one trainer replica of "
+                            f"{replica} GPUs (plan.rollout_shares {shares})")
+    return out, rejected
+
+
+def layout_problem(sc: Scenario, hw: str, lay: LayoutKey, k_max: int) -> str | None:
+    """Why a rollout layout cannot run on `hw` (one engine; the memory plan with the drafter at
+    the largest k), or None."""
+    from specsim.world.resolve import resolve
+
+    g = max(lay[0], lay[1]) * lay[2]
+    ov: dict[str, Any] = {"hardware": hw, "rollout.gpus": g, "rollout.tp": lay[0], "rollout.ep": lay[1],
+                          "rollout.pp": lay[2], "speculation.policy": "always" if k_max else "off",
+                          "speculation.k": max(k_max, 1)}
+    if sc.pipeline.mode == "async":
+        t = sc.training
+        ov["training.gpus"] = max(t.tp, t.ep) * t.pp
+    try:
+        resolve(apply_overrides(sc, ov))
+    except ScenarioError as exc:
+        if exc.field.startswith("training"):
+            return None   # the trainer is checked per split (a layout problem only names the rollout)
+        return f"{exc.field}: {exc.allowed}"
+    return None
+
+
+def candidate_scenario(sc: Scenario, c: Candidate) -> Scenario:
+    return apply_overrides(sc, c.overrides)

@@ -1,0 +1,224 @@
+"""The plan's answer from its evaluated candidates: the table, the best of each arm, SD's gain at
+each arm's own optimum, the runner-ups, the Pareto fronts, the plot, summary.md.
+
+Figures per candidate are means over the replicates it ran (95 % t-intervals, `tables.mean_ci`,
+where n ≥ 2). Only candidates that ran the plan's full `replicates` (the finalists) can be "best".
+SD's gain is paired: replicate r of every candidate draws the same responses, so the gain is the
+mean of the per-replicate ratios best-AR step ÷ best-SD step, with its interval.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specsim import atomic
+
+__all__ = ["CANDIDATE_COLUMNS", "answer", "candidate_rows", "fronts", "plan_markdown", "plot_fronts"]
+
+CANDIDATE_COLUMNS = (
+    "candidate", "status", "pruned_by", "round", "replicates_run", "hardware", "budget_gpus", "rollout_gpus",
+    "training_gpus", "total_gpus", "tp", "ep", "pp", "arm", "sd_policy", "k", "policy_lag",
+    "bound_step_s", "bound_trainer_s", "bound_throughput_s", "bound_latency_s", "binding_bound",
+    "step_s", "step_s_lo", "step_s_hi", "generation_s", "train_s", "tau", "mean_active_batch",
+    "trainer_idle_share", "gpu_hours_per_step", "usd_per_step", "overrides", "reason",
+)
+
+
+def _ci(values) -> dict:
+    from specsim.study.report.tables import mean_ci
+
+    return mean_ci(values)
+
+
+def candidate_rows(evs, usd: dict[str, float]) -> list[dict]:
+    """One row per candidate (pruned and infeasible ones too), sorted by status then step time."""
+    import json
+
+    rows = []
+    for e in evs:
+        c = e.cand
+        row: dict[str, Any] = {"candidate": c.cid, "status": e.status, "pruned_by": e.pruned_by, "round": e.round,
+                               "replicates_run": len(e.steady), **c.as_dict()}
+        b = e.bound
+        row.update({"bound_step_s": b.step_s if b else math.nan, "bound_trainer_s": b.trainer_s if b else math.nan,
+                    "bound_throughput_s": b.throughput_s if b else math.nan,
+                    "bound_latency_s": b.latency_s if b else math.nan, "binding_bound": b.binding if b else ""})
+        steps = e.steps()
+        m = _ci(steps)
+        mean = m["mean"] if m["mean"] is not None else math.nan
+        lo, hi = (m["ci95"] if m["ci95"] else (math.nan, math.nan))
+
+        def avg(key, e=e):
+            vals = [s[key] for s in e.steady.values() if key in s]
+            return float(np.mean(vals)) if vals else math.nan
+
+        gw = avg("gen_window_s") if any("gen_window_s" in s for s in e.steady.values()) else avg("generation_s")
+        idle = avg("exposed_generation_s") / mean if c.training_gpus is not None and steps else math.nan
+        gph = c.total_gpus * mean / 3600.0
+        rate = usd.get(c.hardware)
+        row.update({"step_s": mean, "step_s_lo": lo, "step_s_hi": hi, "generation_s": gw, "train_s": avg("train_s"),
+                    "tau": avg("tau"), "mean_active_batch": avg("mean_active_batch"), "trainer_idle_share": idle,
+                    "gpu_hours_per_step": gph, "usd_per_step": gph * rate if rate is not None else math.nan,
+                    "overrides": json.dumps(c.overrides, sort_keys=True), "reason": e.reason})
+        rows.append({k: row.get(k) for k in CANDIDATE_COLUMNS})
+    order = {"simulated": 0, "pruned": 1, "infeasible": 2, "pending": 3}
+    rows.sort(key=lambda r: (order.get(r["status"], 9), -r["replicates_run"],
+                             r["step_s"] if r["step_s"] == r["step_s"] else math.inf))
+    return rows
+
+
+def _score(e, objective: str):
+    c = e.cand
+    if objective == "min_gpus":
+        return (c.total_gpus, e.mean_step())
+    if objective == "min_gpu_hours":
+        return (c.total_gpus * e.mean_step() / 3600.0, e.mean_step())
+    return (e.mean_step(), c.total_gpus)
+
+
+def _entry(e, usd: dict[str, float]) -> dict:
+    c = e.cand
+    steps = e.steps()
+    m = _ci(steps)
+    gph = [c.total_gpus * s / 3600.0 for s in steps]
+    out = {**c.as_dict(), "label": c.label(), "overrides": c.overrides, "replicates": len(steps),
+           "step_s": m, "gpu_hours_per_step": _ci(gph), "tau": _ci([s["tau"] for s in e.steady.values()]),
+           "per_replicate_step_s": steps}
+    if c.hardware in usd:
+        out["usd_per_step"] = _ci([g * usd[c.hardware] for g in gph])
+    return out
+
+
+def answer(evs, plan, replicates: int, usd: dict[str, float]) -> dict:
+    """best AR, best SD, SD's gain at each one's own optimum, runner-ups per arm."""
+    target = plan.target_step_s
+    out: dict[str, Any] = {"objective": plan.objective, "target_step_s": target}
+    final = [e for e in evs if e.status == "simulated" and len(e.steady) >= replicates]
+    best: dict[str, Any] = {}
+    for arm in ("ar", "sd"):
+        pool = [e for e in final if e.cand.arm == arm]
+        if plan.objective != "min_step_time":
+            pool = [e for e in pool if e.mean_step() <= target]
+        pool.sort(key=lambda e: _score(e, plan.objective))
+        out[f"best_{arm}"] = _entry(pool[0], usd) if pool else None
+        out[f"runner_up_{arm}"] = [_entry(e, usd) for e in pool[1:4]]
+        best[arm] = pool[0] if pool else None
+    if best["ar"] is not None and best["sd"] is not None:
+        a, s = best["ar"], best["sd"]
+        common = sorted(set(a.steady) & set(s.steady))
+        ratios = [a.steady[r]["step_s"] / s.steady[r]["step_s"] for r in common]
+        out["sd_gain_at_optima"] = _ci(ratios)
+        out["sd_gain_at_optima"]["paired_replicates"] = common
+        if plan.objective != "min_step_time":
+            out["sd_resource_ratio"] = _score(a, plan.objective)[0] / _score(s, plan.objective)[0]
+    else:
+        out["sd_gain_at_optima"] = None
+    return out
+
+
+def fronts(evs) -> dict[str, list[dict]]:
+    """Per arm, the Pareto front of (GPU-hours per step, step time) over every simulated candidate
+    (means; each point is the fastest at its cost and the cheapest at its speed)."""
+    out = {}
+    for arm in ("ar", "sd"):
+        pts = sorted(((e.cand.total_gpus * e.mean_step() / 3600.0, e.mean_step(), e) for e in evs
+                      if e.status == "simulated" and e.cand.arm == arm), key=lambda t: (t[0], t[1]))
+        front, best = [], math.inf
+        for gph, step, e in pts:
+            if step < best:
+                front.append({"candidate": e.cand.cid, "label": e.cand.label(), "total_gpus": e.cand.total_gpus,
+                              "gpu_hours_per_step": gph, "step_s": step, "replicates": len(e.steady)})
+                best = step
+        out[arm] = front
+    return out
+
+
+def plot_fronts(stem: Path, sc, fr: dict, target: float | None) -> str | None:
+    """Step time vs GPU-hours per step, AR and SD fronts (PNG + the CSV it is drawn from)."""
+    from matplotlib.figure import Figure
+
+    rows = [{"arm": arm, **p} for arm, pts in fr.items() for p in pts]
+    if not rows:
+        return None
+    data = pd.DataFrame(rows)
+    fig = Figure(figsize=(6.4, 4.2))
+    ax = fig.add_subplot(111)
+    styles = {"ar": {"linestyle": "--", "marker": "s", "color": "0.45", "label": "AR (no SD)"},
+              "sd": {"linestyle": "-", "marker": "o", "color": "0.1", "label": "SD"}}
+    for arm, pts in fr.items():
+        if pts:
+            ax.step([p["gpu_hours_per_step"] for p in pts], [p["step_s"] for p in pts], where="post", **styles[arm])
+    if target:
+        ax.axhline(target, color="0.3", linestyle=":", linewidth=1, label=f"target {target:g} s")
+    ax.set_xlabel("GPU-hours per RL step")
+    ax.set_ylabel("steady step time (s)")
+    ax.set_title(f"{sc.name}: plan — Pareto fronts\n{sc.model}, {sc.pipeline.mode}", fontsize=10)
+    ax.grid(True, color="0.9")
+    ax.legend(frameon=False)
+    fig.tight_layout()
+    png = stem.with_suffix(".png")
+    atomic.save_figure(png, fig, dpi=130)
+    atomic.write_csv(stem.with_suffix(".csv"), data)
+    return str(png)
+
+
+def _fmt(m: dict | None, digits: int = 1) -> str:
+    from specsim.study.report.tables import fmt_ci
+
+    return fmt_ci(m, digits)
+
+
+def plan_markdown(summary: dict) -> str:
+    """summary.md of a plan (the printed summary says the same)."""
+    a = summary["answer"]
+    s = summary["search"]
+    lines = [f"# {summary['scenario']}: plan", "",
+             f"{summary['model']} — objective **{a['objective']}**"
+             + (f", target {a['target_step_s']:g} s" if a.get("target_step_s") else "")
+             + f"; budgets {summary['budgets']} GPUs of {', '.join(summary['hardware'])}; policy lag ≤ "
+               f"{summary['max_policy_lag']}.", "",
+             "## Answer", ""]
+    for arm, name in (("ar", "AR (no SD)"), ("sd", "SD")):
+        b = a.get(f"best_{arm}")
+        if b is None:
+            lines.append(f"- best {name}: none meets the constraints")
+            continue
+        usd = f", ${_fmt(b['usd_per_step'], 2)} per step" if b.get("usd_per_step") else ""
+        lines.append(f"- best {name}: {b['label']} — step {_fmt(b['step_s'])} s, "
+                     f"{_fmt(b['gpu_hours_per_step'], 2)} GPU-h per step{usd} (n={b['replicates']})")
+    g = a.get("sd_gain_at_optima")
+    if g:
+        lines.append(f"- **SD's gain at each one's own optimum: {_fmt(g, 3)}×** (paired over replicates "
+                     f"{g['paired_replicates']})")
+    lines += ["", "## Runner-ups", ""]
+    for arm in ("ar", "sd"):
+        for r in a.get(f"runner_up_{arm}", []):
+            lines.append(f"- {arm.upper()}: {r['label']} — step {_fmt(r['step_s'])} s")
+    lines += ["", "## Search", "",
+              f"- candidates: {s['candidates']} ({s['infeasible']} infeasible); pruned by bounds: "
+              + (", ".join(f"{k} {v}" for k, v in s["pruned_by"].items()) or "none"),
+              (f"- simulated: {s['simulated_candidates']} candidates; {s['computed_runs']} runs simulated, "
+               f"{s['reused_runs']} reused; {s['wall_s']:.1f} s wall on {s['jobs']} worker(s)"),
+              "- halving rounds: " + "; ".join(f"round {r['round']}: {r['candidates']} at {r['replicates']} "
+                                                f"replicate(s)" for r in s["rounds"]), ""]
+    if summary.get("queries"):
+        lines += ["## Inverse answers", ""]
+        for q in summary["queries"]:
+            lines.append(f"- {q['text']}")
+        lines.append("")
+    lines += ["Files: candidates.csv (every candidate), fronts.csv/fronts.png, runs/ (every simulated run).", ""]
+    return "\n".join(lines)
+
+
+def write_tables(out_dir: Path, rows: list[dict]) -> list[str]:
+    frame = pd.DataFrame(rows, columns=list(CANDIDATE_COLUMNS))
+    atomic.write_csv(out_dir / "candidates.csv", frame)
+    files = ["candidates.csv"]
+    if atomic.write_parquet(out_dir / "candidates.parquet", frame) is not None:
+        files.append("candidates.parquet")
+    return files

@@ -1,0 +1,227 @@
+"""The plan's search: enumerate, bound, prune, simulate the survivors with successive halving.
+
+    1. enumerate every candidate the `plan:` section allows (`candidates.py`); a layout that does
+       not fit the memory plan, or a split whose trainer layout cannot exist, is infeasible;
+    2. bound each candidate's steady step from the cost model (`bounds.py`); with a target step
+       time (objectives min_gpus / min_gpu_hours) a candidate whose bound × slack exceeds the
+       target is pruned ("target");
+    3. round 1 of successive halving runs replicate 0 of the candidates in waves, lowest bound
+       first: after each wave a candidate whose bound × slack exceeds the best simulated step of
+       its arm (same GPU type and budget; its upper 95 % limit where it has one) is pruned
+       ("trainer", "throughput" or "latency": whichever bound binds);
+    4. each later round keeps the best `keep_fraction` of every arm — and every candidate within
+       `keep_within` of the arm's best — and runs more replicates; the last round runs
+       `replicates`.
+
+Every simulated run is a plain pipeline run keyed like `specsim run`'s (`study/sweep.run_key`:
+the candidate's scenario and replicate, the inputs' contents), stored atomically in
+`<out>/runs/<key>.json` and reused on rerun; so a candidate rerun with `specsim run --set ...`
+(its `overrides`) at the same replicates gives the same numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from specsim import atomic
+from specsim.scenario import ScenarioError
+from specsim.study.executors import run_tasks
+from specsim.study.planner.bounds import Bound, BoundModel
+from specsim.study.planner.candidates import Candidate, candidate_scenario
+from specsim.study.sweep import RunTask
+
+__all__ = ["Evaluated", "SearchState", "replicate_schedule", "search"]
+
+#: round-1 waves: the share of the remaining candidates each wave runs (the last runs the rest)
+WAVES = (0.05, 0.25, 1.0)
+
+
+@dataclass
+class Evaluated:
+    """A candidate, its bound, what became of it, and its simulated steady figures per replicate."""
+
+    cand: Candidate
+    bound: Bound | None = None
+    status: str = "pending"          # pending | simulated | pruned | infeasible
+    pruned_by: str = ""
+    reason: str = ""
+    round: int = 0                   # last halving round it ran in (1-based; 0: never simulated)
+    keys: dict[int, str] = field(default_factory=dict)     # replicate -> run key
+    steady: dict[int, dict] = field(default_factory=dict)  # replicate -> steady figures
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def group(self) -> tuple:
+        c = self.cand
+        return (c.hardware, c.budget, c.arm)
+
+    def steps(self) -> list[float]:
+        return [self.steady[r]["step_s"] for r in sorted(self.steady)]
+
+    def mean_step(self) -> float:
+        s = self.steps()
+        return sum(s) / len(s) if s else math.inf
+
+    def upper_step(self) -> float:
+        from specsim.study.report.tables import mean_ci
+
+        m = mean_ci(self.steps())
+        if m["ci95"]:
+            return float(m["ci95"][1])
+        return float(m["mean"]) if m["mean"] is not None else math.inf
+
+
+@dataclass
+class SearchState:
+    evaluated: list[Evaluated]
+    computed_runs: int = 0
+    reused_runs: int = 0
+    rounds: list[dict] = field(default_factory=list)
+
+
+def replicate_schedule(replicates: int, rounds: int) -> list[int]:
+    """Replicates per halving round: 1 … `replicates`, growing geometrically."""
+    if rounds <= 1:
+        return [replicates]
+    out = [max(1, round(replicates ** (i / (rounds - 1)))) for i in range(rounds)]
+    out[-1] = replicates
+    return [max(a, b) for a, b in zip(out, [1] + out[:-1])]
+
+
+def search(sc, cands: list[Candidate], runs: dict, store: Callable[[str, dict], None], *, jobs: int, backend: str,
+           address: str | None, engine: str, progress=None) -> SearchState:
+    """Run the search (see the module doc). `runs`: stored runs by key (updated in place);
+    `store(key, result)` persists one new run."""
+    plan = sc.plan
+    s = plan.search
+    slack = s.bound_slack
+    bm = BoundModel(sc)
+    evs = [Evaluated(c) for c in cands]
+    st = SearchState(evs)
+    for e in evs:
+        try:
+            e.bound = bm.bound(e.cand)
+        except ScenarioError as exc:
+            e.status, e.pruned_by, e.reason = "infeasible", "layout", f"{exc.field}: {exc.allowed}"
+    if plan.target_step_s is not None and plan.objective != "min_step_time":
+        for e in evs:
+            if e.status == "pending" and e.bound.step_s * slack > plan.target_step_s:
+                e.status, e.pruned_by = "pruned", "target"
+                e.reason = f"bound {e.bound.step_s:.1f} s × {slack:g} > target {plan.target_step_s:g} s"
+
+    scenarios: dict[str, object] = {}
+
+    def task(e: Evaluated, rep: int) -> RunTask:
+        if e.cand.cid not in scenarios:
+            scenarios[e.cand.cid] = candidate_scenario(sc, e.cand)
+        t = RunTask.of(scenarios[e.cand.cid], rep, "plan", engine)
+        e.keys[rep] = t.key
+        return t
+
+    def absorb(e: Evaluated, rep: int, res: dict) -> None:
+        if "error" in res:
+            e.status, e.pruned_by, e.reason = "infeasible", "run", res["error"]
+            return
+        e.steady[rep] = res["steady"]
+        e.meta = res["meta"]
+        e.status = "simulated"
+
+    def run_batch(items: list[tuple[Evaluated, int]], rnd: int) -> None:
+        todo: list[RunTask] = []
+        owner: dict[str, list[tuple[Evaluated, int]]] = {}
+        for e, rep in items:
+            t = task(e, rep)
+            e.round = rnd
+            owner.setdefault(t.key, []).append((e, rep))
+            if t.key in runs:
+                st.reused_runs += 1
+                absorb(e, rep, runs[t.key])
+            elif len(owner[t.key]) == 1:
+                todo.append(t)
+        if progress is not None and todo:
+            progress.add_runs(len(todo))
+
+        def on_result(t: RunTask, res: dict) -> None:
+            store(t.key, res)
+            runs[t.key] = json.loads(json.dumps(res, sort_keys=True))
+            st.computed_runs += 1
+            for e, rep in owner[t.key]:
+                absorb(e, rep, runs[t.key])
+            if progress is not None:
+                progress.runs_done()
+
+        run_tasks(todo, on_result, jobs=jobs, backend=backend, address=address)
+
+    def incumbents() -> dict[tuple, float]:
+        best: dict[tuple, float] = {}
+        for e in evs:
+            if e.status == "simulated":
+                best[e.group] = min(best.get(e.group, math.inf), e.upper_step())
+        return best
+
+    def prune_by_bound() -> int:
+        inc = incumbents()
+        n = 0
+        for e in evs:
+            if e.status == "pending" and e.bound.step_s * slack > inc.get(e.group, math.inf):
+                e.status, e.pruned_by = "pruned", e.bound.binding
+                e.reason = (f"{e.bound.binding} bound {e.bound.step_s:.1f} s × {slack:g} > simulated "
+                            f"{inc[e.group]:.1f} s")
+                n += 1
+        return n
+
+    schedule = replicate_schedule(s.replicates, s.halving_rounds)
+    # ---- round 1: replicate 0 of every candidate, in waves, lowest bound first
+    t0 = time.perf_counter()
+    for share in WAVES:
+        pending = sorted((e for e in evs if e.status == "pending"), key=lambda e: e.bound.step_s)
+        if not pending:
+            break
+        if share < 1.0:   # seed every arm: its lowest-bound candidates first
+            n = max(2 * jobs, math.ceil(share * len(pending)))
+            per_group: dict[tuple, int] = {}
+            wave = []
+            for e in pending:
+                if per_group.get(e.group, 0) < max(1, n // max(1, len({p.group for p in pending}))):
+                    wave.append(e)
+                    per_group[e.group] = per_group.get(e.group, 0) + 1
+        else:
+            wave = pending
+        run_batch([(e, 0) for e in wave], 1)
+        prune_by_bound()
+    st.rounds.append({"round": 1, "replicates": 1, "candidates": sum(1 for e in evs if e.round == 1),
+                      "wall_s": time.perf_counter() - t0})
+    # ---- later rounds: keep the best of every arm, run more replicates
+    alive = [e for e in evs if e.status == "simulated"]
+    for rnd, reps in enumerate(schedule[1:], start=2):
+        t0 = time.perf_counter()
+        alive = _keep(alive, s.keep_fraction, s.keep_within)
+        run_batch([(e, r) for e in alive for r in range(reps)], rnd)
+        alive = [e for e in alive if e.status == "simulated"]
+        st.rounds.append({"round": rnd, "replicates": reps, "candidates": len(alive),
+                          "wall_s": time.perf_counter() - t0})
+    if len(schedule) == 1:   # one round: every simulated candidate at full replicates
+        run_batch([(e, r) for e in alive for r in range(1, schedule[0])], 1)
+    return st
+
+
+def _keep(alive: list[Evaluated], fraction: float, within: float) -> list[Evaluated]:
+    """The best `fraction` of each arm (by mean step) plus every one within `within` of its best."""
+    groups: dict[tuple, list[Evaluated]] = {}
+    for e in alive:
+        groups.setdefault(e.group, []).append(e)
+    out = []
+    for members in groups.values():
+        members.sort(key=Evaluated.mean_step)
+        n = max(1, math.ceil(fraction * len(members)))
+        best = members[0].mean_step()
+        out += [e for i, e in enumerate(members) if i < n or e.mean_step() <= best * (1 + within)]
+    return out
+
+
+def write_run(runs_dir, key: str, result: dict) -> None:
+    atomic.write_json(runs_dir / f"{key}.json", result)
