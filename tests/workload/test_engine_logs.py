@@ -37,7 +37,7 @@ def test_each_frameworks_example_log_is_read_by_default(name, n):
 def test_column_picks_another_key_and_refuses_aggregates(tmp_path):
     f = tmp_path / "log.csv"
     f.write_text("response_length/mean,num_tokens\n900,100\n950,200\n")
-    assert read_lengths_file(f, "x.path", column="num_tokens") == [100.0, 200.0]
+    assert list(read_lengths_file(f, "x.path", column="num_tokens")) == [100.0, 200.0]
     with pytest.raises(SpecError) as e:
         read_lengths_file(f, "workload.response_tokens.path")   # no per-response column by default
     assert "response_length" in e.value.allowed
@@ -54,7 +54,7 @@ def test_column_and_unit_in_the_scenario(tmp_path):
     doc = json.loads(json.dumps(TINY_SYNC))
     doc["workload"]["response_tokens"] = {"kind": "empirical", "path": "lengths.csv", "column": "n_tok",
                                           "unit": "tokens"}
-    (tmp_path / "lengths.csv").write_text("n_tok,reward\n30\n50\n70\n")
+    (tmp_path / "lengths.csv").write_text("n_tok,reward\n30,1\n50,0\n70,1\n")
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(doc))
     world = resolve(load_scenario(tmp_path / "s.yaml"))
     assert sorted(world.response_dist.values) == [30.0, 50.0, 70.0]
