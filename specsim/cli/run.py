@@ -79,8 +79,12 @@ def _print_run(res) -> None:
 
     from specsim.study.report.summary import bottleneck_text, runner_up_text, values_of
 
+    from specsim.study.report.summary import counterfactual_note
+
     s = res.summary
     con = console()
+    if s.get("what_if"):
+        con.print(f"[bold red]{counterfactual_note(s['what_if'])}[/bold red]", markup=True)
     con.print(f"[bold]{s['scenario']}[/bold]: {s['model']} on {s['hardware']} — {res.rows} rows "
               f"({res.combinations} points × {res.replicates} replicates); {res.computed_runs} runs simulated, "
               f"{res.reused_runs} reused; {res.wall_s:.1f} s")

@@ -172,6 +172,12 @@ def run_doc(sc: Scenario) -> dict:
     if doc["pipeline"]["mode"] == "sync":
         doc["pipeline"].pop("policy_lag", None)
         doc["pipeline"].pop("partial_rollouts", None)
+    if not sc.what_ifs:                                    # no counterfactual: run keys as before
+        doc.pop("what_if", None)
+    d = doc["drafter"]
+    if d.get("spread_scope", "between") == "between":     # the default scope: run keys as before
+        for key in ("spread_scope", "spread_segment_tokens", "spread_segment_correlation"):
+            d.pop(key, None)
     return doc
 
 
@@ -314,7 +320,7 @@ ROW_COLUMNS = (
     "verify_steps", "baseline_generation_s", "baseline_step_s", "baseline_exposed_generation_s",
     "generation_speedup", "e2e_speedup", "exposed_generation_saving_s", "sync_ar_generation_s", "sync_ar_step_s",
     "generation_speedup_vs_sync_ar", "e2e_speedup_vs_sync_ar", "gpu_hours_per_step", "tokens_per_s_per_gpu",
-    "generation_tokens_per_s_per_gpu", "throughput_steps_per_h",
+    "generation_tokens_per_s_per_gpu", "throughput_steps_per_h", "what_if",
 )
 ID_COLUMNS = ("point", "point_id", "replicate", "seed")
 
@@ -366,6 +372,8 @@ def point_row(point: SweepPoint, sc: Scenario, run: dict, baseline: dict, sync_a
         "tokens_per_s_per_gpu": _ratio(s["tokens"], s["step_s"] * total),
         "generation_tokens_per_s_per_gpu": _ratio(s["tokens"], gw(s) * meta["rollout_gpus"]),
         "throughput_steps_per_h": s["throughput_steps_per_h"],
+        # a counterfactual point (scenario `what_if:`) says so in every row: ';'-joined fields, '' = a prediction
+        "what_if": ";".join(sc.what_ifs),
     })
     return {c: row[c] for c in row_columns(list(point.values)) if c in row}
 

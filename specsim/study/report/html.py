@@ -53,6 +53,9 @@ PLOT_CAPTIONS = {
 def caveats(resolved: dict, summary: dict) -> list[str]:
     """The caveats of docs/validation.md that apply to this run, each by its rule."""
     out = []
+    if summary.get("what_if"):
+        from specsim.study.report.summary import counterfactual_note
+        out.append(counterfactual_note(summary["what_if"]))
     model, hw = str(resolved.get("model", "")), str(resolved.get("hardware", ""))
     mode = str((resolved.get("pipeline") or {}).get("mode", ""))
     if (model.lower(), Path(hw).stem.lower(), mode) not in VALIDATED_RL_STEPS:
@@ -110,7 +113,8 @@ def render_report(out_dir: Path) -> str:
         **{f"input sha256 ({k})": v for k, v in sorted(inputs.items())},
     }
     page = env.get_template("report.html.j2").render(
-        title=f"{summary.get('scenario', '')}: speculative decoding in RL rollouts",
+        title=f"{summary.get('scenario', '')}: speculative decoding in RL rollouts"
+              + (" — COUNTERFACTUAL" if summary.get("what_if") else ""),
         lede=f"{summary.get('model', '')} on {summary.get('hardware', '')}. {summary.get('description', '')}",
         caveats=caveats(resolved, summary),
         summary_html=Markup(summary_html),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from specsim.study.report.tables import NO_CI_NOTE, TIE_REL, TRAINER_BOUND_IDLE, bottleneck, fmt_ci, jsonable
 
-__all__ = ["summary_dict", "summary_markdown"]
+__all__ = ["counterfactual_note", "summary_dict", "summary_markdown", "what_ifs_of"]
 
 
 def _point_public(e: dict | None) -> dict | None:
@@ -61,6 +61,7 @@ def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str
         "sync_ar": {"definition": "pipeline.mode=sync, speculation.policy=off on the point's total GPUs "
                                   "(an async point's training GPUs join the colocated pool)",
                     "is_baseline": plan.sync_ar_is_baseline},
+        "what_if": what_ifs_of(sc, plan),
         "rank_by": analysis["rank_by"],
         "ci": ("95 % t-interval over paired replicates" if reps >= 2 else NO_CI_NOTE),
         "best": _point_public(best), "best_sd": _point_public(analysis["best_sd"]),
@@ -80,6 +81,20 @@ def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str
     return jsonable(summary)
 
 
+def what_ifs_of(sc, plan) -> list[str]:
+    """Every `what_if.<field>` on at the scenario or any of its points ([] : predictions only)."""
+    found = set(sc.what_ifs)
+    for point_sc in plan.point_scenarios.values():
+        found |= set(point_sc.what_ifs)
+    return sorted(found)
+
+
+def counterfactual_note(what_if: list[str]) -> str:
+    """The one line every output of a counterfactual run carries."""
+    return (f"COUNTERFACTUAL — not a prediction: {', '.join(what_if)} on (scenario `what_if:`; see docs/explain.md). "
+            "No number here may be read as what this configuration would do.")
+
+
 def _source(sc) -> str | None:
     from specsim.scenario import source_file
 
@@ -94,8 +109,12 @@ def _values_text(values: dict) -> str:
 def summary_markdown(s: dict) -> str:
     """summary.md: what a design review reads first."""
     L: list[str] = []
-    L.append(f"# {s['scenario']}: speculative decoding in RL rollouts")
+    wi = s.get("what_if") or []
+    L.append(f"# {s['scenario']}: speculative decoding in RL rollouts" + (" — COUNTERFACTUAL" if wi else ""))
     L.append("")
+    if wi:
+        L.append(f"**{counterfactual_note(wi)}**")
+        L.append("")
     L.append(f"{s['description']}")
     L.append("")
     L.append(f"- model **{s['model']}** on **{s['hardware']}**; seed {s['seed']}; specsim {s['specsim_version']}")
