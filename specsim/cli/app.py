@@ -42,6 +42,7 @@ import typer
 
 from specsim import __version__
 from specsim.cli import common
+from specsim.cli import explain as cli_explain
 from specsim.cli import project as cli_project
 from specsim.cli import run as cli_run
 from specsim.cli.calibrate import calibrate_app
@@ -211,6 +212,7 @@ def validate_cmd(
 app.command("run")(cli_run.run)
 show_app.command("scenario")(cli_run.show_scenario)
 app.command("project")(cli_project.project)
+app.command("explain")(cli_explain.explain)
 app.add_typer(calibrate_app, name="calibrate")
 
 
