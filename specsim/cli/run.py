@@ -133,7 +133,7 @@ def _print_run(res) -> None:
                       + (" — the smallest size simulated" if smallest else f", ≈{m['interpolated']} interpolated"))
         elif m and cap.get("target_step_s"):
             con.print(f"capacity: {label}, no simulated rollout size reaches the {cap['target_step_s']:.1f} s target")
-    for note in cap.get("notes", []) + list(res.warnings):   # rel (#15 rows 1, 5, 7, 18): notes and warnings
+    for note in cap.get("notes", []) + list(s.get("warnings") or []) + list(res.warnings):   # rel (#15 rows 1, 5, 7, 18): notes and warnings
         con.print(f"[yellow]note:[/yellow] {note}")
     con.print(f"summary: {Path(res.out_dir) / 'summary.md'}")
 

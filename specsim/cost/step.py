@@ -9,6 +9,7 @@ form from the table's two coefficients.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -79,9 +80,10 @@ def _sd_step(model: ModelSpec, drafter: DrafterArch, hw: HardwareSpec, layout: P
             for i, (q, logits) in enumerate(passes):
                 one = draft_cost(drafter, hw, layout, n_prop, q, first=(i == 0), logits_per_seq=logits)
                 cost = cost + one.plus_overhead(eager_overhead_s(n_prop * q / dp, dm.layers, sd))
-            cost = cost.plus_overhead(len(passes) * eff.draft_overhead_s)
         if not what_if.verify_as_decode:
             cost = cost + sampler_cost(model, hw, n, q_verify, drafted, dm.vocab)
+        if not what_if.free_drafting:   # (in this order: the real step's sums bit for bit as before)
+            cost = cost.plus_overhead(len(passes) * eff.draft_overhead_s)
     elif what_if.verify_as_decode:
         cost = cost.plus_overhead(0.0 if what_if.free_drafting else ngram_cpu_s(n, sd))
         if not what_if.free_drafting:
@@ -223,6 +225,19 @@ class StepCostTable:
     def step_s(self, k: int, n: int, total_ctx_tokens: float) -> float:
         i = self.ks.index(k)
         return float(self.fixed_s[i, n] + self.per_ctx_s[i, n] * total_ctx_tokens)
+
+    def sd_over_decode(self, k: int, batch: float, ctx_per_seq: float) -> float:
+        """SD step at k ÷ decode step at a (fractional: linear between the integer rows) batch of
+        `batch` sequences of `ctx_per_seq` context tokens each; τ ÷ this is the per-token SD gain there."""
+        top = self.fixed_s.shape[1] - 1
+        b = min(max(float(batch), 1.0), float(top))
+        lo = int(math.floor(b))
+        hi = min(lo + 1, top)
+        w = b - lo if hi > lo else 0.0
+
+        def at(kk: int) -> float:
+            return (1 - w) * self.step_s(kk, lo, lo * ctx_per_seq) + w * self.step_s(kk, hi, hi * ctx_per_seq)
+        return at(k) / at(0)
 
 
 def step_cost_table(model: ModelSpec, drafter: DrafterArch | None, hw: HardwareSpec, layout: ParallelLayout,

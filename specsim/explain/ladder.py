@@ -194,13 +194,8 @@ def expert_coverage(experts: int, top_k: int, tokens) -> np.ndarray:
 
 
 def _table_ratio(table, k: int, batch: float, ctx_per_seq: float) -> float:
-    """SD step ÷ decode step at (fractional, interpolated) batch B and context B·ctx_per_seq."""
-    def at(kk):
-        lo = int(max(1, min(math.floor(batch), table.fixed_s.shape[1] - 1)))
-        hi = min(lo + 1, table.fixed_s.shape[1] - 1)
-        w = min(max(batch - lo, 0.0), 1.0) if hi > lo else 0.0
-        return (1 - w) * table.step_s(kk, lo, lo * ctx_per_seq) + w * table.step_s(kk, hi, hi * ctx_per_seq)
-    return at(k) / at(0)
+    """SD step ÷ decode step at batch B and context B·ctx_per_seq (StepCostTable.sd_over_decode)."""
+    return table.sd_over_decode(k, batch, ctx_per_seq)
 
 
 # ============================================================================ runs

@@ -81,6 +81,7 @@ def caveats(resolved: dict, summary: dict) -> list[str]:
         out.append(f"The best point's engines run {float(best['mean_active_batch']):.1f} sequences on average: the "
                    "rollout pool is over-provisioned for this batch, where SD gains most; fewer rollout GPUs may give "
                    "the same step (see the capacity plan).")
+    out += [f"Review: {w}" for w in summary.get("warnings") or [] if "sequences on average" not in w]
     out += [f"Run warning: {w}" for w in (summary.get("run") or {}).get("warnings", [])]
     out.append("Every speedup is a paired comparison on common random draws; intervals are 95 % t-intervals over "
                "paired replicates (a single replicate gives no interval).")

@@ -73,12 +73,48 @@ def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str
         "plots": {k: Path(v).name for k, v in plots.items()},
         "resolved_scenario": sc.model_dump(mode="json"),
     }
+    summary["warnings"] = review_warnings(sc, best)
     if best is not None:
         point_sc = plan.point_scenarios[best["point"]]
         summary["best"]["k"] = best["k"]
         summary["best"]["policy_lag"] = point_sc.pipeline.policy_lag if point_sc.pipeline.mode == "async" else 0
         summary["best"]["speculation"] = point_sc.speculation.model_dump(mode="json")
     return jsonable(summary)
+
+
+#: engines running fewer sequences than this on average are flagged (an over-provisioned rollout pool)
+LOW_BATCH = 4.0
+#: swept fields whose best value on the grid's edge is flagged (the optimum may lie beyond it)
+EDGE_FIELDS = ("speculation.k", "pipeline.policy_lag")
+
+
+def review_warnings(sc, best: dict | None) -> list[str]:
+    """What a reviewer should know before reading the best point: its k or policy lag sits on the
+    edge of the swept grid (the optimum may lie beyond), its engines run under LOW_BATCH sequences
+    on average, or it is trainer-bound."""
+    out: list[str] = []
+    if not best:
+        return out
+    for path in EDGE_FIELDS:
+        values = sc.sweep.get(path)
+        if not values or path not in best["values"] or len(values) < 2:
+            continue
+        v = best["values"][path]
+        grid = sorted(x for x in values if not (path == "speculation.k" and x == 0))
+        if grid and v in (grid[0], grid[-1]) and len(grid) >= 1 and not (path == "speculation.k" and v == 0):
+            side = "largest" if v == grid[-1] else "smallest"
+            out.append(f"the best {path} = {v} is the {side} value swept ({values}): the optimum may lie beyond "
+                       f"the grid; extend sweep.{path}")
+    batch = (best.get("mean_active_batch") or {}).get("mean")
+    if batch is not None and batch < LOW_BATCH:
+        out.append(f"the best point's rollout engines run {batch:.1f} sequences on average (< {LOW_BATCH:g}): the pool "
+                   "is over-provisioned for this batch, where SD gains most; see the capacity plan")
+    cap = (best.get("trainer_cap") or {}).get("mean")
+    if cap is not None and best.get("e2e_speedup", {}).get("mean") is not None \
+            and best["e2e_speedup"]["mean"] >= 0.9 * cap:
+        out.append(f"trainer-bound: the E2E speedup {best['e2e_speedup']['mean']:.2f}× is within 10 % of the trainer "
+                   f"cap {cap:.2f}× (baseline step ÷ the point's trainer time); a faster rollout cannot add much")
+    return out
 
 
 def what_ifs_of(sc, plan) -> list[str]:
@@ -150,7 +186,25 @@ def summary_markdown(s: dict) -> str:
             L.append(f"| trainer idle (exposed generation ÷ step) | {fmt_ci(idle, 3)} — "
                      f"{bottleneck_text(idle['mean'])} |")
         L.append(f"| τ (tokens per verify) | {fmt_ci(best['tau'], 2)} |")
+        if (best.get("mean_active_batch") or {}).get("mean") is not None:
+            L.append(f"| active batch per engine (time-weighted) | {fmt_ci(best['mean_active_batch'], 2)} |")
+        if (best.get("token_weighted_batch") or {}).get("mean") is not None:
+            L.append(f"| active batch a token saw (token-weighted) | {fmt_ci(best['token_weighted_batch'], 2)} |")
+        if (best.get("per_token_sd_gain") or {}).get("mean") is not None:
+            L.append(f"| per-token SD gain at that batch (τ × decode ÷ SD step, cost table) | "
+                     f"{fmt_ci(best['per_token_sd_gain'], 2)}× (realised E2E vs baseline: {fmt_ci(best['e2e_speedup'])}×) |")
+        if (best.get("sync_ar_generation_share") or {}).get("mean") is not None:
+            L.append(f"| sync AR's generation share of its step | {fmt_ci(best['sync_ar_generation_share'], 3)} |")
+        if (best.get("trainer_cap") or {}).get("mean") is not None:
+            L.append(f"| trainer cap (baseline step ÷ trainer time) | {fmt_ci(best['trainer_cap'], 2)}× |")
         L.append(f"| GPU-hours per step | {fmt_ci(best['gpu_hours_per_step'], 2)} |")
+        L.append("")
+        for w in s.get("warnings") or []:
+            L.append(f"- **warning**: {w}")
+        if s.get("warnings"):
+            L.append("")
+        L.append("Where this gain goes, mechanism by mechanism: `specsim explain SCENARIO --point "
+                 + ",".join(f"{k}={v}" for k, v in best["values"].items()) + "` (docs/explain.md).")
         L.append("")
         margin = s.get("best_vs_runner_up")
         if margin:
