@@ -37,7 +37,9 @@ def _short_values(values: dict) -> str:
     unless two paths share it)."""
     last = [k.split(".")[-1] for k in values]
     names = last if len(set(last)) == len(last) else list(values)
-    return ", ".join(f"{n}={v}" for n, v in zip(names, values.values())) or "-"
+    from specsim.study.report.summary import yaml_value
+
+    return ", ".join(f"{n}={yaml_value(v)}" for n, v in zip(names, values.values())) or "-"
 
 
 def _ci(m: dict | None, digits: int = 3) -> str:
@@ -77,7 +79,7 @@ def run(
 def _print_run(res) -> None:
     from rich.table import Table
 
-    from specsim.study.report.summary import bottleneck_text, runner_up_text, values_of
+    from specsim.study.report.summary import bottleneck_text, ranked_points, runner_up_text, values_of
 
     from specsim.study.report.summary import counterfactual_note
 
@@ -97,7 +99,7 @@ def _print_run(res) -> None:
     for c in cols:
         t.add_column(c, justify="left" if c in ("point", "policy") else "right", no_wrap=c != "point")
     best = (s.get("best") or {}).get("point")
-    for e in s["points"]:
+    for e in ranked_points(s):
         vals = _short_values(e["values"])
         mark = " *" if e["point"] == best else ""
         cells = [f"{e['point']}{mark}", vals, e["sd_policy"], _ci(e["e2e_speedup_vs_sync_ar"])]
@@ -107,7 +109,7 @@ def _print_run(res) -> None:
     con.print(t)
     b = s.get("best")
     if b:
-        vals = ", ".join(f"{k}={v}" for k, v in b["values"].items()) or "(no sweep)"
+        vals = _short_values(b["values"]) if b["values"] else "(no sweep)"
         lag = f"policy lag={b['policy_lag']}" if b["mode"] == "async" else "sync"
         con.print(f"[bold]best[/bold] (*): {vals} — {b['sd_policy']}, k={b['k']}, {lag}: "
                   f"E2E {_ci(b['e2e_speedup_vs_sync_ar'])}× vs sync AR, {_ci(b['e2e_speedup'])}× vs baseline, "

@@ -26,6 +26,15 @@ def bottleneck_text(idle_share: float) -> str:
             "engines only while a step's groups queue for engines (not once its longest responses set the pace)")
 
 
+def ranked_points(s: dict) -> list[dict]:
+    """The summary's points, best first by the ranking metric's mean (unranked last, sweep order
+    breaking ties)."""
+    key = s.get("rank_by", "e2e_speedup_vs_sync_ar")
+    return sorted(s["points"], key=lambda e: (-(e.get(key) or {}).get("mean", float("-inf"))
+                                              if (e.get(key) or {}).get("mean") is not None else float("inf"),
+                                              e["point"]))
+
+
 def values_of(s: dict, point: int) -> dict:
     """The swept values of point `point` in a summary dict ({} if absent)."""
     return next((e["values"] for e in s["points"] if e["point"] == point), {})
@@ -138,8 +147,15 @@ def _source(sc) -> str | None:
 
 
 
+def yaml_value(v) -> str:
+    """A value as YAML writes it (`null`, `true`, `[0, 3]`), not as Python prints it (`None`, `True`)."""
+    import yaml
+
+    return yaml.safe_dump(v, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
+
+
 def _values_text(values: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in values.items()) or "(no sweep)"
+    return ", ".join(f"{k}={yaml_value(v)}" for k, v in values.items()) or "(no sweep)"
 
 
 def summary_markdown(s: dict) -> str:
@@ -155,7 +171,7 @@ def summary_markdown(s: dict) -> str:
     L.append("")
     L.append(f"- model **{s['model']}** on **{s['hardware']}**; seed {s['seed']}; specsim {s['specsim_version']}")
     L.append(f"- {s['combinations']} sweep point(s) × {s['replicates']} replicate(s) = {s['rows']} rows")
-    swept = ", ".join(f"`{k}` ∈ {v}" for k, v in s["swept"].items()) or "nothing swept"
+    swept = ", ".join(f"`{k}` ∈ {yaml_value(v)}" for k, v in s["swept"].items()) or "nothing swept"
     L.append(f"- swept: {swept}")
     b = s["baseline"]
     L.append(f"- baseline: the point with {_values_text(b['overrides'])} ({b['mode']}"
@@ -217,17 +233,17 @@ def summary_markdown(s: dict) -> str:
                  f"{fmt_ci(sd['step_s'], 1)} s. **SD gain over the best AR configuration: "
                  f"{fmt_ci(s.get('sd_gain_over_best_ar'))}×**.")
         L.append("")
-    L.append("## All points (means over replicates; 95 % CI where n ≥ 2)")
+    L.append(f"## All points, ranked by `{s.get('rank_by', 'e2e_speedup_vs_sync_ar')}` (means over replicates; 95 % CI where n ≥ 2)")
     L.append("")
     idle_col = any((e.get("trainer_idle_share") or {}).get("mean") is not None for e in s["points"])
-    L.append("| # | point | policy | E2E vs sync AR | E2E vs baseline | generation vs baseline | step s | τ |"
+    L.append("| rank | # | point | policy | E2E vs sync AR | E2E vs baseline | generation vs baseline | step s | τ |"
              + (" trainer idle |" if idle_col else ""))
-    L.append("|---|---|---|---|---|---|---|---|" + ("---|" if idle_col else ""))
-    for e in s["points"]:
+    L.append("|---|---|---|---|---|---|---|---|---|" + ("---|" if idle_col else ""))
+    for rank, e in enumerate(ranked_points(s), 1):
         idle = e.get("trainer_idle_share") or {}
         extra = ((f" {fmt_ci(idle, 3)} ({bottleneck(idle['mean'])}) |" if idle.get("mean") is not None else " — |")
                  if idle_col else "")
-        L.append(f"| {e['point']} | {_values_text(e['values'])} | {e['sd_policy']} | "
+        L.append(f"| {rank} | {e['point']} | {_values_text(e['values'])} | {e['sd_policy']} | "
                  f"{fmt_ci(e['e2e_speedup_vs_sync_ar'])} | {fmt_ci(e['e2e_speedup'])} | "
                  f"{fmt_ci(e['generation_speedup'])} | {fmt_ci(e['step_s'], 1)} | {fmt_ci(e['tau'], 2)} |{extra}")
     L.append("")
