@@ -43,6 +43,7 @@ import typer
 
 from specsim import __version__
 from specsim.cli import common
+from specsim.cli import explain as cli_explain
 from specsim.cli import plan as cli_plan
 from specsim.cli import project as cli_project
 from specsim.cli import run as cli_run
@@ -239,6 +240,7 @@ app.command("run")(cli_run.run)
 show_app.command("scenario")(cli_run.show_scenario)
 app.command("project")(cli_project.project)
 app.command("plan")(cli_plan.plan)
+app.command("explain")(cli_explain.explain)
 app.add_typer(calibrate_app, name="calibrate")
 
 

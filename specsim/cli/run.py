@@ -37,7 +37,9 @@ def _short_values(values: dict) -> str:
     unless two paths share it)."""
     last = [k.split(".")[-1] for k in values]
     names = last if len(set(last)) == len(last) else list(values)
-    return ", ".join(f"{n}={v}" for n, v in zip(names, values.values())) or "-"
+    from specsim.study.report.summary import yaml_value
+
+    return ", ".join(f"{n}={yaml_value(v)}" for n, v in zip(names, values.values())) or "-"
 
 
 def _ci(m: dict | None, digits: int = 3) -> str:
@@ -83,10 +85,18 @@ def run(
 def _print_run(res) -> None:
     from rich.table import Table
 
-    from specsim.study.report.summary import bottleneck_text, runner_up_text, values_of
+    from specsim.study.report.summary import (
+        bottleneck_text,
+        counterfactual_note,
+        ranked_points,
+        runner_up_text,
+        values_of,
+    )
 
     s = res.summary
     con = console()
+    if s.get("what_if"):
+        con.print(f"[bold red]{counterfactual_note(s['what_if'])}[/bold red]", markup=True)
     con.print(f"[bold]{s['scenario']}[/bold]: {s['model']} on {s['hardware']} — {res.rows} rows "
               f"({res.combinations} points × {res.replicates} replicates); {res.computed_runs} runs simulated, "
               f"{res.reused_runs} reused; {res.wall_s:.1f} s")
@@ -99,7 +109,7 @@ def _print_run(res) -> None:
     for c in cols:
         t.add_column(c, justify="left" if c in ("point", "policy") else "right", no_wrap=c != "point")
     best = (s.get("best") or {}).get("point")
-    for e in s["points"]:
+    for e in ranked_points(s):
         vals = _short_values(e["values"])
         mark = " *" if e["point"] == best else ""
         cells = [f"{e['point']}{mark}", vals, e["sd_policy"], _ci(e["e2e_speedup_vs_sync_ar"])]
@@ -109,7 +119,7 @@ def _print_run(res) -> None:
     con.print(t)
     b = s.get("best")
     if b:
-        vals = ", ".join(f"{k}={v}" for k, v in b["values"].items()) or "(no sweep)"
+        vals = _short_values(b["values"]) if b["values"] else "(no sweep)"
         lag = f"policy lag={b['policy_lag']}" if b["mode"] == "async" else "sync"
         con.print(f"[bold]best[/bold] (*): {vals} — {b['sd_policy']}, k={b['k']}, {lag}: "
                   f"E2E {_ci(b['e2e_speedup_vs_sync_ar'])}× vs sync AR, {_ci(b['e2e_speedup'])}× vs baseline, "
@@ -135,7 +145,7 @@ def _print_run(res) -> None:
                       + (" — the smallest size simulated" if smallest else f", ≈{m['interpolated']} interpolated"))
         elif m and cap.get("target_step_s"):
             con.print(f"capacity: {label}, no simulated rollout size reaches the {cap['target_step_s']:.1f} s target")
-    for note in cap.get("notes", []) + list(res.warnings):   # rel (#15 rows 1, 5, 7, 18): notes and warnings
+    for note in cap.get("notes", []) + list(s.get("warnings") or []) + list(res.warnings):   # rel (#15 rows 1, 5, 7, 18): notes and warnings
         con.print(f"[yellow]note:[/yellow] {note}")
     con.print(f"summary: {Path(res.out_dir) / 'summary.md'}")
 

@@ -132,8 +132,12 @@ def _roofline_op(compute_rate: float, memory_rate: float):
 
 def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs, q_per_seq: float,
               logits_per_seq: float | None = None, weight_dtype: str | None = None,
-              head_weight_dtype: str | None = None) -> PassCost:
+              head_weight_dtype: str | None = None, expert_tokens_per_seq: float | None = None) -> PassCost:
     """Affine cost of one forward pass of `n_seqs` sequences (array ok), q_per_seq new tokens each.
+
+    `expert_tokens_per_seq` (MoE; default q_per_seq): the tokens per sequence whose routing sets
+    how many distinct experts the pass reads -- a counterfactual knob (`what_if.verify_experts_as_decode`
+    prices a verify's expert reads as a decode's, 1 per sequence); FLOPs always count every token.
 
     `logits_per_seq`: tokens per sequence that go through the LM head (decode 1, verify k+1,
     prefill 1, logprob q). `weight_dtype` overrides the layout's (a 4-bit self-drafter);
@@ -182,7 +186,8 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
         if g.moe:
             moe = g.moe
             routed = tokens_engine * moe.top_k
-            hit = expected_experts_hit(moe.experts, moe.top_k, tokens_engine)
+            hit = expected_experts_hit(moe.experts, moe.top_k, tokens_engine if expert_tokens_per_seq is None
+                                       else n * float(expert_tokens_per_seq))
             per_layer.append(gop(2 * routed * g.expert_params / shards, hit * g.expert_params * wb / shards,
                                  routed / moe.experts, 1, "moe",  # grouped GEMM, m = tokens per expert
                                  moe_shape_key(g.hidden, moe.expert_ffn, moe.experts, moe.top_k)))

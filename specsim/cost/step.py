@@ -9,6 +9,7 @@ form from the table's two coefficients.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -20,11 +21,40 @@ from specsim.cost.forward import PassCost, decode_cost, draft_cost, pass_cost, r
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.sd_costs import eager_overhead_s, ngram_cpu_s, ngram_cpu_s_per_ctx_token, piecewise_overhead_s
 
-__all__ = ["DraftPasses", "StepCostTable", "mixed_step_time_s", "step_cost", "step_cost_table", "tree_step_cost"]
+__all__ = ["DraftPasses", "StepCostTable", "StepWhatIf", "mixed_step_time_s", "step_cost", "step_cost_table",
+           "tree_step_cost"]
+
+
+@dataclass(frozen=True)
+class StepWhatIf:
+    """Counterfactual pricing of an SD step (the scenario's `what_if:` section; all off = the real step).
+
+    * `verify_as_decode`: the verify pass, its rejection sampler and the per-SD-step overhead are
+      priced as one decode pass with its sampler (the draft passes stay);
+    * `verify_experts_as_decode`: the verify reads only the experts a decode of the same batch
+      hits (MoE; forward.pass_cost `expert_tokens_per_seq`): the expert-coverage premium removed;
+    * `free_drafting`: the draft passes and their per-pass overhead cost nothing;
+    * `decodes_per_k` c: the whole SD step at k costs (1 + c·k) decode steps (both affine
+      coefficients scaled), at every batch; c = 0 is the acceptance ceiling (SD step = decode step).
+    With `verify_as_decode` and `free_drafting` together an SD step costs exactly a decode step."""
+
+    verify_as_decode: bool = False
+    verify_experts_as_decode: bool = False
+    free_drafting: bool = False
+    decodes_per_k: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.verify_as_decode or self.verify_experts_as_decode or self.free_drafting \
+            or self.decodes_per_k is not None
+
+
+_REAL = StepWhatIf()
 
 
 def _sd_step(model: ModelSpec, drafter: DrafterArch, hw: HardwareSpec, layout: ParallelLayout, n: np.ndarray,
-             passes: list[tuple[float, float]], draft_tokens: float, proposal_rate: float = 1.0) -> PassCost:
+             passes: list[tuple[float, float]], draft_tokens: float, proposal_rate: float = 1.0,
+             what_if: StepWhatIf = _REAL) -> PassCost:
     """Draft passes (q, logits per sequence; the first is the fused one) for the n·p proposing
     sequences, one verify over the actual query tokens n·(1 + p·draft_tokens) (a request without
     a draft is verified with q = 1), rejection sampling over those rows, eager launches, the SD
@@ -35,23 +65,39 @@ def _sd_step(model: ModelSpec, drafter: DrafterArch, hw: HardwareSpec, layout: P
     p = float(proposal_rate)
     drafted = p * draft_tokens   # expected draft tokens per sequence
     q_verify = drafted + 1.0
-    cost = pass_cost(model, hw, layout, n, q_verify, q_verify)
-    cost = cost.plus_overhead(eager_overhead_s(n * q_verify / dp, model.layers, sd))
-    cost = cost.plus_overhead(piecewise_overhead_s(n / dp, p, n * q_verify / dp, model.layers, sd))
+    if what_if.verify_as_decode:   # the verify (+ its sampler, + the SD step overhead) priced as a decode
+        cost = decode_cost(model, hw, layout, n) + sampler_cost(model, hw, n, 1.0)
+        cost = cost.plus_overhead(eager_overhead_s(n / dp, model.layers, sd))
+    else:
+        cost = pass_cost(model, hw, layout, n, q_verify, q_verify,
+                         expert_tokens_per_seq=1.0 if what_if.verify_experts_as_decode else None)
+        cost = cost.plus_overhead(eager_overhead_s(n * q_verify / dp, model.layers, sd))
+        cost = cost.plus_overhead(piecewise_overhead_s(n / dp, p, n * q_verify / dp, model.layers, sd))
     dm = drafter.model
     if dm is not None:
         n_prop = n * p
-        for i, (q, logits) in enumerate(passes):
-            one = draft_cost(drafter, hw, layout, n_prop, q, first=(i == 0), logits_per_seq=logits)
-            cost = cost + one.plus_overhead(eager_overhead_s(n_prop * q / dp, dm.layers, sd))
-        cost = cost + sampler_cost(model, hw, n, q_verify, drafted, dm.vocab)
-        cost = cost.plus_overhead(len(passes) * eff.draft_overhead_s)
+        if not what_if.free_drafting:
+            for i, (q, logits) in enumerate(passes):
+                one = draft_cost(drafter, hw, layout, n_prop, q, first=(i == 0), logits_per_seq=logits)
+                cost = cost + one.plus_overhead(eager_overhead_s(n_prop * q / dp, dm.layers, sd))
+        if not what_if.verify_as_decode:
+            cost = cost + sampler_cost(model, hw, n, q_verify, drafted, dm.vocab)
+        if not what_if.free_drafting:   # (in this order: the real step's sums bit for bit as before)
+            cost = cost.plus_overhead(len(passes) * eff.draft_overhead_s)
+    elif what_if.verify_as_decode:
+        cost = cost.plus_overhead(0.0 if what_if.free_drafting else ngram_cpu_s(n, sd))
+        if not what_if.free_drafting:
+            cpu = ngram_cpu_s_per_ctx_token(sd)
+            cost = PassCost(cost.fixed_s, cost.per_ctx_token_s + cpu, cost.compute_s, cost.memory_s, cost.comm_s,
+                            cost._ctx_compute, cost._ctx_memory)
     else:
         cost = cost + sampler_cost(model, hw, n, q_verify)
-        cpu = ngram_cpu_s_per_ctx_token(sd)
-        cost = PassCost(cost.fixed_s, cost.per_ctx_token_s + cpu, cost.compute_s, cost.memory_s, cost.comm_s,
-                        cost._ctx_compute, cost._ctx_memory).plus_overhead(ngram_cpu_s(n, sd))
-    return cost.plus_overhead(sd.sd_step_overhead_s + eff.step_overhead_s + eff.per_seq_overhead_s * n)
+        if not what_if.free_drafting:
+            cpu = ngram_cpu_s_per_ctx_token(sd)
+            cost = PassCost(cost.fixed_s, cost.per_ctx_token_s + cpu, cost.compute_s, cost.memory_s, cost.comm_s,
+                            cost._ctx_compute, cost._ctx_memory).plus_overhead(ngram_cpu_s(n, sd))
+    sd_overhead = 0.0 if what_if.verify_as_decode else sd.sd_step_overhead_s
+    return cost.plus_overhead(sd_overhead + eff.step_overhead_s + eff.per_seq_overhead_s * n)
 
 
 def _first_q(first_pass_q, most: float) -> float:
@@ -62,7 +108,8 @@ def _first_q(first_pass_q, most: float) -> float:
 
 
 def step_cost(model: ModelSpec, drafter: DrafterArch | None, hw: HardwareSpec, layout: ParallelLayout,
-              n_seqs, k: int, first_pass_q: float | None = None, proposal_rate: float = 1.0) -> PassCost:
+              n_seqs, k: int, first_pass_q: float | None = None, proposal_rate: float = 1.0,
+              what_if: StepWhatIf = _REAL) -> PassCost:
     """One engine step for a batch of n sequences, as vLLM runs it, plus the fixed step overhead
     and a per-sequence overhead (efficiency block).
 
@@ -86,7 +133,8 @@ def step_cost(model: ModelSpec, drafter: DrafterArch | None, hw: HardwareSpec, l
         cost = cost.plus_overhead(eager_overhead_s(n / layout.attn_dp, model.layers, sd))
         return cost.plus_overhead(eff.step_overhead_s + eff.per_seq_overhead_s * n)
     q1 = _first_q(first_pass_q, k + 1.0)
-    return _sd_step(model, drafter, hw, layout, n, [(q1, 1.0)] + [(1.0, 1.0)] * (k - 1), float(k), proposal_rate)
+    return _sd_step(model, drafter, hw, layout, n, [(q1, 1.0)] + [(1.0, 1.0)] * (k - 1), float(k), proposal_rate,
+                    what_if)
 
 
 def mixed_step_time_s(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_decode, ctx_per_seq,
@@ -137,7 +185,8 @@ class DraftPasses(Protocol):
 
 
 def tree_step_cost(model: ModelSpec, drafter: DrafterArch, hw: HardwareSpec, layout: ParallelLayout,
-                   n_seqs, tree: DraftPasses, first_pass_q: float | None = None) -> PassCost:
+                   n_seqs, tree: DraftPasses, first_pass_q: float | None = None,
+                   what_if: StepWhatIf = _REAL) -> PassCost:
     """One tree-drafting step of `tree` (a full tree or SGLang's beam tree, workload/acceptance/shapes.py).
 
     Draft passes: the first over the accepted tokens (one logit row per sequence, whose top
@@ -152,7 +201,8 @@ def tree_step_cost(model: ModelSpec, drafter: DrafterArch, hw: HardwareSpec, lay
         raise ValueError("tree drafting needs a drafter with a GPU pass (not n-gram)")
     depth, later, tokens = int(tree.depth), list(tree.draft_passes()), float(tree.tokens)
     q1 = _first_q(first_pass_q, depth + 1.0)
-    return _sd_step(model, drafter, hw, layout, np.asarray(n_seqs, dtype=float), [(q1, 1.0)] + later, tokens)
+    return _sd_step(model, drafter, hw, layout, np.asarray(n_seqs, dtype=float), [(q1, 1.0)] + later, tokens,
+                    what_if=what_if)
 
 
 @dataclass(frozen=True)
@@ -176,13 +226,28 @@ class StepCostTable:
         i = self.ks.index(k)
         return float(self.fixed_s[i, n] + self.per_ctx_s[i, n] * total_ctx_tokens)
 
+    def sd_over_decode(self, k: int, batch: float, ctx_per_seq: float) -> float:
+        """SD step at k ÷ decode step at a (fractional: linear between the integer rows) batch of
+        `batch` sequences of `ctx_per_seq` context tokens each; τ ÷ this is the per-token SD gain there."""
+        top = self.fixed_s.shape[1] - 1
+        b = min(max(float(batch), 1.0), float(top))
+        lo = int(math.floor(b))
+        hi = min(lo + 1, top)
+        w = b - lo if hi > lo else 0.0
+
+        def at(kk: int) -> float:
+            return (1 - w) * self.step_s(kk, lo, lo * ctx_per_seq) + w * self.step_s(kk, hi, hi * ctx_per_seq)
+        return at(k) / at(0)
+
 
 def step_cost_table(model: ModelSpec, drafter: DrafterArch | None, hw: HardwareSpec, layout: ParallelLayout,
                     max_batch: int, ks, first_pass_q: dict[int, float] | None = None,
-                    tree: DraftPasses | None = None, proposal_rate: float = 1.0) -> StepCostTable:
+                    tree: DraftPasses | None = None, proposal_rate: float = 1.0,
+                    what_if: StepWhatIf = _REAL) -> StepCostTable:
     """The table for every k in `ks` (and 0). `first_pass_q[k]`: tokens per sequence of the first
     draft pass at draft length k (the expected tokens emitted per step, τ at k; default 1).
-    `tree` (see `tree_step_cost`): the row k = D prices that tree instead of a chain. `proposal_rate`: the share of request-steps with a draft (`step_cost`)."""
+    `tree` (see `tree_step_cost`): the row k = D prices that tree instead of a chain. `proposal_rate`: the share of request-steps with a draft (`step_cost`).
+    `what_if`: counterfactual SD-step pricing (:class:`StepWhatIf`); the k = 0 row is always the real decode step."""
     ks = tuple(sorted({int(k) for k in ks} | {0}))
     q1 = first_pass_q or {}
     depth = None if tree is None else tree.depth
@@ -191,9 +256,15 @@ def step_cost_table(model: ModelSpec, drafter: DrafterArch | None, hw: HardwareS
     per_ctx = np.zeros((len(ks), max_batch + 1))
     for i, k in enumerate(ks):
         if tree is not None and k == depth and drafter is not None:
-            c = tree_step_cost(model, drafter, hw, layout, n[1:], tree, q1.get(k))
+            c = tree_step_cost(model, drafter, hw, layout, n[1:], tree, q1.get(k), what_if=what_if)
         else:
-            c = step_cost(model, drafter, hw, layout, n[1:], k, q1.get(k), proposal_rate)
+            c = step_cost(model, drafter, hw, layout, n[1:], k, q1.get(k), proposal_rate, what_if=what_if)
         fixed[i, 1:] = c.fixed_s
         per_ctx[i, 1:] = c.per_ctx_token_s
+    if what_if.decodes_per_k is not None:   # SD step at k = (1 + c·k) decode steps, both coefficients
+        i0 = ks.index(0)
+        for i, k in enumerate(ks):
+            if k:
+                fixed[i] = (1.0 + what_if.decodes_per_k * k) * fixed[i0]
+                per_ctx[i] = (1.0 + what_if.decodes_per_k * k) * per_ctx[i0]
     return StepCostTable(ks, fixed, per_ctx)

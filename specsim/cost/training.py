@@ -70,6 +70,7 @@ class TrainingLayout:
     optimizer_steps: int = 1
     logprob_efficiency: float | None = None   # GEMM efficiency of the logprob passes (None: the profile's compute)
     sharding: str = "fsdp"                    # fsdp (ZeRO-3) | distributed_optimizer (Megatron, ZeRO-1)
+    free: bool = False                        # a counterfactual trainer (what_if.free_trainer): every pass costs 0
 
     @property
     def tp(self) -> int:
@@ -170,6 +171,8 @@ def logprob_s(model: ModelSpec, hw: HardwareSpec, tl: TrainingLayout, seq_tokens
     same kernels, unless the trainer's own `logprob_efficiency` (fitted from measured logprob stage
     times) replaces them: then every op runs at that fraction of peak on the scalar roofline (the
     trainer's framework, not the inference engine's kernels, runs these passes)."""
+    if tl.free:
+        return 0.0
     passes = 2 if tl.reference_logprob else 1
     if tl.logprob_efficiency is not None:
         hw = replace(hw, kernel_fit=None).with_efficiency(compute=float(tl.logprob_efficiency))
@@ -268,8 +271,9 @@ def train_cost(model: ModelSpec, hw: HardwareSpec, tl: TrainingLayout, seq_token
 
 
 def train_s(model: ModelSpec, hw: HardwareSpec, tl: TrainingLayout, seq_tokens) -> float:
-    """train_cost(...).total_s: fwd+bwd compute + PP bubble + exposed TP/EP/DP comm + optimizer."""
-    return train_cost(model, hw, tl, seq_tokens).total_s
+    """train_cost(...).total_s: fwd+bwd compute + PP bubble + exposed TP/EP/DP comm + optimizer
+    (0 for a free trainer, `TrainingLayout.free`)."""
+    return 0.0 if tl.free else train_cost(model, hw, tl, seq_tokens).total_s
 
 
 # ----------------------------------------------------------------------------- memory
@@ -367,6 +371,8 @@ def weight_sync_s(model: ModelSpec, hw: HardwareSpec, rollout: ParallelLayout, r
                max(B, W/trainer GPUs) bytes (a rollout shard in, or a trainer's share out):
                t = lat·⌈log2(engines + 1)⌉ + max(B, W/n_train) / bw.
     """
+    if method == "none":   # a free trainer (what_if.free_trainer): the weights arrive at no cost
+        return 0.0
     b = weight_bytes_per_gpu(model, rollout)
     span = rollout_gpus if colocated else rollout_gpus + training_gpus
     bw, lat = comm.link(hw, span)
@@ -376,7 +382,7 @@ def weight_sync_s(model: ModelSpec, hw: HardwareSpec, rollout: ParallelLayout, r
             return 0.0 if n <= 1 else float(lat * np.ceil(np.log2(n)) + (n - 1) / n * b / bw)
         return float(lat * np.ceil(np.log2(max(n, 2))) + b / bw)
     if method != "broadcast":
-        raise SpecError("weight_sync", method, "broadcast or reshard")
+        raise SpecError("weight_sync", method, "broadcast or reshard (or none: a free trainer)")
     engines = max(1, rollout_gpus // rollout.gpus)
     total = rollout_weight_bytes(model, rollout)
     return float(lat * np.ceil(np.log2(engines + 1)) + max(b, total / training_gpus) / bw)
@@ -395,7 +401,7 @@ def drafter_update_s(drafter: DrafterArch, hw: HardwareSpec, tl: TrainingLayout,
     `hidden_states_cached=False` a policy forward (2·N·f·ΣL + 4·layers·n_h·d·f·ΣL²/2 FLOPs,
     at the same MFU) is added. eagle3's model has its draft vocabulary; mtp's the full LM head.
     Not for self_quant (see requantize_s) or ngram (0)."""
-    if drafter.model is None or not drafter.spec.retrainable:
+    if drafter.model is None or not drafter.spec.retrainable or tl.free:
         return 0.0
     L = np.asarray(seq_tokens, dtype=float)
     f = float(token_fraction)

@@ -261,6 +261,17 @@ class DrafterSection(Strict):
                                   description="acceptance of draft position j is α·d^(j−1)")
     heterogeneity: float | None = Field(default=None, ge=1e-2, le=1e6, description=(
         "Beta concentration of per-sequence α (null: every sequence has the mean)"))
+    spread_scope: Literal["between", "within", "both"] = Field(default="between", description=(
+        "what the per-sequence spread of α (`heterogeneity`) belongs to: `between` = one α per response for its "
+        "whole length (a hard prompt stays hard); `within` = α redrawn from the same Beta every "
+        "`spread_segment_tokens` tokens along a response (correlated by `spread_segment_correlation`), so long "
+        "responses average out and short ones keep their spread; `both` = half the spread's variance each way. "
+        "The reported τ is the same under every scope (see \"Spread scope\" in `docs/explain.md`)"))
+    spread_segment_tokens: int = Field(default=1024, ge=1, le=10**7, description=(
+        "with `spread_scope: within | both`: tokens per segment between two draws of α"))
+    spread_segment_correlation: float = Field(default=0.0, ge=0, lt=1, description=(
+        "with `spread_scope: within | both`: correlation ρ of neighbouring segments' α (a Gaussian-copula AR(1): "
+        "0 = independent segments)"))
     staleness: StalenessSection = Field(default=StalenessSection(), description=(
         "how α decays as the policy moves away from the drafter (default: no drift)"))
     update_every_steps: int = Field(default=0, ge=0, le=10**6,
@@ -388,6 +399,42 @@ class CapacitySection(Strict):
         "r draws, so the plan's step times are the points table's means)"))
 
 
+class WhatIfSection(Strict):
+    """Counterfactuals: switch one mechanism off to see what it costs.
+
+    A scenario with any of these on is a labelled counterfactual, not a prediction: every output
+    of a run that uses one says so (summary title and `what_if` entry, a points.csv column, a
+    caveat at the top of report.html, the printed summary) and validation targets refuse it.
+    `specsim explain` turns them on and off on the same random draws (see `docs/explain.md`).
+    All default off."""
+
+    verify_as_decode: bool = Field(default=False, description=(
+        "price the verify pass (with its rejection sampler and the per-SD-step overhead) as one decode pass with "
+        "its sampler: the verify premium removed"))
+    verify_experts_as_decode: bool = Field(default=False, description=(
+        "MoE only: the verify pass reads only the experts a decode of the same batch hits, E·(1 − (1 − top_k/E)^B) "
+        "instead of E·(1 − (1 − top_k/E)^((k+1)·B)): the expert-coverage part of the verify premium removed"))
+    free_drafting: bool = Field(default=False, description=(
+        "draft passes (and their per-pass overhead) cost nothing"))
+    sd_step_decodes_per_k: float | None = Field(default=None, ge=0, le=100, description=(
+        "an SD step at draft length k costs (1 + c·k) decode steps at every batch and context (c = this; 0 = an SD "
+        "step costs one decode step: the acceptance ceiling); null: off. Replaces the SD step's own cost, so it is "
+        "not combined with `verify_as_decode`, `verify_experts_as_decode` or `free_drafting`"))
+    no_acceptance_spread: bool = Field(default=False, description=(
+        "every response accepts at the mean (`drafter.heterogeneity` ignored; the configured τ still holds)"))
+    no_staleness: bool = Field(default=False, description=(
+        "the drafter never drifts from the policy (`drafter.staleness` ignored; online updates still cost)"))
+    free_trainer: bool = Field(default=False, description=(
+        "reward, logprob, training, weight sync, online drafter updates, engine wake-up and prompt loading take no "
+        "time: the RL step is its generation (a self-drafter's re-quantization runs on the rollout GPUs and still "
+        "costs)"))
+
+    def active(self) -> list[str]:
+        """The what-if fields that are on, as `what_if.<field>` paths (empty: a prediction)."""
+        return [f"what_if.{name}" for name, fld in type(self).model_fields.items()
+                if getattr(self, name) not in (False, None)]
+
+
 class OutputSection(Strict):
     """Results folder, plots and the capacity plan."""
 
@@ -433,6 +480,9 @@ class Scenario(Strict):
         "own (errors name `sweep.<path>`)"))
     output: OutputSection = Field(default=OutputSection(), description="results folder, plots and the capacity plan")
     plan: PlanSection = Field(default=PlanSection(), description="what `specsim plan` searches (ignored by `run`)")
+    what_if: WhatIfSection = Field(default=WhatIfSection(), description=(
+        "counterfactuals (all off by default): a scenario with any on is labelled a counterfactual everywhere and "
+        "refused by validation targets"))
     _source_file: str | None = PrivateAttr(default=None)
 
     @field_validator("name")
@@ -500,6 +550,21 @@ class Scenario(Strict):
                        + ("" if cap.replicates else ", the sweep's replicates while unset")
                        + "); set output.capacity.replicates lower or list fewer output.capacity.rollout_gpus")
         return self
+
+    @model_validator(mode="after")
+    def _what_if_combination(self):
+        wi = self.what_if
+        if wi.sd_step_decodes_per_k is not None:
+            for name in ("verify_as_decode", "verify_experts_as_decode", "free_drafting"):
+                if getattr(wi, name):
+                    raise field_error(f"what_if.{name}", True,
+                                      "false with what_if.sd_step_decodes_per_k (which replaces the whole SD step's cost)")
+        return self
+
+    @property
+    def what_ifs(self) -> list[str]:
+        """The counterfactual fields this scenario turns on (`what_if.<field>`; empty: a prediction)."""
+        return self.what_if.active()
 
     @property
     def rows(self) -> int:

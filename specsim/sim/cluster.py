@@ -152,7 +152,7 @@ def exact_laws(alphas: np.ndarray, ks, decay: float, tree_for, proposal_rate: fl
     return out
 
 
-def step_noise(draw: "StepDraw", order: np.ndarray, eng_sorted: np.ndarray) -> np.ndarray:
+def step_noise(draw: StepDraw, order: np.ndarray, eng_sorted: np.ndarray) -> np.ndarray:
     """The fast engine's noise for one RL step (one standard normal per response; `order`: the
     step's responses sorted by engine, `eng_sorted` their engines), aligned with `order`. One
     stream per step, indexed by response; with V1_INPUTS one stream per engine (fast_v1's)."""

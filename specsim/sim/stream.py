@@ -105,7 +105,7 @@ class StreamCluster:
         in step order) as the per-engine engines, engine-major in the fleet's arrays; each step's
         noise from the step's stream and the laws tabulated per mean acceptance (cluster.step_noise,
         cluster.QuantileLaws; with cluster.V1_INPUTS fast_v1's per-engine noise and exact laws)."""
-        draws, E = self.draws, self.world.engines
+        draws = self.draws
         cols = {key: [] for key in ("ids", "groups", "prompt", "lengths", "u", "step", "z", "eng")}
         for j, (d, (order, eng_sorted, group_of)) in enumerate(zip(draws, steps)):
             cols["ids"].append(self.step_offset[j] + order)

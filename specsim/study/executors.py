@@ -143,12 +143,55 @@ def execute(task: RunTask | dict) -> dict:
     except (ScenarioError, SpecError, LayoutError) as exc:
         return {"key": t.key, "error": f"{exc.__class__.__name__}: {exc}"}
     steady = {k: float(v) for k, v in res.steady().items()}
+    steady["token_weighted_batch"] = token_weighted_batch(res)
+    steady["per_token_sd_gain"] = per_token_sd_gain(world, steady)
     steps = [{k: (float(v) if isinstance(v, float) else int(v)) for k, v in _asdict(r).items()} for r in res.records]
     meta = {"scenario": sc.name, "mode": sc.pipeline.mode, "policy": world.policy.label, "engines": world.engines,
             "gpus_per_engine": world.layout.gpus, "rollout_gpus": sc.rollout.gpus,
             "training_gpus": sc.training_gpus, "total_gpus": sc.total_gpus, "replicate": t.replicate,
             "warmup_steps": res.warmup_steps, "role": t.role}
     return {"key": t.key, "steady": steady, "steps": steps, "meta": meta}
+
+
+def token_weighted_batch(res) -> float:
+    """The active batch a generated token saw, averaged over the steady steps' tokens (Σ batch ×
+    tokens ÷ Σ tokens over the engines' timeline segments), from the sync generations' timelines;
+    NaN for async runs (their engines record no timeline: sim/stream.py)."""
+    import numpy as np
+
+    num = den = 0.0
+    for i, g in enumerate(res.generations or []):
+        if g is None or i < res.warmup_steps:
+            continue
+        for e in g.engines:
+            t = np.asarray(e.timeline.get("t_s", []), float)
+            if len(t) == 0:
+                continue
+            dt = np.clip(np.diff(np.append(t, e.rollout_s)), 0.0, None)
+            tok = np.asarray(e.timeline["tokens_per_s"], float) * dt
+            num += float(np.sum(np.asarray(e.timeline["active"], float) * tok))
+            den += float(np.sum(tok))
+    return num / den if den > 0 else float("nan")
+
+
+def per_token_sd_gain(world, steady: dict) -> float:
+    """τ × decode step ÷ SD step at the run's steady mean active batch, from its cost table (the
+    gain a token sees at that batch, before the tail, the spread and the pipeline; NaN for AR).
+    Context per sequence: the mean prompt plus half the mean response."""
+    import math
+
+    from specsim.study.sweep import k_of
+
+    k = k_of(world.scenario)
+    tau = steady.get("tau", float("nan"))
+    batch = steady.get("token_weighted_batch")
+    if batch is None or not math.isfinite(batch):
+        batch = steady.get("mean_active_batch", float("nan"))
+    if k == 0 or k not in world.table.ks or not (math.isfinite(tau) and math.isfinite(batch) and batch > 0):
+        return float("nan")
+    w = world.workload
+    ctx = world.prompt_dist.mean_tokens(w.max_prompt_tokens) + 0.5 * world.response_dist.mean_tokens(w.max_response_tokens)
+    return float(tau / world.table.sd_over_decode(k, batch, ctx))
 
 
 # ============================================================================ local pool

@@ -18,9 +18,8 @@ Student-t interval (the replicates differ in every drawn length and acceptance).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import math
+from collections.abc import Callable
 
 import numpy as np
 from scipy import stats

@@ -173,6 +173,12 @@ def run_doc(sc: Scenario) -> dict:
     if doc["pipeline"]["mode"] == "sync":
         doc["pipeline"].pop("policy_lag", None)
         doc["pipeline"].pop("partial_rollouts", None)
+    if not sc.what_ifs:                                    # no counterfactual: run keys as before
+        doc.pop("what_if", None)
+    d = doc["drafter"]
+    if d.get("spread_scope", "between") == "between":     # the default scope: run keys as before
+        for key in ("spread_scope", "spread_segment_tokens", "spread_segment_correlation"):
+            d.pop(key, None)
     return doc
 
 
@@ -315,8 +321,11 @@ ROW_COLUMNS = (
     "verify_steps", "baseline_generation_s", "baseline_step_s", "baseline_exposed_generation_s",
     "generation_speedup", "e2e_speedup", "exposed_generation_saving_s", "sync_ar_generation_s", "sync_ar_step_s",
     "generation_speedup_vs_sync_ar", "e2e_speedup_vs_sync_ar", "gpu_hours_per_step", "tokens_per_s_per_gpu",
-    "generation_tokens_per_s_per_gpu", "throughput_steps_per_h",
+    "generation_tokens_per_s_per_gpu", "throughput_steps_per_h", "token_weighted_batch", "per_token_sd_gain",
+    "sync_ar_generation_share", "trainer_s", "trainer_cap", "trainer_bound", "what_if",
 )
+#: a point whose E2E speedup reaches this share of its trainer cap is flagged trainer-bound
+TRAINER_CAP_SHARE = 0.9
 ID_COLUMNS = ("point", "point_id", "replicate", "seed")
 
 
@@ -335,6 +344,7 @@ def point_row(point: SweepPoint, sc: Scenario, run: dict, baseline: dict, sync_a
     gw = lambda d: d.get("gen_window_s", d["generation_s"])
     meta = run["meta"]
     total = meta["total_gpus"]
+    trainer_s = sum(s.get(st, 0.0) for st in ("reward_s", "logprob_s", "train_s", "weight_sync_s", "drafter_update_s"))
     row: dict[str, Any] = {"point": point.index, "point_id": point.point_id, "replicate": point.replicate,
                            "seed": sc.seed}
     for path, value in point.values.items():
@@ -367,6 +377,16 @@ def point_row(point: SweepPoint, sc: Scenario, run: dict, baseline: dict, sync_a
         "tokens_per_s_per_gpu": _ratio(s["tokens"], s["step_s"] * total),
         "generation_tokens_per_s_per_gpu": _ratio(s["tokens"], gw(s) * meta["rollout_gpus"]),
         "throughput_steps_per_h": s["throughput_steps_per_h"],
+        # the active batch a token saw (sync runs; NaN async) and τ × decode ÷ SD step there (cost table)
+        "token_weighted_batch": s.get("token_weighted_batch", float("nan")),
+        "per_token_sd_gain": s.get("per_token_sd_gain", float("nan")),
+        "sync_ar_generation_share": _ratio(a["generation_s"], a["step_s"]) if a else float("nan"),
+        "trainer_s": trainer_s,
+        # the largest E2E speedup free generation could give: the baseline's step ÷ the point's trainer side
+        "trainer_cap": _ratio(b["step_s"], trainer_s),
+        "trainer_bound": bool(_ratio(b["step_s"], s["step_s"]) >= TRAINER_CAP_SHARE * _ratio(b["step_s"], trainer_s)),
+        # a counterfactual point (scenario `what_if:`) says so in every row: ';'-joined fields, '' = a prediction
+        "what_if": ";".join(sc.what_ifs),
     })
     return {c: row[c] for c in row_columns(list(point.values)) if c in row}
 

@@ -177,7 +177,9 @@ def load_targets(paths: list[str] | None = None) -> list[Target]:
 
 # ----------------------------------------------------------------------------- simulation
 def _overrides(d: dict) -> list[str]:
-    return [f"{k}={yaml.safe_dump(v, default_flow_style=True, width=10**6).strip().removesuffix(chr(10) + '...')}"
+    """A target's dotted overrides as `--set` texts, after `sweep={}`: a target simulates the
+    scenario itself, never its sweep, and `load_scenario` refuses a `--set` on a swept field."""
+    return ["sweep={}"] + [f"{k}={yaml.safe_dump(v, default_flow_style=True, width=10**6).strip().removesuffix(chr(10) + '...')}"
             for k, v in d.items()]
 
 
@@ -272,9 +274,29 @@ def _effective_step(s: dict[str, float]) -> float:
     return s.get("effective_step_s", s["step_s"])
 
 
+def refuse_what_if(t: Target) -> None:
+    """A validation target must simulate a prediction: a scenario (with the row's overrides, each
+    ordinal arm's, and the baseline's) that turns on any `what_if:` counterfactual is refused
+    with a SpecError naming the target and the field."""
+    row, scen = t.row, t.scenario_path
+    ov = _overrides(row.overrides)
+    arms = [ov]
+    if row.metric == "ordinal":
+        arms = [ov + _overrides(a.overrides) for a in (row.parsed_params.slower, row.parsed_params.faster)]
+    for arm in arms:
+        sc = load_scenario(scen, arm)
+        for variant in (sc, apply_overrides(sc, dict(sc.pipeline.baseline))):
+            if variant.what_ifs:
+                raise SpecError(variant.what_ifs[0], True,
+                                f"off in a validation target (a what-if is a counterfactual, never compared with a "
+                                f"measurement; on: {', '.join(variant.what_ifs)})", t.file)
+
+
 def simulate_target(t: Target, runs: Runs) -> tuple[float, float | None, float | None, float | None]:
     """(simulated value, slower_s, faster_s, simulated_se) of one target; slower_s and faster_s only
-    for ordinal rows (whose se is the margin's); se None where the metric is deterministic."""
+    for ordinal rows (whose se is the margin's); se None where the metric is deterministic.
+    Refuses a target whose scenario runs a `what_if:` counterfactual (:func:`refuse_what_if`)."""
+    refuse_what_if(t)
     row, scen = t.row, t.scenario_path
     ov = _overrides(row.overrides)
     p = row.parsed_params

@@ -8,6 +8,7 @@ scenario file, so the CLI can print them and exit 2.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -16,20 +17,22 @@ from specsim.catalog.hardware import HardwareSpec, load_hardware
 from specsim.catalog.models import drafter_arch, drafter_kind, load_model
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.memory import memory_plan
-from specsim.cost.step import step_cost_table
+from specsim.cost.step import StepWhatIf, step_cost_table
 from specsim.cost.training import check_training_fits
 from specsim.errors import LayoutError, SpecError
 from specsim.scenario import Scenario, ScenarioError, source_file
 from specsim.workload.acceptance.context import ContextAcceptance, ContextCurve, normalising_scale
 from specsim.workload.acceptance.drafter import DrafterAcceptance, Staleness, staleness_from_taus, temperature_alpha
 from specsim.workload.acceptance.shapes import DEFAULT_SIBLING_FACTOR, TopKTree
+from specsim.workload.acceptance.spread import effective_concentration, length_bins
 from specsim.workload.lengths import LengthDistribution
 from specsim.world.fields import scenario_field
 from specsim.world.specs import PipelineSpec, RolloutSpec, TrainerSpec, WorkloadSpec, World
 from specsim.world.speculation import from_section
 from specsim.world.trainer import training_layout
 
-__all__ = ["World", "acceptance_model", "length_distribution", "resolve", "vllm_default_max_num_seqs"]
+__all__ = ["World", "acceptance_model", "length_distribution", "resolve", "spread_concentration", "step_what_if",
+           "vllm_default_max_num_seqs"]
 
 
 def length_distribution(spec, field_path: str, base_dir: Path | None) -> LengthDistribution:
@@ -72,7 +75,10 @@ _TAU_TREE_FIELDS = {"tree.depth": "drafter.tau_at_k", "tree.topk": "drafter.tau_
                     "tree.verify_tokens": "drafter.tau_tree_verify_tokens"}
 
 
-def acceptance_model(sc: Scenario) -> DrafterAcceptance:
+_SCENARIO_CONCENTRATION = object()   # acceptance_model: the concentration the scenario gives
+
+
+def acceptance_model(sc: Scenario, concentration=_SCENARIO_CONCENTRATION) -> DrafterAcceptance:
     """The drafter's acceptance model, every configured τ meaning what an engine reports.
 
     Nothing configured is dropped silently: staleness or online updates given for a kind the
@@ -82,9 +88,15 @@ def acceptance_model(sc: Scenario) -> DrafterAcceptance:
     that differs from `general_tau`, or `alpha`, is an error rather than ignored. A τ measured at
     another temperature (`tau_temperature`) is moved to the workload's temperature through
     :func:`temperature_alpha` (the configured τ holds at `tau_temperature`).
+
+    Counterfactuals: `what_if.no_acceptance_spread` drops the per-sequence spread (every sequence
+    at the mean; the configured τ still holds), `what_if.no_staleness` the drift. `concentration`
+    replaces `drafter.heterogeneity` (the spread scope's effective concentration, :func:`resolve`).
     """
     d = sc.drafter
-    conc = d.heterogeneity
+    conc = d.heterogeneity if concentration is _SCENARIO_CONCENTRATION else concentration
+    if sc.what_if.no_acceptance_spread:
+        conc = None
     spec = drafter_kind(d.kind)
     st = d.staleness
     if not spec.goes_stale:
@@ -106,7 +118,7 @@ def acceptance_model(sc: Scenario) -> DrafterAcceptance:
                             f"equal to general_tau ({d.general_tau:g}) or omitted with init: general: the fresh "
                             "drafter's τ is general_tau and nothing else would use tau")
     tau_fresh = d.general_tau if d.init == "general" else d.tau
-    if not spec.goes_stale:
+    if not spec.goes_stale or sc.what_if.no_staleness:
         stale = Staleness.never()
     elif st.tau_after is not None:
         if tau_fresh is None:
@@ -220,14 +232,19 @@ def resolve(sc: Scenario) -> World:
                             f">= {need_tokens} (the longest prompt + response + draft slots must fit one engine)")
         acc = acceptance_model(sc)
         resp = length_distribution(w.response_tokens, "workload.response_tokens", base_dir)
+        c_eff = spread_concentration(sc, acc, resp)
+        if c_eff != acc.concentration:
+            acc = acceptance_model(sc, c_eff)
         prompt = length_distribution(w.prompt_tokens, "workload.prompt_tokens", base_dir)
         context = context_model(sc, acc, resp, prompt)
         max_batch = r.max_batch or vllm_default_max_num_seqs(hw)
         table = step_cost_table(model, arch if uses_drafter else None, hw, layout, max_batch, policy.ks,
                                 first_pass_q={k: acc.tau(k, tree=policy.tree_for(k)) if arch.catches_up_on_accepted
                                               else 1.0 for k in policy.ks if k},
-                                tree=policy.tree, proposal_rate=acc.proposal_rate)
+                                tree=policy.tree, proposal_rate=acc.proposal_rate, what_if=step_what_if(sc))
         trainer = training_layout(sc, model, hw)
+        if sc.what_if.free_trainer:
+            trainer = dataclasses.replace(trainer, free=True)
     except SpecError as exc:
         raise ScenarioError(exc.where or file, scenario_field(exc.field), exc.value, f"must be {exc.allowed}") from None
     except LayoutError as exc:
@@ -239,10 +256,34 @@ def resolve(sc: Scenario) -> World:
     except LayoutError as exc:
         raise ScenarioError(file, "training", trainer.describe(), str(exc)) from None
     p = sc.pipeline
+    free = sc.what_if.free_trainer
     return World(sc, hw, model, arch, layout, mem, int(kv_cap), r.gpus // layout.gpus, policy, acc, resp, prompt, table,
                  WorkloadSpec(int(sc.seed), w.prompts, w.group_size, w.max_prompt_tokens, w.max_response_tokens,
                               float(w.group_correlation), float(w.length_growth_per_step)),
                  RolloutSpec(r.gpus, max_batch, r.kv_block_tokens, r.dispatch),
                  PipelineSpec(sc.name, p.mode, p.steps, p.warmup_steps, p.policy_lag, p.partial_rollouts,
-                              float(p.reward_s), float(p.engine_prepare_s), float(p.data_s)),
-                 TrainerSpec(trainer, sc.training.weight_sync, float(sc.drafter.update_token_fraction)), context)
+                              0.0 if free else float(p.reward_s), 0.0 if free else float(p.engine_prepare_s),
+                              0.0 if free else float(p.data_s)),
+                 TrainerSpec(trainer, "none" if free else sc.training.weight_sync,
+                             float(sc.drafter.update_token_fraction)), context)
+
+
+def step_what_if(sc: Scenario) -> StepWhatIf:
+    """The SD-step counterfactuals of the scenario's `what_if:` section (cost/step.py)."""
+    wi = sc.what_if
+    return StepWhatIf(wi.verify_as_decode, wi.verify_experts_as_decode, wi.free_drafting, wi.sd_step_decodes_per_k)
+
+
+def spread_concentration(sc: Scenario, acc: DrafterAcceptance, resp: LengthDistribution) -> float | None:
+    """The Beta concentration the engines run at under `drafter.spread_scope`
+    (workload/acceptance/spread.py): `between` the scenario's own; `within` / `both` the
+    effective one of the responses' segment-combined acceptance, weighted by their tokens over
+    the response-length distribution, at the fresh drafter's mean α and `tau_at_k`. The
+    acceptance model is then rebuilt at it, so the configured τ still holds."""
+    d = sc.drafter
+    if d.spread_scope == "between" or acc.concentration is None:
+        return acc.concentration
+    lengths = length_bins(resp.ppf, sc.workload.max_response_tokens)
+    return effective_concentration(float(acc.alpha0), float(acc.concentration), lengths, d.spread_scope,
+                                   int(d.spread_segment_tokens), float(d.spread_segment_correlation), int(d.tau_at_k),
+                                   float(acc.decay))

@@ -20,7 +20,7 @@ SCENARIO = str(Path(__file__).resolve().parents[2] / "scenarios" / "8b_rl_think_
 
 
 @pytest.mark.parametrize("module", ["specsim.cli.run", "specsim.cli.show", "specsim.cli.common", "specsim.cli.project",
-                                    "specsim.cli.plan", "specsim.cli.calibrate"])
+                                    "specsim.cli.plan", "specsim.cli.calibrate", "specsim.cli.explain"])
 def test_cli_modules_import_without_cli(module):
     """Each CLI module imports in a fresh interpreter without pulling in specsim.cli.app (no cycle)."""
     code = f"import sys, {module}; print('specsim.cli.app' in sys.modules)"
@@ -34,7 +34,7 @@ def test_cli_imports_every_command_module():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str(["specsim.cli.app", "specsim.cli.calibrate", "specsim.cli.common",
-                                    "specsim.cli.plan", "specsim.cli.project", "specsim.cli.run", "specsim.cli.show"])
+                                    "specsim.cli.explain", "specsim.cli.plan", "specsim.cli.project", "specsim.cli.run", "specsim.cli.show"])
 
 
 def test_model_layout_names_the_bad_field():

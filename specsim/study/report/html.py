@@ -52,6 +52,9 @@ PLOT_CAPTIONS = {
 def caveats(resolved: dict, summary: dict) -> list[str]:
     """The caveats of docs/validation.md that apply to this run, each by its rule."""
     out = []
+    if summary.get("what_if"):
+        from specsim.study.report.summary import counterfactual_note
+        out.append(counterfactual_note(summary["what_if"]))
     model, hw = str(resolved.get("model", "")), str(resolved.get("hardware", ""))
     mode = str((resolved.get("pipeline") or {}).get("mode", ""))
     if (model.lower(), Path(hw).stem.lower(), mode) not in VALIDATED_RL_STEPS:
@@ -77,6 +80,7 @@ def caveats(resolved: dict, summary: dict) -> list[str]:
         out.append(f"The best point's engines run {float(best['mean_active_batch']):.1f} sequences on average: the "
                    "rollout pool is over-provisioned for this batch, where SD gains most; fewer rollout GPUs may give "
                    "the same step (see the capacity plan).")
+    out += [f"Review: {w}" for w in summary.get("warnings") or [] if "sequences on average" not in w]
     out += [f"Run warning: {w}" for w in (summary.get("run") or {}).get("warnings", [])]
     out.append("Every speedup is a paired comparison on common random draws; intervals are 95 % t-intervals over "
                "paired replicates (a single replicate gives no interval).")
@@ -109,7 +113,8 @@ def render_report(out_dir: Path) -> str:
         **{f"input sha256 ({k})": v for k, v in sorted(hashes.items())},
     }
     page = env.get_template("report.html.j2").render(
-        title=f"{summary.get('scenario', '')}: speculative decoding in RL rollouts",
+        title=f"{summary.get('scenario', '')}: speculative decoding in RL rollouts"
+              + (" — COUNTERFACTUAL" if summary.get("what_if") else ""),
         lede=f"{summary.get('model', '')} on {summary.get('hardware', '')}. {summary.get('description', '')}",
         caveats=caveats(resolved, summary),
         summary_html=Markup(summary_html),

@@ -29,6 +29,8 @@ from specsim import atomic
 
 STYLE = {"font.size": 10}
 HATCH = {"data": "--", "exposed": "////", "reward": "..", "logprob": "\\\\", "train": "", "sync": "xx", "gen_total": "oo"}
+#: a generation total longer than this many steps is not drawn as a bar (it would dwarf the step)
+GEN_TOTAL_MAX = 1.5
 GRAYS = {"data": "1.0", "exposed": "0.25", "reward": "0.95", "logprob": "0.75", "train": "0.55", "sync": "0.88"}
 
 
@@ -86,6 +88,15 @@ def heatmap_e2e_speedup(stem: Path, sc, frame: pd.DataFrame, analysis: dict) -> 
     bi, bj = ys.index(best["values"].get(yp, ys[0])), xs.index(best["values"].get(xp, xs[0]))
     ax.add_patch(Rectangle((bj - 0.5, bi - 0.5), 1, 1, fill=False, lw=2.5, ec="black", ls="-"))
     ax.add_patch(Rectangle((bj - 0.44, bi - 0.44), 0.88, 0.88, fill=False, lw=1.5, ec="white", ls="--"))
+    tied = tied_with_best(sub, metric, [yp, xp], best["values"].get(yp), best["values"].get(xp))
+    data["tied_with_best"] = [bool(tied.get((r[yp], r[xp]), False)) for _, r in data.iterrows()]
+    for (yv, xv), is_tied in tied.items():
+        if is_tied and (yv, xv) != (ys[bi], xs[bj]):
+            i, j = ys.index(yv), xs.index(xv)
+            ax.add_patch(Rectangle((j - 0.47, i - 0.47), 0.94, 0.94, fill=False, lw=1.2, ec="0.5", ls=":"))
+            ax.text(j, i - 0.32, "tied", ha="center", va="center", fontsize=7, color="0.5")
+    edge = [n for n, vals, v in ((_axis_label(xp), xs, xs[bj]), (_axis_label(yp), ys, ys[bi]))
+            if len(vals) > 1 and v in (vals[0], vals[-1]) and not (n.startswith("draft length") and v == 0)]
     ax.set_xticks(range(len(xs)), [str(x) for x in xs])
     ax.set_yticks(range(len(ys)), [str(y) for y in ys])
     ax.set_xlabel(_axis_label(xp))
@@ -94,9 +105,27 @@ def heatmap_e2e_speedup(stem: Path, sc, frame: pd.DataFrame, analysis: dict) -> 
     extra = ("; " + ", ".join(f"{k}={v}" for k, v in fixed.items())) if fixed else ""
     reps = int(data["replicates"].max()) if len(data) else 1
     mean = f"mean of {reps} replicates; " if reps > 1 else ""
-    ax.set_title(_title(sc, f"steady E2E speedup vs {ref} (×){extra}\n{mean}boxed: best"), fontsize=9)
+    tie_note = "; dotted 'tied': paired 95 % interval of cell ÷ best contains 1" if any(tied.values()) else ""
+    edge_note = f"\nbest on the grid's edge ({', '.join(edge)}): the optimum may lie beyond it" if edge else ""
+    ax.set_title(_title(sc, f"steady E2E speedup vs {ref} (×){extra}\n{mean}boxed: best{tie_note}{edge_note}"),
+                 fontsize=9)
     fig.colorbar(im, ax=ax, label="E2E speedup (×)")
     return _save(fig, stem, data)
+
+
+def tied_with_best(frame: pd.DataFrame, metric: str, keys: list[str], by, bx) -> dict:
+    """Per cell (its `keys` values): is it statistically tied with the best cell (by, bx) — the
+    95 % t-interval of cell ÷ best, paired over replicates, contains 1? Needs ≥ 2 common replicates."""
+    from specsim.study.report.tables import mean_ci
+
+    best = frame[(frame[keys[0]] == by) & (frame[keys[1]] == bx)].set_index("replicate")[metric]
+    out = {}
+    for cell, g in frame.groupby(keys, sort=True):
+        x = g.set_index("replicate")[metric]
+        common = sorted(set(x.index) & set(best.index))
+        m = mean_ci([float(x[r]) / float(best[r]) for r in common], floor=None)
+        out[tuple(cell)] = bool(m["ci95"] is not None and m["ci95"][0] <= 1.0 <= m["ci95"][1])
+    return out
 
 
 def _sort_key(v):
@@ -109,38 +138,52 @@ def _axis_label(path: str) -> str:
 
 
 # ============================================================================ (b) speedup vs k
+def _interval_stats(df: pd.DataFrame, col: str) -> pd.DataFrame:
+    """Per k: mean and the 95 % t-interval half-widths over replicates (NaN with one replicate)."""
+    from specsim.study.report.tables import mean_ci
+
+    rows = []
+    for k, g in df.groupby("k", sort=True):
+        m = mean_ci(g[col].astype(float), floor=None)
+        lo, hi = (m["ci95"] or [np.nan, np.nan])
+        rows.append({"k": k, f"{col}": m["mean"], f"{col}_lo": lo, f"{col}_hi": hi, f"{col}_n": m["n"]})
+    return pd.DataFrame(rows)
+
+
 def speedup_vs_k(stem: Path, sc, frame: pd.DataFrame, analysis: dict) -> str | None:
+    """Two panels, one baseline each: (left) generation and E2E speedup over AR (k = 0) in the same
+    configuration, τ on its right axis; (right) E2E speedup over sync AR on the same GPUs. Error
+    bars: 95 % t-intervals over paired replicates (none with one replicate)."""
     if "speculation.k" not in analysis["swept"]:
         return None
     best = analysis["best_sd"] or analysis["best"]
     others = {p: best["values"][p] for p in analysis["swept"] if p != "speculation.k"}
     vs = analysis.get("vs_k0")
     if vs is not None:
-        sub = vs
-        for p, v in others.items():
-            sub = sub[sub[p] == v]
-        data = sub.groupby("k", sort=True)[["generation_speedup_vs_k0", "e2e_speedup_vs_k0",
-                                            "e2e_speedup_vs_sync_ar", "tau"]].mean().reset_index()
-        gen_col, e2e_col, ref = "generation_speedup_vs_k0", "e2e_speedup_vs_k0", "AR (k=0), same config"
+        left, gen_col, e2e_col, ref = vs, "generation_speedup_vs_k0", "e2e_speedup_vs_k0", "AR (k = 0), same config"
     else:
-        sub = frame
-        for p, v in others.items():
-            sub = sub[sub[p] == v]
-        data = sub.groupby("k", sort=True)[["generation_speedup", "e2e_speedup", "e2e_speedup_vs_sync_ar",
-                                            "tau"]].mean().reset_index()
-        gen_col, e2e_col, ref = "generation_speedup", "e2e_speedup", "baseline"
-    if data.empty:
+        left, gen_col, e2e_col, ref = frame, "generation_speedup", "e2e_speedup", "the baseline"
+    sub, fr = left, frame
+    for p, v in others.items():
+        sub = sub[sub[p] == v]
+        fr = fr[fr[p] == v]
+    if sub.empty:
         return None
-    fig, ax = _fig(6.6, 4.8)
-    ax.plot(data["k"], data[gen_col], ls="-", marker="o", ms=8, mfc="white", color="black",
-            label=f"generation speedup vs {ref}")
-    ax.plot(data["k"], data[e2e_col], ls="--", marker="s", ms=4, color="0.3", label=f"E2E speedup vs {ref}")
-    if data["e2e_speedup_vs_sync_ar"].notna().any() and e2e_col != "e2e_speedup_vs_sync_ar":
-        ax.plot(data["k"], data["e2e_speedup_vs_sync_ar"], ls=":", marker="^", color="0.45",
-                label="E2E speedup vs sync AR")
+    data = _interval_stats(sub, gen_col).merge(_interval_stats(sub, e2e_col), on="k") \
+        .merge(_interval_stats(fr, "e2e_speedup_vs_sync_ar"), on="k", how="left") \
+        .merge(_interval_stats(fr, "tau"), on="k", how="left")
+    fig, (ax, axr) = _fig(10.0, 4.8, ncols=2)
+
+    def line(a, col, **kw):
+        y = data[col].to_numpy(float)
+        err = np.vstack([y - data[f"{col}_lo"].to_numpy(float), data[f"{col}_hi"].to_numpy(float) - y])
+        a.errorbar(data["k"], y, yerr=None if np.all(np.isnan(err)) else err, capsize=3, **kw)
+
+    line(ax, gen_col, ls="-", marker="o", ms=8, mfc="white", color="black", label="generation speedup")
+    line(ax, e2e_col, ls="--", marker="s", ms=4, color="0.3", label="E2E speedup")
     ax.axhline(1.0, color="0.6", lw=0.8)
     ax.set_xlabel("draft length k (0 = AR)")
-    ax.set_ylabel("speedup (×)")
+    ax.set_ylabel(f"speedup over {ref} (×)")
     ax.set_xticks(list(data["k"]))
     ax2 = ax.twinx()
     tau = data[data["k"] > 0]
@@ -149,9 +192,21 @@ def speedup_vs_k(stem: Path, sc, frame: pd.DataFrame, analysis: dict) -> str | N
     ax2.set_ylim(bottom=1.0)
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
-    fig.legend(h1 + h2, l1 + l2, fontsize=8, loc="outside lower center", ncol=2, framealpha=0.9)
+    ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="best", framealpha=0.9)
+    ax.set_title(f"baseline: {ref}", fontsize=9)
+    if data["e2e_speedup_vs_sync_ar"].notna().any():
+        line(axr, "e2e_speedup_vs_sync_ar", ls=":", marker="^", color="black", label="E2E speedup vs sync AR")
+        axr.axhline(1.0, color="0.6", lw=0.8)
+        axr.set_xticks(list(data["k"]))
+        axr.set_xlabel("draft length k (0 = AR)")
+        axr.set_ylabel("E2E speedup over sync AR, same GPUs (×)")
+        axr.set_title("baseline: sync AR on the same GPUs", fontsize=9)
+    else:
+        axr.set_axis_off()
     fixed = ", ".join(f"{k}={v}" for k, v in others.items())
-    ax.set_title(_title(sc, "speedup vs draft length" + (f" ({fixed})" if fixed else "")), fontsize=9)
+    reps = int(data[f"{gen_col}_n"].max()) if len(data) else 1
+    bars = "; bars: 95 % intervals over paired replicates" if reps > 1 else "; one replicate: no intervals"
+    fig.suptitle(_title(sc, "speedup vs draft length" + (f" ({fixed})" if fixed else "") + bars), fontsize=9)
     return _save(fig, stem, data)
 
 
@@ -222,16 +277,23 @@ def step_breakdown(stem: Path, sc, bars: list[dict]) -> str | None:
         h = data[col].to_numpy(float)
         ax.bar(x, h, 0.5, bottom=bottom, color=GRAYS[key], hatch=HATCH[key], edgecolor="black", lw=0.8, label=label)
         bottom += h
-    ax.bar(x - 0.33, data["generation_s"], 0.1, color="white", edgecolor="black", hatch=HATCH["gen_total"], lw=0.8,
-           label="generation, total (part may be hidden behind training)")
+    # generation latency beyond the step (async: it overlaps the steps in flight) is not drawn as a bar that
+    # dwarfs the step; such bars get a note instead
+    gen = data["generation_s"].to_numpy(float)
+    shown = gen <= GEN_TOTAL_MAX * data["step_s"].to_numpy(float)
+    if shown.any():
+        ax.bar(x[shown] - 0.33, gen[shown], 0.1, color="white", edgecolor="black", hatch=HATCH["gen_total"], lw=0.8,
+               label="generation, total (part may be hidden behind training)")
+    data["generation_total_drawn"] = shown
     for i, b in enumerate(bars):
-        ax.text(x[i], bottom[i] * 1.01, f"step {b['step_s']:.0f} s", ha="center", va="bottom", fontsize=8)
+        note = "" if shown[i] else f"\n(generation latency {b['generation_s']:.0f} s overlaps the steps in flight)"
+        ax.text(x[i], bottom[i] * 1.01, f"step {b['step_s']:.0f} s{note}", ha="center", va="bottom", fontsize=8)
         ax.text(x[i] + 0.27, b["data_s"] + b["exposed_generation_s"] / 2, f"{b['exposed_generation_s']:.0f} s\nexposed",
                 ha="left", va="center", fontsize=7)
     ax.set_xticks(x, [b["label"] for b in bars], fontsize=8)
     ax.set_xlim(-0.7, len(bars) - 0.2)
     ax.set_ylabel("steady-state time per RL step (s)")
-    ax.set_ylim(0, max(bottom.max(), data["generation_s"].max()) * 1.35)
+    ax.set_ylim(0, max(bottom.max(), float(np.max(gen[shown], initial=0.0))) * 1.45)
     ax.legend(fontsize=7, loc="upper center", ncol=2, framealpha=0.9)
     ax.set_title(_title(sc, "RL step time breakdown"), fontsize=9)
     return _save(fig, stem, data)

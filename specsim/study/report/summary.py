@@ -8,7 +8,7 @@ from pathlib import Path
 
 from specsim.study.report.tables import NO_CI_NOTE, TIE_REL, TRAINER_BOUND_IDLE, bottleneck, fmt_ci, jsonable
 
-__all__ = ["summary_dict", "summary_markdown"]
+__all__ = ["counterfactual_note", "summary_dict", "summary_markdown", "what_ifs_of"]
 
 
 def _point_public(e: dict | None) -> dict | None:
@@ -24,6 +24,15 @@ def bottleneck_text(idle_share: float) -> str:
                 "more rollouts save less than that; trainer throughput sets the step")
     return ("generation-bound: the trainer waits for rollouts; faster decoding shortens the step, more rollout "
             "engines only while a step's groups queue for engines (not once its longest responses set the pace)")
+
+
+def ranked_points(s: dict) -> list[dict]:
+    """The summary's points, best first by the ranking metric's mean (unranked last, sweep order
+    breaking ties)."""
+    key = s.get("rank_by", "e2e_speedup_vs_sync_ar")
+    return sorted(s["points"], key=lambda e: (-(e.get(key) or {}).get("mean", float("-inf"))
+                                              if (e.get(key) or {}).get("mean") is not None else float("inf"),
+                                              e["point"]))
 
 
 def values_of(s: dict, point: int) -> dict:
@@ -61,6 +70,7 @@ def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str
         "sync_ar": {"definition": "pipeline.mode=sync, speculation.policy=off on the point's total GPUs "
                                   "(an async point's training GPUs join the colocated pool)",
                     "is_baseline": plan.sync_ar_is_baseline},
+        "what_if": what_ifs_of(sc, plan),
         "rank_by": analysis["rank_by"],
         "ci": ("95 % t-interval over paired replicates" if reps >= 2 else NO_CI_NOTE),
         "best": _point_public(best), "best_sd": _point_public(analysis["best_sd"]),
@@ -72,12 +82,62 @@ def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str
         "plots": {k: Path(v).name for k, v in plots.items()},
         "resolved_scenario": sc.model_dump(mode="json"),
     }
+    summary["warnings"] = review_warnings(sc, best)
     if best is not None:
         point_sc = plan.point_scenarios[best["point"]]
         summary["best"]["k"] = best["k"]
         summary["best"]["policy_lag"] = point_sc.pipeline.policy_lag if point_sc.pipeline.mode == "async" else 0
         summary["best"]["speculation"] = point_sc.speculation.model_dump(mode="json")
     return jsonable(summary)
+
+
+#: engines running fewer sequences than this on average are flagged (an over-provisioned rollout pool)
+LOW_BATCH = 4.0
+#: swept fields whose best value on the grid's edge is flagged (the optimum may lie beyond it)
+EDGE_FIELDS = ("speculation.k", "pipeline.policy_lag")
+
+
+def review_warnings(sc, best: dict | None) -> list[str]:
+    """What a reviewer should know before reading the best point: its k or policy lag sits on the
+    edge of the swept grid (the optimum may lie beyond), its engines run under LOW_BATCH sequences
+    on average, or it is trainer-bound."""
+    out: list[str] = []
+    if not best:
+        return out
+    for path in EDGE_FIELDS:
+        values = sc.sweep.get(path)
+        if not values or path not in best["values"] or len(values) < 2:
+            continue
+        v = best["values"][path]
+        grid = sorted(x for x in values if not (path == "speculation.k" and x == 0))
+        if grid and v in (grid[0], grid[-1]) and len(grid) >= 1 and not (path == "speculation.k" and v == 0):
+            side = "largest" if v == grid[-1] else "smallest"
+            out.append(f"the best {path} = {v} is the {side} value swept ({values}): the optimum may lie beyond "
+                       f"the grid; extend sweep.{path}")
+    batch = (best.get("mean_active_batch") or {}).get("mean")
+    if batch is not None and batch < LOW_BATCH:
+        out.append(f"the best point's rollout engines run {batch:.1f} sequences on average (< {LOW_BATCH:g}): the pool "
+                   "is over-provisioned for this batch, where SD gains most; see the capacity plan")
+    cap = (best.get("trainer_cap") or {}).get("mean")
+    if cap is not None and best.get("e2e_speedup", {}).get("mean") is not None \
+            and best["e2e_speedup"]["mean"] >= 0.9 * cap:
+        out.append(f"trainer-bound: the E2E speedup {best['e2e_speedup']['mean']:.2f}× is within 10 % of the trainer "
+                   f"cap {cap:.2f}× (baseline step ÷ the point's trainer time); a faster rollout cannot add much")
+    return out
+
+
+def what_ifs_of(sc, plan) -> list[str]:
+    """Every `what_if.<field>` on at the scenario or any of its points ([] : predictions only)."""
+    found = set(sc.what_ifs)
+    for point_sc in plan.point_scenarios.values():
+        found |= set(point_sc.what_ifs)
+    return sorted(found)
+
+
+def counterfactual_note(what_if: list[str]) -> str:
+    """The one line every output of a counterfactual run carries."""
+    return (f"COUNTERFACTUAL — not a prediction: {', '.join(what_if)} on (scenario `what_if:`; see docs/explain.md). "
+            "No number here may be read as what this configuration would do.")
 
 
 def _source(sc) -> str | None:
@@ -87,20 +147,31 @@ def _source(sc) -> str | None:
 
 
 
+def yaml_value(v) -> str:
+    """A value as YAML writes it (`null`, `true`, `[0, 3]`), not as Python prints it (`None`, `True`)."""
+    import yaml
+
+    return yaml.safe_dump(v, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
+
+
 def _values_text(values: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in values.items()) or "(no sweep)"
+    return ", ".join(f"{k}={yaml_value(v)}" for k, v in values.items()) or "(no sweep)"
 
 
 def summary_markdown(s: dict) -> str:
     """summary.md: what a design review reads first."""
     L: list[str] = []
-    L.append(f"# {s['scenario']}: speculative decoding in RL rollouts")
+    wi = s.get("what_if") or []
+    L.append(f"# {s['scenario']}: speculative decoding in RL rollouts" + (" — COUNTERFACTUAL" if wi else ""))
     L.append("")
+    if wi:
+        L.append(f"**{counterfactual_note(wi)}**")
+        L.append("")
     L.append(f"{s['description']}")
     L.append("")
     L.append(f"- model **{s['model']}** on **{s['hardware']}**; seed {s['seed']}; specsim {s['specsim_version']}")
     L.append(f"- {s['combinations']} sweep point(s) × {s['replicates']} replicate(s) = {s['rows']} rows")
-    swept = ", ".join(f"`{k}` ∈ {v}" for k, v in s["swept"].items()) or "nothing swept"
+    swept = ", ".join(f"`{k}` ∈ {yaml_value(v)}" for k, v in s["swept"].items()) or "nothing swept"
     L.append(f"- swept: {swept}")
     b = s["baseline"]
     L.append(f"- baseline: the point with {_values_text(b['overrides'])} ({b['mode']}"
@@ -131,7 +202,25 @@ def summary_markdown(s: dict) -> str:
             L.append(f"| trainer idle (exposed generation ÷ step) | {fmt_ci(idle, 3)} — "
                      f"{bottleneck_text(idle['mean'])} |")
         L.append(f"| τ (tokens per verify) | {fmt_ci(best['tau'], 2)} |")
+        if (best.get("mean_active_batch") or {}).get("mean") is not None:
+            L.append(f"| active batch per engine (time-weighted) | {fmt_ci(best['mean_active_batch'], 2)} |")
+        if (best.get("token_weighted_batch") or {}).get("mean") is not None:
+            L.append(f"| active batch a token saw (token-weighted) | {fmt_ci(best['token_weighted_batch'], 2)} |")
+        if (best.get("per_token_sd_gain") or {}).get("mean") is not None:
+            L.append(f"| per-token SD gain at that batch (τ × decode ÷ SD step, cost table) | "
+                     f"{fmt_ci(best['per_token_sd_gain'], 2)}× (realised E2E vs baseline: {fmt_ci(best['e2e_speedup'])}×) |")
+        if (best.get("sync_ar_generation_share") or {}).get("mean") is not None:
+            L.append(f"| sync AR's generation share of its step | {fmt_ci(best['sync_ar_generation_share'], 3)} |")
+        if (best.get("trainer_cap") or {}).get("mean") is not None:
+            L.append(f"| trainer cap (baseline step ÷ trainer time) | {fmt_ci(best['trainer_cap'], 2)}× |")
         L.append(f"| GPU-hours per step | {fmt_ci(best['gpu_hours_per_step'], 2)} |")
+        L.append("")
+        for w in s.get("warnings") or []:
+            L.append(f"- **warning**: {w}")
+        if s.get("warnings"):
+            L.append("")
+        L.append("Where this gain goes, mechanism by mechanism: `specsim explain SCENARIO --point "
+                 + ",".join(f"{k}={v}" for k, v in best["values"].items()) + "` (docs/explain.md).")
         L.append("")
         margin = s.get("best_vs_runner_up")
         if margin:
@@ -144,17 +233,17 @@ def summary_markdown(s: dict) -> str:
                  f"{fmt_ci(sd['step_s'], 1)} s. **SD gain over the best AR configuration: "
                  f"{fmt_ci(s.get('sd_gain_over_best_ar'))}×**.")
         L.append("")
-    L.append("## All points (means over replicates; 95 % CI where n ≥ 2)")
+    L.append(f"## All points, ranked by `{s.get('rank_by', 'e2e_speedup_vs_sync_ar')}` (means over replicates; 95 % CI where n ≥ 2)")
     L.append("")
     idle_col = any((e.get("trainer_idle_share") or {}).get("mean") is not None for e in s["points"])
-    L.append("| # | point | policy | E2E vs sync AR | E2E vs baseline | generation vs baseline | step s | τ |"
+    L.append("| rank | # | point | policy | E2E vs sync AR | E2E vs baseline | generation vs baseline | step s | τ |"
              + (" trainer idle |" if idle_col else ""))
-    L.append("|---|---|---|---|---|---|---|---|" + ("---|" if idle_col else ""))
-    for e in s["points"]:
+    L.append("|---|---|---|---|---|---|---|---|---|" + ("---|" if idle_col else ""))
+    for rank, e in enumerate(ranked_points(s), 1):
         idle = e.get("trainer_idle_share") or {}
         extra = ((f" {fmt_ci(idle, 3)} ({bottleneck(idle['mean'])}) |" if idle.get("mean") is not None else " — |")
                  if idle_col else "")
-        L.append(f"| {e['point']} | {_values_text(e['values'])} | {e['sd_policy']} | "
+        L.append(f"| {rank} | {e['point']} | {_values_text(e['values'])} | {e['sd_policy']} | "
                  f"{fmt_ci(e['e2e_speedup_vs_sync_ar'])} | {fmt_ci(e['e2e_speedup'])} | "
                  f"{fmt_ci(e['generation_speedup'])} | {fmt_ci(e['step_s'], 1)} | {fmt_ci(e['tau'], 2)} |{extra}")
     L.append("")

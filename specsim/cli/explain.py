@@ -1,0 +1,43 @@
+"""`specsim explain`: the ladder of counterfactual runs from the acceptance ceiling to the realised
+gain, and its order-independent attribution (library: specsim/explain/ladder.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from specsim.cli.common import Format, FormatOpt, SetOpt, console, emit_json, handle_errors
+
+
+@handle_errors
+def explain(
+    scenario: Annotated[str, typer.Argument(help="Scenario YAML (see scenarios/).")],
+    point: Annotated[str | None, typer.Option("--point", help="The point to explain: name=value pairs, e.g. "
+                                              "k=5,lag=2 (k, lag, tau, gpus, policy or dotted fields); default: "
+                                              "the scenario's own values (its sweep is dropped).")] = None,
+    replicates: Annotated[int | None, typer.Option("--replicates", help="Paired replicates (default: the "
+                                                   "sweep's).")] = None,
+    steps: Annotated[int | None, typer.Option("--steps", help="RL steps per run (default: pipeline.steps).")] = None,
+    out: Annotated[str | None, typer.Option("--out", help="Folder for explain.md/json, ladder.csv, shapley.csv "
+                                            "and waterfall.png (default: results/<name>-explain).")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Parallel worker processes.")] = 2,
+    sets: SetOpt = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Where the speedup goes: one point run with each mechanism switched off and on (scenario
+    what_if:) on the same draws; the ladder, Shapley shares with intervals, a waterfall plot."""
+    from specsim.explain.ladder import explain as run_explain
+    from specsim.explain.ladder import explanation_markdown, write_explanation
+
+    e = run_explain(scenario, list(sets or ()), point=point, replicates=replicates, steps=steps, jobs=jobs)
+    folder = Path(out) if out else Path("results") / f"{e.scenario}-explain"
+    files = write_explanation(folder, e)
+    if fmt is Format.json:
+        from specsim.study.report.tables import jsonable
+
+        emit_json({**jsonable(e.as_dict()), "files": files})
+        return
+    console().print(explanation_markdown(e), markup=False)
+    console().print(f"written: {', '.join(files)}")
