@@ -495,13 +495,26 @@ def write_explanation(out_dir: Path, e: Explanation) -> list[str]:
     import pandas as pd
 
     from specsim import atomic
+    from specsim.study.report.html import plots_of, render_page, write_page
     from specsim.study.report.tables import jsonable
+    from specsim.study.runner import specsim_version
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic.write_csv(out_dir / "ladder.csv", pd.DataFrame(ladder_rows(e)))
     atomic.write_csv(out_dir / "shapley.csv", pd.DataFrame(shapley_rows(e)))
     atomic.write_json(out_dir / "explain.json", jsonable(e.as_dict()))
-    atomic.write_text(out_dir / "explain.md", explanation_markdown(e))
+    md = explanation_markdown(e)
+    atomic.write_text(out_dir / "explain.md", md)
     png = waterfall(out_dir / "waterfall", e)
-    return [str(out_dir / n) for n in ("explain.md", "explain.json", "ladder.csv", "shapley.csv")] + [png]
+    html = write_page(out_dir, render_page(
+        title=f"{e.scenario}: where the SD gain goes", lede=f"Point {e.point or 'the scenario'}, k = {e.k}, "
+        f"{e.replicates} paired replicate(s) of {e.steps} steps, on common random draws.",
+        caveat_list=["Every rung but the last is a counterfactual (a what-if: an idealised cost or a switched-off "
+                     "mechanism), not a prediction; only the last rung is the simulated gain of the scenario.",
+                     *e.notes],
+        summary_md=md, plots=plots_of(out_dir, {"waterfall": "waterfall.png"},
+                                      {"waterfall": "The ladder from the acceptance ceiling to the realised gain"}),
+        table=pd.DataFrame(ladder_rows(e)), rows_note="The ladder (ladder.csv).", resolved_yaml="",
+        provenance={"specsim": specsim_version(), "scenario": e.scenario}))
+    return [str(out_dir / n) for n in ("explain.md", "explain.json", "ladder.csv", "shapley.csv")] + [png, str(html)]

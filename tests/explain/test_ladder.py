@@ -78,8 +78,10 @@ def test_outputs_and_cli_json(tiny, tmp_path):
     assert res.exit_code == 0, res.output
     info = json.loads(res.stdout)
     assert {r["rung"] for r in info["ladder"]} >= {"ceiling", "trainer"}
-    for f in ("explain.md", "ladder.csv", "shapley.csv", "waterfall.png", "waterfall.csv"):
+    for f in ("explain.md", "ladder.csv", "shapley.csv", "waterfall.png", "waterfall.csv", "report.html"):
         assert (tmp_path / "ex" / f).is_file()
+    html = (tmp_path / "ex" / "report.html").read_text(encoding="utf-8")
+    assert "data:image/png;base64," in html and "counterfactual" in html and "where the SD gain goes" in html
     assert "one replicate" in " ".join(info["notes"])
 
 

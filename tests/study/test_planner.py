@@ -106,6 +106,13 @@ def test_rerun_reuses_every_finished_run(tiny, planned):
     assert g["n"] == 2 and g["ci95"] is not None
 
 
+def test_the_plan_writes_its_report_page(planned):
+    _, out = planned
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "the plan" in html and "evaluated candidates" in html
+    assert ("Pareto fronts" in html) == (out / "fronts.png").is_file()   # the fronts plot, embedded when drawn
+
+
 def test_search_reports_its_cost(planned):
     res, out = planned
     s = res.search

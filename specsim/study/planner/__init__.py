@@ -149,9 +149,31 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
         "out_dir": str(out_dir), "warnings": warnings, "inputs": inputs,
     })
     atomic.write_json(out_dir / "summary.json", summary)
-    atomic.write_text(out_dir / "summary.md", plan_markdown(summary))
-    files += ["summary.json", "summary.md", "resolved.yaml", "plan.yaml", "inputs.json"]
+    md = plan_markdown(summary)
+    atomic.write_text(out_dir / "summary.md", md)
+    _write_page(out_dir, sc, summary, md, warnings)
+    files += ["summary.json", "summary.md", "report.html", "resolved.yaml", "plan.yaml", "inputs.json"]
     return PlanResult(out_dir, summary, files, warnings)
+
+
+def _write_page(out_dir: Path, sc, summary: dict, md: str, warnings: list[str]) -> None:
+    """The plan's report.html: the summary, the fronts, every evaluated candidate, the scenario."""
+    from specsim import inputs
+    from specsim.study.report.html import plots_of, render_page, write_page
+
+    frame = inputs.read_csv_frame(out_dir / "candidates.csv", "--out", "plan file")
+    write_page(out_dir, render_page(
+        title=f"{sc.name}: the plan", lede=f"{sc.model}; budgets {summary['budgets']} GPUs; policy lag at most "
+        f"{summary['max_policy_lag']}.",
+        caveat_list=["Every candidate is simulated with the scenario's assumed lengths and acceptance; analytic "
+                     "bounds only prune, never rank. SD's gain is quoted at each one's own optimum.",
+                     *[f"Plan warning: {w}" for w in warnings]],
+        summary_md=md, plots=plots_of(out_dir, {"fronts": "fronts.png"},
+                                      {"fronts": "Pareto fronts: step time vs GPU-hours per step, AR and SD"}),
+        table=frame, rows_note=f"{len(frame)} evaluated candidates (candidates.csv).",
+        resolved_yaml=inputs.read_text(out_dir / "resolved.yaml", "--out", "plan file"),
+        provenance={"specsim": summary.get("version", ""), "created (UTC)": summary.get("created_utc", ""),
+                    **{f"input sha256 ({k})": v for k, v in sorted((summary.get("inputs") or {}).items())}}))
 
 
 def candidate_overrides(entry: dict) -> list[str]:

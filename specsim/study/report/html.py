@@ -27,7 +27,7 @@ from markupsafe import Markup
 
 from specsim import atomic, inputs
 
-__all__ = ["REPORT_FILE", "caveats", "render_report", "write_report"]
+__all__ = ["REPORT_FILE", "caveats", "render_page", "render_report", "write_page", "write_report"]
 
 REPORT_FILE = "report.html"
 
@@ -94,10 +94,7 @@ def render_report(out_dir: Path) -> str:
     summary = inputs.read_json(out_dir / "summary.json", "--out", "results file")
     resolved_text = inputs.read_text(out_dir / "resolved.yaml", "--out", "results file")
     resolved = yaml.safe_load(resolved_text) or {}
-    env = Environment(loader=PackageLoader("specsim.study.report", "templates"),
-                      autoescape=select_autoescape(["html", "j2"]), trim_blocks=False, keep_trailing_newline=True)
     summary_md = inputs.read_text(out_dir / "summary.md", "--out", "results file")
-    summary_html = markdown.markdown(_summary_body(summary_md), extensions=["tables", "fenced_code"], output_format="html")
     points = inputs.read_csv_frame(out_dir / "points.csv", "--out", "results file")
     hashes = inputs.read_json(out_dir / "inputs.json", "--out", "results file")
     run = summary.get("run") or {}
@@ -112,19 +109,42 @@ def render_report(out_dir: Path) -> str:
         "seed": summary.get("seed", ""),
         **{f"input sha256 ({k})": v for k, v in sorted(hashes.items())},
     }
-    page = env.get_template("report.html.j2").render(
+    return render_page(
         title=f"{summary.get('scenario', '')}: speculative decoding in RL rollouts"
               + (" — COUNTERFACTUAL" if summary.get("what_if") else ""),
         lede=f"{summary.get('model', '')} on {summary.get('hardware', '')}. {summary.get('description', '')}",
-        caveats=caveats(resolved, summary),
-        summary_html=Markup(summary_html),
-        plots=_plots(out_dir, summary.get("plots") or {}),
-        table=_table(points),
+        caveat_list=caveats(resolved, summary), summary_md=summary_md,
+        plots=_plots(out_dir, summary.get("plots") or {}), table=points,
         rows_note=f"{len(points)} rows (sweep points × replicates) of points.csv.",
-        resolved_yaml=resolved_text,
-        provenance=provenance,
-    )
-    return page
+        resolved_yaml=resolved_text, provenance=provenance)
+
+
+def render_page(*, title: str, lede: str, caveat_list: list[str], summary_md: str, plots: list[dict[str, str]],
+                table: pd.DataFrame, rows_note: str, resolved_yaml: str, provenance: dict[str, Any]) -> str:
+    """One self-contained page (the layout of report.html) from its parts: the caveats, a Markdown
+    summary (its title and its Plots / Resolved scenario sections are dropped: the page draws them),
+    embedded plots ({name, file, data, caption}; :func:`plots_of`), one sortable table, the
+    resolved scenario and the provenance. `specsim run`, `plan` and `explain` write theirs with it."""
+    env = Environment(loader=PackageLoader("specsim.study.report", "templates"),
+                      autoescape=select_autoescape(["html", "j2"]), trim_blocks=False, keep_trailing_newline=True)
+    summary_html = markdown.markdown(_summary_body(summary_md), extensions=["tables", "fenced_code"], output_format="html")
+    return env.get_template("report.html.j2").render(
+        title=title, lede=lede, caveats=caveat_list, summary_html=Markup(summary_html), plots=plots,
+        table=_table(table), rows_note=rows_note, resolved_yaml=resolved_yaml, provenance=provenance)
+
+
+def write_page(out_dir: Path, page: str) -> Path:
+    """Write a rendered page as the folder's report.html (atomically)."""
+    path = Path(out_dir) / REPORT_FILE
+    atomic.write_text(path, page)
+    return path
+
+
+def plots_of(out_dir: Path, files: dict[str, str], captions: dict[str, str] | None = None) -> list[dict[str, str]]:
+    """The plots {name: file under out_dir} embedded for :func:`render_page`, captioned."""
+    return _plots(out_dir, files, captions)
+
+
 
 
 def write_report(out_dir: Path) -> Path:
@@ -153,15 +173,18 @@ def _summary_body(md: str) -> str:
     return "\n".join(out)
 
 
-def _plots(out_dir: Path, files: dict[str, str]) -> list[dict[str, str]]:
+def _plots(out_dir: Path, files: dict[str, str], captions: dict[str, str] | None = None) -> list[dict[str, str]]:
     out = []
     for name, file in files.items():
         path = out_dir / "plots" / file
         if not path.is_file():
+            path = out_dir / file
+        if not path.is_file():
             continue
         data = base64.b64encode(inputs.read_bytes(path, "--out", "plot")).decode("ascii")
-        out.append({"name": name, "file": file, "data": data,
-                    "caption": PLOT_CAPTIONS.get(name, name.replace("_", " "))})
+        rel = path.relative_to(out_dir).as_posix()
+        out.append({"name": name, "file": file, "data": data, "path": rel, "csv": rel.rsplit(".", 1)[0] + ".csv",
+                    "caption": (captions or {}).get(name) or PLOT_CAPTIONS.get(name, name.replace("_", " "))})
     return out
 
 
