@@ -251,7 +251,7 @@ def test_check_prints_the_cost_estimate_and_run_refuses_above_the_bound(tmp_path
     path = scenario(tmp_path)
     res, text = cli("check", path)
     assert res.exit_code == 0 and "cost estimate" in text and "simulated tokens" in text
-    big = ["--set", "workload.prompts=1000000", "--set", "workload.max_response_tokens=4096",
+    big = ["--set", "workload.prompts=1000000", "--set", "workload.max_response_tokens=4096", "--set", "pipeline.steps=50",
            "--set", "workload.response_tokens={kind: lognormal, median: 600, p99: 3000}"]
     for cmd in ("check", "run"):
         res, text = cli(cmd, path, *big)

@@ -441,7 +441,7 @@ class OutputSection(Strict):
     dir: str = Field(default="results", description=(
         "results folder: `specsim run` writes `<dir>/<name>/` (rerunning resumes there; `--fresh` recomputes)"))
     plots: bool = Field(default=True, description="draw the plots")
-    max_simulated_tokens: float = Field(default=2e10, ge=1, le=1e18, description=(
+    max_simulated_tokens: float = Field(default=1e11, ge=1, le=1e18, description=(
         "the most tokens a run may simulate, summed over its pipeline runs (responses × expected response tokens × "
         "steps; `specsim check` prints the estimate): a bigger run is refused before it starts; raise it with "
         "`--set output.max_simulated_tokens=1e12`"))

@@ -68,3 +68,10 @@ def test_shell_completion_script():
     out = subprocess.run([sys.executable, "-m", "specsim", "--show-completion", "bash"], capture_output=True,
                          text=True, timeout=60, check=False, env={"PATH": "/usr/bin:/bin", "SHELL": "/bin/bash"})
     assert out.returncode == 0 and "complete" in out.stdout and "specsim" in out.stdout
+
+
+def test_the_main_job_passes_check():
+    """README command 1 runs scenarios/235b_async.yaml on its defaults: every bound (the cost
+    estimate's included) lets it through."""
+    res = CliRunner().invoke(app, ["check", SWEPT, "--format", "json"])
+    assert res.exit_code == 0, res.output
