@@ -393,13 +393,10 @@ def explain(path: str | Path, overrides: Sequence[str] = (), *, point: str | Non
 
 # ============================================================================ outputs
 def _fmt(m: dict | None, digits: int = 2) -> str:
-    if not m or m.get("mean") is None:
-        return "—"
-    s = f"{m['mean']:.{digits}f}"
-    if m.get("ci95"):
-        lo, hi = m["ci95"]
-        s += f" [{lo:.{digits}f}, {hi:.{digits}f}]"
-    return s
+    """A mean with its interval, as the run's summary prints it (study/report/tables.fmt_ci)."""
+    from specsim.study.report.tables import fmt_ci
+
+    return fmt_ci(m, digits)
 
 
 def ladder_rows(e: Explanation) -> list[dict]:
