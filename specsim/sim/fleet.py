@@ -11,7 +11,10 @@ every engine that has something to do, each phase a handful of numpy operations 
    engine's batch to drain), then the stop conditions (`until_s`, the watched RL step);
 2. fit the batch into the KV budget, preempting the newest (sim/fleet_admit.fit_batch);
 3. admission, one prefill pass per engine priced in one call (sim/fleet_admit.admit);
-4. idle engines jump to their next event; new responses are keyed at the engine's k;
+4. idle engines jump to their next event; new responses are keyed at the engine's k; an engine
+   that can only finish responses until its next event (k fixed, nothing admissible, KV cannot
+   overflow) runs all those finish-only rounds in one closed-form drain (`_drain`): the long tail
+   of a step, where a few engines finish their last responses one at a time, costs one round;
 5. the next event of every engine at once — its next finish (a row-minimum over its slots), the
    step at which its KV would overflow, the first step boundary at or after its next scheduled
    event or the caller's stop time — and the segment up to it, priced in closed form;
@@ -86,6 +89,7 @@ class Fleet(FleetState):
         self.gate = np.full(self.E, -1, dtype=np.int64)
         self.batch_dependent = self.cfg.policy.kind in ("threshold", "toggle", "adaptive")
         self.drainable = not self.open and self.cfg.policy.kind in ("off", "always")
+        self.open_drainable = self.open and self.cfg.policy.kind in ("off", "always") and not self.record
         ks = [k for k in self.krow]
         self.krow_of = np.zeros(max(ks) + 1, dtype=np.int64)
         for k, r in self.krow.items():
@@ -205,6 +209,17 @@ class Fleet(FleetState):
                 if len(D):
                     self._drain(D)
                     S = S[self.n[S] > 0]
+            elif self.open_drainable and len(S):
+                D = S[self._no_admission(S) & self._tail_fits(S)]
+                cut = np.minimum(np.minimum(self.next_ev[D], until_s), self._head_arrival(D))
+                ok = self._drains_before(D, cut)
+                D = D[ok]
+                if len(D):
+                    t_cut = np.full(self.E, INF)
+                    t_cut[D] = cut[ok]
+                    advanced = self._drain(D, t_cut, watch_step)
+                    if advanced.any():
+                        S = S[~np.isin(S, D[advanced], assume_unique=True)]
             if len(S):
                 nf = self._segment(S, until_s)
                 self._finish(S[self.s[S] == nf])
@@ -232,10 +247,7 @@ class Fleet(FleetState):
             if use.any():
                 b[use] = s_kv[use].astype(np.int64)
         m = b - s
-        rows = self.krow_of[k]
-        per_ctx = self.per_ctx[rows, n]
-        c1 = self.fixed[rows, n] + per_ctx * (A + B * s - B / 2)
-        c2 = per_ctx * B / 2
+        c1, c2 = self._step_coefficients(e)
         mf = m.astype(float)
         dt = mf * c1 + c2 * mf * mf
         t = self.t[e]
@@ -260,17 +272,50 @@ class Fleet(FleetState):
         self.s[e] = s + m
         return nf
 
+    def _head_arrival(self, e: np.ndarray) -> np.ndarray:
+        """When the queue head of each engine in e arrives (INF for an empty queue)."""
+        has = self.qhead[e] < self.qend[e]
+        out = np.full(len(e), INF)
+        out[has] = self.arrival[self.queue[e[has], self.qhead[e[has]]]]
+        return out
+
+    def _no_admission(self, e: np.ndarray) -> np.ndarray:
+        """Engines e that admit nothing before their next event: an empty queue, a head not yet
+        arrived (its release is an event), or a gated switch (admission waits for the drain)."""
+        return (self._head_arrival(e) > self.t[e]) | (self.gate[e] >= 0)
+
+    def _step_coefficients(self, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(c1, c2) of engines e at their boundary: m steps with the batch fixed take m·c1 + c2·m²
+        (step j costs fixed + per_ctx·(A + B·(s + j)))."""
+        rows, n, B = self.krow_of[self.k[e]], self.n[e], self.B[e]
+        per_ctx = self.per_ctx[rows, n]
+        return self.fixed[rows, n] + per_ctx * (self.A[e] + B * self.s[e] - B / 2), per_ctx * B / 2
+
+    def _drains_before(self, e: np.ndarray, t_cut: np.ndarray) -> np.ndarray:
+        """Does each engine in e reach its next finish strictly before `t_cut`? (Else it has no
+        finish-only round to drain: phase 5 clips its segment at the cut.)"""
+        m = (self.slot_fin[e].min(axis=1) - self.s[e]).astype(float)
+        c1, c2 = self._step_coefficients(e)
+        return self.t[e] + m * c1 + c2 * m * m < t_cut
+
     def _tail_fits(self, e: np.ndarray) -> np.ndarray:
         """Can the running batch of engines e never overflow the KV capacity? KV in use plus the rest
         of every response plus k+1 slots each (the generated tokens cancel) is the most it can hold."""
         n, k = self.n[e], self.k[e]
         return self.GB[e] + (self.SL[e] + 2 * n * (k + 1)) / self.blk + n * (self.rbar + 1) <= self.cap
 
-    def _drain(self, D: np.ndarray) -> None:
-        """Phase 4 (closed rollouts, k fixed, nothing left to admit, KV cannot overflow): every active
-        response of engines D finishes in closed form (fastlaw.drain for many engines): sorted by
+    def _drain(self, D: np.ndarray, t_cut: np.ndarray | None = None, watch_step: int | None = None) -> np.ndarray:
+        """Phase 4: the finish-only rounds of engines D (k fixed, nothing admissible before the
+        cut, KV cannot overflow) in closed form (fastlaw.drain for many engines): sorted by
         (engine, finish boundary), the batch is fixed between consecutive boundaries, so every
-        segment's time is the affine-step sum, evaluated for all segments of all engines at once."""
+        segment's time is the affine-step sum, evaluated for all segments of all engines at once.
+
+        Closed rollouts (`t_cut` None) drain every active response. Open ones keep, per engine, the
+        prefix of segments the round-by-round loop would run before it stops or takes an event:
+        those ending strictly before the engine's cut `t_cut` (its next event, the caller's stop
+        time, its queue head's arrival; a segment reaching the cut is left to phase 5, which clips
+        it) and, with `watch_step`, up to the one that finishes the engine's last response of that
+        step. Returns the mask (over D) of engines that advanced."""
         idx, eng = self.active_of(D)
         b = self.slot_fin[eng, self.slot_of[idx]]
         order = np.lexsort((b, eng))
@@ -282,13 +327,15 @@ class Fleet(FleetState):
         seg_e, bounds = eng[first], b[first]
         opens = np.ones(len(first), dtype=bool)      # first segment of its engine
         opens[1:] = seg_e[1:] != seg_e[:-1]
+        open_at = np.flatnonzero(opens)
         g0, mu, s0 = self.g0[idx], self.mu[idx], self.s0[idx]
-        drop_a = np.add.reduceat(self.P[idx] + g0 - mu * s0, first)
+        P, L = self.P[idx], self.L[idx]
+        drop_a = np.add.reduceat(P + g0 - mu * s0, first)
         drop_b = np.add.reduceat(mu, first)
 
         def before(x):   # Σ x over the engine's earlier segments
             c = np.cumsum(x) - x
-            return c - c[np.flatnonzero(opens)][np.cumsum(opens) - 1]
+            return c - c[open_at][np.cumsum(opens) - 1]
 
         a_seg = self.A[seg_e] - before(drop_a)
         b_seg = self.B[seg_e] - before(drop_b)
@@ -300,11 +347,25 @@ class Fleet(FleetState):
         ni = n_seg.astype(np.int64)
         dt = m * self.fixed[rows, ni] + self.per_ctx[rows, ni] * (m * a_seg + b_seg * m * (2 * starts + m - 1) / 2)
         ends = self.t[seg_e] + before(dt) + dt
+        E = self.E
+        if t_cut is not None:
+            keep = ends < t_cut[seg_e]
+            if watch_step is not None:
+                hit = np.add.reduceat((self.step_ids[idx] == watch_step).astype(float), first)
+                keep &= self.remaining[seg_e, watch_step] - before(hit) > 0
+            keep &= before((~keep).astype(float)) == 0          # a prefix of each engine's segments
+            if not keep.any():
+                return np.zeros(len(D), dtype=bool)
+            if not keep.all():
+                r_keep = np.repeat(keep, counts)
+                idx, eng, b, g0, s0, P, L = (x[r_keep] for x in (idx, eng, b, g0, s0, P, L))
+                seg_e, bounds, counts, m, k, n_seg, b_seg, dt, ends, drop_a, drop_b = (
+                    x[keep] for x in (seg_e, bounds, counts, m, k, n_seg, b_seg, dt, ends, drop_a, drop_b))
+                first = np.cumsum(counts) - counts
         self.finish_s[idx] = np.repeat(ends, counts)
         if self.record:
             t0 = ends - dt
             self.tl.append((seg_e, t0, n_seg, b_seg * m / dt, k, np.full(len(dt), np.nan)))
-        E = self.E
         self.steps += per_engine(seg_e, m, E)
         self.seq_steps += per_engine(seg_e, n_seg * m, E)
         self.weighted_active += per_engine(seg_e, n_seg * dt, E)
@@ -313,7 +374,7 @@ class Fleet(FleetState):
             self.sd_steps += per_engine(seg_e, np.where(sd, m, 0.0), E)
             self.sd_seq_steps += per_engine(seg_e, np.where(sd, n_seg * m, 0.0), E)
             self.draft_passes += per_engine(seg_e, np.where(sd, k * m, 0.0), E)
-        d = self.L[idx] - g0
+        d = L - g0
         self.emitted[idx] += d
         rsd = self.k[eng] > 0
         if rsd.any():
@@ -321,47 +382,58 @@ class Fleet(FleetState):
             self.seq_sd_tokens[idx] += np.where(rsd, d, 0.0)
             self.seq_sd_steps[idx] += np.where(rsd, b - s0, 0.0)
         np.subtract.at(self.remaining, (eng, self.step_ids[idx]), 1)
-        last = np.append(first[1:], len(idx)) - 1          # each engine's last response
-        last = last[np.append(seg_e[1:] != seg_e[:-1], True)]
-        self.t[D] = self.finish_s[idx[last]]
-        self.s[D] = b[last]
+        u, u_first, u_cnt = runs(eng)
+        last = u_first + u_cnt - 1                          # each engine's last finished response
+        self.t[u] = self.finish_s[idx[last]]
+        self.s[u] = b[last]
         self.mu[idx] = 0.0
         self.release_groups(idx, eng)
-        self.push_slots(eng, self.slot_of[idx])
+        self.push_slots(eng, self.slot_of[idx], (u, u_first, u_cnt))
         self.slot_of[idx] = -1
-        self.n[D] = 0
-        self.A[D] = 0.0
-        self.B[D] = 0.0
+        self.n[u] -= u_cnt
+        self.A -= per_engine(seg_e, drop_a, E)
+        self.B -= per_engine(seg_e, drop_b, E)
+        self.SP[u] -= np.add.reduceat(P, u_first)
+        self.SL[u] -= np.add.reduceat(L, u_first)
+        empty = u[self.n[u] == 0]
+        self.A[empty] = 0.0    # drop accumulated rounding
+        self.B[empty] = 0.0
+        return np.isin(D, u, assume_unique=True)
 
     def _finish(self, F: np.ndarray) -> None:
         """Phase 6: every response of engines F whose finish boundary is the engine's boundary
         finishes: the rest of its length is emitted in this stint, it leaves the aggregates, its
-        slot and (last of its group) its prompt blocks are freed."""
+        slot and (last of its group) its prompt blocks are freed. The finished cells come out
+        row-major, so each engine's are one run and its five sums (A, B, SP, SL, SD tokens) are
+        one `reduceat` over the runs."""
         if not len(F):
             return
-        r, c = cells(self.slot_fin[F] == self.s[F][:, None])
+        s_F = self.s[F]
+        r, c = cells(self.slot_fin[F] == s_F[:, None])
+        rows, first, cnt = runs(r)
+        u = F[rows]
         eng = F[r]
         idx = self.slot_resp[eng, c]
-        E = self.E
         g0, mu, s0 = self.g0[idx], self.mu[idx], self.s0[idx]
         P, L = self.P[idx], self.L[idx]
-        self.A -= per_engine(eng, P + g0 - mu * s0, E)
-        self.B -= per_engine(eng, mu, E)
-        self.SP -= per_engine(eng, P, E)
-        self.SL -= per_engine(eng, L, E)
         d = L - g0
+        sums = np.add.reduceat(np.stack((P + g0 - mu * s0, mu, P, L, d)), first, axis=1)
+        self.A[u] -= sums[0]
+        self.B[u] -= sums[1]
+        self.SP[u] -= sums[2]
+        self.SL[u] -= sums[3]
         self.emitted[idx] += d
-        sd = self.k[eng] > 0
-        if sd.any():
-            self.sd_tokens += per_engine(eng, np.where(sd, d, 0.0), E)
+        sd_u = self.k[u] > 0
+        if sd_u.any():
+            self.sd_tokens[u[sd_u]] += sums[4][sd_u]
+            sd = np.repeat(sd_u, cnt)
             self.seq_sd_tokens[idx] += np.where(sd, d, 0.0)
-            self.seq_sd_steps[idx] += np.where(sd, self.s[eng] - s0, 0.0)
+            self.seq_sd_steps[idx] += np.where(sd, s_F[r] - s0, 0.0)
         self.mu[idx] = 0.0
         self.finish_s[idx] = self.t[eng]
         self.release_groups(idx, eng)
-        self.push_slots(eng, c)
+        self.push_slots(eng, c, (u, first, cnt))
         self.slot_of[idx] = -1
-        u, _, cnt = runs(eng)
         self.n[u] -= cnt
         np.subtract.at(self.remaining, (eng, self.step_ids[idx]), 1)
         if self.batch_dependent:

@@ -346,9 +346,10 @@ class FleetState:
         self.ftop[e_set] -= counts
         return slots
 
-    def push_slots(self, eng: np.ndarray, slots: np.ndarray) -> None:
-        """Return slots (eng sorted) to their engines' free stacks."""
-        u, first, cnt = runs(eng)
+    def push_slots(self, eng: np.ndarray, slots: np.ndarray, eng_runs: tuple | None = None) -> None:
+        """Return slots (eng sorted) to their engines' free stacks; `eng_runs`: runs(eng) if the
+        caller has it."""
+        u, first, cnt = runs(eng) if eng_runs is None else eng_runs
         rank = np.arange(len(eng)) - np.repeat(first, cnt)
         self.free[eng, self.ftop[eng] + rank] = slots
         self.ftop[u] += cnt

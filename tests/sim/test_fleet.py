@@ -14,13 +14,14 @@ from engine_helpers import make_config, make_work
 from specsim.sim.engine import FastEngine
 from specsim.sim.fastlaw import step_law
 from specsim.sim.fleet import Fleet, SwitchPayload
+from specsim.sim.fleet_state import INF
 from specsim.sim.reference import ReferenceEngine
 from specsim.world.speculation import SDPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _pool(cfg, works, zs, open_=False):
+def _pool(cfg, works, zs, open_=False, step_ids=None):
     """One Fleet over per-engine works (engine e's groups offset so they stay distinct)."""
     eng_of = np.concatenate([np.full(len(w), e) for e, w in enumerate(works)])
     cat = lambda f: np.concatenate([f(w) for w in works])
@@ -30,7 +31,7 @@ def _pool(cfg, works, zs, open_=False):
             for k in cfg.policy.ks if k > 0}
     return Fleet(cfg, [f"e{e}" for e in range(len(works))], eng_of, cat(lambda w: w.response_ids), groups,
                  cat(lambda w: w.prompt_tokens), cat(lambda w: w.response_tokens), np.concatenate(zs), laws, alphas,
-                 open_=open_)
+                 step_ids, open_=open_)
 
 
 POOL_GRID = [
@@ -213,3 +214,63 @@ def test_tabulated_laws_match_step_law():
         lw = step_law(exact, k, decay, None, p)
         for got, want in zip(laws[k], (lw.mu, lw.inv_mu, lw.offset, lw.sd1)):
             assert np.allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("in_flight", [True, False], ids=["in-flight", "gated"])
+def test_open_drain_equals_the_round_by_round_loop(in_flight, monkeypatch):
+    """Open pools drain finish-only rounds in closed form up to each engine's cut (its next event,
+    the stop time, its queue head's arrival) and, with a watched step, up to that step's last
+    finish. The same pool with the drain switched off steps those rounds one by one: every
+    response's finish time, every counter and the stop state agree to rounding, under arrivals,
+    a weight switch and `run(until_s=..., watch_step=...)` calls as the async stream makes them."""
+    policy = SDPolicy("always", k=3)
+    cfg = make_config(policy, max_batch=48, kv_capacity_tokens=10**7)
+    calls = []
+    real = Fleet._drain
+
+    def spy(self, D, t_cut=None, watch_step=None):
+        out = real(self, D, t_cut, watch_step)
+        if t_cut is not None:
+            calls.append(int(out.sum()))
+        return out
+
+    monkeypatch.setattr(Fleet, "_drain", spy)
+    for seed in range(3):
+        works = [make_work(10 * seed + e, groups=12, group_size=8, median=500, cap=1200, alpha=0.7)
+                 for e in range(4)]
+        zs = [np.random.default_rng([seed, e]).standard_normal(len(w)) for e, w in enumerate(works)]
+        t_late = 0.4 * FastEngine(cfg, works[0], zs[0]).run_closed()
+        out = []
+        for drain in (True, False):
+            # the first half at 0 holds two RL steps (0 and 1, interleaved, as a lagged stream admits
+            # them); the second half, step 2, arrives at t_late
+            step_ids = np.concatenate([np.where(np.arange(len(w)) < len(w) // 2, np.arange(len(w)) % 2, 2)
+                                       for w in works])
+            fl = _pool(cfg, works, zs, open_=True, step_ids=step_ids)
+            fl.open_drainable = drain
+            off = fl.off
+            first = np.flatnonzero(step_ids < 2)
+            fl.release(first, 0.0, np.arange(4))
+            a = np.full(fl.N, 0.5)
+            lw = step_law(a, 3, cfg.position_decay)
+            fl.switch(0.25 * t_late, SwitchPayload(1, np.arange(fl.N), off.copy(), a,
+                                                   {3: (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1)}, in_flight))
+            fl.release(np.setdiff1d(np.arange(fl.N), first), t_late, np.arange(4))
+            stops = []
+            for until_s, watch in ((0.2 * t_late, None), (INF, 0), (0.9 * t_late, None), (INF, 1), (INF, 2), (INF, None)):
+                fl.run(until_s=until_s, watch_step=watch)
+                stops.append((fl.t.copy(), fl.s.copy(), fl.n.copy()))
+            fl.check()
+            out.append((fl, stops))
+        (a_, stops_a), (b_, stops_b) = out
+        for (ta, sa, na), (tb, sb, nb) in zip(stops_a, stops_b):     # where each run() call leaves every engine
+            assert np.allclose(ta, tb, rtol=1e-9)
+            assert np.array_equal(sa, sb)
+            assert np.array_equal(na, nb)
+        assert np.allclose(a_.finish_s, b_.finish_s, rtol=1e-9)
+        assert np.allclose(a_.t, b_.t, rtol=1e-9)
+        assert np.array_equal(a_.s, b_.s)
+        for name in ("steps", "sd_steps", "seq_steps", "sd_seq_steps", "sd_tokens", "draft_passes", "weighted_active"):
+            assert np.allclose(getattr(a_, name), getattr(b_, name), rtol=1e-9), name
+        assert np.allclose(a_.seq_sd_steps, b_.seq_sd_steps, rtol=1e-9)
+    assert sum(calls) > 0, "the open drain never ran: the test no longer covers it"
