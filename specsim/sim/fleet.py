@@ -8,13 +8,15 @@ every engine that has something to do, each phase a handful of numpy operations 
 (or their active responses):
 
 1. events due at each engine's time (work released, weights switched; a gated switch waits for the
-   engine's batch to drain), then the stop conditions (`until_s`, the watched RL step);
+   engine's batch to drain; sim/fleet_events.py), then the stop conditions (`until_s`, the
+   watched RL step);
 2. fit the batch into the KV budget, preempting the newest (sim/fleet_admit.fit_batch);
 3. admission, one prefill pass per engine priced in one call (sim/fleet_admit.admit);
 4. idle engines jump to their next event; new responses are keyed at the engine's k; an engine
    that can only finish responses until its next event (k fixed, nothing admissible, KV cannot
-   overflow) runs all those finish-only rounds in one closed-form drain (`_drain`): the long tail
-   of a step, where a few engines finish their last responses one at a time, costs one round;
+   overflow) runs all those finish-only rounds in one closed-form drain (sim/fleet_drain.py): the
+   long tail of a step, where a few engines finish their last responses one at a time, costs one
+   round;
 5. the next event of every engine at once — its next finish (a row-minimum over its slots), the
    step at which its KV would overflow, the first step boundary at or after its next scheduled
    event or the caller's stop time — and the segment up to it, priced in closed form;
@@ -22,40 +24,25 @@ every engine that has something to do, each phase a handful of numpy operations 
 
 Each engine goes through exactly the states of the v1 fast engine (same closed forms, same keying
 of the steps-to-finish law, same accounting); only the order of floating-point sums differs.
-The rounds are as many as the busiest engine's events, each costing O(engines + changed
-responses) numpy work, so a pool costs about one engine's Python plus array work linear in its
-responses. Policies whose draft length depends on the batch's cost (toggle, adaptive) and
-acceptance falling with the context run on the v1 engine (`fleet_supports`).
+The rounds are as many as the busiest engine's events that are not drained, each costing
+O(engines + changed responses) numpy work, so a pool costs about one engine's Python plus array
+work linear in its responses. Policies whose draft length changes with the batch (threshold,
+toggle, adaptive) are never drained; acceptance falling with the context runs on the v1 engine
+(sim/fleet_state.fleet_supports).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
 from specsim.errors import InvariantError
 from specsim.sim.common import EngineConfig, EngineResult
 from specsim.sim.fleet_admit import admit, fit_batch, policy_for_new
-from specsim.sim.fleet_state import INF, FleetState, cells, per_engine, ragged, runs
+from specsim.sim.fleet_drain import drain, drains_before, head_arrival, no_admission, tail_fits
+from specsim.sim.fleet_events import FleetEvents, SwitchPayload
+from specsim.sim.fleet_state import INF, cells, per_engine, runs
 
 __all__ = ["Fleet", "SwitchPayload", "run_fleet_closed"]
-
-
-@dataclass
-class SwitchPayload:
-    """A weight switch for the whole pool: responses `idx` (engine-sorted; engine e's are
-    idx[toff[e]:toff[e+1]]) get acceptance `alphas` and steps-to-finish laws `laws` (k -> the
-    StepLaw's five arrays, aligned with idx); `mean_alpha`: the acceptance the engines' policies
-    price with from then on (toggle, adaptive)."""
-
-    version: int
-    idx: np.ndarray
-    toff: np.ndarray
-    alphas: np.ndarray
-    laws: dict
-    in_flight: bool
-    mean_alpha: float | None = None
 
 
 def steps_to_reach(D: np.ndarray, c1: np.ndarray, c2: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -78,98 +65,14 @@ def steps_to_reach(D: np.ndarray, c1: np.ndarray, c2: np.ndarray, m: np.ndarray)
     return mc
 
 
-class Fleet(FleetState):
-    """The pool's event loop (phases in the module docstring) and scheduled events."""
+class Fleet(FleetEvents):
+    """The pool's event loop (phases in the module docstring)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.events: list[tuple[float, str, object, np.ndarray]] = []
-        self.ev_ptr = np.zeros(self.E, dtype=np.int64)
-        self.next_ev = np.full(self.E, INF)
-        self.gate = np.full(self.E, -1, dtype=np.int64)
         self.batch_dependent = self.cfg.policy.kind in ("threshold", "toggle", "adaptive")
         self.drainable = not self.open and self.cfg.policy.kind in ("off", "always")
         self.open_drainable = self.open and self.cfg.policy.kind in ("off", "always") and not self.record
-        ks = [k for k in self.krow]
-        self.krow_of = np.zeros(max(ks) + 1, dtype=np.int64)
-        for k, r in self.krow.items():
-            self.krow_of[k] = r
-
-    # ---------------------------------------------------------------- scheduled events
-    def _push(self, t_s: float, kind: str, payload, mask: np.ndarray) -> None:
-        i = len(self.events)
-        self.events.append((float(t_s), kind, payload, mask))
-        at = self.ev_ptr == i
-        self.next_ev[at & mask] = float(t_s)
-        self.ev_ptr[at & ~mask] = i + 1
-
-    def release(self, idx: np.ndarray, t_s: float, engines: np.ndarray) -> None:
-        """Responses idx (queued) become admissible at t_s; `engines`: those that hold any of them."""
-        self.arrival[idx] = t_s
-        mask = np.zeros(self.E, dtype=bool)
-        mask[engines] = True
-        self._push(t_s, "release", None, mask)
-
-    def switch(self, t_s: float, payload: SwitchPayload) -> None:
-        self._push(t_s, "switch", payload, np.ones(self.E, dtype=bool))
-
-    def _step_ptr(self, sub: np.ndarray) -> None:
-        """Engines `sub` consumed their next event: move to their next relevant one."""
-        p = self.ev_ptr[sub] + 1
-        nev = len(self.events)
-        while True:
-            pending = p < nev
-            skip = np.zeros(len(sub), dtype=bool)
-            for q in np.unique(p[pending]).tolist():
-                at = p == q
-                skip[at] = ~self.events[q][3][sub[at]]
-            if not skip.any():
-                break
-            p += skip
-        self.ev_ptr[sub] = p
-        self.next_ev[sub] = [self.events[q][0] if q < nev else INF for q in p.tolist()]
-
-    def apply_events(self, R: np.ndarray) -> None:
-        """Events due at each engine's time, in order; then gated switches of drained engines."""
-        while True:
-            due = R[self.next_ev[R] <= self.t[R]]
-            if not len(due):
-                break
-            for p in np.unique(self.ev_ptr[due]).tolist():
-                sub = due[self.ev_ptr[due] == p]
-                _, kind, payload, _ = self.events[p]
-                if kind == "switch":
-                    if payload.in_flight:
-                        self.apply_switch(sub, payload)
-                    else:
-                        self.gate[sub] = p
-                self._step_ptr(sub)
-        g = R[(self.gate[R] >= 0) & (self.n[R] == 0)]
-        for p in np.unique(self.gate[g]).tolist():
-            sub = g[self.gate[g] == p]
-            self.apply_switch(sub, self.events[p][2])
-            self.gate[sub] = -1
-
-    def apply_switch(self, sub: np.ndarray, pl: SwitchPayload) -> None:
-        """Engines `sub` run policy pl.version; an engine whose responses' acceptance changed takes
-        the new acceptance and laws and re-keys its running batch from its progress so far."""
-        self.policy_version[sub] = pl.version
-        seg, pos = ragged(pl.toff[sub], pl.toff[sub + 1] - pl.toff[sub])
-        if not len(pos):
-            return
-        idx = pl.idx[pos]
-        diff = per_engine(seg, self.alphas[idx] != pl.alphas[pos], len(sub)) > 0
-        if not diff.any():
-            return
-        sel = diff[seg]
-        ii, pp = idx[sel], pos[sel]
-        self.alphas[ii] = pl.alphas[pp]
-        for k, arrs in self.laws.items():
-            for dst, src in zip(arrs, pl.laws[k]):
-                dst[ii] = src[pp]
-        if pl.mean_alpha is not None and self.cfg.policy.kind in ("toggle", "adaptive"):
-            self.set_alpha_estimate(sub[diff], np.full(int(diff.sum()), float(pl.mean_alpha)))
-        self.rekey(sub[diff])
 
     # ---------------------------------------------------------------- the loop
     def run(self, until_s: float = INF, watch_step: int | None = None) -> None:
@@ -205,19 +108,19 @@ class Fleet(FleetState):
             policy_for_new(self, new, neng)
             S = R[self.n[R] > 0]
             if self.drainable and len(S):
-                D = S[(self.qhead[S] >= self.qend[S]) & self._tail_fits(S)]
+                D = S[(self.qhead[S] >= self.qend[S]) & tail_fits(self, S)]
                 if len(D):
-                    self._drain(D)
+                    drain(self, D)
                     S = S[self.n[S] > 0]
             elif self.open_drainable and len(S):
-                D = S[self._no_admission(S) & self._tail_fits(S)]
-                cut = np.minimum(np.minimum(self.next_ev[D], until_s), self._head_arrival(D))
-                ok = self._drains_before(D, cut)
+                D = S[no_admission(self, S) & tail_fits(self, S)]
+                cut = np.minimum(np.minimum(self.next_ev[D], until_s), head_arrival(self, D))
+                ok = drains_before(self, D, cut)
                 D = D[ok]
                 if len(D):
                     t_cut = np.full(self.E, INF)
                     t_cut[D] = cut[ok]
-                    advanced = self._drain(D, t_cut, watch_step)
+                    advanced = drain(self, D, t_cut, watch_step)
                     if advanced.any():
                         S = S[~np.isin(S, D[advanced], assume_unique=True)]
             if len(S):
@@ -247,7 +150,7 @@ class Fleet(FleetState):
             if use.any():
                 b[use] = s_kv[use].astype(np.int64)
         m = b - s
-        c1, c2 = self._step_coefficients(e)
+        c1, c2 = self.step_coefficients(e)
         mf = m.astype(float)
         dt = mf * c1 + c2 * mf * mf
         t = self.t[e]
@@ -271,134 +174,6 @@ class Fleet(FleetState):
         self.t[e] = t + dt
         self.s[e] = s + m
         return nf
-
-    def _head_arrival(self, e: np.ndarray) -> np.ndarray:
-        """When the queue head of each engine in e arrives (INF for an empty queue)."""
-        has = self.qhead[e] < self.qend[e]
-        out = np.full(len(e), INF)
-        out[has] = self.arrival[self.queue[e[has], self.qhead[e[has]]]]
-        return out
-
-    def _no_admission(self, e: np.ndarray) -> np.ndarray:
-        """Engines e that admit nothing before their next event: an empty queue, a head not yet
-        arrived (its release is an event), or a gated switch (admission waits for the drain)."""
-        return (self._head_arrival(e) > self.t[e]) | (self.gate[e] >= 0)
-
-    def _step_coefficients(self, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(c1, c2) of engines e at their boundary: m steps with the batch fixed take m·c1 + c2·m²
-        (step j costs fixed + per_ctx·(A + B·(s + j)))."""
-        rows, n, B = self.krow_of[self.k[e]], self.n[e], self.B[e]
-        per_ctx = self.per_ctx[rows, n]
-        return self.fixed[rows, n] + per_ctx * (self.A[e] + B * self.s[e] - B / 2), per_ctx * B / 2
-
-    def _drains_before(self, e: np.ndarray, t_cut: np.ndarray) -> np.ndarray:
-        """Does each engine in e reach its next finish strictly before `t_cut`? (Else it has no
-        finish-only round to drain: phase 5 clips its segment at the cut.)"""
-        m = (self.slot_fin[e].min(axis=1) - self.s[e]).astype(float)
-        c1, c2 = self._step_coefficients(e)
-        return self.t[e] + m * c1 + c2 * m * m < t_cut
-
-    def _tail_fits(self, e: np.ndarray) -> np.ndarray:
-        """Can the running batch of engines e never overflow the KV capacity? KV in use plus the rest
-        of every response plus k+1 slots each (the generated tokens cancel) is the most it can hold."""
-        n, k = self.n[e], self.k[e]
-        return self.GB[e] + (self.SL[e] + 2 * n * (k + 1)) / self.blk + n * (self.rbar + 1) <= self.cap
-
-    def _drain(self, D: np.ndarray, t_cut: np.ndarray | None = None, watch_step: int | None = None) -> np.ndarray:
-        """Phase 4: the finish-only rounds of engines D (k fixed, nothing admissible before the
-        cut, KV cannot overflow) in closed form (fastlaw.drain for many engines): sorted by
-        (engine, finish boundary), the batch is fixed between consecutive boundaries, so every
-        segment's time is the affine-step sum, evaluated for all segments of all engines at once.
-
-        Closed rollouts (`t_cut` None) drain every active response. Open ones keep, per engine, the
-        prefix of segments the round-by-round loop would run before it stops or takes an event:
-        those ending strictly before the engine's cut `t_cut` (its next event, the caller's stop
-        time, its queue head's arrival; a segment reaching the cut is left to phase 5, which clips
-        it) and, with `watch_step`, up to the one that finishes the engine's last response of that
-        step. Returns the mask (over D) of engines that advanced."""
-        idx, eng = self.active_of(D)
-        b = self.slot_fin[eng, self.slot_of[idx]]
-        order = np.lexsort((b, eng))
-        idx, eng, b = idx[order], eng[order], b[order]
-        new = np.ones(len(idx), dtype=bool)
-        new[1:] = (eng[1:] != eng[:-1]) | (b[1:] != b[:-1])
-        first = np.flatnonzero(new)
-        counts = np.diff(np.append(first, len(idx)))
-        seg_e, bounds = eng[first], b[first]
-        opens = np.ones(len(first), dtype=bool)      # first segment of its engine
-        opens[1:] = seg_e[1:] != seg_e[:-1]
-        open_at = np.flatnonzero(opens)
-        g0, mu, s0 = self.g0[idx], self.mu[idx], self.s0[idx]
-        P, L = self.P[idx], self.L[idx]
-        drop_a = np.add.reduceat(P + g0 - mu * s0, first)
-        drop_b = np.add.reduceat(mu, first)
-
-        def before(x):   # Σ x over the engine's earlier segments
-            c = np.cumsum(x) - x
-            return c - c[open_at][np.cumsum(opens) - 1]
-
-        a_seg = self.A[seg_e] - before(drop_a)
-        b_seg = self.B[seg_e] - before(drop_b)
-        n_seg = self.n[seg_e] - before(counts.astype(float))
-        starts = np.where(opens, self.s[seg_e], np.concatenate(([0], bounds[:-1])))
-        m = (bounds - starts).astype(float)
-        k = self.k[seg_e]
-        rows = self.krow_of[k]
-        ni = n_seg.astype(np.int64)
-        dt = m * self.fixed[rows, ni] + self.per_ctx[rows, ni] * (m * a_seg + b_seg * m * (2 * starts + m - 1) / 2)
-        ends = self.t[seg_e] + before(dt) + dt
-        E = self.E
-        if t_cut is not None:
-            keep = ends < t_cut[seg_e]
-            if watch_step is not None:
-                hit = np.add.reduceat((self.step_ids[idx] == watch_step).astype(float), first)
-                keep &= self.remaining[seg_e, watch_step] - before(hit) > 0
-            keep &= before((~keep).astype(float)) == 0          # a prefix of each engine's segments
-            if not keep.any():
-                return np.zeros(len(D), dtype=bool)
-            if not keep.all():
-                r_keep = np.repeat(keep, counts)
-                idx, eng, b, g0, s0, P, L = (x[r_keep] for x in (idx, eng, b, g0, s0, P, L))
-                seg_e, bounds, counts, m, k, n_seg, b_seg, dt, ends, drop_a, drop_b = (
-                    x[keep] for x in (seg_e, bounds, counts, m, k, n_seg, b_seg, dt, ends, drop_a, drop_b))
-                first = np.cumsum(counts) - counts
-        self.finish_s[idx] = np.repeat(ends, counts)
-        if self.record:
-            t0 = ends - dt
-            self.tl.append((seg_e, t0, n_seg, b_seg * m / dt, k, np.full(len(dt), np.nan)))
-        self.steps += per_engine(seg_e, m, E)
-        self.seq_steps += per_engine(seg_e, n_seg * m, E)
-        self.weighted_active += per_engine(seg_e, n_seg * dt, E)
-        sd = k > 0
-        if sd.any():
-            self.sd_steps += per_engine(seg_e, np.where(sd, m, 0.0), E)
-            self.sd_seq_steps += per_engine(seg_e, np.where(sd, n_seg * m, 0.0), E)
-            self.draft_passes += per_engine(seg_e, np.where(sd, k * m, 0.0), E)
-        d = L - g0
-        self.emitted[idx] += d
-        rsd = self.k[eng] > 0
-        if rsd.any():
-            self.sd_tokens += per_engine(eng, np.where(rsd, d, 0.0), E)
-            self.seq_sd_tokens[idx] += np.where(rsd, d, 0.0)
-            self.seq_sd_steps[idx] += np.where(rsd, b - s0, 0.0)
-        np.subtract.at(self.remaining, (eng, self.step_ids[idx]), 1)
-        u, u_first, u_cnt = runs(eng)
-        last = u_first + u_cnt - 1                          # each engine's last finished response
-        self.t[u] = self.finish_s[idx[last]]
-        self.s[u] = b[last]
-        self.mu[idx] = 0.0
-        self.release_groups(idx, eng)
-        self.push_slots(eng, self.slot_of[idx], (u, u_first, u_cnt))
-        self.slot_of[idx] = -1
-        self.n[u] -= u_cnt
-        self.A -= per_engine(seg_e, drop_a, E)
-        self.B -= per_engine(seg_e, drop_b, E)
-        self.SP[u] -= np.add.reduceat(P, u_first)
-        self.SL[u] -= np.add.reduceat(L, u_first)
-        empty = u[self.n[u] == 0]
-        self.A[empty] = 0.0    # drop accumulated rounding
-        self.B[empty] = 0.0
-        return np.isin(D, u, assume_unique=True)
 
     def _finish(self, F: np.ndarray) -> None:
         """Phase 6: every response of engines F whose finish boundary is the engine's boundary

@@ -158,6 +158,9 @@ class FleetState:
         self.slots_max = max(cfg.policy.ks) + 1
         self.max_batch = cfg.max_batch
         self.krow = {k: cfg.table.index(k) for k in set(cfg.policy.ks) | {0} if k in cfg.table.ks}
+        self.krow_of = np.zeros(max(self.krow) + 1, dtype=np.int64)     # k -> its row of the cost table
+        for k, r in self.krow.items():
+            self.krow_of[k] = r
         self.fixed = cfg.table.fixed_s
         self.per_ctx = cfg.table.per_ctx_s
         # priced policies (toggle, adaptive): each engine's predicted tokens per step at every k
@@ -235,6 +238,13 @@ class FleetState:
         rows = self.slot_resp[e]
         r, c = cells(rows >= 0)
         return rows[r, c], e[r]
+
+    def step_coefficients(self, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(c1, c2) of engines e at their boundary: m steps with the batch fixed take m·c1 + c2·m²
+        (step j costs fixed + per_ctx·(A + B·(s + j)))."""
+        rows, n, B = self.krow_of[self.k[e]], self.n[e], self.B[e]
+        per_ctx = self.per_ctx[rows, n]
+        return self.fixed[rows, n] + per_ctx * (self.A[e] + B * self.s[e] - B / 2), per_ctx * B / 2
 
     # ---------------------------------------------------------------- the policy
     def set_alpha_estimate(self, e: np.ndarray, alpha: np.ndarray) -> None:

@@ -13,6 +13,7 @@ from engine_helpers import make_config, make_work
 
 from specsim.sim.engine import FastEngine
 from specsim.sim.fastlaw import step_law
+from specsim.sim import fleet as fleet_module
 from specsim.sim.fleet import Fleet, SwitchPayload
 from specsim.sim.fleet_state import INF
 from specsim.sim.reference import ReferenceEngine
@@ -226,15 +227,15 @@ def test_open_drain_equals_the_round_by_round_loop(in_flight, monkeypatch):
     policy = SDPolicy("always", k=3)
     cfg = make_config(policy, max_batch=48, kv_capacity_tokens=10**7)
     calls = []
-    real = Fleet._drain
+    real = fleet_module.drain
 
-    def spy(self, D, t_cut=None, watch_step=None):
-        out = real(self, D, t_cut, watch_step)
+    def spy(st, D, t_cut=None, watch_step=None):
+        out = real(st, D, t_cut, watch_step)
         if t_cut is not None:
             calls.append(int(out.sum()))
         return out
 
-    monkeypatch.setattr(Fleet, "_drain", spy)
+    monkeypatch.setattr(fleet_module, "drain", spy)
     for seed in range(3):
         works = [make_work(10 * seed + e, groups=12, group_size=8, median=500, cap=1200, alpha=0.7)
                  for e in range(4)]

@@ -1,0 +1,144 @@
+"""The fleet engine's drain (phase 4 of sim/fleet.py's round): the finish-only rounds of many
+engines in closed form.
+
+An engine whose draft length is fixed (policy off or always), that admits nothing before its next
+event (empty queue, head not yet arrived, or a gated switch) and whose running batch can never
+overflow its KV budget only finishes responses until that event: between consecutive finish
+boundaries its batch is fixed, so every such segment's time is the affine-step sum
+m·fixed + per_ctx·(m·A + B·m·(2s + m − 1)/2), and all of them, for all engines, come out of one
+sort by (engine, finish boundary) and a few prefix sums. The tail of an RL step (a few engines
+finishing their last responses one at a time) costs one round instead of one per finish."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specsim.sim.fleet_state import INF, FleetState, per_engine, runs
+
+__all__ = ["drain", "drains_before", "head_arrival", "no_admission", "tail_fits"]
+
+
+def head_arrival(st: FleetState, e: np.ndarray) -> np.ndarray:
+    """When the queue head of each engine in e arrives (INF for an empty queue)."""
+    has = st.qhead[e] < st.qend[e]
+    out = np.full(len(e), INF)
+    out[has] = st.arrival[st.queue[e[has], st.qhead[e[has]]]]
+    return out
+
+
+def no_admission(st: FleetState, e: np.ndarray) -> np.ndarray:
+    """Engines e that admit nothing before their next event: an empty queue, a head not yet
+    arrived (its release is an event), or a gated switch (admission waits for the drain)."""
+    return (head_arrival(st, e) > st.t[e]) | (st.gate[e] >= 0)
+
+
+def drains_before(st: FleetState, e: np.ndarray, t_cut: np.ndarray) -> np.ndarray:
+    """Does each engine in e reach its next finish strictly before `t_cut`? (Else it has no
+    finish-only round to drain: phase 5 clips its segment at the cut.)"""
+    m = (st.slot_fin[e].min(axis=1) - st.s[e]).astype(float)
+    c1, c2 = st.step_coefficients(e)
+    return st.t[e] + m * c1 + c2 * m * m < t_cut
+
+
+def tail_fits(st: FleetState, e: np.ndarray) -> np.ndarray:
+    """Can the running batch of engines e never overflow the KV capacity? KV in use plus the rest
+    of every response plus k+1 slots each (the generated tokens cancel) is the most it can hold."""
+    n, k = st.n[e], st.k[e]
+    return st.GB[e] + (st.SL[e] + 2 * n * (k + 1)) / st.blk + n * (st.rbar + 1) <= st.cap
+
+
+def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_step: int | None = None) -> np.ndarray:
+    """Phase 4: the finish-only rounds of engines D (k fixed, nothing admissible before the
+    cut, KV cannot overflow) in closed form (fastlaw.drain for many engines): sorted by
+    (engine, finish boundary), the batch is fixed between consecutive boundaries, so every
+    segment's time is the affine-step sum, evaluated for all segments of all engines at once.
+
+    Closed rollouts (`t_cut` None) drain every active response. Open ones keep, per engine, the
+    prefix of segments the round-by-round loop would run before it stops or takes an event:
+    those ending strictly before the engine's cut `t_cut` (its next event, the caller's stop
+    time, its queue head's arrival; a segment reaching the cut is left to phase 5, which clips
+    it) and, with `watch_step`, up to the one that finishes the engine's last response of that
+    step. Returns the mask (over D) of engines that advanced."""
+    idx, eng = st.active_of(D)
+    b = st.slot_fin[eng, st.slot_of[idx]]
+    order = np.lexsort((b, eng))
+    idx, eng, b = idx[order], eng[order], b[order]
+    new = np.ones(len(idx), dtype=bool)
+    new[1:] = (eng[1:] != eng[:-1]) | (b[1:] != b[:-1])
+    first = np.flatnonzero(new)
+    counts = np.diff(np.append(first, len(idx)))
+    seg_e, bounds = eng[first], b[first]
+    opens = np.ones(len(first), dtype=bool)      # first segment of its engine
+    opens[1:] = seg_e[1:] != seg_e[:-1]
+    open_at = np.flatnonzero(opens)
+    g0, mu, s0 = st.g0[idx], st.mu[idx], st.s0[idx]
+    P, L = st.P[idx], st.L[idx]
+    drop_a = np.add.reduceat(P + g0 - mu * s0, first)
+    drop_b = np.add.reduceat(mu, first)
+
+    def before(x):   # Σ x over the engine's earlier segments
+        c = np.cumsum(x) - x
+        return c - c[open_at][np.cumsum(opens) - 1]
+
+    a_seg = st.A[seg_e] - before(drop_a)
+    b_seg = st.B[seg_e] - before(drop_b)
+    n_seg = st.n[seg_e] - before(counts.astype(float))
+    starts = np.where(opens, st.s[seg_e], np.concatenate(([0], bounds[:-1])))
+    m = (bounds - starts).astype(float)
+    k = st.k[seg_e]
+    rows = st.krow_of[k]
+    ni = n_seg.astype(np.int64)
+    dt = m * st.fixed[rows, ni] + st.per_ctx[rows, ni] * (m * a_seg + b_seg * m * (2 * starts + m - 1) / 2)
+    ends = st.t[seg_e] + before(dt) + dt
+    E = st.E
+    if t_cut is not None:
+        keep = ends < t_cut[seg_e]
+        if watch_step is not None:
+            hit = np.add.reduceat((st.step_ids[idx] == watch_step).astype(float), first)
+            keep &= st.remaining[seg_e, watch_step] - before(hit) > 0
+        keep &= before((~keep).astype(float)) == 0          # a prefix of each engine's segments
+        if not keep.any():
+            return np.zeros(len(D), dtype=bool)
+        if not keep.all():
+            r_keep = np.repeat(keep, counts)
+            idx, eng, b, g0, s0, P, L = (x[r_keep] for x in (idx, eng, b, g0, s0, P, L))
+            seg_e, bounds, counts, m, k, n_seg, b_seg, dt, ends, drop_a, drop_b = (
+                x[keep] for x in (seg_e, bounds, counts, m, k, n_seg, b_seg, dt, ends, drop_a, drop_b))
+            first = np.cumsum(counts) - counts
+    st.finish_s[idx] = np.repeat(ends, counts)
+    if st.record:
+        t0 = ends - dt
+        st.tl.append((seg_e, t0, n_seg, b_seg * m / dt, k, np.full(len(dt), np.nan)))
+    st.steps += per_engine(seg_e, m, E)
+    st.seq_steps += per_engine(seg_e, n_seg * m, E)
+    st.weighted_active += per_engine(seg_e, n_seg * dt, E)
+    sd = k > 0
+    if sd.any():
+        st.sd_steps += per_engine(seg_e, np.where(sd, m, 0.0), E)
+        st.sd_seq_steps += per_engine(seg_e, np.where(sd, n_seg * m, 0.0), E)
+        st.draft_passes += per_engine(seg_e, np.where(sd, k * m, 0.0), E)
+    d = L - g0
+    st.emitted[idx] += d
+    rsd = st.k[eng] > 0
+    if rsd.any():
+        st.sd_tokens += per_engine(eng, np.where(rsd, d, 0.0), E)
+        st.seq_sd_tokens[idx] += np.where(rsd, d, 0.0)
+        st.seq_sd_steps[idx] += np.where(rsd, b - s0, 0.0)
+    np.subtract.at(st.remaining, (eng, st.step_ids[idx]), 1)
+    u, u_first, u_cnt = runs(eng)
+    last = u_first + u_cnt - 1                          # each engine's last finished response
+    st.t[u] = st.finish_s[idx[last]]
+    st.s[u] = b[last]
+    st.mu[idx] = 0.0
+    st.release_groups(idx, eng)
+    st.push_slots(eng, st.slot_of[idx], (u, u_first, u_cnt))
+    st.slot_of[idx] = -1
+    st.n[u] -= u_cnt
+    st.A -= per_engine(seg_e, drop_a, E)
+    st.B -= per_engine(seg_e, drop_b, E)
+    st.SP[u] -= np.add.reduceat(P, u_first)
+    st.SL[u] -= np.add.reduceat(L, u_first)
+    empty = u[st.n[u] == 0]
+    st.A[empty] = 0.0    # drop accumulated rounding
+    st.B[empty] = 0.0
+    return np.isin(D, u, assume_unique=True)
