@@ -12,12 +12,20 @@ at 4,096 and 65,536 trajectories per step, and one closed generation phase of th
 on the fleet engine (engine="fast", sim/fleet.py) and on the per-engine fast engine it replaced
 (engine="fast_v1"), alternating, median of `--repeats` runs each, with the ratio and the largest
 relative difference in step end times.
+
+`--against DIR` adds a third table: the two 235B async pipeline cases on the engine of another
+checkout of specsim (e.g. `git worktree add /tmp/old 586b98a`), each version in its own fresh
+process (`python -c`, PYTHONPATH set to the checkout, its own scenarios/235b_async.yaml),
+alternating old and this tree `--repeats` times, median per RL step of each and the ratio. This is
+how the engine issue's "N× faster than 586b98a's engine" is measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -105,14 +113,63 @@ def pool_table(repeats: int) -> Table:
     return table
 
 
+#: timing of run_pipeline inside one process of any specsim version (world.resolve moved from specsim.resolve)
+TIME_PIPELINE = """
+import sys, time
+from specsim.scenario import load_scenario
+try:
+    from specsim.world.resolve import resolve
+except ImportError:
+    from specsim.resolve import resolve
+from specsim.sim.pipeline import run_pipeline
+world = resolve(load_scenario("scenarios/235b_async.yaml", sys.argv[1:]))
+run_pipeline(world, engine="fast")
+t0 = time.perf_counter()
+run_pipeline(world, engine="fast")
+print(time.perf_counter() - t0)
+"""
+
+
+def _time_in(checkout: Path, overrides: list[str]) -> float:
+    """Wall seconds of one (warm) run_pipeline in a fresh process of the specsim at `checkout`."""
+    env = dict(os.environ, PYTHONPATH=str(checkout))
+    out = subprocess.run([sys.executable, "-c", TIME_PIPELINE, *overrides], cwd=checkout, env=env,
+                         capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def against_table(other: Path, repeats: int) -> Table:
+    """This tree's engine vs another checkout's on the 235B async pipeline cases, alternating processes."""
+    here = Path(__file__).resolve().parents[1]
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    table = Table(title=f"this tree vs {other} (fresh process each, alternating, median; load average {load})")
+    for col in ("case", "other s / RL step", "this s / RL step", "ratio other/this"):
+        table.add_column(col, justify="right" if col != "case" else "left")
+    for label, _, overrides, pipeline in POOL_CASES:
+        if not pipeline:
+            continue
+        steps = int(next(o for o in overrides if o.startswith("pipeline.steps=")).split("=")[1])
+        times = {"other": [], "this": []}
+        for _ in range(repeats):
+            times["other"].append(_time_in(other, overrides) / steps)
+            times["this"].append(_time_in(here, overrides) / steps)
+        a, b = (sorted(v)[len(v) // 2] for v in (times["other"], times["this"]))
+        table.add_row(label, f"{a:.4f}", f"{b:.4f}", f"{a / b:.1f}x")
+    return table
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="8B cases at 128 prompts (for a fast look)")
     ap.add_argument("--pool-only", action="store_true", help="only the fleet vs fast_v1 pool table")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each engine per pool case (median)")
+    ap.add_argument("--against", type=Path, metavar="DIR",
+                    help="also time the 235B pipeline cases on the specsim checkout at DIR (fresh processes)")
     args = ap.parse_args()
     if args.pool_only:
         Console(width=170).print(pool_table(args.repeats))
+        if args.against:
+            Console(width=170).print(against_table(args.against.resolve(), args.repeats))
         return
     table = Table(title="specsim engine benchmark: fast vs reference (one process, back to back)")
     for col in ("case", "responses", "tokens", "reference s", "fast s", "ratio ref/fast", "rollout diff"):
@@ -132,6 +189,8 @@ def main() -> None:
         table.add_row(label, f"{draw.n_responses:,}", f"{fast.total_tokens:,}", *row)
     Console(width=170).print(table)
     Console(width=170).print(pool_table(args.repeats))
+    if args.against:
+        Console(width=170).print(against_table(args.against.resolve(), args.repeats))
 
 
 if __name__ == "__main__":
