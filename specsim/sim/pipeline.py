@@ -208,6 +208,8 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
         return 0.0 if _never_stale(world) else float(max(version - state["drafter"], 0))
 
     stream = StreamCluster(world, draws, float(acc.alpha_at_version(0)), engine=engine) if mode == "async" else None
+    if tick is not None and stream is not None:
+        tick.source = stream.finished_responses
     released: dict[int, float] = {}
     version_vsu = {0: 0.0}
 
@@ -271,8 +273,8 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
                 g = simulate_generation(world, draws[i], vsu_of(version), engine=engine,
                                         alpha_estimates=estimates if measured else None, tick=tick)
                 gens[i] = g
-                if tick is not None and tick.due():
-                    tick.responses(draws[i].n_responses)
+                if tick is not None:
+                    tick.finished(draws[i].n_responses)
                 if measured:
                     estimates = measured_alpha_estimates(world, g, estimates)
                 rows[i].update(policy_version=version, versions_since_update=vsu_of(version),

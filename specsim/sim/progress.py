@@ -53,11 +53,13 @@ class Ticker:
     A loop checks `due()` (one clock read) and, when it is, hands over what it can count cheaply:
     `responses(n)` with the responses finished in its own scope, which the ticker offsets by
     `base` (a sync run's generation phases each count from zero; the pipeline sets `base` to the
-    responses of the steps before). Reports are monotone (a count never goes back) and a report
-    equal to the previous one is not repeated."""
+    responses of the steps before); `finished(n)` records a count without reporting it. `source`,
+    where set (an async run: the stream's count), is asked for the count whenever a step's end
+    is reported, so a report never pairs fresh steps with a stale count. Reports are monotone (a
+    count never goes back) and a report equal to the previous one is not repeated."""
 
-    __slots__ = ("base", "every_s", "hook", "responses_done", "responses_total", "steps_done", "steps_total",
-                 "_last", "_next_s")
+    __slots__ = ("_last", "_next_s", "base", "every_s", "hook", "responses_done", "responses_total", "source",
+                 "steps_done", "steps_total")
 
     def __init__(self, hook: ProgressHook, *, steps_total: int, responses_total: int,
                  every_s: float = PROGRESS_EVERY_S):
@@ -65,6 +67,7 @@ class Ticker:
         self.every_s = float(every_s)
         self.steps_total, self.responses_total = int(steps_total), int(responses_total)
         self.steps_done = self.responses_done = self.base = 0
+        self.source: Callable[[], int] | None = None
         self._last: RunProgress | None = None
         self._next_s = 0.0
         self.report()
@@ -73,15 +76,21 @@ class Ticker:
         """Has `every_s` passed since the last report?"""
         return time.perf_counter() >= self._next_s
 
+    def finished(self, finished_in_scope: int) -> None:
+        """`base + finished_in_scope` responses have finished (recorded, not reported)."""
+        self.responses_done = min(max(self.responses_done, self.base + int(finished_in_scope)), self.responses_total)
+
     def responses(self, finished_in_scope: int) -> None:
         """Report `base + finished_in_scope` responses finished (call when `due()`)."""
-        self.responses_done = min(max(self.responses_done, self.base + int(finished_in_scope)), self.responses_total)
+        self.finished(finished_in_scope)
         self.report()
 
     def step_done(self) -> None:
         """One more RL step completed; reported when due."""
         self.steps_done = min(self.steps_done + 1, self.steps_total)
         if self.due():
+            if self.source is not None:
+                self.finished(self.source())
             self.report()
 
     def finish(self) -> None:

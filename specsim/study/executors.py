@@ -17,7 +17,9 @@ done; at most every `progress_every_s` s), and `f(task, None)` once its result h
 delivered. In this process (one worker) the simulation calls it directly. A local pool's workers
 put their reports on one queue the pool's initializer hands them (the worker's only channel to
 its parent, set once per worker process); the parent drains it while it waits for results
-(every PROGRESS_POLL_S) and drops reports of runs already delivered. Ray: progress at run
+(every PROGRESS_POLL_S) and before it delivers a result. The queue is a SimpleQueue, written in
+the worker's own thread, so a run's last report is in the pipe before its result is sent: every
+report of a run reaches the parent, in order, before its result. Ray: progress at run
 granularity only -- the tasks report nothing while they run and the caller sees each run when it
 ends: a sign of life from a remote task would need an actor every task writes to (ray.util.queue),
 a cluster-wide object for what is a display. Without `on_progress` nothing is created and the
@@ -36,7 +38,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
-import queue as queue_mod
 import signal
 import socket
 import threading
@@ -230,12 +231,11 @@ _worker_progress: tuple | None = None
 
 def _worker_init(parent_pid: int, progress_queue=None, progress_every_s: float = PROGRESS_EVERY_S) -> None:
     """Pool worker start-up: die with the parent; leave Ctrl-C to the parent; keep the queue
-    progress reports go to (a worker never waits at exit to flush a report nobody reads)."""
+    progress reports go to."""
     global _worker_progress
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="specsim-parent-watch").start()
     if progress_queue is not None:
-        progress_queue.cancel_join_thread()
         _worker_progress = (progress_queue, progress_every_s)
 
 
@@ -326,19 +326,14 @@ def _run_tasks(tasks: list[RunTask], on_result: Callable[[RunTask, dict], None],
                 on_result(t, execute(t, progress=lambda p, t=t: on_progress(t, p), progress_every_s=progress_every_s))
         return
     ctx = multiprocessing.get_context("spawn")
-    reports = ctx.Queue() if on_progress is not None else None
+    reports = ctx.SimpleQueue() if on_progress is not None else None
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
                                initargs=(os.getpid(),) if reports is None else (os.getpid(), reports, progress_every_s))
-    delivered: set[int] = set()
 
     def drain() -> None:
-        while True:
-            try:
-                i, p = reports.get_nowait()
-            except queue_mod.Empty:
-                return
-            if i not in delivered:   # a report can arrive after its run's result: dropped
-                on_progress(tasks[i], p)
+        while not reports.empty():   # one reader (this thread): a non-empty queue's get does not block
+            i, p = reports.get()
+            on_progress(tasks[i], p)
 
     try:
         pending = {pool.submit(_execute_in_worker, i, t): i for i, t in enumerate(tasks)}
@@ -349,7 +344,6 @@ def _run_tasks(tasks: list[RunTask], on_result: Callable[[RunTask, dict], None],
                 drain()
             for fut in done:
                 i = pending.pop(fut)
-                delivered.add(i)
                 on_result(tasks[i], fut.result())
     except BaseException:
         _kill_pool(pool)

@@ -3,9 +3,9 @@ simulation runs done, and -- while runs are in flight -- how far they are inside
 responses finished (sim/progress.py, delivered by study/executors.run_tasks). Also where warnings
 about a results folder are shown while a run is in progress.
 
-    points             ━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━       0/1 0:00:31 eta -:--:--
-    simulation runs    ━━━━━━━━━━━━━━━━━╺━━━━━━━━━━━━━       2/4 0:00:31 eta 0:00:29
-      step 7/12        ━━━━━━━━━━━━━━━━━━━━━━╺━━━━━━━━ 43,008/65,536 0:00:09 eta 0:00:04
+    points               ━━━━━━━━━━━━━━━━━━━━━━━━                       1/1 0:00:05 eta 0:00:00
+    simulation runs      ━━━━━━━╺━━━━━━━━━━━━━━━━                       2/7 0:00:26 eta -:--:--
+      step 8/12          ━━━━━━━━━━━━━━━━━━╺━━━━━ 583,075/786,432 responses 0:00:19 eta 0:00:07
 
 The third row sums the runs in flight: one run (jobs 1) reads "step 7/12" and its responses;
 several read "2 runs, step 9/24" and their responses together; it is hidden while nothing runs.
@@ -82,10 +82,8 @@ class Progress:
         if not runs:
             self._p.update(self._inside, visible=False)
             return
-        steps, steps_total = sum(r.steps_done for r in runs), sum(r.steps_total for r in runs)
         done, total = sum(r.responses_done for r in runs), sum(r.responses_total for r in runs)
-        what = f"step {steps}/{steps_total}"
-        label = f"  {what}" if len(runs) == 1 else f"  {len(runs)} runs, {what}"
+        label = inflight_label(runs)
         if set(self._inflight) != before:    # a run started or ended: the rate and clock start over
             self._p.reset(self._inside, total=total, completed=done, description=label, visible=True)
         else:
@@ -99,6 +97,14 @@ class Progress:
         """One warning line on stderr (only when the progress display is on)."""
         if self._p is not None:
             self._p.console.print(f"[yellow]warning:[/yellow] {message}", markup=True, highlight=False)
+
+
+def inflight_label(runs: list[RunProgress]) -> str:
+    """The third row's description: "step 3/6" for one run in flight, "2 runs, step 4/12" (summed)
+    for several."""
+    steps, steps_total = sum(r.steps_done for r in runs), sum(r.steps_total for r in runs)
+    what = f"step {steps}/{steps_total}"
+    return f"  {what}" if len(runs) == 1 else f"  {len(runs)} runs, {what}"
 
 
 def _count_column():
