@@ -4,7 +4,8 @@
 2 strict hardware profiles and catalogs;      7 no silent coercion (duplicate keys, equal sweep
   exceptions out of simpy processes intact      values, conflicting sets, ignored fields)
 3 outputs never clobber (marker, lock, ...)   8 Ray edges (non-Ray listener, ray://, paths, --jobs)
-4/9 a cost estimate with a bound              10 streams and locale
+4/9 a cost estimate with a bound, progress    10 streams and locale
+    inside a run
 5 values that pass check and crash run
 """
 
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import copy
 import errno
+import itertools
+import json
 import multiprocessing
 import os
 import socket
@@ -258,6 +261,80 @@ def test_check_prints_the_cost_estimate_and_run_refuses_above_the_bound(tmp_path
         clean_error(res, text, "output.max_simulated_tokens", "--set output.max_simulated_tokens=")
     res, text = cli("check", path, *big, "--set", "output.max_simulated_tokens=1e12")
     assert res.exit_code == 0, text
+
+
+def _tiny_tasks(n: int):
+    from specsim.scenario import validate_doc
+    from specsim.study.sweep import RunTask
+
+    return [RunTask.of(validate_doc({**copy.deepcopy(TINY_SYNC), "seed": s}, None), 0, "point") for s in range(n)]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_progress_inside_each_run_reaches_the_caller_in_order(jobs):
+    """Class 9: a run shows a sign of life while it runs, in this process (jobs 1) and from the
+    workers of a local pool (jobs 2): per run, monotone reports from 0 to its totals, then its
+    result, then the end (None); the results are those of a run without a hook."""
+    from specsim.sim.progress import RunProgress
+    from specsim.study.executors import execute, run_tasks
+
+    tasks = _tiny_tasks(3)
+    events: list[tuple[str, object]] = []
+    results: dict[str, dict] = {}
+
+    def on_result(t, r):
+        results[t.key] = r
+        events.append((t.key, "result"))
+
+    run_tasks(tasks, on_result, jobs=jobs, on_progress=lambda t, p: events.append((t.key, p)), progress_every_s=0.0)
+    steps = TINY_SYNC["pipeline"]["steps"]
+    total = steps * TINY_SYNC["workload"]["prompts"] * TINY_SYNC["workload"]["group_size"]
+    for t in tasks:
+        mine = [p for k, p in events if k == t.key]
+        reports, tail = mine[:-2], mine[-2:]
+        assert tail == ["result", None]
+        assert reports[0] == RunProgress(0, steps, 0, total) and reports[-1] == RunProgress(steps, steps, total, total)
+        assert all(a.responses_done <= b.responses_done and a.steps_done <= b.steps_done
+                   for a, b in itertools.pairwise(reports))
+        assert json.dumps(results[t.key], sort_keys=True) == json.dumps(execute(t), sort_keys=True)
+
+
+def test_progress_off_adds_nothing(tmp_path, monkeypatch):
+    """Without a display (--no-progress, --format json) no run gets a hook and no queue is made."""
+    from specsim.study import executors
+
+    calls = []
+    real = executors.execute
+
+    def spy(task, *args, **kwargs):
+        calls.append((args, kwargs))
+        return real(task)
+
+    monkeypatch.setattr(executors, "execute", spy)
+    monkeypatch.setattr(executors.multiprocessing, "get_context", lambda *a: pytest.fail("a pool was started"))
+    run_scenario(scenario(tmp_path), out=tmp_path / "o", jobs=1, progress=False)
+    assert calls and all(c == ((), {}) for c in calls)
+    calls.clear()
+    run_scenario(scenario(tmp_path), out=tmp_path / "p", jobs=1, progress=True)
+    assert calls and all(callable(kw.get("progress")) for _, kw in calls)
+
+
+def test_project_reports_progress_inside_each_run(tmp_path):
+    from specsim.study.projection import project_run
+
+    got = []
+    project_run(load_scenario(scenario(tmp_path)), replicates=1, on_progress=got.append)
+    ends = [i for i, p in enumerate(got) if p is None]
+    assert len(ends) == 2 and ends[-1] == len(got) - 1               # SD and AR, each ended
+    assert got[ends[0] - 1].fraction == 1.0 and got[ends[0] + 1].responses_done == 0
+
+
+def test_the_progress_row_names_the_runs_in_flight():
+    from specsim.sim.progress import RunProgress
+    from specsim.study.report.progress import inflight_label
+
+    assert inflight_label([RunProgress(3, 6, 41, 100)]) == "  step 3/6"
+    assert inflight_label([RunProgress(3, 6, 41, 100), RunProgress(1, 6, 10, 100)]) == "  2 runs, step 4/12"
 
 
 # ============================================================================ 5 check passes, run crashes

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -408,59 +409,88 @@ def _parse_profile(where: str, data: bytes) -> HardwareSpec:
     )
 
 
-def _pos(block: dict, key: str, where: str, field_prefix: str, upper: float | None = None) -> float:
-    v = block.get(key) if isinstance(block, dict) else None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v) or v < 0 or v > 1e12:
-        raise SpecError(f"{field_prefix}.{key}", v, "a finite number >= 0 and <= 1e12", where)
-    if upper is not None and v > upper:
-        raise SpecError(f"{field_prefix}.{key}", v, f"<= {upper}", where)
+#: `kernel_fit:` (written by `specsim calibrate kernels`, YAML units): what each block may hold
+#: and the bounds of its numbers, as _BOUNDS (lo, hi, lower end closed, unit). Generous physical
+#: ranges around what the calibration fits (calibrate/kernel_fit.py: latencies within 1 ms, m_half
+#: within 10^5 tokens): a 10-second GEMM launch or a 200 % efficiency is a typo, not a GPU.
+KERNEL_FIT_KEYS = ("gemm", "decode_attention", "moe", "moe_shapes", "insitu_stream_factor", "multi_token_attention",
+                   "provenance")
+_GEMM_BOUNDS = {
+    "latency_us": (0.0, 1e4, True, "µs"), "flops_eff_max": (0.0, 1.0, False, ""),
+    "m_half_tokens": (0.0, 1e7, True, "tokens"), "weight_bw_eff": (0.0, 1.0, False, ""),
+    "per_token_ns": (0.0, 1e4, True, "ns"),
+}
+_GEMM_REQUIRED = ("latency_us", "flops_eff_max", "m_half_tokens", "weight_bw_eff")
+_ATTN_BOUNDS = {"latency_us": (0.0, 1e4, True, "µs"), "per_seq_us": (0.0, 1e3, True, "µs"),
+                "kv_bw_eff": (0.0, 1.0, False, "")}
+_INSITU_BOUNDS = (0.0, 10.0, False, "(in-situ over isolated HBM streaming rate; 1: as timed alone)")
+_MTA_BOUNDS = {"sms": (1.0, 1e5, True, "multiprocessors"), "tile_rows": (1.0, 4096.0, True, "query rows"),
+               "s_per_kv_token_ns": (0.0, 1e6, False, "ns per cached token per block"),
+               "coresident_speedup": (1.0, 2.0, True, "(an SM's throughput with two resident blocks over one)")}
+_SHAPE_KEY = re.compile(r"h\d+_i\d+_e\d+_k\d+")
+
+
+def _fit_num(block: dict, key: str, bounds: tuple, name: str, where: str, *, whole: bool = False,
+             default: float | None = None) -> float:
+    """A `kernel_fit` number: plain, finite, inside its bounds (and whole where `whole`)."""
+    v = block.get(key, default)
+    lo, hi, closed, unit = bounds
+    allowed = ("a whole number" + _bounds_text(lo, hi, closed, unit).removeprefix("a finite number")) if whole \
+        else _bounds_text(lo, hi, closed, unit)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v) or v > hi or v < lo \
+            or (v == lo and not closed) or (whole and v != int(v)):
+        raise SpecError(name, v, allowed, where)
     return float(v)
+
+
+def _block(doc, name: str, allowed_keys, what: str, where: str) -> dict:
+    """A mapping inside `kernel_fit` holding only `allowed_keys`."""
+    if not isinstance(doc, dict):
+        raise SpecError(name, short_repr(doc), f"a mapping with {what}", where)
+    _unknown(doc, allowed_keys, f"{name}.", where)
+    return doc
 
 
 def _gemm_fits(block, where: str, prefix: str) -> dict[str, GemmFit]:
     if block is None:
         return {}
     if not isinstance(block, dict):
-        raise SpecError(prefix, block, "a mapping of math dtype -> fitted GEMM terms", where)
+        raise SpecError(prefix, short_repr(block), "a mapping of math dtype -> fitted GEMM terms", where)
     out = {}
     for dt, b in block.items():
         p = f"{prefix}.{dt}"
         if dt not in DTYPE_BYTES:
             raise SpecError(prefix, dt, f"math dtypes among {sorted(DTYPE_BYTES)}", where)
-        out[str(dt)] = GemmFit(latency_s=_pos(b, "latency_us", where, p) * 1e-6,
-                               flops_eff_max=_pos(b, "flops_eff_max", where, p, 1.0),
-                               m_half_tokens=_pos(b, "m_half_tokens", where, p),
-                               weight_bw_eff=_pos(b, "weight_bw_eff", where, p, 1.0),
-                               token_s=_pos({"per_token_ns": 0.0, **b}, "per_token_ns", where, p) * 1e-9)
-        if out[str(dt)].flops_eff_max <= 0 or out[str(dt)].weight_bw_eff <= 0:
-            raise SpecError(p, b, "flops_eff_max and weight_bw_eff in (0, 1]", where)
+        b = _block(b, p, list(_GEMM_BOUNDS), f"{', '.join(_GEMM_REQUIRED)} (and per_token_ns)", where)
+        v = {key: _fit_num(b, key, _GEMM_BOUNDS[key], f"{p}.{key}", where,
+                           default=0.0 if key == "per_token_ns" else None) for key in _GEMM_BOUNDS}
+        out[str(dt)] = GemmFit(latency_s=v["latency_us"] * 1e-6, flops_eff_max=v["flops_eff_max"],
+                               m_half_tokens=v["m_half_tokens"], weight_bw_eff=v["weight_bw_eff"],
+                               token_s=v["per_token_ns"] * 1e-9)
     return out
 
 
 def _kernel_fit(doc, where: str) -> KernelFit | None:
-    """Parse the optional `kernel_fit:` block (written by `specsim calibrate --kernels`)."""
+    """Parse the optional `kernel_fit:` block (written by `specsim calibrate --kernels`): every
+    block holds only its own keys, every number is finite and inside its bounds (KERNEL_FIT_KEYS,
+    _GEMM_BOUNDS, _ATTN_BOUNDS, _MTA_BOUNDS); errors name the file, the field path, the value and
+    what is allowed."""
     if doc is None:
         return None
-    if not isinstance(doc, dict):
-        raise SpecError("kernel_fit", doc, "a mapping (gemm, decode_attention, moe, provenance)", where)
+    doc = _block(doc, "kernel_fit", KERNEL_FIT_KEYS, "gemm, decode_attention and optionally moe, moe_shapes, "
+                 "insitu_stream_factor, multi_token_attention, provenance", where)
     gemm = _gemm_fits(doc.get("gemm"), where, "kernel_fit.gemm")
     if not gemm:
         raise SpecError("kernel_fit.gemm", doc.get("gemm"), "at least one fitted math dtype (bf16)", where)
-    att = doc.get("decode_attention")
-    if not isinstance(att, dict):
-        raise SpecError("kernel_fit.decode_attention", att, "a mapping with latency_us, per_seq_us, kv_bw_eff", where)
-    bw = _pos(att, "kv_bw_eff", where, "kernel_fit.decode_attention", 1.0)
-    if bw <= 0:
-        raise SpecError("kernel_fit.decode_attention.kv_bw_eff", bw, "in (0, 1]", where)
+    p = "kernel_fit.decode_attention"
+    att = _block(doc.get("decode_attention"), p, list(_ATTN_BOUNDS), "latency_us, per_seq_us, kv_bw_eff", where)
+    a = {key: _fit_num(att, key, b, f"{p}.{key}", where) for key, b in _ATTN_BOUNDS.items()}
     prov = doc.get("provenance") or {}
-    insitu = doc.get("insitu_stream_factor", 1.0)
-    if isinstance(insitu, bool) or not isinstance(insitu, (int, float)) or not 0.0 < insitu <= 10.0:
-        raise SpecError("kernel_fit.insitu_stream_factor", insitu,
-                        "a number in (0, 10] (in-situ over isolated HBM streaming rate; 1: as timed alone)", where)
-    return KernelFit(gemm=gemm, attn_latency_s=_pos(att, "latency_us", where, "kernel_fit.decode_attention") * 1e-6,
-                     insitu_stream_factor=float(insitu),
-                     attn_per_seq_s=_pos(att, "per_seq_us", where, "kernel_fit.decode_attention") * 1e-6,
-                     attn_kv_bw_eff=bw, moe=_gemm_fits(doc.get("moe"), where, "kernel_fit.moe"),
+    insitu = _fit_num(doc, "insitu_stream_factor", _INSITU_BOUNDS, "kernel_fit.insitu_stream_factor", where,
+                      default=1.0)
+    return KernelFit(gemm=gemm, attn_latency_s=a["latency_us"] * 1e-6, insitu_stream_factor=insitu,
+                     attn_per_seq_s=a["per_seq_us"] * 1e-6, attn_kv_bw_eff=a["kv_bw_eff"],
+                     moe=_gemm_fits(doc.get("moe"), where, "kernel_fit.moe"),
                      provenance=prov if isinstance(prov, dict) else {"note": str(prov)},
                      moe_shapes=_moe_shapes(doc.get("moe_shapes"), where),
                      multi_token_attention=_multi_token_attention(doc.get("multi_token_attention"), where))
@@ -472,32 +502,24 @@ def _multi_token_attention(block, where: str) -> MultiTokenAttentionFit | None:
     if block is None:
         return None
     p = "kernel_fit.multi_token_attention"
-    if not isinstance(block, dict):
-        raise SpecError(p, block, "a mapping with sms, tile_rows, s_per_kv_token_ns, coresident_speedup", where)
-    ints = {}
-    for key in ("sms", "tile_rows"):
-        v = block.get(key)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise SpecError(f"{p}.{key}", v, "a positive integer", where)
-        ints[key] = v
-    ns = _pos(block, "s_per_kv_token_ns", where, p)
-    if ns <= 0:
-        raise SpecError(f"{p}.s_per_kv_token_ns", ns, "a positive number (ns per cached token per block)", where)
-    sp = block.get("coresident_speedup")
-    if isinstance(sp, bool) or not isinstance(sp, (int, float)) or not 1.0 <= sp <= 2.0:
-        raise SpecError(f"{p}.coresident_speedup", sp,
-                        "a number in [1, 2] (an SM's throughput with two resident blocks over one)", where)
-    return MultiTokenAttentionFit(sms=ints["sms"], tile_rows=ints["tile_rows"], s_per_kv_token=ns * 1e-9,
-                                  coresident_speedup=float(sp))
+    block = _block(block, p, list(_MTA_BOUNDS), "sms, tile_rows, s_per_kv_token_ns, coresident_speedup", where)
+    v = {key: _fit_num(block, key, b, f"{p}.{key}", where, whole=key in ("sms", "tile_rows"))
+         for key, b in _MTA_BOUNDS.items()}
+    return MultiTokenAttentionFit(sms=int(v["sms"]), tile_rows=int(v["tile_rows"]),
+                                  s_per_kv_token=v["s_per_kv_token_ns"] * 1e-9,
+                                  coresident_speedup=v["coresident_speedup"])
 
 
 def _moe_shapes(block, where: str) -> dict[str, dict[str, GemmFit]]:
-    """`kernel_fit.moe_shapes`: shape key -> math dtype -> fitted grouped-GEMM terms."""
+    """`kernel_fit.moe_shapes`: shape key (moe_shape_key) -> math dtype -> fitted grouped-GEMM terms."""
     if block is None:
         return {}
+    what = "a mapping of MoE shape key (h<hidden>_i<ffn>_e<experts>_k<top_k>) -> math dtype -> fitted terms"
     if not isinstance(block, dict):
-        raise SpecError("kernel_fit.moe_shapes", block, "a mapping of MoE shape key (h<hidden>_i<ffn>_e<experts>_k"
-                        "<top_k>) -> math dtype -> fitted terms", where)
+        raise SpecError("kernel_fit.moe_shapes", short_repr(block), what, where)
+    for k in block:
+        if not isinstance(k, str) or not _SHAPE_KEY.fullmatch(k):
+            raise SpecError("kernel_fit.moe_shapes", k, f"{what}; {k!r} is not such a key", where)
     return {str(k): _gemm_fits(v, where, f"kernel_fit.moe_shapes.{k}") for k, v in block.items()}
 
 

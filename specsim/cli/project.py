@@ -58,7 +58,8 @@ def project(
                 prog.set_points(r + 1)
 
         with use_catalog(catalog):
-            p = project_run(sc, replicates=replicates, on_run=on_run)
+            p = project_run(sc, replicates=replicates, on_run=on_run,
+                            on_progress=(lambda r: prog.run_progress("run", r)) if prog.enabled else None)
     if fmt is Format.json:
         emit_json(p)
         return

@@ -23,6 +23,7 @@ from specsim.sim.engine import run_fast
 from specsim.sim.fastlaw import step_law
 from specsim.sim.fleet import run_fleet_closed
 from specsim.sim.fleet_state import fleet_pays, fleet_supports
+from specsim.sim.progress import Ticker
 from specsim.sim.reference import run_reference
 from specsim.workload.acceptance.laws import alpha_from_tau
 from specsim.workload.lengths import growth_factor, sample_group_lengths, sample_prompt_lengths
@@ -281,13 +282,14 @@ def measured_alpha_estimates(world: World, gen: GenerationResult, previous: dict
 
 def simulate_generation(world: World, draw: StepDraw, versions_since_update: float = 0.0, *,
                         engine: str = "fast", record_timeline: bool = True,
-                        alpha_estimates: dict[str, float] | None = None) -> GenerationResult:
+                        alpha_estimates: dict[str, float] | None = None, tick: Ticker | None = None) -> GenerationResult:
     """Run one generation phase. `versions_since_update`: drafter staleness (policy versions
     since the drafter was last trained) — sets the mean acceptance. `alpha_estimates`: engine
     name -> the acceptance its SD policy prices with (default: the mean acceptance). `engine`:
     "fast" (the fleet where it supports the config and pays, sim/fleet_state.fleet_pays, else the
     per-engine fast loop), "fleet" (the fleet wherever it supports the config), "fast_v1" (the
-    per-engine fast loop), "reference"."""
+    per-engine fast loop), "reference". `tick`: told the responses of this phase finished so far
+    (sim/progress.py): each fleet round, or after each engine's rollout."""
     mean_alpha = float(world.acceptance.alpha_at_version(versions_since_update))
     alphas = sequence_alphas(mean_alpha, world.acceptance.concentration, draw.alpha_quantiles)
     groups = draw.response_tokens.shape
@@ -303,11 +305,13 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
             world.engines, world.rollout.max_batch, world.kv_capacity_tokens, prompt_of, lengths))):
         # the whole pool at once (sim/fleet.py); "fleet" forces it, "fast" where it pays
         results = _fleet_generation(world, base_cfg, draw, order, starts, group_of, prompt_of, lengths, alphas,
-                                    mean_alpha, alpha_estimates)
+                                    mean_alpha, alpha_estimates, tick)
     else:
         runner = run_reference if engine == "reference" else run_fast
         results = []
         for e in range(world.engines):
+            if tick is not None and tick.due():
+                tick.responses(int(starts[e]))   # responses sorted by engine: the engines before e are done
             idx = order[starts[e]:starts[e + 1]]
             if len(idx) == 0:
                 continue
@@ -323,7 +327,8 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
 
 
 def _fleet_generation(world: World, cfg: EngineConfig, draw: StepDraw, order, starts, group_of, prompt_of, lengths,
-                      alphas, mean_alpha: float, alpha_estimates: dict[str, float] | None) -> list[EngineResult]:
+                      alphas, mean_alpha: float, alpha_estimates: dict[str, float] | None,
+                      tick: Ticker | None = None) -> list[EngineResult]:
     """simulate_generation's engines as one fleet (sim/fleet.py): the same responses and queue
     order as the per-engine loop; the step's noise (`step_noise`) and tabulated laws
     (`QuantileLaws`; with V1_INPUTS fast_v1's per-engine noise and exact laws). Priced policies
@@ -344,7 +349,7 @@ def _fleet_generation(world: World, cfg: EngineConfig, draw: StepDraw, order, st
     if alpha_estimates:
         est = np.array([alpha_estimates.get(nm, cfg.policy_ctx.alpha_estimate) for nm in names], dtype=float)
     return run_fleet_closed(cfg, names, eng_of, order, group_of[order], prompt_of[order], lengths[order], z, laws, a,
-                            est)
+                            est, tick)
 
 
 def with_policy(world: World, policy: SDPolicy) -> World:

@@ -41,6 +41,7 @@ from specsim.sim.fleet_admit import admit, fit_batch, policy_for_new
 from specsim.sim.fleet_drain import drain, drains_before, head_arrival, no_admission, tail_fits
 from specsim.sim.fleet_events import FleetEvents, SwitchPayload
 from specsim.sim.fleet_state import INF, cells, per_engine, runs
+from specsim.sim.progress import Ticker
 
 __all__ = ["Fleet", "SwitchPayload", "run_fleet_closed"]
 
@@ -75,13 +76,16 @@ class Fleet(FleetEvents):
         self.open_drainable = self.open and self.cfg.policy.kind in ("off", "always") and not self.record
 
     # ---------------------------------------------------------------- the loop
-    def run(self, until_s: float = INF, watch_step: int | None = None) -> None:
+    def run(self, until_s: float = INF, watch_step: int | None = None, tick: Ticker | None = None) -> None:
         """Every engine processes events until the first step boundary at or after `until_s`, until
         every response of RL step `watch_step` has finished on it, or until nothing is left that
-        can happen (sim/engine.FastEngine.run, per engine)."""
+        can happen (sim/engine.FastEngine.run, per engine). `tick`: told the responses finished
+        so far whenever it is due (sim/progress.py), once per round at most."""
         R = np.arange(self.E)
         has_events = bool(self.events)
         while len(R):
+            if tick is not None and tick.due():
+                tick.responses(self.finished_responses())
             if has_events:
                 self.apply_events(R)
             stop = self.t[R] >= until_s
@@ -129,6 +133,10 @@ class Fleet(FleetEvents):
 
     def run_closed(self) -> None:
         self.run()
+
+    def finished_responses(self) -> int:
+        """Responses of the fleet that have finished (of every RL step it holds)."""
+        return len(self.L) - int(self.remaining.sum())
 
     def _row(self, e, active, tokens_per_s, kv_tokens) -> None:
         self.tl.append((e, self.t[e].copy(), active, tokens_per_s, self.k[e].copy(), kv_tokens))
@@ -301,11 +309,11 @@ class Fleet(FleetEvents):
 
 
 def run_fleet_closed(cfg: EngineConfig, names: list[str], eng_of, response_ids, groups, prompt, lengths, z, laws,
-                     alphas, alpha_estimates=None) -> list[EngineResult]:
+                     alphas, alpha_estimates=None, tick: Ticker | None = None) -> list[EngineResult]:
     """Closed rollouts on a pool (everything queued at 0, nothing scheduled): one EngineResult per
-    engine, checked (Fleet.check)."""
+    engine, checked (Fleet.check). `tick`: progress (Fleet.run)."""
     fl = Fleet(cfg, names, eng_of, response_ids, groups, prompt, lengths, z, laws, alphas,
                alpha_estimates=alpha_estimates)
-    fl.run()
+    fl.run(tick=tick)
     fl.check()
     return fl.results()

@@ -49,6 +49,7 @@ import simpy
 from specsim.cost import training as tc
 from specsim.errors import SpecError
 from specsim.sim.cluster import GenerationResult, draw_step, measured_alpha_estimates, simulate_generation
+from specsim.sim.progress import PROGRESS_EVERY_S, ProgressHook, Ticker
 from specsim.sim.stream import StreamCluster
 from specsim.world.specs import World
 
@@ -179,8 +180,11 @@ def _never_stale(world: World) -> bool:
 
 
 # ----------------------------------------------------------------------------- the run
-def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, steps: int | None = None) -> PipelineResult:
-    """Simulate `steps` RL steps (default pipeline.steps) of a resolved scenario on a simpy clock."""
+def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, steps: int | None = None,
+                 progress: ProgressHook | None = None, progress_every_s: float = PROGRESS_EVERY_S) -> PipelineResult:
+    """Simulate `steps` RL steps (default pipeline.steps) of a resolved scenario on a simpy clock.
+    `progress`: called with a RunProgress at the start, at most every `progress_every_s` seconds
+    of wall clock while the run goes, and at the end (sim/progress.py); it changes no result."""
     t_wall = time.perf_counter()
     ps = world.pipeline
     n_steps = int(steps if steps is not None else ps.steps)
@@ -189,6 +193,8 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
     warmup = min(max(ps.warmup_steps, ps.fill_steps), n_steps - 1)
     costs = _Costs(world)
     draws = [draw_step(world, i, replicate) for i in range(n_steps)]
+    tick = None if progress is None else Ticker(progress, steps_total=n_steps, every_s=progress_every_s,
+                                                responses_total=sum(d.n_responses for d in draws))
     env = simpy.Environment()
     mode = ps.mode
     lag = ps.policy_lag
@@ -202,6 +208,8 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
         return 0.0 if _never_stale(world) else float(max(version - state["drafter"], 0))
 
     stream = StreamCluster(world, draws, float(acc.alpha_at_version(0)), engine=engine) if mode == "async" else None
+    if tick is not None and stream is not None:
+        tick.source = stream.finished_responses
     released: dict[int, float] = {}
     version_vsu = {0: 0.0}
 
@@ -246,6 +254,8 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
                 stream.switch_all(env.now, v, float(acc.alpha_at_version(version_vsu[v])), in_flight=True)
         rows[i].update(reward_s=costs.reward, logprob_s=lp, train_s=tr, weight_sync_s=costs.sync,
                        drafter_update_s=du, step_end_s=env.now)
+        if tick is not None:
+            tick.step_done()
 
     if mode == "sync":
         measured = world.policy.estimate == "measured"
@@ -258,9 +268,13 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
                 yield env.timeout(ps.data_s)
                 rows[i]["gen_start_s"] = env.now
                 version = state["version"]
+                if tick is not None:
+                    tick.base = sum(d.n_responses for d in draws[:i])
                 g = simulate_generation(world, draws[i], vsu_of(version), engine=engine,
-                                        alpha_estimates=estimates if measured else None)
+                                        alpha_estimates=estimates if measured else None, tick=tick)
                 gens[i] = g
+                if tick is not None:
+                    tick.finished(draws[i].n_responses)
                 if measured:
                     estimates = measured_alpha_estimates(world, g, estimates)
                 rows[i].update(policy_version=version, versions_since_update=vsu_of(version),
@@ -287,7 +301,7 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
             before = stream.counters()
             prev_f = env.now
             for j in range(n_steps):
-                while (f := stream.advance(j, env.peek())) is None:
+                while (f := stream.advance(j, env.peek(), tick)) is None:
                     yield env.timeout(max(0.0, env.peek() - env.now))
                 yield env.timeout(max(0.0, f - env.now))
                 now = stream.counters()
@@ -318,6 +332,8 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
         env.process(trainer())
 
     env.run()
+    if tick is not None:
+        tick.finish()
     records = []
     prev_end = 0.0
     for r in rows:

@@ -38,6 +38,7 @@ from specsim.sim.engine import FastEngine
 from specsim.sim.fastlaw import StepLaw, step_law
 from specsim.sim.fleet import Fleet, SwitchPayload
 from specsim.sim.fleet_state import fleet_pays, fleet_supports, ragged
+from specsim.sim.progress import Ticker
 from specsim.sim.reference import ReferenceEngine
 from specsim.world.specs import World
 
@@ -204,12 +205,14 @@ class StreamCluster:
                 out = max(out, float(np.max(eng.finish_s[r[j]:r[j + 1]])))
         return out
 
-    def advance(self, j: int, horizon: float) -> float | None:
+    def advance(self, j: int, horizon: float, tick: Ticker | None = None) -> float | None:
         self.current_step = j
         if self.fleet is not None:
-            return self._advance_fleet(j, horizon)
+            return self._advance_fleet(j, horizon, tick)
         for e in self.engines:
             e.run(until_s=horizon, watch_step=j)
+            if tick is not None and tick.due():
+                tick.responses(self.finished_responses())
         if self._done(j):
             f = self._step_finish_s(j)
             if f <= horizon:
@@ -223,9 +226,9 @@ class StreamCluster:
             e.run(until_s=horizon)
         return None
 
-    def _advance_fleet(self, j: int, horizon: float) -> float | None:
+    def _advance_fleet(self, j: int, horizon: float, tick: Ticker | None) -> float | None:
         fl = self.fleet
-        fl.run(until_s=horizon, watch_step=j)
+        fl.run(until_s=horizon, watch_step=j, tick=tick)
         if self._done(j):
             f = self._step_finish_s(j)
             if f <= horizon:
@@ -236,6 +239,12 @@ class StreamCluster:
             raise RuntimeError(f"step {j} cannot finish: its work was never released")
         fl.run(until_s=horizon)
         return None
+
+    def finished_responses(self) -> int:
+        """Responses of every step that have finished so far (a progress count: sim/progress.py)."""
+        if self.fleet is not None:
+            return self.fleet.finished_responses()
+        return int(sum(len(e.finish_s) - sum(e.remaining.values()) for e in self.engines))
 
     def counters(self) -> dict[str, float]:
         """Cumulative engine counters (sums over engines), for per-step windows."""

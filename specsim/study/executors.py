@@ -11,6 +11,20 @@ SIGKILL'ed or SIGTERM'ed `specsim run` leaves no orphaned workers (within about 
 ignores SIGINT (Ctrl-C goes to the parent, which stops the pool). On any exception in the parent
 the workers are terminated rather than waited for.
 
+Progress inside a run. `run_tasks(..., on_progress=f)` calls `f(task, RunProgress)` in this
+thread as a running task reports how far it is (sim/progress.py: responses finished, RL steps
+done; at most every `progress_every_s` s), and `f(task, None)` once its result has been
+delivered. In this process (one worker) the simulation calls it directly. A local pool's workers
+put their reports on one queue the pool's initializer hands them (the worker's only channel to
+its parent, set once per worker process); the parent drains it while it waits for results
+(every PROGRESS_POLL_S) and before it delivers a result. The queue is a SimpleQueue, written in
+the worker's own thread, so a run's last report is in the pipe before its result is sent: every
+report of a run reaches the parent, in order, before its result. Ray: progress at run
+granularity only -- the tasks report nothing while they run and the caller sees each run when it
+ends: a sign of life from a remote task would need an actor every task writes to (ray.util.queue),
+a cluster-wide object for what is a display. Without `on_progress` nothing is created and the
+runs see no hook.
+
 Ray: with `address` (a running cluster: ``host:port`` of its head, or ``auto``; ``ray://`` Ray Client
 addresses are refused, and a host:port where something other than a Ray head listens is refused
 within seconds: it must answer an HTTP/2 preface as a gRPC server does) it
@@ -36,6 +50,7 @@ from typing import Any
 
 from specsim.errors import SpecError, os_reason
 from specsim.scenario import ScenarioError, validate_doc
+from specsim.sim.progress import PROGRESS_EVERY_S, ProgressHook, RunProgress
 from specsim.study.sweep import RunTask
 
 __all__ = ["available_cpus", "check_backend", "default_jobs", "execute", "run_tasks", "sigint_latch"]
@@ -45,6 +60,10 @@ BACKENDS = ("local", "ray")
 ADDRESS_TIMEOUT_S = 5.0
 #: How often a worker checks that its parent is alive.
 PARENT_POLL_S = 0.25
+#: How often the parent drains its workers' progress reports while it waits for results.
+PROGRESS_POLL_S = 0.2
+#: What the parent hears of a running task: (task, its progress), then (task, None) once it ended.
+OnProgress = Callable[[RunTask, RunProgress | None], None]
 
 
 def available_cpus() -> int:
@@ -125,9 +144,11 @@ def _probe_address(address: str) -> None:
 
 
 # ============================================================================ one run
-def execute(task: RunTask | dict) -> dict:
+def execute(task: RunTask | dict, progress: ProgressHook | None = None,
+            progress_every_s: float = PROGRESS_EVERY_S) -> dict:
     """Run one pipeline (in any process). Returns {"key", "steady", "steps", "meta"} or, for a
-    scenario that cannot run (does not fit, bad layout), {"key", "error"} with the message."""
+    scenario that cannot run (does not fit, bad layout), {"key", "error"} with the message.
+    `progress`: the run's progress hook (sim/progress.py); the result does not depend on it."""
     from dataclasses import asdict as _asdict
 
     from specsim.errors import LayoutError
@@ -139,7 +160,8 @@ def execute(task: RunTask | dict) -> dict:
         sc = validate_doc(t.doc, t.file)
         sc._source_file = t.file
         world = resolve(sc)
-        res = run_pipeline(world, engine=t.engine, replicate=t.replicate)
+        res = run_pipeline(world, engine=t.engine, replicate=t.replicate, progress=progress,
+                           progress_every_s=progress_every_s)
     except (ScenarioError, SpecError, LayoutError) as exc:
         return {"key": t.key, "error": f"{exc.__class__.__name__}: {exc}"}
     steady = {k: float(v) for k, v in res.steady().items()}
@@ -202,10 +224,27 @@ def _watch_parent(parent_pid: int) -> None:
         time.sleep(PARENT_POLL_S)
 
 
-def _worker_init(parent_pid: int) -> None:
-    """Pool worker start-up: die with the parent; leave Ctrl-C to the parent."""
+#: In a pool worker only: (queue, seconds between reports), its line to the parent's progress
+#: display, set once by `_worker_init`; None in the parent and in a pool without a display.
+_worker_progress: tuple | None = None
+
+
+def _worker_init(parent_pid: int, progress_queue=None, progress_every_s: float = PROGRESS_EVERY_S) -> None:
+    """Pool worker start-up: die with the parent; leave Ctrl-C to the parent; keep the queue
+    progress reports go to."""
+    global _worker_progress
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="specsim-parent-watch").start()
+    if progress_queue is not None:
+        _worker_progress = (progress_queue, progress_every_s)
+
+
+def _execute_in_worker(index: int, task: RunTask) -> dict:
+    """`execute` in a pool worker, its progress reports put on the parent's queue as (index, report)."""
+    if _worker_progress is None:
+        return execute(task)
+    q, every_s = _worker_progress
+    return execute(task, progress=lambda p: q.put((index, p)), progress_every_s=every_s)
 
 
 def _kill_pool(pool: ProcessPoolExecutor) -> None:
@@ -250,48 +289,70 @@ def sigint_latch() -> Iterator[threading.Event]:
 
 
 def run_tasks(tasks: list[RunTask], on_result: Callable[[RunTask, dict], None], *, jobs: int = 2,
-              backend: str = "local", address: str | None = None) -> None:
+              backend: str = "local", address: str | None = None, on_progress: OnProgress | None = None,
+              progress_every_s: float = PROGRESS_EVERY_S) -> None:
     """Execute `tasks`, calling `on_result(task, result)` in this thread as each finishes.
 
     backend="local": one worker runs in this process; otherwise a spawn-context process pool of
     min(jobs, CPUs, tasks) workers. backend="ray": see the module docstring. A Ctrl-C stops the
     loop with KeyboardInterrupt, at the latest right after the next result is delivered
-    (`sigint_latch`)."""
+    (`sigint_latch`). `on_progress`: progress inside the running tasks (module docstring),
+    reported at most every `progress_every_s` seconds per task (0: at every check)."""
     workers = check_backend(backend, jobs, address, probe=False)
     if not tasks:
         return
     with sigint_latch() as interrupted:
         def deliver(task: RunTask, result: dict) -> None:
             on_result(task, result)
+            if on_progress is not None:
+                on_progress(task, None)
             if interrupted.is_set():
                 raise KeyboardInterrupt
-        _run_tasks(tasks, deliver, workers, backend, address)
+        _run_tasks(tasks, deliver, workers, backend, address, on_progress, progress_every_s)
 
 
 def _run_tasks(tasks: list[RunTask], on_result: Callable[[RunTask, dict], None], workers: int, backend: str,
-               address: str | None) -> None:
+               address: str | None, on_progress: OnProgress | None = None,
+               progress_every_s: float = PROGRESS_EVERY_S) -> None:
     if backend == "ray":
-        _run_ray(_ray(), tasks, on_result, workers, address)
+        _run_ray(_ray(), tasks, on_result, workers, address)   # progress at run granularity (module doc)
         return
     workers = min(workers, len(tasks))
     if workers == 1:
         for t in tasks:
-            on_result(t, execute(t))
+            if on_progress is None:
+                on_result(t, execute(t))
+            else:
+                on_result(t, execute(t, progress=lambda p, t=t: on_progress(t, p), progress_every_s=progress_every_s))
         return
     ctx = multiprocessing.get_context("spawn")
+    reports = ctx.SimpleQueue() if on_progress is not None else None
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
-                               initargs=(os.getpid(),))
+                               initargs=(os.getpid(),) if reports is None else (os.getpid(), reports, progress_every_s))
+
+    def drain() -> None:
+        while not reports.empty():   # one reader (this thread): a non-empty queue's get does not block
+            i, p = reports.get()
+            on_progress(tasks[i], p)
+
     try:
-        pending = {pool.submit(execute, t): t for t in tasks}
+        pending = {pool.submit(_execute_in_worker, i, t): i for i, t in enumerate(tasks)}
         while pending:
-            done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+            done, _ = wait(list(pending), timeout=None if reports is None else PROGRESS_POLL_S,
+                           return_when=FIRST_COMPLETED)
+            if reports is not None:
+                drain()
             for fut in done:
-                t = pending.pop(fut)
-                on_result(t, fut.result())
+                i = pending.pop(fut)
+                on_result(tasks[i], fut.result())
     except BaseException:
         _kill_pool(pool)
         raise
-    pool.shutdown(wait=True)
+    else:
+        pool.shutdown(wait=True)
+    finally:
+        if reports is not None:
+            reports.close()
 
 
 # ============================================================================ ray

@@ -26,6 +26,7 @@ from scipy import stats
 
 from specsim.scenario import Scenario, apply_overrides
 from specsim.sim.pipeline import PipelineResult, run_pipeline
+from specsim.sim.progress import RunProgress
 from specsim.world.resolve import resolve
 
 AR = {"speculation.policy": "off"}
@@ -60,14 +61,18 @@ def interval(values) -> tuple[float, float, float]:
 
 
 def project_run(sc: Scenario, *, replicates: int = 2, engine: str = "fast",
-                on_run: Callable[[int], None] | None = None) -> dict:
+                on_run: Callable[[int], None] | None = None,
+                on_progress: Callable[[RunProgress | None], None] | None = None) -> dict:
     """The scenario's whole run with SD and its AR twin, `replicates` paired replicates each.
-    `on_run(replicate)` is called after each pipeline run (2 per replicate: a progress bar)."""
+    `on_run(replicate)` is called after each pipeline run (2 per replicate: a progress bar);
+    `on_progress(p)` inside each run (sim/progress.py), then `on_progress(None)` when it ends."""
     w_sd, w_ar = resolve(sc), resolve(apply_overrides(sc, AR))
     per = {"sd": [], "ar": []}
     for r in range(replicates):
         for kind, w in (("sd", w_sd), ("ar", w_ar)):
-            per[kind].append(run_totals(run_pipeline(w, engine=engine, replicate=r), _gpus(w)))
+            per[kind].append(run_totals(run_pipeline(w, engine=engine, replicate=r, progress=on_progress), _gpus(w)))
+            if on_progress is not None:
+                on_progress(None)
             if on_run is not None:
                 on_run(r)
     out = {"scenario": sc.name, "steps": w_sd.pipeline.steps, "replicates": replicates, "gpus": _gpus(w_sd)}

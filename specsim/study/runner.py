@@ -276,7 +276,8 @@ def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings:
                 write_points_csv()
                 prog.set_points(len(done_points))
 
-        run_tasks(pending, on_result, jobs=workers, backend=backend, address=address)
+        inside = prog.task_progress if prog.enabled else None   # progress inside each run (executors.py)
+        run_tasks(pending, on_result, jobs=workers, backend=backend, address=address, on_progress=inside)
         missing = [p.label() for p in plan.points if p.point_id not in done_points]
         if missing:  # pragma: no cover - every task either finished or raised
             raise RuntimeError(f"points not finished: {missing}")
@@ -298,7 +299,7 @@ def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings:
             computed += 1
             prog.runs_done()
 
-        run_tasks(cap_pending, on_cap, jobs=workers, backend=backend, address=address)
+        run_tasks(cap_pending, on_cap, jobs=workers, backend=backend, address=address, on_progress=inside)
     capacity = tables.capacity_table(cap_plan, runs)
 
     # ---- tables
