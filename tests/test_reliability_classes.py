@@ -1,4 +1,4 @@
-"""Reliability round 3 (issue #35): one test (at least) per defect class, each failing on 586b98a.
+"""Reliability of the front door (issue #35): one test (at least) per defect class, each failing on 586b98a.
 
 1 one guarded reader for every input file     6 errors say what happened (errno, field path)
 2 strict hardware profiles and catalogs;      7 no silent coercion (duplicate keys, equal sweep
