@@ -250,6 +250,9 @@ class Fleet(FleetState):
         self.steps[e] += mf
         self.seq_steps[e] += n * mf
         self.weighted_active[e] += n * dt
+        tok = B * mf
+        self.token_sum[e] += tok
+        self.token_batch_sum[e] += n * tok
         sd = k > 0
         if sd.any():
             es = e[sd]
@@ -308,6 +311,9 @@ class Fleet(FleetState):
         self.steps += per_engine(seg_e, m, E)
         self.seq_steps += per_engine(seg_e, n_seg * m, E)
         self.weighted_active += per_engine(seg_e, n_seg * dt, E)
+        tok = b_seg * m
+        self.token_sum += per_engine(seg_e, tok, E)
+        self.token_batch_sum += per_engine(seg_e, n_seg * tok, E)
         sd = k > 0
         if sd.any():
             self.sd_steps += per_engine(seg_e, np.where(sd, m, 0.0), E)
@@ -409,7 +415,9 @@ class Fleet(FleetState):
                                     float(self.seq_steps[e]), float(self.sd_seq_steps[e]), float(self.sd_tokens[e]),
                                     float(self.draft_passes[e]), float(self.prefill_total[e]), tls[e],
                                     float(self.weighted_active[e]), self.admit_version[a:b],
-                                    p * float(self.sd_seq_steps[e])))
+                                    p * float(self.sd_seq_steps[e]), self.seq_sd_tokens[a:b].copy(),
+                                    self.seq_sd_steps[a:b].copy(), float(self.token_batch_sum[e]),
+                                    float(self.token_sum[e])))
         return out
 
     def check(self) -> None:
