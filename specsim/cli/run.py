@@ -70,12 +70,14 @@ def run(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Run a scenario's sweep (every point, its baselines, the capacity plan) into a results folder:
-    points.csv, steps.csv, summary.md/json and plots. Resumable."""
-    from specsim.study.runner import run_scenario
+    points.csv, steps.csv, summary.md/json and plots; the summary's explain block gives what the
+    run measured at the best point and the `specsim explain` command for its ladder (computed too
+    with `output.explain: ladder`). Resumable."""
+    from specsim.explain.in_run import run_and_explain
 
     with use_catalog(catalog):
-        res = run_scenario(scenario, list(sets or ()), out=out, jobs=jobs, backend=backend.value, address=address,
-                           progress=not no_progress and fmt is Format.table, force=force, fresh=fresh)
+        res = run_and_explain(scenario, list(sets or ()), out=out, jobs=jobs, backend=backend.value, address=address,
+                              progress=not no_progress and fmt is Format.table, force=force, fresh=fresh)
     if fmt is Format.json:
         emit_json({**res.to_dict(), "summary": res.summary})
         return
@@ -88,6 +90,7 @@ def _print_run(res) -> None:
     from specsim.study.report.summary import (
         bottleneck_text,
         counterfactual_note,
+        explain_lines,
         ranked_points,
         runner_up_text,
         values_of,
@@ -133,6 +136,8 @@ def _print_run(res) -> None:
                   f"(trainer idle {100 * idle['mean']:.1f} % of the step)")
     if s.get("sd_gain_over_best_ar"):
         con.print(f"SD gain over the best AR configuration: {_ci(s['sd_gain_over_best_ar'])}×")
+    for line in explain_lines(s.get("explain")):
+        con.print(line, markup=False, highlight=False)
     if s["replicates"] < 2:
         con.print(f"note: {s['ci']}")
     cap = s.get("capacity") or {}

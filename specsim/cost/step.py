@@ -231,7 +231,7 @@ class StepCostTable:
         `batch` sequences of `ctx_per_seq` context tokens each; τ ÷ this is the per-token SD gain there."""
         top = self.fixed_s.shape[1] - 1
         b = min(max(float(batch), 1.0), float(top))
-        lo = int(math.floor(b))
+        lo = math.floor(b)
         hi = min(lo + 1, top)
         w = b - lo if hi > lo else 0.0
 

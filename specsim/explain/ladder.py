@@ -53,16 +53,13 @@ import numpy as np
 
 from specsim.errors import SpecError
 from specsim.scenario import Scenario, apply_overrides, load_scenario
-from specsim.study.sweep import RunTask, baseline_of, k_of
+from specsim.study.sweep import POINT_ALIASES, RunTask, baseline_of, k_of
 
-__all__ = ["FACTORS", "Explanation", "Factor", "expert_coverage", "explain", "parse_point", "shapley"]
+__all__ = ["FACTORS", "POINT_ALIASES", "Explanation", "Factor", "expert_coverage", "explain", "parse_point", "shapley"]
 
 #: permutations sampled when there are more than SHAPLEY_EXACT_MAX factors
 SHAPLEY_PERMUTATIONS = 200
 SHAPLEY_EXACT_MAX = 6
-#: short names `--point` accepts for the dotted fields the main sweeps vary
-POINT_ALIASES = {"k": "speculation.k", "lag": "pipeline.policy_lag", "tau": "drafter.tau",
-                 "gpus": "rollout.gpus", "policy": "speculation.policy"}
 
 
 @dataclass(frozen=True)
@@ -123,6 +120,7 @@ def variant_overrides(sc: Scenario, on: frozenset[str], *, flat_c: float | None 
     `flat_c`: the SD step at a flat (1 + c·k) decode steps instead of the draft/verify factors;
     `coverage_off`: the verify reads the experts a decode hits (what_if.verify_experts_as_decode)."""
     ov: dict = {}
+    has = {f.name for f in applicable_factors(sc)}   # a factor the point lacks is never switched off
     if flat_c is not None:
         ov["what_if.sd_step_decodes_per_k"] = float(flat_c)
     else:
@@ -132,13 +130,13 @@ def variant_overrides(sc: Scenario, on: frozenset[str], *, flat_c: float | None 
             ov["what_if.verify_as_decode"] = True
         elif coverage_off:
             ov["what_if.verify_experts_as_decode"] = True
-    if "spread" not in on and sc.drafter.heterogeneity is not None:
+    if "spread" not in on and "spread" in has:
         ov["what_if.no_acceptance_spread"] = True
-    if "staleness" not in on:
+    if "staleness" not in on and "staleness" in has:
         ov["what_if.no_staleness"] = True
     if "trainer" not in on:
         ov["what_if.free_trainer"] = True
-    if "async" not in on and sc.pipeline.mode == "async":
+    if "async" not in on and "async" in has:
         ov.update(_sync_changes(sc))
     return ov
 
@@ -218,12 +216,13 @@ class Explanation:
     ceiling: dict
     variants: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    runs: int = 0                 # pipeline runs the ladder and the attribution took
 
     def as_dict(self) -> dict:
         return {"scenario": self.scenario, "point": self.point, "k": self.k, "tau": self.tau,
                 "replicates": self.replicates, "steps": self.steps, "mean_active_batch": self.batch,
                 "ladder": self.ladder, "shapley": self.shapley, "at_batch": self.at_batch,
-                "realised": self.realised, "ceiling": self.ceiling, "notes": self.notes,
+                "realised": self.realised, "ceiling": self.ceiling, "notes": self.notes, "pipeline_runs": self.runs,
                 "what_if": "every variant but the last rung is a counterfactual (scenario what_if:)"}
 
 
@@ -324,8 +323,8 @@ def explain(path: str | Path, overrides: Sequence[str] = (), *, point: str | Non
     before_batch = everything - {"async", "trainer"}
     base_off = frozenset()
 
-    rungs: list[tuple[str, str, dict]] = [("ceiling", "acceptance ceiling (SD step = 1 decode, no spread, no "
-                                                      "staleness, free trainer, sync)", variant_overrides(sc, base_off))]
+    rungs: list[tuple[str, str, dict]] = [("ceiling", ("acceptance ceiling (SD step = 1 decode, no spread, no "
+                                                      "staleness, free trainer, sync)"), variant_overrides(sc, base_off))]
     rungs.append(("draft", "draft cost (flat at B*)", variant_overrides(sc, base_off, flat_c=c_draft)))
     if moe:
         rungs.append(("verify_rest", "verify premium without MoE expert coverage (flat at B*)",
@@ -372,7 +371,7 @@ def explain(path: str | Path, overrides: Sequence[str] = (), *, point: str | Non
 
     # ---- costs at the point's batch
     table = world.table
-    b_int = max(1, int(round(batch)))
+    b_int = max(1, round(batch))
     at = {"mean_active_batch": batch, "context_per_seq_tokens": ctx,
           "sd_over_decode_step": _table_ratio(table, k, batch, ctx),
           "per_token_sd_gain": tau / _table_ratio(table, k, batch, ctx),
@@ -388,7 +387,7 @@ def explain(path: str | Path, overrides: Sequence[str] = (), *, point: str | Non
     if "async" in names:
         notes.append("async off = the point run synchronously (colocated) on its total GPUs")
     return Explanation(sc.name, {**parse_point(point)}, k, tau, reps, sc.pipeline.steps, batch, ladder, shap, at,
-                       _ci(realised), _ci(ceiling), {"total_log_gain": [float(x) for x in total]}, notes)
+                       _ci(realised), _ci(ceiling), {"total_log_gain": [float(x) for x in total]}, notes, len(run.runs))
 
 
 # ============================================================================ outputs
@@ -425,20 +424,20 @@ def explanation_markdown(e: Explanation) -> str:
     """The ladder and the attribution as Markdown (explain.md)."""
     pt = ", ".join(f"{k}={v}" for k, v in e.point.items()) or "the scenario as given"
     L = [f"# {e.scenario}: where the speedup goes ({pt})", "",
-         f"k = {e.k}, τ = {e.tau:.2f}; {e.replicates} paired replicate(s) × {e.steps} steps; mean active batch "
+         (f"k = {e.k}, τ = {e.tau:.2f}; {e.replicates} paired replicate(s) × {e.steps} steps; mean active batch "
          f"B* = {e.batch:.2f} sequences per engine. Every rung but the last is a counterfactual "
-         "(scenario `what_if:`); intervals are 95 % t-intervals over paired replicates.", "",
+         "(scenario `what_if:`); intervals are 95 % t-intervals over paired replicates."), "",
          "| rung | SD gain (×) | rung factor (×) |", "|---|---|---|"]
     for r in e.ladder:
         L.append(f"| {r['label']} | {_fmt(r['gain'])} | {_fmt(r['factor'], 3) if r['factor'] else '—'} |")
-    L += ["", "Order-independent attribution (Shapley values over the factors; their product is realised ÷ ceiling "
-          f"= {math.exp(np.mean(e.variants['total_log_gain'])):.3f}):", "", "| factor | share (×) |", "|---|---|"]
+    L += ["", ("Order-independent attribution (Shapley values over the factors; their product is realised ÷ ceiling "
+          f"= {math.exp(np.mean(e.variants['total_log_gain'])):.3f}):"), "", "| factor | share (×) |", "|---|---|"]
     for s in e.shapley:
         L.append(f"| {s['label']} | {_fmt(s['factor_ratio'], 3)} |")
     a = e.at_batch
-    L += ["", f"At B* = {a['mean_active_batch']:.2f}: an SD step costs {a['sd_over_decode_step']:.2f} decode steps, "
+    L += ["", (f"At B* = {a['mean_active_batch']:.2f}: an SD step costs {a['sd_over_decode_step']:.2f} decode steps, "
           f"so the per-token SD gain there is τ ÷ that = {a['per_token_sd_gain']:.2f}× (realised: "
-          f"{_fmt(e.realised)}×)."]
+          f"{_fmt(e.realised)}×).")]
     if "experts" in a:
         x = a["experts"]
         dec = " / ".join(f"{v:.0f}" for v in x["decode"].values())
@@ -507,8 +506,8 @@ def write_explanation(out_dir: Path, e: Explanation) -> list[str]:
     html = write_page(out_dir, render_page(
         title=f"{e.scenario}: where the SD gain goes", lede=f"Point {e.point or 'the scenario'}, k = {e.k}, "
         f"{e.replicates} paired replicate(s) of {e.steps} steps, on common random draws.",
-        caveat_list=["Every rung but the last is a counterfactual (a what-if: an idealised cost or a switched-off "
-                     "mechanism), not a prediction; only the last rung is the simulated gain of the scenario.",
+        caveat_list=[("Every rung but the last is a counterfactual (a what-if: an idealised cost or a switched-off "
+                     "mechanism), not a prediction; only the last rung is the simulated gain of the scenario."),
                      *e.notes],
         summary_md=md, plots=plots_of(out_dir, {"waterfall": "waterfall.png"},
                                       {"waterfall": "The ladder from the acceptance ceiling to the realised gain"}),

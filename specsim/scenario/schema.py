@@ -447,6 +447,15 @@ class OutputSection(Strict):
         "`--set output.max_simulated_tokens=1e12`"))
     capacity: CapacitySection = Field(default=CapacitySection(), description=(
         "the capacity plan: rollout pool sizes to rerun the best SD point and its AR counterpart at"))
+    explain: Literal["facts", "ladder"] = Field(default="facts", description=(
+        "what the summary's `explain` block gives for the best point. `facts`: what the run measured anyway, at no "
+        "extra simulation (the token-weighted active batch, the per-token SD gain there beside the realised gain, τ "
+        "of the responses that set each step beside the mean τ, sync AR's generation share, the trainer cap and "
+        "whether the point is trainer-bound) and the `specsim explain` command that gives its ladder. `ladder`: also "
+        "that ladder and its Shapley attribution, computed after the sweep into `explain/` of the results folder "
+        "(reused on a resumed run). Off by default because it costs 2ⁿ coalitions of the point's n mechanisms plus "
+        "the ladder's rungs, each the point and its baseline per replicate: tens of times the point's own runs "
+        "(docs/explain.md)"))
 
 
 class Scenario(Strict):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import stats
 
-from specsim.sim.common import EngineConfig, EngineResult, EngineWork, conditional_tau
+from specsim.sim.common import EngineConfig, EngineResult, EngineWork, conditional_tau, last_finishers_tau
 from specsim.sim.engine import run_fast
 from specsim.sim.fastlaw import step_law
 from specsim.sim.fleet import run_fleet_closed
@@ -226,6 +226,20 @@ class GenerationResult:
     @property
     def mean_active_batch(self) -> float:
         return float(np.mean([e.mean_active_batch for e in self.engines])) if self.engines else 0.0
+
+    @property
+    def token_weighted_batch(self) -> float:
+        """The active batch a generated token saw, over every engine's steps (nan if none emitted)."""
+        tok = sum(e.token_sum for e in self.engines)
+        return sum(e.token_batch_sum for e in self.engines) / tok if tok > 0 else float("nan")
+
+    def step_setter_tau(self, proposal_rate: float) -> float:
+        """τ of the response(s) that finished last over the pool, the one(s) that set the phase's
+        end (common.last_finishers_tau; nan without SD)."""
+        if not self.engines or any(e.seq_sd_tokens is None for e in self.engines):
+            return float("nan")
+        cat = lambda name: np.concatenate([getattr(e, name) for e in self.engines])
+        return last_finishers_tau(cat("finish_s"), cat("seq_sd_tokens"), cat("seq_sd_steps"), proposal_rate)
 
     @property
     def gpu_seconds(self) -> float:

@@ -163,6 +163,10 @@ class EngineResult:
     weighted_active: float = 0.0
     admit_version: np.ndarray | None = None   # policy version each response was admitted under
     draft_seq_steps: float | None = None      # request-steps that carried a draft (None: all SD ones)
+    seq_sd_tokens: np.ndarray | None = None   # per response: the tokens it emitted under SD
+    seq_sd_steps: np.ndarray | None = None    # per response: its request-steps under SD
+    token_batch_sum: float = 0.0              # Σ over steps of tokens emitted × the active batch then
+    token_sum: float = 0.0                    # Σ over the same steps of tokens emitted
 
     @property
     def total_tokens(self) -> int:
@@ -183,6 +187,24 @@ class EngineResult:
     def mean_active_batch(self) -> float:
         """Time-weighted mean active batch."""
         return self.weighted_active / self.rollout_s if self.rollout_s > 0 else 0.0
+
+    @property
+    def token_weighted_batch(self) -> float:
+        """The active batch a generated token saw: Σ tokens × batch ÷ Σ tokens over the engine's
+        steps (nan if it emitted nothing)."""
+        return self.token_batch_sum / self.token_sum if self.token_sum > 0 else float("nan")
+
+
+def last_finishers_tau(finish_s: np.ndarray, seq_sd_tokens: np.ndarray | None, seq_sd_steps: np.ndarray | None,
+                       proposal_rate: float) -> float:
+    """τ (vLLM's, conditional on a draft) of the response(s) that finished last — the one that
+    set the rollout's end — pooled over ties: 1 + accepted / (p · their SD request-steps), as
+    `conditional_tau` counts a step's trajectories. nan without SD steps or responses."""
+    if seq_sd_tokens is None or seq_sd_steps is None or len(finish_s) == 0:
+        return float("nan")
+    last = finish_s == np.max(finish_s)
+    steps = float(seq_sd_steps[last].sum())
+    return conditional_tau(float(seq_sd_tokens[last].sum()), steps, proposal_rate * steps)
 
 
 def conditional_tau(sd_tokens: float, sd_seq_steps: float, draft_seq_steps: float | None) -> float:

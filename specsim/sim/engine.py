@@ -160,11 +160,11 @@ class FastEngine(FastState):
         if self.GB + (self.SL + 2 * n * (k + 1)) / self.blk + n * (self.rbar + 1) > self.cap:
             return False
         idx = self.active_idx()
-        self.t, stats = drain(self.cfg, idx, self.finish_b, self.P, self.g0, self.mu, self.s0, self.A, self.B,
-                              self.s, self.t, k, self.finish_s, self.tl)
+        self.t, ran = drain(self.cfg, idx, self.finish_b, self.P, self.g0, self.mu, self.s0, self.A, self.B,
+                            self.s, self.t, k, self.finish_s, self.tl)
         self.finish_pf[idx] = len(self.prefills)
         self.tl_pf.extend([len(self.prefills)] * (len(self.tl.t_s) - len(self.tl_pf)))
-        self.count_steps(stats[0], stats[1], stats[3])
+        self.count_steps(ran.steps, ran.seq_steps, ran.weighted_active, ran.tokens, ran.token_batch)
         self.count_finished(idx, self.L[idx] - self.g0[idx])
         self.is_active[idx] = False
         self.n_act = 0
@@ -206,6 +206,8 @@ class FastEngine(FastState):
         self.steps += m
         self.seq_steps += n * m
         self.weighted_active += n * dt
+        self.token_sum += B * m
+        self.token_batch_sum += n * B * m
         if k > 0:
             self.sd_steps += m
             self.sd_seq_steps += n * m
@@ -274,7 +276,8 @@ class FastEngine(FastState):
         return EngineResult(cfg.name, self.work.response_ids, admit_s, finish_s, tokens, self.preempt, t,
                             self.steps, self.sd_steps, self.seq_steps, self.sd_seq_steps, self.sd_tokens,
                             self.draft_passes, self.prefill_total, tl.as_arrays(), self.weighted_active,
-                            self.admit_version, cfg.proposal_rate * self.sd_seq_steps)
+                            self.admit_version, cfg.proposal_rate * self.sd_seq_steps, self.seq_sd_tokens.copy(),
+                            self.seq_sd_steps.copy(), self.token_batch_sum, self.token_sum)
 
     def run_closed(self) -> float:
         """`run` for a closed rollout (everything queued at 0, no scheduled events): the same

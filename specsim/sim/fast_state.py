@@ -37,8 +37,8 @@ class FastState:
                  "open", "order", "pblocks_l", "policy_version", "preempt", "prefill_total", "prefills",
                  "prompt_blocks", "queue", "rate_heap", "rbar", "remaining", "s", "s0", "saved", "scalar_laws",
                  "sd_seq_steps", "sd_steps", "sd_tokens", "seq_sd_steps", "seq_sd_tokens", "seq_steps",
-                 "slots_max", "step_ids", "step_l", "steps", "t", "tl", "tl_pf", "version",
-                 "weighted_active", "work", "z")
+                 "slots_max", "step_ids", "step_l", "steps", "t", "tl", "tl_pf", "token_batch_sum",
+                 "token_sum", "version", "weighted_active", "work", "z")
 
     def __init__(self, cfg: EngineConfig, work: EngineWork, z: np.ndarray, *, open_: bool = False):
         n = len(work)
@@ -62,7 +62,7 @@ class FastState:
         self.fin_d: list[float] = []
         self.fin_t: list[float] = []
         self.fin_pf: list[int] = []
-        self.seq_sd_tokens = np.zeros(n)   # open engines: per-response tokens and steps under SD
+        self.seq_sd_tokens = np.zeros(n)   # per-response tokens and request-steps under SD
         self.seq_sd_steps = np.zeros(n)
         self.version = np.zeros(n, dtype=np.int64)
         self.finish_b = np.zeros(n, dtype=np.int64)
@@ -86,6 +86,7 @@ class FastState:
         self.tl = Timeline()
         self.steps = self.sd_steps = self.seq_steps = self.sd_seq_steps = self.sd_tokens = 0.0
         self.draft_passes = self.weighted_active = self.prefill_total = 0.0
+        self.token_sum = self.token_batch_sum = 0.0   # Σ fluid tokens, Σ active × fluid tokens over segments
         self.laws: dict[int, StepLaw] = {}
         self.scalar_laws: dict[int, tuple[list, ...]] = {}
         self.slots_max = max(cfg.policy.ks) + 1
@@ -258,9 +259,8 @@ class FastState:
             self.emitted[i] += g - g0
             if self.k > 0:
                 self.sd_tokens += g - g0
-                if self.open:
-                    self.seq_sd_tokens[i] += g - g0
-                    self.seq_sd_steps[i] += s - self.s0[i]
+                self.seq_sd_tokens[i] += g - g0
+                self.seq_sd_steps[i] += s - self.s0[i]
             self.A -= self.P_l[i] + g0 - mu * float(self.s0[i])
             self.B -= mu
             self.g0[i] = g
@@ -272,9 +272,8 @@ class FastState:
         self.emitted[idx] += delta
         if self.k > 0:
             self.sd_tokens += float(delta.sum())
-            if self.open:
-                self.seq_sd_tokens[idx] += delta
-                self.seq_sd_steps[idx] += s - self.s0[idx]
+            self.seq_sd_tokens[idx] += delta
+            self.seq_sd_steps[idx] += s - self.s0[idx]
         self.A -= float((self.P[idx] + self.g0[idx] - self.mu[idx] * self.s0[idx]).sum())
         self.B -= float(self.mu[idx].sum())
         self.g0[idx] = g
@@ -374,10 +373,12 @@ class FastState:
         self.prefill_total += dt
 
     # ---------------------------------------------------------------- counters
-    def count_steps(self, m: float, seq_m: float, n_dt: float) -> None:
+    def count_steps(self, m: float, seq_m: float, n_dt: float, tokens: float, n_tokens: float) -> None:
         self.steps += m
         self.seq_steps += seq_m
         self.weighted_active += n_dt
+        self.token_sum += tokens
+        self.token_batch_sum += n_tokens
         if self.k > 0:
             self.sd_steps += m
             self.sd_seq_steps += seq_m
@@ -393,9 +394,8 @@ class FastState:
         self.fin_pf.append(len(self.prefills))
         if self.k > 0:
             self.sd_tokens += d
-            if self.open:
-                self.seq_sd_tokens[i] += d
-                self.seq_sd_steps[i] += self.s - self.s0[i]
+            self.seq_sd_tokens[i] += d
+            self.seq_sd_steps[i] += self.s - self.s0[i]
         if self.open:
             self.remaining[self.step_l[i]] -= 1
         else:
@@ -414,9 +414,8 @@ class FastState:
         self.emitted[idx] += delta
         if self.k > 0:
             self.sd_tokens += float(delta.sum())
-            if self.open:
-                self.seq_sd_tokens[idx] += delta
-                self.seq_sd_steps[idx] += self.finish_b[idx] - self.s0[idx]
+            self.seq_sd_tokens[idx] += delta
+            self.seq_sd_steps[idx] += self.finish_b[idx] - self.s0[idx]
         if not self.open:
             self.remaining[0] -= len(idx)
         else:

@@ -107,10 +107,23 @@ def admissible_scalar(queue, limit, groups_l, pblocks_l, saved, group_active, us
     return (np.asarray(chosen, dtype=np.int64), np.asarray(opens, dtype=bool), np.asarray(pblocks, dtype=float))
 
 
-def drain(cfg, idx, finish_b, P, g0, mu, s0, A, B, s, t, k, finish_s, tl):
+@dataclass(frozen=True)
+class DrainCounts:
+    """What a closed-form drain ran: engine steps, request-steps (Σ active × steps), fluid tokens
+    (Σ B·m), Σ active × time and Σ active × fluid tokens (the token-weighted batch's numerator)."""
+
+    steps: float
+    seq_steps: float
+    tokens: float
+    weighted_active: float
+    token_batch: float
+
+
+def drain(cfg, idx, finish_b, P, g0, mu, s0, A, B, s, t, k, finish_s, tl) -> tuple[float, DrainCounts]:
     """Finish every active response in closed form (no admissions or preemptions can follow and
     k is fixed): sort by finish boundary; between consecutive boundaries the batch is fixed, so
-    each segment's time is the affine-step sum, evaluated for all segments at once."""
+    each segment's time is the affine-step sum, evaluated for all segments at once. Returns the
+    engine's time at the end and the counts of what ran."""
     b = finish_b[idx]
     order = np.argsort(b, kind="stable")
     idx, b = idx[order], b[order]
@@ -137,5 +150,6 @@ def drain(cfg, idx, finish_b, P, g0, mu, s0, A, B, s, t, k, finish_s, tl):
         tl.tokens_per_s.extend((b_seg * m / dt).tolist())
         tl.k.extend([k] * len(dt))
         tl.kv_tokens.extend([float("nan")] * len(dt))
-    stats = (float(m.sum()), float((n_seg * m).sum()), float((b_seg * m).sum()), float((n_seg * dt).sum()))
-    return float(ends[-1]), stats
+    tokens = b_seg * m
+    return float(ends[-1]), DrainCounts(float(m.sum()), float((n_seg * m).sum()), float(tokens.sum()),
+                                        float((n_seg * dt).sum()), float((n_seg * tokens).sum()))

@@ -173,6 +173,9 @@ class Fleet(FleetEvents):
         self.steps[e] += mf
         self.seq_steps[e] += n * mf
         self.weighted_active[e] += n * dt
+        tok = B * mf
+        self.token_sum[e] += tok
+        self.token_batch_sum[e] += n * tok
         sd = k > 0
         if sd.any():
             es = e[sd]
@@ -264,7 +267,9 @@ class Fleet(FleetEvents):
                                     float(self.seq_steps[e]), float(self.sd_seq_steps[e]), float(self.sd_tokens[e]),
                                     float(self.draft_passes[e]), float(self.prefill_total[e]), tls[e],
                                     float(self.weighted_active[e]), self.admit_version[a:b],
-                                    p * float(self.sd_seq_steps[e])))
+                                    p * float(self.sd_seq_steps[e]), self.seq_sd_tokens[a:b].copy(),
+                                    self.seq_sd_steps[a:b].copy(), float(self.token_batch_sum[e]),
+                                    float(self.token_sum[e])))
         return out
 
     def check(self) -> None:

@@ -112,6 +112,9 @@ def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_
     st.steps += per_engine(seg_e, m, E)
     st.seq_steps += per_engine(seg_e, n_seg * m, E)
     st.weighted_active += per_engine(seg_e, n_seg * dt, E)
+    tok = b_seg * m
+    st.token_sum += per_engine(seg_e, tok, E)
+    st.token_batch_sum += per_engine(seg_e, n_seg * tok, E)
     sd = k > 0
     if sd.any():
         st.sd_steps += per_engine(seg_e, np.where(sd, m, 0.0), E)

@@ -208,6 +208,7 @@ class FleetState:
         self.A, self.B, self.SP, self.SL, self.GB = (np.zeros(E) for _ in range(5))
         self.steps, self.sd_steps, self.seq_steps, self.sd_seq_steps = (np.zeros(E) for _ in range(4))
         self.sd_tokens, self.draft_passes, self.weighted_active, self.prefill_total = (np.zeros(E) for _ in range(4))
+        self.token_sum, self.token_batch_sum = np.zeros(E), np.zeros(E)   # Σ fluid tokens, Σ active × them
         self.policy_version = np.zeros(E, dtype=np.int64)
         # per engine x slot
         S = self.max_batch

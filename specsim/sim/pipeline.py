@@ -86,6 +86,8 @@ class StepRecord:
     max_policy_age: float = 0.0
     tokens_per_step: float = float("nan")  # effective tokens per request-step under SD, 1 + p·(τ − 1)
     data_s: float = 0.0           # loading the prompt batch, on the critical path (sync: every step; async: step 0)
+    step_setter_tau: float = float("nan")       # τ of the response that finished last (set the generation's end)
+    token_weighted_batch: float = float("nan")  # the active batch a generated token saw (Σ tokens × batch ÷ Σ tokens)
 
     @property
     def training_side_s(self) -> float:
@@ -282,6 +284,8 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
                                tokens_per_step=g.tokens_per_seq_step,
                                tokens=g.total_tokens, verify_steps=g.verify_steps,
                                mean_active_batch=g.mean_active_batch, rollout_gpu_s=g.gpu_seconds,
+                               step_setter_tau=g.step_setter_tau(world.acceptance.proposal_rate),
+                               token_weighted_batch=g.token_weighted_batch,
                                gen_window_s=g.rollout_s, mean_policy_age=0.0, max_policy_age=0.0)
                 yield env.timeout(g.rollout_s)
                 rows[i]["gen_end_s"] = env.now
@@ -317,6 +321,9 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
                                mean_alpha=float(np.mean(acc.alpha_at_version(vsu))),
                                tokens=int(draws[j].response_tokens.sum()), verify_steps=d["sd_steps"],
                                mean_active_batch=d["weighted_active"] / (window * world.engines) if window > 0 else 0.0,
+                               step_setter_tau=stream.step_setter_tau(j),
+                               token_weighted_batch=(d["token_batch_sum"] / d["token_sum"] if d["token_sum"] > 0
+                                                     else float("nan")),
                                rollout_gpu_s=window * world.rollout.gpus)
                 before, prev_f = now, max(prev_f, f)
                 generated[j].succeed()

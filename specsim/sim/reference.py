@@ -53,6 +53,7 @@ class ReferenceEngine:
         self.steps = self.sd_steps = self.seq_steps = self.sd_seq_steps = self.sd_tokens = self.draft_passes = 0
         self.draft_seq_steps = 0
         self.prefill_total = self.weighted_active = 0.0
+        self.token_sum = self.token_batch_sum = 0      # Σ tokens emitted, Σ tokens × active batch over steps
         self.k = 0
         self.batch_changed = True
         self.prompt_blocks = {int(g): int(b) for g, b in zip(self.groups, _blocks(self.P, cfg.block_tokens))}
@@ -201,6 +202,9 @@ class ReferenceEngine:
             self.tl.add(self.t, nb, float(emitted.sum()) / dt, k, self.used_blocks(0) * cfg.block_tokens)
         self.t += dt
         self.weighted_active += nb * dt
+        out = int(emitted.sum())
+        self.token_sum += out
+        self.token_batch_sum += nb * out
         self.steps += 1
         self.seq_steps += nb
         if k > 0:
@@ -229,7 +233,9 @@ class ReferenceEngine:
         return EngineResult(self.cfg.name, self.work.response_ids, self.admit_s, self.finish_s, self.gen.copy(),
                             self.preempt, self.t, self.steps, self.sd_steps, self.seq_steps, self.sd_seq_steps,
                             self.sd_tokens, self.draft_passes, self.prefill_total, self.tl.as_arrays(),
-                            self.weighted_active, self.admit_version, float(self.draft_seq_steps))
+                            self.weighted_active, self.admit_version, float(self.draft_seq_steps),
+                            self.seq_sd_tokens.copy(), self.seq_sd_steps.copy(), float(self.token_batch_sum),
+                            float(self.token_sum))
 
 
 def run_reference(cfg: EngineConfig, work: EngineWork, rng: np.random.Generator, max_steps: int = 50_000_000) -> EngineResult:

@@ -33,7 +33,7 @@ import numpy as np
 
 from specsim.sim import cluster
 from specsim.sim.cluster import StepDraw, dispatch, engine_config, sequence_alpha_fn
-from specsim.sim.common import EngineResult, EngineWork, conditional_tau
+from specsim.sim.common import EngineResult, EngineWork, conditional_tau, last_finishers_tau
 from specsim.sim.engine import FastEngine
 from specsim.sim.fastlaw import StepLaw, step_law
 from specsim.sim.fleet import Fleet, SwitchPayload
@@ -248,7 +248,7 @@ class StreamCluster:
 
     def counters(self) -> dict[str, float]:
         """Cumulative engine counters (sums over engines), for per-step windows."""
-        keys = ("sd_tokens", "sd_seq_steps", "sd_steps", "steps", "weighted_active")
+        keys = ("sd_tokens", "sd_seq_steps", "sd_steps", "steps", "weighted_active", "token_sum", "token_batch_sum")
         if self.fleet is not None:
             return {k: float(getattr(self.fleet, k).sum()) for k in keys}
         return {k: float(sum(getattr(e, k) for e in self.engines)) for k in keys}
@@ -273,6 +273,21 @@ class StreamCluster:
         the latter p · their verify steps (sim/common.py; p = 1: tokens over verify steps)."""
         tok, steps = self._sd_counts(j)
         return conditional_tau(tok, steps, self.world.acceptance.proposal_rate * steps)
+
+    def step_setter_tau(self, j: int) -> float:
+        """τ of the response(s) of step j that finished last (at F_j: the ones that set the step's
+        generation end), as `step_tau` counts it (common.last_finishers_tau)."""
+        p = self.world.acceptance.proposal_rate
+        if self.fleet is not None:
+            ix = self.step_idx[j]
+            fl = self.fleet
+            return last_finishers_tau(fl.finish_s[ix], fl.seq_sd_tokens[ix], fl.seq_sd_steps[ix], p)
+        if self.fast:
+            for e in self.engines:
+                e.flush()
+        parts = [(e.finish_s[r[j]:r[j + 1]], e.seq_sd_tokens[r[j]:r[j + 1]], e.seq_sd_steps[r[j]:r[j + 1]])
+                 for e, r in zip(self.engines, self.ranges)]
+        return last_finishers_tau(*(np.concatenate(c) for c in zip(*parts)), p)
 
     def step_tokens_per_seq_step(self, j: int) -> float:
         """Effective tokens per request-step of step j's trajectories under SD, 1 + p·(τ − 1)."""

@@ -165,7 +165,6 @@ def execute(task: RunTask | dict, progress: ProgressHook | None = None,
     except (ScenarioError, SpecError, LayoutError) as exc:
         return {"key": t.key, "error": f"{exc.__class__.__name__}: {exc}"}
     steady = {k: float(v) for k, v in res.steady().items()}
-    steady["token_weighted_batch"] = token_weighted_batch(res)
     steady["per_token_sd_gain"] = per_token_sd_gain(world, steady)
     steps = [{k: (float(v) if isinstance(v, float) else int(v)) for k, v in _asdict(r).items()} for r in res.records]
     meta = {"scenario": sc.name, "mode": sc.pipeline.mode, "policy": world.policy.label, "engines": world.engines,
@@ -173,27 +172,6 @@ def execute(task: RunTask | dict, progress: ProgressHook | None = None,
             "training_gpus": sc.training_gpus, "total_gpus": sc.total_gpus, "replicate": t.replicate,
             "warmup_steps": res.warmup_steps, "role": t.role}
     return {"key": t.key, "steady": steady, "steps": steps, "meta": meta}
-
-
-def token_weighted_batch(res) -> float:
-    """The active batch a generated token saw, averaged over the steady steps' tokens (Σ batch ×
-    tokens ÷ Σ tokens over the engines' timeline segments), from the sync generations' timelines;
-    NaN for async runs (their engines record no timeline: sim/stream.py)."""
-    import numpy as np
-
-    num = den = 0.0
-    for i, g in enumerate(res.generations or []):
-        if g is None or i < res.warmup_steps:
-            continue
-        for e in g.engines:
-            t = np.asarray(e.timeline.get("t_s", []), float)
-            if len(t) == 0:
-                continue
-            dt = np.clip(np.diff(np.append(t, e.rollout_s)), 0.0, None)
-            tok = np.asarray(e.timeline["tokens_per_s"], float) * dt
-            num += float(np.sum(np.asarray(e.timeline["active"], float) * tok))
-            den += float(np.sum(tok))
-    return num / den if den > 0 else float("nan")
 
 
 def per_token_sd_gain(world, steady: dict) -> float:

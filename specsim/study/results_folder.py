@@ -37,6 +37,9 @@ _OWNED = {
     "points": re.compile(r"^[0-9a-f]{12}\.json$"),
     "runs": re.compile(r"^[0-9a-f]{16}\.json$"),
     "plots": re.compile(r"^(?:{})\.(?:png|csv)$".format("|".join(PLOT_STEMS))),
+    # the best point's ladder, with `output.explain: ladder` (specsim/explain/in_run.py)
+    "explain": re.compile(r"^(?:explain\.(?:md|json)|ladder\.csv|shapley\.csv|waterfall\.(?:png|csv)|report\.html"
+                          r"|run_ladder\.json)$"),
 }
 _TEMP = re.compile(r"^\..+\.[^.]+\.tmp$")
 #: steady-state figures every stored run has (floats; NaN allowed).

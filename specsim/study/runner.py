@@ -73,7 +73,7 @@ from specsim.study.sweep import (
 )
 
 __all__ = ["ResultsConflict", "RunSummary", "capacity_sizes", "check_points", "run_scenario", "show_scenario",
-           "specsim_version"]
+           "specsim_version", "write_summary"]
 
 
 @dataclass
@@ -106,6 +106,19 @@ class RunSummary:
                 "combinations": self.combinations, "replicates": self.replicates,
                 "computed_runs": self.computed_runs, "reused_runs": self.reused_runs, "wall_s": self.wall_s,
                 "best": self.best, "files": self.files, "warnings": self.warnings}
+
+
+def write_summary(out_dir: str | Path, summary: dict) -> None:
+    """summary.json, summary.md (with the inverse answers) and report.html of a results folder
+    from its summary dict; called again when a higher layer adds to the summary (the explain
+    layer's ladder, specsim/explain/in_run.py)."""
+    from specsim.study.report.summary import summary_markdown
+
+    out_dir = Path(out_dir)
+    atomic.write_json(out_dir / "summary.json", summary)
+    atomic.write_text(out_dir / "summary.md", summary_markdown(summary)
+                      + projection.inverse_markdown(summary.get("inverse") or {}))
+    html.write_report(out_dir)
 
 
 def specsim_version() -> str:
@@ -196,17 +209,17 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
         raise ResultsConflict(None, exc.field, exc.value, exc.allowed) from None
     try:
         return _run_locked(sc, plan, out_dir, resolved_text, warnings, workers, t0, force, fresh, progress, backend,
-                           address, engine, plots)
+                           address, engine, plots, tuple(overrides))
     finally:
         lock.__exit__(None, None, None)
 
 
 def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings: list[str], workers: int, t0: float,
                 force: bool, fresh: bool, progress: bool, backend: str, address: str | None, engine: str,
-                plots: bool | None) -> RunSummary:
+                plots: bool | None, overrides: tuple[str, ...] = ()) -> RunSummary:
     """The run, holding the results folder's lock."""
     from specsim.study.report import tables
-    from specsim.study.report.summary import summary_dict, summary_markdown
+    from specsim.study.report.summary import summary_dict
 
     results_dir.prepare(out_dir, resolved_text, force, fresh)
     inputs = inputs_fingerprint(sc)
@@ -332,14 +345,12 @@ def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings:
     # ---- summary
     wall = time.perf_counter() - t0
     summary = summary_dict(sc, plan, analysis, capacity, resolved_text=resolved_text,
-                           version=specsim_version(), plots=plot_files)
+                           version=specsim_version(), plots=plot_files, overrides=overrides)
     summary["inverse"] = projection.inverse_answers(sc, frame)
     summary["run"] = {"wall_s": wall, "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                       "computed_runs": computed, "reused_runs": reused, "jobs": workers, "backend": backend,
                       "out_dir": str(out_dir), "warnings": warnings, "inputs": inputs}
-    atomic.write_json(out_dir / "summary.json", summary)
-    atomic.write_text(out_dir / "summary.md", summary_markdown(summary) + projection.inverse_markdown(summary["inverse"]))
-    html.write_report(out_dir)
+    write_summary(out_dir, summary)
     files += ["summary.json", "summary.md", html.REPORT_FILE, "resolved.yaml", "inputs.json"]
     return RunSummary(out_dir, sc.name, len(rows), len({p.index for p in plan.points}), replicates(sc), computed,
                       reused, wall, summary.get("best", {}), summary, files, warnings)

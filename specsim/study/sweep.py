@@ -313,11 +313,15 @@ def trainer_idle_share(mode: str, steady: dict) -> float:
     return _ratio(steady["exposed_generation_s"], steady["step_s"])
 
 
+#: short names of the dotted fields the main sweeps vary, as `specsim explain --point` takes them
+POINT_ALIASES = {"k": "speculation.k", "lag": "pipeline.policy_lag", "tau": "drafter.tau",
+                 "gpus": "rollout.gpus", "policy": "speculation.policy"}
+
 #: The columns of a point row after the identity columns and the swept paths, in order.
 ROW_COLUMNS = (
     "scenario", "model", "hardware", "mode", "sd_policy", "k", "policy_lag", "drafter", "rollout_gpus",
     "training_gpus", "total_gpus", "engines", "generation_s", "step_s", *STAGES, "exposed_generation_s",
-    "trainer_idle_share", "generation_share", "tau", "mean_alpha", "versions_since_update", "mean_active_batch", "tokens_per_step",
+    "trainer_idle_share", "generation_share", "tau", "step_setter_tau", "mean_alpha", "versions_since_update", "mean_active_batch", "tokens_per_step",
     "verify_steps", "baseline_generation_s", "baseline_step_s", "baseline_exposed_generation_s",
     "generation_speedup", "e2e_speedup", "exposed_generation_saving_s", "sync_ar_generation_s", "sync_ar_step_s",
     "generation_speedup_vs_sync_ar", "e2e_speedup_vs_sync_ar", "gpu_hours_per_step", "tokens_per_s_per_gpu",
@@ -362,7 +366,8 @@ def point_row(point: SweepPoint, sc: Scenario, run: dict, baseline: dict, sync_a
         "exposed_generation_s": s["exposed_generation_s"],
         "trainer_idle_share": trainer_idle_share(sc.pipeline.mode, s),
         "generation_share": _ratio(gw(s), s["step_s"]),
-        "tau": s["tau"], "mean_alpha": s["mean_alpha"], "versions_since_update": s["versions_since_update"],
+        # τ over every trajectory, and τ of the response(s) that finished last in each step (set its generation end)
+        "tau": s["tau"], "step_setter_tau": s.get("step_setter_tau", float("nan")), "mean_alpha": s["mean_alpha"], "versions_since_update": s["versions_since_update"],
         "mean_active_batch": s["mean_active_batch"], "tokens_per_step": s["tokens"], "verify_steps": s["verify_steps"],
         "baseline_generation_s": b["generation_s"], "baseline_step_s": b["step_s"],
         "baseline_exposed_generation_s": b["exposed_generation_s"],
@@ -377,7 +382,7 @@ def point_row(point: SweepPoint, sc: Scenario, run: dict, baseline: dict, sync_a
         "tokens_per_s_per_gpu": _ratio(s["tokens"], s["step_s"] * total),
         "generation_tokens_per_s_per_gpu": _ratio(s["tokens"], gw(s) * meta["rollout_gpus"]),
         "throughput_steps_per_h": s["throughput_steps_per_h"],
-        # the active batch a token saw (sync runs; NaN async) and τ × decode ÷ SD step there (cost table)
+        # the active batch a generated token saw and τ × decode ÷ SD step there (cost table)
         "token_weighted_batch": s.get("token_weighted_batch", float("nan")),
         "per_token_sd_gain": s.get("per_token_sd_gain", float("nan")),
         "sync_ar_generation_share": _ratio(a["generation_s"], a["step_s"]) if a else float("nan"),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 
 import pandas as pd
 import pytest
@@ -65,7 +66,8 @@ def test_run_json_and_folder(cli_run):
     md = (out / "summary.md").read_text()
     assert "Best configuration" in md and "Capacity plan" in md and "```yaml" in md
     # the prose names the best point and the baseline in words: no unformatted template or dict repr
-    prose = md.split("```yaml")[0]
+    # (inline code may hold YAML: the explain block's command line carries the run's --set values)
+    prose = re.sub(r"`[^`\n]*`", "`…`", md.split("```yaml")[0])
     assert "{" not in prose and "}" not in prose, [ln for ln in prose.splitlines() if "{" in ln or "}" in ln]
     b = info["best"]
     assert f"Best point #{b['point']}: " + ", ".join(f"{k}={v}" for k, v in b["values"].items()) in md
@@ -111,6 +113,35 @@ def test_rerun_table_resumes_and_prints(cli_run):
     res = CliRunner().invoke(_app(), ["run", SCEN, *_sets(), "--out", str(out), "--jobs", "1", "--no-progress"])
     assert res.exit_code == 0, res.output
     assert "0 runs simulated" in res.stdout and "best (*)" in res.stdout and "capacity:" in res.stdout
+    assert "explain (best SD point #" in res.stdout and "specsim explain" in res.stdout   # the best is AR here
+
+
+def test_points_give_the_step_setter_tau_and_a_finite_token_weighted_batch(cli_run):
+    """points.csv of an async sweep: the batch a token saw is finite in every row and within
+    [1, max_batch] (it was empty for async runs); τ of the response that set each step lies in
+    [1, k + 1] for SD rows, below the mean τ (acceptance spread: the tail drafts worst), empty
+    for AR rows; the summary's explain block (for the best SD point: the best is AR here) holds
+    both with their intervals, and summary.md shows them."""
+    _, out = cli_run
+    pts = pd.read_csv(out / "points.csv")
+    max_batch = json.loads((out / "summary.json").read_text())["resolved_scenario"]["rollout"]["max_batch"]
+    assert (pts["mode"] == "async").all()
+    assert pts["token_weighted_batch"].between(1, max_batch).all()
+    sd, ar = pts[pts["k"] > 0], pts[pts["k"] == 0]
+    assert sd["step_setter_tau"].between(1, sd["k"] + 1).all() and ar["step_setter_tau"].isna().all()
+    assert (sd["step_setter_tau"] < sd["tau"]).all()
+    s = json.loads((out / "summary.json").read_text())
+    block = s["explain"]
+    assert s["best"]["k"] == 0 and block["is_best"] is False and block["k"] > 0
+    assert block["point"] == s["best_sd"]["point"]
+    for key in ("token_weighted_batch", "step_setter_tau", "tau", "per_token_sd_gain", "e2e_speedup"):
+        assert block["measured"][key] == s["best_sd"][key], key
+    assert block["measured"]["step_setter_tau"]["ci95"] is not None      # 2 replicates: an interval
+    lag = block["values"]["pipeline.policy_lag"]
+    assert block["command"].startswith(f"specsim explain {SCEN} --point k={block['k']},lag={lag} --set ")
+    assert "sweep=" not in block["command"] and "--replicates 2" in block["command"]
+    md = (out / "summary.md").read_text()
+    assert "## Where the gain comes from" in md and "| τ over every trajectory / of the response that finished last" in md
 
 
 def test_changed_scenario_exits_2_unless_force(cli_run, tmp_path):

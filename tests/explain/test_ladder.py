@@ -100,3 +100,18 @@ def test_parse_point_aliases():
     assert parse_point("k=5,lag=2") == {"speculation.k": 5, "pipeline.policy_lag": 2}
     with pytest.raises(SpecError):
         parse_point("k5")
+
+
+def test_all_factors_on_is_the_plain_run_without_staleness_or_spread():
+    """A point whose drafter never goes stale and has no acceptance spread: those factors are not
+    switched off in any variant (the what-ifs would be no-ops under another run key), so the
+    coalition of every factor is the plain scenario itself, whose run `explain` reads back."""
+    from specsim.explain.ladder import applicable_factors, variant_overrides
+    from specsim.scenario import validate_doc
+
+    sc = validate_doc(copy.deepcopy(TINY_SYNC), None)
+    names = frozenset(f.name for f in applicable_factors(sc))
+    assert names == {"draft", "verify", "trainer"}
+    assert variant_overrides(sc, names) == {}
+    off = variant_overrides(sc, frozenset())
+    assert "what_if.no_staleness" not in off and "what_if.no_acceptance_spread" not in off

@@ -8,6 +8,7 @@ from engine_helpers import make_config, make_work
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specsim.sim.common import last_finishers_tau
 from specsim.sim.engine import run_fast
 from specsim.sim.reference import run_reference
 from specsim.workload.acceptance.context import ContextAcceptance, ContextCurve
@@ -51,12 +52,18 @@ GRID += [   # ample KV and mid-life re-keying (in-flight switches) with a fallin
 @pytest.mark.parametrize("label,policy,kv,setup", [g if len(g) == 4 else (*g, {}) for g in GRID],
                          ids=[g[0] for g in GRID])
 def test_fast_matches_reference(label, policy, kv, setup):
-    """Rollout time within 1 % (mean over 24 draws), identical tokens, on a grid of policies and
-    KV budgets (tight budgets force preemption). The two engines draw acceptance independently,
-    so single runs differ by the noise of the last finisher (~2 % here); 14 % of the responses
-    hit the length cap, which keeps that noise small."""
+    """Rollout time and the batch a token saw within 1 % (mean over 24 draws), identical tokens,
+    on a grid of policies and KV budgets (tight budgets force preemption). The two engines draw
+    acceptance independently, so single runs differ by the noise of the last finisher (~2 %
+    here); 14 % of the responses hit the length cap, which keeps that noise small. τ of the
+    response that finished last: within 2 % with ample KV, 4 % under tight KV -- one response's
+    τ per draw (about 1 % standard error over 24 draws), and a preempted response is re-keyed on
+    the tokens it has left, so the fast engine's steps-to-finish noise of the last finisher is
+    that of its last stint (sim/engine.py)."""
     cfg = make_config(policy, max_batch=64, kv_capacity_tokens=kv, **{"hardware": "h100_sxm", **setup})
     fast, ref = [], []
+    tw = {"fast": [], "ref": []}
+    setter = {"fast": [], "ref": []}
     preempted = 0
     for seed in range(24):
         work = make_work(seed, groups=16, group_size=8, median=500, cap=1200, concentration=10.0)
@@ -65,9 +72,21 @@ def test_fast_matches_reference(label, policy, kv, setup):
         assert f.total_tokens == r.total_tokens == int(work.response_tokens.sum())
         fast.append(f.rollout_s)
         ref.append(r.rollout_s)
+        for name, res in (("fast", f), ("ref", r)):
+            tw[name].append(res.token_weighted_batch)
+            setter[name].append(last_finishers_tau(res.finish_s, res.seq_sd_tokens, res.seq_sd_steps, 1.0))
         preempted += int(r.preemptions.sum())
     rel = abs(np.mean(fast) - np.mean(ref)) / np.mean(ref)
     assert rel < 0.01, f"{label}: fast {np.mean(fast):.3f}s vs reference {np.mean(ref):.3f}s ({rel:.2%})"
+    rel_tw = abs(np.mean(tw["fast"]) - np.mean(tw["ref"])) / np.mean(tw["ref"])
+    assert rel_tw < 0.01, f"{label}: token-weighted batch fast {np.mean(tw['fast']):.2f} vs {np.mean(tw['ref']):.2f}"
+    assert all(1.0 <= x <= cfg.max_batch for x in tw["fast"] + tw["ref"])
+    if policy.kind != "off":
+        sf, sr = np.asarray(setter["fast"]), np.asarray(setter["ref"])
+        both = np.isfinite(sf) & np.isfinite(sr)   # a last finisher may end under AR (toggle: small batch)
+        if both.any():
+            rel_s = abs(sf[both].mean() - sr[both].mean()) / sr[both].mean()
+            assert rel_s < (0.02 if kv >= 10**6 else 0.04), f"{label}: step-setter τ {sf[both].mean():.3f} vs {sr[both].mean():.3f}"
     if kv < 10**6:
         assert preempted > 0, "the tight-KV case must exercise preemption"
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from engine_helpers import make_config, make_work
 
+from specsim.sim import fleet as fleet_module
 from specsim.sim.engine import FastEngine
 from specsim.sim.fastlaw import step_law
-from specsim.sim import fleet as fleet_module
 from specsim.sim.fleet import Fleet, SwitchPayload
 from specsim.sim.fleet_state import INF
 from specsim.sim.reference import ReferenceEngine
@@ -66,6 +66,11 @@ def test_fleet_matches_v1_and_reference_on_a_pool(label, policy, kv):
             assert r.rollout_s == pytest.approx(r1.rollout_s, rel=1e-9)
             assert np.array_equal(r.tokens, w.response_tokens)
             assert np.array_equal(r.preemptions, r1.preemptions)
+            # per-response SD counters and the token-weighted batch's sums: the v1 engine's to rounding
+            assert np.allclose(r.seq_sd_tokens, r1.seq_sd_tokens, rtol=1e-9, atol=1e-6)
+            assert np.allclose(r.seq_sd_steps, r1.seq_sd_steps, rtol=1e-9, atol=1e-6)
+            assert r.token_sum == pytest.approx(r1.token_sum, rel=1e-9)
+            assert r.token_batch_sum == pytest.approx(r1.token_batch_sum, rel=1e-9)
             ref = ReferenceEngine(cfg, w, np.random.default_rng([seed, e, 7]))
             ref.run()
             rr = ref.result()

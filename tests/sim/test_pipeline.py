@@ -132,6 +132,9 @@ def test_async_lag_zero_is_a_barrier_per_step(small):
         barrier = simulate_generation(world, draw_step(world, r.step), r.versions_since_update)
         assert r.generation_s == pytest.approx(barrier.rollout_s, rel=1e-9)
         assert r.tau == pytest.approx(barrier.mean_accept_len, rel=1e-9)
+        # the response that set the step and the batch a token saw are the barrier phase's too
+        assert r.step_setter_tau == pytest.approx(barrier.step_setter_tau(world.acceptance.proposal_rate), rel=1e-9)
+        assert r.token_weighted_batch == pytest.approx(barrier.token_weighted_batch, rel=1e-9)
     partial = _run(_async(small, **{"pipeline.policy_lag": 0, "pipeline.partial_rollouts": True}))
     for a, b in zip(res.records, partial.records):
         assert b.step_end_s <= a.step_end_s + 1e-9                     # in-flight updates never hurt
@@ -141,17 +144,70 @@ def test_async_lag_zero_is_a_barrier_per_step(small):
 
 def test_async_stream_fast_matches_reference(small):
     """Continuous generation with arrivals and in-flight weight switches: the fast engine's step
-    ends within 1 % of the reference engine's (mean over steps)."""
+    ends and the batch a token saw within 1 % of the reference engine's (mean over steps); τ of
+    the response that set each step within 2 %: that is one response's τ per step, with one
+    response's sampling noise (its steps are sampled in the reference, drawn from the renewal law
+    in the fast engine), not a pool mean."""
     for part in (False, True):
         world = resolve(_async(apply_overrides(small, {"pipeline.steps": 4}),
                                **{"pipeline.policy_lag": 2, "pipeline.partial_rollouts": part}))
         r = run_pipeline(world, engine="reference")
-        tr = np.mean([x.gen_window_s for x in r.records])
+        mean = lambda res, key: float(np.nanmean([getattr(x, key) for x in res.records]))
         for eng in ("fast", "fleet"):     # a 4-engine pool: "fast" runs the per-engine loop (fleet_pays)
             f = run_pipeline(world, engine=eng)
-            tf = np.mean([x.gen_window_s for x in f.records])
-            assert abs(tf - tr) / tr < 0.01, (part, eng, tf, tr)
+            for key, bound in (("gen_window_s", 0.01), ("token_weighted_batch", 0.01), ("step_setter_tau", 0.02)):
+                tf, tr = mean(f, key), mean(r, key)
+                assert abs(tf - tr) / tr < bound, (part, eng, key, tf, tr)
             assert [x.tokens for x in f.records] == [x.tokens for x in r.records]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_token_weighted_batch_is_finite_and_bounded(small, mode):
+    """The active batch a generated token saw (Σ tokens × batch ÷ Σ tokens, counted by the engines
+    at every step or segment): finite in every steady step of sync and async runs, on every
+    engine, within [1, max_batch], and at least the time-weighted mean batch (tokens per second
+    grow with the batch, so tokens lean towards the full batch); async counts the pool's tokens
+    between consecutive step finishes, as its mean active batch does. Capped batch: max_batch 16."""
+    sc = apply_overrides(small, {"rollout.max_batch": 16})
+    sc = sc if mode == "sync" else _async(sc, **{"pipeline.policy_lag": 1, "pipeline.steps": 5})
+    world = resolve(sc)
+    for engine in ("fast", "fleet", "reference"):
+        res = run_pipeline(world, engine=engine)
+        steady = [x for x in res.records if x.step >= res.warmup_steps]
+        assert steady
+        for x in steady:
+            assert np.isfinite(x.token_weighted_batch), (engine, x.step)
+            assert 1.0 <= x.token_weighted_batch <= world.rollout.max_batch, (engine, x.step, x.token_weighted_batch)
+            assert x.token_weighted_batch >= x.mean_active_batch - 1e-9, (engine, x.step)
+        st = res.steady()["token_weighted_batch"]
+        assert np.isfinite(st) and 1.0 <= st <= world.rollout.max_batch
+
+
+def test_step_setter_tau_is_the_last_finishers(small):
+    """step_setter_tau: τ (vLLM's, conditional on a draft) of the response that finished last in
+    each step — the one that set its generation time — recomputed here from the engines'
+    per-response counters; in [1, k + 1]; below the step's mean τ when acceptance differs between
+    responses (the slow, long tail is the response that drafts worst); nan for AR. Sync and async
+    give the same value for the same phase (lag 0: tested with the barrier phase above)."""
+    from specsim.sim.cluster import draw_step, simulate_generation
+
+    world = resolve(small)
+    p = world.acceptance.proposal_rate
+    res = run_pipeline(world)
+    for r in res.records:
+        g = simulate_generation(world, draw_step(world, r.step), r.versions_since_update)
+        fin = np.concatenate([e.finish_s for e in g.engines])
+        last = fin == fin.max()
+        tok = np.concatenate([e.seq_sd_tokens for e in g.engines])[last].sum()
+        steps = np.concatenate([e.seq_sd_steps for e in g.engines])[last].sum()
+        assert r.step_setter_tau == pytest.approx(1 + (tok - steps) / (p * steps), rel=1e-12)
+        assert 1.0 <= r.step_setter_tau <= world.policy.k + 1
+    st = res.steady()
+    assert small.drafter.heterogeneity is not None and st["step_setter_tau"] < st["tau"]
+    ar = run_pipeline(resolve(apply_overrides(small, {"speculation.policy": "off"})))
+    assert all(np.isnan(r.step_setter_tau) for r in ar.records)
+    for r in run_pipeline(resolve(_async(small))).records:
+        assert 1.0 <= r.step_setter_tau <= world.policy.k + 1
 
 
 def test_async_generation_bound_step_tends_to_generation(small):

@@ -4,11 +4,13 @@ analysis behind them)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from specsim.study.report.tables import NO_CI_NOTE, TIE_REL, TRAINER_BOUND_IDLE, bottleneck, fmt_ci, jsonable
 
-__all__ = ["counterfactual_note", "summary_dict", "summary_markdown", "what_ifs_of"]
+__all__ = ["EXPLAIN_FACTS", "counterfactual_note", "explain_block", "explain_command", "explain_lines",
+           "explain_markdown", "summary_dict", "summary_markdown", "what_ifs_of"]
 
 
 def _point_public(e: dict | None) -> dict | None:
@@ -54,7 +56,7 @@ def runner_up_text(margin: dict, rank_by: str, runner_values: str) -> str:
 
 
 def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str, version: str,
-                 plots: dict[str, str]) -> dict:
+                 plots: dict[str, str], overrides: Sequence[str] = ()) -> dict:
     from specsim.study.sweep import baseline_of, is_sync_ar
 
     base = baseline_of(sc)
@@ -88,7 +90,161 @@ def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str
         summary["best"]["k"] = best["k"]
         summary["best"]["policy_lag"] = point_sc.pipeline.policy_lag if point_sc.pipeline.mode == "async" else 0
         summary["best"]["speculation"] = point_sc.speculation.model_dump(mode="json")
+    summary["explain"] = explain_block(sc, best, analysis["best_sd"], overrides=overrides, replicates=reps,
+                                       what_if=summary["what_if"])
     return jsonable(summary)
+
+
+# ============================================================================ the explain block
+#: what the run measured at a point that says where its gain goes (points.csv columns; no extra simulation)
+EXPLAIN_FACTS = ("token_weighted_batch", "mean_active_batch", "per_token_sd_gain", "e2e_speedup",
+                 "generation_speedup", "e2e_speedup_vs_sync_ar", "tau", "step_setter_tau",
+                 "sync_ar_generation_share", "trainer_cap", "trainer_idle_share")
+
+
+def explain_command(call: dict) -> str:
+    """The `specsim explain` command line of an explain block's `call` (shell-quoted)."""
+    import shlex
+
+    parts = ["specsim", "explain", call["scenario"]]
+    if call.get("point"):
+        parts += ["--point", call["point"]]
+    for text in call.get("sets") or []:
+        parts += ["--set", text]
+    parts += ["--replicates", str(call["replicates"])]
+    return " ".join(shlex.quote(str(x)) for x in parts)
+
+
+def _explain_call(scenario_file: str, values: dict, overrides: Sequence[str], replicates: int) -> dict:
+    """How `specsim explain` reaches a point of this run: the scenario file, the run's --set
+    overrides (except the sweep's, which explain drops), the point's swept values as `--point`
+    (short names where there are: k, lag, ...; a value with a comma or an `=` as a --set, which
+    --point cannot carry), and the sweep's replicates."""
+    from specsim.study.sweep import POINT_ALIASES
+
+    short = {path: name for name, path in POINT_ALIASES.items()}
+    point, sets = [], [o for o in overrides if not o.split("=", 1)[0].strip().startswith("sweep")]
+    for path, v in values.items():
+        text = yaml_value(v)
+        if "," in text or "=" in text:
+            sets.append(f"{path}={text}")
+        else:
+            point.append(f"{short.get(path, path)}={text}")
+    return {"scenario": scenario_file, "point": ",".join(point), "sets": sets, "replicates": int(replicates)}
+
+
+def explain_block(sc, best: dict | None, best_sd: dict | None, *, overrides: Sequence[str] = (),
+                  replicates: int = 1, what_if: Sequence[str] = ()) -> dict | None:
+    """The summary's `explain` block: for the best point (the best SD point when the best runs no
+    SD: there is no SD gain to explain at an AR point) the measured facts of EXPLAIN_FACTS with
+    their intervals, whether it is trainer-bound, and the `specsim explain` call and command
+    line that give its ladder. `ladder` stays None here; with `output.explain: ladder` the
+    explain layer fills it in after the sweep (specsim/explain/in_run.py). A counterfactual run
+    (`what_if`) has no command: explain sets the what-ifs itself and refuses one already on.
+    None without an SD point."""
+    from specsim.study.sweep import TRAINER_CAP_SHARE
+
+    target = best if best is not None and best.get("k", 0) > 0 else best_sd
+    if target is None:
+        return None
+    measured = {m: target.get(m) for m in EXPLAIN_FACTS}
+    e2e, cap = (measured["e2e_speedup"] or {}).get("mean"), (measured["trainer_cap"] or {}).get("mean")
+    call = _explain_call(_source(sc) or f"{sc.name}.yaml", target["values"], overrides, replicates)
+    return {
+        "point": target["point"], "values": target["values"], "k": target["k"], "policy_lag": target["policy_lag"],
+        "mode": target["mode"], "is_best": best is not None and target["point"] == best["point"],
+        "measured": measured,
+        "trainer_bound": None if e2e is None or cap is None else bool(e2e >= TRAINER_CAP_SHARE * cap),
+        "call": None if what_if else call, "command": None if what_if else explain_command(call),
+        "ladder_requested": sc.output.explain == "ladder" and not what_if,
+        "ladder": None,
+    }
+
+
+def _ladder_pointer(block: dict, code: str = "`") -> str:
+    """Where the ladder is (or why there is none), one sentence."""
+    if block.get("ladder_error"):
+        return f"The ladder was asked for (output.explain: ladder) but not computed: {block['ladder_error']}"
+    if block.get("command") is None:
+        return ("No ladder: this run is a counterfactual (what_if on), and `specsim explain` explains predictions "
+                "only (it turns the what-ifs on itself).")
+    return (f"Where the gain goes, mechanism by mechanism (each switched off and on, on the same draws): "
+            f"{code}{block['command']}{code} (docs/explain.md). Not run here: it costs tens of times this point's runs; "
+            "`output.explain: ladder` adds it to this summary.")
+
+
+def _ci_or_dash(m: dict | None, digits: int) -> str:
+    return fmt_ci(m, digits) if (m or {}).get("mean") is not None else "—"
+
+
+def _facts(block: dict, bold: bool = False) -> list[tuple[str, str]]:
+    """The explain block's measured facts as (what, value) pairs, for the console and summary.md."""
+    m = block["measured"]
+    v = lambda key, digits: _ci_or_dash(m[key], digits)
+    bound = {None: "", True: " — trainer-bound", False: " — not trainer-bound"}[block["trainer_bound"]]
+    if bold and block["trainer_bound"]:
+        bound = " — **trainer-bound**"
+    return [
+        ("active batch per engine: token-weighted (the batch a generated token saw) / time-weighted",
+         f"{v('token_weighted_batch', 2)} / {v('mean_active_batch', 2)}"),
+        ("per-token SD gain at the token-weighted batch (τ × decode ÷ SD step, cost table)",
+         f"{v('per_token_sd_gain', 2)}×"),
+        ("realised gain vs baseline: E2E / generation", f"{v('e2e_speedup', 2)}× / {v('generation_speedup', 2)}×"),
+        ("τ over every trajectory / of the response that finished last in each step (set its generation end)",
+         f"{v('tau', 2)} / {v('step_setter_tau', 2)}"),
+        ("sync AR's generation share of its step", v("sync_ar_generation_share", 3)),
+        ("trainer cap (baseline step ÷ trainer time)", f"{v('trainer_cap', 2)}×{bound}"),
+    ]
+
+
+def _who(block: dict) -> str:
+    return (f"best point #{block['point']}" if block["is_best"]
+            else f"best SD point #{block['point']} (the best point runs no SD)")
+
+
+def explain_lines(block: dict | None) -> list[str]:
+    """The explain block in plain lines (the console summary): the facts, then the ladder (when
+    computed) and its command."""
+    if not block:
+        return []
+    out = [f"explain ({_who(block)}, measured in this run):"]
+    out += [f"  {what}: {value}" for what, value in _facts(block)]
+    lad = block.get("ladder")
+    if lad:
+        out.append(f"  ladder ({lad['replicates']} paired replicate(s) × {lad['steps']} steps; explain/explain.md):")
+        for r in lad["rungs"]:
+            f = f" ×{fmt_ci(r['factor'], 3)}" if r.get("factor") else ""
+            out.append(f"    {r['label']}:{f} → {fmt_ci(r['gain'], 2)}")
+        out.append("  Shapley shares: " + ", ".join(f"{x['factor']} {fmt_ci(x['factor_ratio'], 3)}"
+                                                    for x in lad["shapley"]))
+        out.append(f"  rerun the ladder alone: {block['command']}")
+    else:
+        out.append("  " + _ladder_pointer(block, code=""))
+    return out
+
+
+def explain_markdown(block: dict | None) -> list[str]:
+    """summary.md's "Where the gain comes from" section."""
+    if not block:
+        return []
+    where = f" ({_values_text(block['values'])})" if block["values"] else ""
+    L = ["## Where the gain comes from", "",
+         f"Measured in this run at the {_who(block)}{where}, no extra simulation:", "",
+         "| fact | value |", "|---|---|"]
+    L += [f"| {what} | {value} |" for what, value in _facts(block, bold=True)]
+    L.append("")
+    lad = block.get("ladder")
+    if lad:
+        head = (f"The ladder ({lad['replicates']} paired replicate(s) × {lad['steps']} steps; every rung but the "
+                "last is a counterfactual; its files are in `explain/`):")
+        L += [head, "", "| rung | SD gain (×) | rung factor (×) |", "|---|---|---|"]
+        L += [f"| {r['label']} | {fmt_ci(r['gain'], 2)} | {fmt_ci(r['factor'], 3) if r.get('factor') else '—'} |"
+              for r in lad["rungs"]]
+        shares = ", ".join(f"{x['label']} {fmt_ci(x['factor_ratio'], 3)}" for x in lad["shapley"])
+        L += ["", f"Shapley shares (×): {shares}.", "", f"Rerun it alone: `{block['command']}`.", ""]
+    else:
+        L += [_ladder_pointer(block), ""]
+    return L
 
 
 #: engines running fewer sequences than this on average are flagged (an over-provisioned rollout pool)
@@ -204,28 +360,17 @@ def summary_markdown(s: dict) -> str:
         L.append(f"| τ (tokens per verify) | {fmt_ci(best['tau'], 2)} |")
         if (best.get("mean_active_batch") or {}).get("mean") is not None:
             L.append(f"| active batch per engine (time-weighted) | {fmt_ci(best['mean_active_batch'], 2)} |")
-        if (best.get("token_weighted_batch") or {}).get("mean") is not None:
-            L.append(f"| active batch a token saw (token-weighted) | {fmt_ci(best['token_weighted_batch'], 2)} |")
-        if (best.get("per_token_sd_gain") or {}).get("mean") is not None:
-            L.append(f"| per-token SD gain at that batch (τ × decode ÷ SD step, cost table) | "
-                     f"{fmt_ci(best['per_token_sd_gain'], 2)}× (realised E2E vs baseline: {fmt_ci(best['e2e_speedup'])}×) |")
-        if (best.get("sync_ar_generation_share") or {}).get("mean") is not None:
-            L.append(f"| sync AR's generation share of its step | {fmt_ci(best['sync_ar_generation_share'], 3)} |")
-        if (best.get("trainer_cap") or {}).get("mean") is not None:
-            L.append(f"| trainer cap (baseline step ÷ trainer time) | {fmt_ci(best['trainer_cap'], 2)}× |")
         L.append(f"| GPU-hours per step | {fmt_ci(best['gpu_hours_per_step'], 2)} |")
         L.append("")
         for w in s.get("warnings") or []:
             L.append(f"- **warning**: {w}")
         if s.get("warnings"):
             L.append("")
-        L.append("Where this gain goes, mechanism by mechanism: `specsim explain SCENARIO --point "
-                 + ",".join(f"{k}={v}" for k, v in best["values"].items()) + "` (docs/explain.md).")
-        L.append("")
         margin = s.get("best_vs_runner_up")
         if margin:
             L.append(runner_up_text(margin, s["rank_by"], _values_text(values_of(s, margin["runner_up"]))))
             L.append("")
+    L += explain_markdown(s.get("explain"))
     if s.get("best_ar") and s.get("best_sd"):
         ar, sd = s["best_ar"], s["best_sd"]
         L.append(f"Best AR point #{ar['point']} ({_values_text(ar['values'])}): step "

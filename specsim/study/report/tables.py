@@ -35,9 +35,9 @@ from specsim import atomic
 
 #: Per-point metrics aggregated over replicates (mean and 95 % CI).
 METRICS = ("e2e_speedup_vs_sync_ar", "e2e_speedup", "generation_speedup", "generation_speedup_vs_sync_ar",
-           "step_s", "generation_s", "exposed_generation_s", "trainer_idle_share", "tau", "mean_active_batch",
-           "gpu_hours_per_step", "tokens_per_s_per_gpu", "generation_share", "token_weighted_batch",
-           "per_token_sd_gain", "sync_ar_generation_share", "trainer_cap")
+           "step_s", "generation_s", "exposed_generation_s", "trainer_idle_share", "tau", "step_setter_tau",
+           "mean_active_batch", "gpu_hours_per_step", "tokens_per_s_per_gpu", "generation_share",
+           "token_weighted_batch", "per_token_sd_gain", "sync_ar_generation_share", "trainer_cap")
 #: Metrics bounded above (a share of the step cannot exceed it): their intervals are cut there.
 SHARE_CEILING = {"trainer_idle_share": 1.0, "sync_ar_generation_share": 1.0}
 #: Columns describing a point (identical over its replicates).

@@ -1,0 +1,55 @@
+"""The summary's explain block (specsim/study/report/summary.py): the `specsim explain` command it
+prints reaches the point (short names, values `--point` cannot carry as --set, the run's
+overrides without the sweep's), it explains the best SD point when the best runs no SD, and a
+counterfactual run gets no command."""
+
+import copy
+import shlex
+
+from specsim.explain.ladder import parse_point
+from specsim.scenario import validate_doc
+from specsim.study.report.summary import explain_block, explain_command, explain_lines, explain_markdown
+from tests.small_sweep import TINY_SYNC
+
+
+def _entry(point, k, values, **metrics):
+    m = {key: {"n": 2, "mean": v, "sd": 0.1, "ci95": [v - 0.2, v + 0.2]} for key, v in metrics.items()}
+    return {"point": point, "k": k, "policy_lag": values.get("pipeline.policy_lag", 0), "mode": "async",
+            "values": values, **m}
+
+
+def _sc():
+    sc = validate_doc(copy.deepcopy(TINY_SYNC), None)
+    sc._source_file = "scenarios/my run.yaml"
+    return sc
+
+
+def test_command_reaches_the_point():
+    values = {"speculation.k": 3, "pipeline.policy_lag": 4, "rollout.gpus": 1536, "drafter.staleness.after_versions": 50,
+              "workload.response_tokens": {"kind": "lognormal", "median": 500, "p99": 3000}}
+    best = _entry(7, 3, values, e2e_speedup=2.0, trainer_cap=10.0, tau=3.2, step_setter_tau=2.3)
+    block = explain_block(_sc(), best, best, overrides=["workload.prompts=64", "sweep={}", "sweep.replicates=5"],
+                          replicates=3)
+    call = block["call"]
+    assert call["point"] == "k=3,lag=4,gpus=1536,drafter.staleness.after_versions=50"
+    assert parse_point(call["point"]) == {k: v for k, v in values.items() if k != "workload.response_tokens"}
+    assert call["sets"] == ["workload.prompts=64", "workload.response_tokens={kind: lognormal, median: 500, p99: 3000}"]
+    argv = shlex.split(block["command"])
+    assert argv[:3] == ["specsim", "explain", "scenarios/my run.yaml"] and argv[-2:] == ["--replicates", "3"]
+    assert explain_command(call) == block["command"]
+    assert block["is_best"] and block["trainer_bound"] is False and block["ladder"] is None
+    assert not block["ladder_requested"]
+
+
+def test_best_ar_explains_the_best_sd_point_and_counterfactuals_get_no_command():
+    ar = _entry(0, 0, {"speculation.k": 0}, e2e_speedup=1.0, trainer_cap=3.0)
+    sd = _entry(1, 2, {"speculation.k": 2}, e2e_speedup=2.8, trainer_cap=3.0, tau=2.0, step_setter_tau=1.5)
+    block = explain_block(_sc(), ar, sd, replicates=2)
+    assert block["point"] == 1 and not block["is_best"] and block["trainer_bound"] is True   # 2.8 >= 0.9 x 3
+    assert any("best SD point #1" in line for line in explain_lines(block))
+    md = "\n".join(explain_markdown(block))
+    assert "**trainer-bound**" in md and "| 2.00 [1.80, 2.20] / 1.50 [1.30, 1.70] |" in md
+    assert explain_block(_sc(), ar, None) is None
+    cf = explain_block(_sc(), sd, sd, what_if=["what_if.free_trainer"])
+    assert cf["command"] is None and cf["call"] is None and not cf["ladder_requested"]
+    assert "counterfactual" in "\n".join(explain_markdown(cf))
