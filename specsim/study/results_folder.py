@@ -1,7 +1,8 @@
 """The results folder on disk: preparing it, what specsim owns in it, and reading it back safely.
 
 * `prepare` creates the folder (errors name `--out`), refuses a folder holding results of a
-  different scenario unless `force`, and with `force` deletes only files specsim wrote there
+  different scenario unless `force` (a stored resolved.yaml that today's schema reads as this
+  scenario, defaults of fields added since filled in, is the same one: `same_scenario`), and with `force` deletes only files specsim wrote there
   (`owned`): a folder with anyone else's files in points/, runs/ or plots/ is refused with their
   names. Files get normal permissions (0644 under umask 022; see atomic.py).
 * `load_runs` / `load_points` read runs/*.json and points/*.json back and validate each against
@@ -19,10 +20,12 @@ import hashlib
 import re
 from pathlib import Path
 
+import yaml
+
 from specsim import atomic
 from specsim.errors import SpecError
 from specsim.inputs import read_json, read_text
-from specsim.scenario import ScenarioError
+from specsim.scenario import ScenarioError, to_yaml, validate_doc
 from specsim.study.plan import PointRuns
 
 __all__ = ["ResultsConflict", "inputs_changes", "load_points", "load_runs", "owned", "point_problem", "prepare",
@@ -45,7 +48,8 @@ _TEMP = re.compile(r"^\..+\.[^.]+\.tmp$")
 #: steady-state figures every stored run has (floats; NaN allowed).
 STEADY_KEYS = ("generation_s", "step_s", "exposed_generation_s", "data_s", "reward_s", "logprob_s", "train_s",
                "weight_sync_s", "drafter_update_s", "tau", "mean_alpha", "versions_since_update",
-               "mean_active_batch", "tokens", "verify_steps", "throughput_steps_per_h")
+               "mean_active_batch", "token_weighted_batch", "step_setter_tau", "tokens", "verify_steps",
+               "throughput_steps_per_h")
 META_KEYS = ("mode", "policy", "engines", "rollout_gpus", "training_gpus", "total_gpus", "replicate")
 
 
@@ -95,6 +99,17 @@ def _out_error(out_dir: Path, exc: OSError) -> ResultsConflict:
     return ResultsConflict(None, "--out", str(out_dir), f"a folder specsim can create and write files in ({why})")
 
 
+def same_scenario(old_text: str, resolved_text: str) -> bool:
+    """Does a stored resolved.yaml describe this scenario once read by today's schema? A field the
+    schema gained since (with its default) is not a different scenario: the stored text is
+    validated again, its defaults filled in, and compared as YAML. Unreadable text is not."""
+    try:
+        doc = yaml.safe_load(old_text)
+        return isinstance(doc, dict) and to_yaml(validate_doc(doc)) == resolved_text
+    except (yaml.YAMLError, ScenarioError, SpecError, ValueError, TypeError):
+        return False
+
+
 def prepare(out_dir: Path, resolved_text: str, force: bool, fresh: bool = False) -> None:
     """Create or reuse `out_dir` for results of the scenario `resolved_text` (see the module doc);
     call it holding the folder's lock (atomic.FolderLock). `fresh` discards every result specsim
@@ -117,7 +132,7 @@ def prepare(out_dir: Path, resolved_text: str, force: bool, fresh: bool = False)
             if name not in (atomic.MARKER, atomic.LOCK) and (out_dir / name).is_file():
                 (out_dir / name).unlink()
         old = None
-    elif old is not None and old != resolved_text:
+    elif old is not None and old != resolved_text and not same_scenario(old, resolved_text):
         conflict = (f"a folder of results of this scenario; it holds results of another one (resolved.yaml sha256 "
                     f"{sha(old)[:12]}, this scenario {sha(resolved_text)[:12]}): the scenario or its --set "
                     "overrides changed. Rerun with --fresh (or --force) to discard the old results, or choose another --out")

@@ -231,6 +231,8 @@ def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings:
     cols = row_columns(swept_paths(sc))
     runs = results_dir.load_runs(runs_dir, warnings)
     done_points = results_dir.load_points(points_dir, plan.runs_of, cols, warnings)
+    # a point stands only on runs that are on disk and valid: one whose run is recomputed is too
+    done_points = {pid: rec for pid, rec in done_points.items() if all(k in runs for k in plan.runs_of[pid].keys)}
     order = {p.point_id: i for i, p in enumerate(plan.points)}
     on_disk = set(runs)   # runs a previous (interrupted) run into this folder finished
     reused = sum(1 for k in plan.tasks if k in on_disk)

@@ -268,3 +268,28 @@ def test_mean_ci_is_a_t_interval_intersected_with_the_metric_domain():
     tight = mean_ci([2.0, 2.01, 1.99])  # a narrow interval far from 0 is the plain t-interval
     assert tight["ci95"][0] == pytest.approx(2.0 - stats.t.ppf(0.975, 2) * 0.01 / np.sqrt(3))
     assert mean_ci([])["ci95"] is None and mean_ci([3.0])["ci95"] is None
+
+
+def test_folder_of_an_older_version_resumes_and_recomputes_what_it_lacks(full_run, tmp_path):
+    """A results folder written before the schema gained a field (its resolved.yaml lacks
+    `output.explain`) and before runs recorded a steady figure (`step_setter_tau`) is the same
+    scenario: the rerun is not refused, the runs without the figure and every point resting on
+    them are recomputed, and the result equals a fresh run's byte for byte."""
+    import yaml
+
+    _, ref_out = full_run
+    out = tmp_path / "res"
+    shutil.copytree(ref_out, out)
+    doc = yaml.safe_load((out / "resolved.yaml").read_text())
+    del doc["output"]["explain"]
+    (out / "resolved.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    stripped = 0
+    for i, f in enumerate(sorted((out / "runs").glob("*.json"))):
+        if i % 2 == 0:
+            run = json.loads(f.read_text())
+            del run["steady"]["step_setter_tau"]
+            f.write_text(json.dumps(run))
+            stripped += 1
+    res = run_scenario(SCEN, SMALL, out=out, jobs=1, progress=False, plots=False)
+    assert res.computed_runs == stripped
+    assert (out / "points.csv").read_bytes() == (ref_out / "points.csv").read_bytes()
