@@ -586,6 +586,8 @@ class Scenario(Strict):
     def _priced_hardware(self):
         """Every price names a GPU type a command can meet: a bundled profile, the scenario's
         `hardware`, or one of `plan.hardware` (a misspelt name would silently price nothing)."""
+        if not self.output.gpu_hour_usd:
+            return self
         from specsim.catalog.hardware import list_hardware
 
         known = set(list_hardware()) | {self.hardware} | {_hardware_key(h) for h in (self.plan.hardware or [])}
