@@ -51,7 +51,9 @@ def plan(
     replicates: Annotated[int | None, typer.Option("--replicates", help="Replicates of the finalists "
                                                                         "(plan.search.replicates).")] = None,
     min_gpus_for: Annotated[float | None, typer.Option("--min-gpus-for", help="Also: the fewest GPUs whose best AR / "
-                                                       "SD configuration reaches this step time (s), by bisection.")] = None,
+                                                       "SD configuration reaches this step time (s), by bisection; "
+                                                       "each probe searches the allowed layouts and splits at its "
+                                                       "count (k and lag held).")] = None,
     break_even_tau: Annotated[bool, typer.Option("--break-even-tau", help="Also: the drafter τ at which SD breaks "
                                                  "even (and reaches the target), by bisection.")] = False,
     stops_paying: Annotated[bool, typer.Option("--stops-paying", help="Also: the k and policy lag at which SD "

@@ -58,7 +58,7 @@ class PlanSection(Strict):
     Candidates are GPU type × total GPUs × rollout:training split (async) × rollout layout × SD
     policy and k × policy lag ≤ `max_policy_lag`; AR (`k = 0`) is always one arm. The trainer keeps
     the scenario's `training` layout (tp, pp, ep); the training pool is the rest of the budget, in
-    whole trainer replicas. See `docs/plan.md`."""
+    whole trainer replicas. Prices ($ per GPU-hour) are `output.gpu_hour_usd`. See `docs/plan.md`."""
 
     total_gpus: int | list[int] | None = Field(default=None, description=(
         "the GPU budget: one count or a list of counts (a range: list it, or `--gpus 512:2048:512`); null: the "
@@ -88,8 +88,6 @@ class PlanSection(Strict):
     objective: Literal["min_step_time", "min_gpus", "min_gpu_hours"] = Field(default="min_step_time", description=(
         "min_step_time: the fastest step at the budget; min_gpus / min_gpu_hours: the fewest GPUs / GPU-hours per "
         "step that reach `target_step_s`"))
-    gpu_hour_usd: dict[str, float] = Field(default_factory=dict, description=(
-        "optional $ per GPU-hour by hardware profile name: fronts and costs also in dollars"))
     search: PlanSearchSection = Field(default=PlanSearchSection(), description="how the search spends simulations")
 
     @field_validator("total_gpus")
@@ -113,14 +111,6 @@ class PlanSection(Strict):
         if v is not None and (not v or any(not 0 < x < 1 for x in v)):
             raise ValueError("a non-empty list of shares strictly between 0 and 1")
         return v
-
-    @field_validator("gpu_hour_usd")
-    @classmethod
-    def _usd(cls, v):
-        for name, x in v.items():
-            if isinstance(x, bool) or not x >= 0:
-                raise ValueError(f"$ per GPU-hour >= 0 for each hardware profile ({name}: {x!r})")
-        return {k.lower(): float(x) for k, x in v.items()}
 
     @model_validator(mode="after")
     def _target(self):

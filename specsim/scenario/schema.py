@@ -436,7 +436,7 @@ class WhatIfSection(Strict):
 
 
 class OutputSection(Strict):
-    """Results folder, plots and the capacity plan."""
+    """Results folder, plots, the capacity plan and the price of a GPU-hour."""
 
     dir: str = Field(default="results", description=(
         "results folder: `specsim run` writes `<dir>/<name>/` (rerunning resumes there; `--fresh` recomputes)"))
@@ -456,6 +456,40 @@ class OutputSection(Strict):
         "(reused on a resumed run). Off by default because it costs 2ⁿ coalitions of the point's n mechanisms plus "
         "the ladder's rungs, each the point and its baseline per replicate: tens of times the point's own runs "
         "(docs/explain.md)"))
+
+    gpu_hour_usd: dict[str, float] = Field(default_factory=dict, description=(
+        "optional $ per GPU-hour by hardware profile name (`{gb200: 6.0}`; a profile given by path: that path), one "
+        "field for every command that reports GPU-hours: `specsim project` prints the run's GPU-hours in dollars "
+        "too, `specsim plan` its $ per step and fronts (so it is an output unit, not a plan field). Each $ figure is "
+        "its GPU-hours × the price, intervals included; a price never changes a simulation (run keys and the plan "
+        "folder leave it out); a GPU type without a price is shown in GPU-hours only"))
+
+    @field_validator("gpu_hour_usd", mode="before")
+    @classmethod
+    def _usd_numbers(cls, v):
+        """true/false is not a price (pydantic would read it as 1 or 0)."""
+        for name, x in (v.items() if isinstance(v, dict) else ()):
+            if isinstance(x, bool):
+                raise field_error(str(name), x, "a price in $ per GPU-hour (true/false is not a number)")
+        return v
+
+    @field_validator("gpu_hour_usd")
+    @classmethod
+    def _usd(cls, v):
+        out = {}
+        for name, x in v.items():
+            if not math.isfinite(x) or x < 0:
+                raise field_error(name, x, "a finite price >= 0 ($ per GPU-hour)")
+            out[_hardware_key(name)] = float(x)
+        return out
+
+
+def _hardware_key(v: str) -> str:
+    """A hardware profile's name as the scenario's `hardware` field keeps it: bundled names
+    case-insensitive (GB200 = gb200), paths as written."""
+    if "/" in v or "\\" in v or v.lower().endswith((".yaml", ".yml")):
+        return v
+    return v.lower()
 
 
 class Scenario(Strict):
@@ -487,7 +521,7 @@ class Scenario(Strict):
         "paths together. Each value once; at most 10,000 rows (combinations × replicates, counted before anything "
         "runs; `check` and `show scenario` print the count); every swept value must give a valid scenario on its "
         "own (errors name `sweep.<path>`)"))
-    output: OutputSection = Field(default=OutputSection(), description="results folder, plots and the capacity plan")
+    output: OutputSection = Field(default=OutputSection(), description="results folder, plots, the capacity plan, prices")
     plan: PlanSection = Field(default=PlanSection(), description="what `specsim plan` searches (ignored by `run`)")
     what_if: WhatIfSection = Field(default=WhatIfSection(), description=(
         "counterfactuals (all off by default): a scenario with any on is labelled a counterfactual everywhere and "
@@ -508,9 +542,7 @@ class Scenario(Strict):
     @classmethod
     def _hardware_name(cls, v: str) -> str:
         """Bundled profile names are case-insensitive (GB200 = gb200); paths are kept as written."""
-        if "/" in v or "\\" in v or v.lower().endswith((".yaml", ".yml")):
-            return v
-        return v.lower()
+        return _hardware_key(v)
 
     @field_validator("sweep")
     @classmethod
@@ -558,6 +590,21 @@ class Scenario(Strict):
                        f"{sizes} × 2 × {reps}"
                        + ("" if cap.replicates else ", the sweep's replicates while unset")
                        + "); set output.capacity.replicates lower or list fewer output.capacity.rollout_gpus")
+        return self
+
+    @model_validator(mode="after")
+    def _priced_hardware(self):
+        """Every price names a GPU type a command can meet: a bundled profile, the scenario's
+        `hardware`, or one of `plan.hardware` (a misspelt name would silently price nothing)."""
+        if not self.output.gpu_hour_usd:
+            return self
+        from specsim.catalog.hardware import list_hardware
+
+        known = set(list_hardware()) | {self.hardware} | {_hardware_key(h) for h in (self.plan.hardware or [])}
+        for name in self.output.gpu_hour_usd:
+            if name not in known:
+                raise field_error(f"output.gpu_hour_usd.{name}", name,
+                                  f"a hardware profile name ({', '.join(sorted(known))})")
         return self
 
     @model_validator(mode="after")

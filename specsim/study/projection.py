@@ -12,6 +12,11 @@ Totals per replicate: wall-clock = end of the last step; GPU-hours = wall-clock 
 the colocated pool; async: rollout + training pools) / 3600. Across replicates: mean and 95 %
 Student-t interval (the replicates differ in every drawn length and acceptance).
 
+Money: with a price for the scenario's GPU type (`output.gpu_hour_usd`, $ per GPU-hour, the field
+`specsim plan` reads too) the projection also carries `ar_usd`, `sd_usd` and `saved_usd`: each
+GPU-hour interval (mean, low, high) times the price, so the dollars are the GPU-hours exactly
+scaled and their intervals scale with them. Without a price there are no dollar keys.
+
 :func:`project_run` computes the projection (a dict of totals, each a (mean, low, high) interval),
 :func:`format_projection` turns it into the text `specsim project` (specsim/cli/project.py) prints.
 """
@@ -84,19 +89,32 @@ def project_run(sc: Scenario, *, replicates: int = 2, engine: str = "fast",
     out["saved_wall_h"] = interval(saved)
     out["saved_gpu_h"] = interval([h * out["gpus"] for h in saved])
     out["run_speedup"] = interval(ratio)
+    price = gpu_hour_usd(sc)
+    if price is not None:
+        out["gpu_hour_usd"] = price
+        for kind in ("ar", "sd", "saved"):
+            out[f"{kind}_usd"] = tuple(v * price for v in out[f"{kind}_gpu_h"])
     return out
 
 
+def gpu_hour_usd(sc: Scenario) -> float | None:
+    """$ per GPU-hour of the scenario's GPU type (`output.gpu_hour_usd`), or None: no price."""
+    return sc.output.gpu_hour_usd.get(sc.hardware)
+
+
 def format_projection(p: dict) -> str:
-    """The projection as four lines of text: the run, AR, SD, and what SD saves."""
+    """The projection as four lines of text: the run, AR, SD, and what SD saves (with a price,
+    each GPU-hour figure is followed by its dollars)."""
     f = lambda t, d=1: f"{t[0]:,.{d}f} [{t[1]:,.{d}f}, {t[2]:,.{d}f}]"
+    usd = (lambda kind: f" = ${f(p[f'{kind}_usd'], 0)}") if "gpu_hour_usd" in p else (lambda kind: "")
+    price = f" at ${p['gpu_hour_usd']:,.2f} per GPU-hour" if "gpu_hour_usd" in p else ""
     lines = [(f"{p['scenario']}: {p['steps']} RL steps on {p['gpus']} GPUs, {p['replicates']} replicates "
-              "(mean [95 % interval])"),
-             (f"  AR : wall-clock {f(p['ar_wall_h'], 2)} h, {f(p['ar_gpu_h'], 0)} GPU-h, step "
+              f"(mean [95 % interval]){price}"),
+             (f"  AR : wall-clock {f(p['ar_wall_h'], 2)} h, {f(p['ar_gpu_h'], 0)} GPU-h{usd('ar')}, step "
               f"{f(p['ar_first_step_s'])} s (first tenth) -> {f(p['ar_last_step_s'])} s (last tenth)"),
-             (f"  SD : wall-clock {f(p['sd_wall_h'], 2)} h, {f(p['sd_gpu_h'], 0)} GPU-h, step "
+             (f"  SD : wall-clock {f(p['sd_wall_h'], 2)} h, {f(p['sd_gpu_h'], 0)} GPU-h{usd('sd')}, step "
               f"{f(p['sd_first_step_s'])} s -> {f(p['sd_last_step_s'])} s, mean tau {f(p['sd_mean_tau'], 2)}"),
-             (f"  SD saves {f(p['saved_wall_h'], 2)} h = {f(p['saved_gpu_h'], 0)} GPU-h; run speedup "
+             (f"  SD saves {f(p['saved_wall_h'], 2)} h = {f(p['saved_gpu_h'], 0)} GPU-h{usd('saved')}; run speedup "
               f"{f(p['run_speedup'], 3)}x")]
     return "\n".join(lines)
 

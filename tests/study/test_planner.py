@@ -1,5 +1,7 @@
 """`specsim plan` (study/planner/): the search against brute force, reproduction by plain runs,
-resume, bad inputs, bisection brackets, and the bounds below simulated step times."""
+resume, bad inputs, bisection brackets (min GPUs against brute force over GPU counts, break-even τ
+and where SD stops paying against plain points either side), prices, and the bounds below
+simulated step times."""
 
 from __future__ import annotations
 
@@ -11,12 +13,12 @@ import yaml
 from typer.testing import CliRunner
 
 from specsim.cli.app import app
-from specsim.scenario import load_scenario
+from specsim.scenario import apply_overrides, load_scenario
 from specsim.study.executors import execute
 from specsim.study.planner import plan_scenario
 from specsim.study.planner.bounds import BoundModel
-from specsim.study.planner.candidates import candidate_scenario, enumerate_candidates
-from specsim.study.planner.inverse import bisect_float, bisect_int
+from specsim.study.planner.candidates import candidate_scenario, configurations, enumerate_candidates
+from specsim.study.planner.inverse import bisect_float, bisect_int, tau_overrides
 from specsim.study.sweep import RunTask
 
 #: a tiny async case: Qwen2.5-3B on 8 H100, 2 layouts x 3 splits x (AR, k=3) x lag 0..1 = 24 candidates
@@ -129,8 +131,13 @@ runner = CliRunner()
 @pytest.mark.parametrize("sets, needle", [
     (["plan.total_gpus=1"], "plan.total_gpus"),                       # no room for an engine and a trainer replica
     (["plan.layouts=[{tp: 3}]"], "plan.layouts"),                     # tp 3 does not divide the 16 heads
+    (["rollout.gpu_memory_utilization=0.05"], "plan.layouts"),        # no layout fits the memory plan
     (["plan.objective=min_gpus"], "plan.target_step_s"),              # objective needs a target
     (["plan.rollout_shares=[1.5]"], "plan.rollout_shares"),
+    (["output.gpu_hour_usd={h100_sxm: -2}"], "output.gpu_hour_usd.h100_sxm"),
+    (["output.gpu_hour_usd={h100_sxm: .nan}"], "output.gpu_hour_usd.h100_sxm"),
+    (["output.gpu_hour_usd={h1000: 2}"], "output.gpu_hour_usd.h1000"),   # no such hardware profile
+    (["plan.gpu_hour_usd={h100_sxm: 2}"], "plan.gpu_hour_usd"),       # the price is output.gpu_hour_usd
 ])
 def test_bad_plan_inputs_exit_2(tiny, tmp_path, sets, needle):
     args = ["plan", str(tiny), "--out", str(tmp_path / "o")]
@@ -139,6 +146,20 @@ def test_bad_plan_inputs_exit_2(tiny, tmp_path, sets, needle):
     r = runner.invoke(app, args)
     assert r.exit_code == 2, r.output
     assert needle in r.output
+    assert "Traceback" not in r.output
+    if "memory" in sets[0]:
+        assert "KV cache" in r.output or "usable per GPU" in r.output   # the memory plan's reason
+
+
+def test_min_gpus_for_an_unreachable_target_exits_2(tiny, planned):
+    """A step time no GPU count reaches (below every configuration's latency floor: the bounds
+    prune every probe, nothing is simulated) is an error naming the option, after the plan."""
+    _, out = planned
+    for value in ("0.01", "-1"):
+        r = runner.invoke(app, ["plan", str(tiny), "--out", str(out), f"--min-gpus-for={value}"])
+        assert r.exit_code == 2, r.output
+        assert "--min-gpus-for" in r.output and "Traceback" not in r.output
+    assert "no GPU count up to" in r.output or "> 0 s" in r.output
 
 
 def test_bisection_brackets_on_a_monotone_case():
@@ -162,6 +183,115 @@ def test_min_gpus_for_brackets(tiny, planned):
     (q_ar,) = [q for q in again.summary["queries"] if q["arm"] == "ar"]
     lo, hi = q_ar["bracket_gpus"]
     assert lo < hi and q_ar["step_s_at_answer"]["mean"] <= target
+
+
+@pytest.mark.long
+def test_min_gpus_for_is_the_brute_force_answer(tiny, planned):
+    """Each probe re-optimises split and layout (k and lag held): the bisection's answer is the
+    smallest GPU count whose brute-force best (every allowed layout × split at that count, all
+    replicates) reaches the target, and its configuration is that count's brute-force best."""
+    res, out = planned
+    sc = load_scenario(tiny)
+    best = res.answer["best_sd"]
+    arm, lag = [(best["sd_policy"], best["k"])], [best["policy_lag"]]
+    brute = {}
+    for n in range(1, 9):
+        means = []
+        for c in configurations(sc, sc.plan, "h100_sxm", [(1, 1, 1), (2, 1, 1)], n, arm, lag):
+            rs = [execute(RunTask.of(candidate_scenario(sc, c), r, "plan")) for r in range(2)]
+            means.append((sum(r["steady"]["step_s"] for r in rs) / 2, c.cid))
+        brute[n] = min(means, default=(math.inf, None))
+    n_star = max(range(4, 8), key=lambda n: brute[n - 1][0] - brute[n][0])
+    target = (brute[n_star - 1][0] + brute[n_star][0]) / 2
+    # the case is monotone in the GPU count about the target (the bisection's assumption)
+    assert all(brute[m][0] > target for m in range(1, n_star))
+    assert all(brute[m][0] <= target for m in range(n_star, 9))
+    again = plan_scenario(tiny, out=out, jobs=1, min_gpus_for=target)
+    (q,) = [q for q in again.summary["queries"] if q["arm"] == "sd"]
+    assert q["unit_gpus"] == 1 and q["bracket_gpus"] == [n_star - 1, n_star], q["text"]
+    assert q["candidate"] == brute[n_star][1]
+    assert q["step_s_at_answer"]["mean"] == pytest.approx(brute[n_star][0], rel=1e-12)
+    assert q["gpus"] <= n_star and q["monotone"]
+    rerun = plan_scenario(tiny, out=out, jobs=1, min_gpus_for=target)
+    assert rerun.search["inverse_computed_runs"] == 0 and rerun.summary["queries"] == again.summary["queries"]
+
+
+def _plain_mean(tiny, ov: dict, reps: int = 2) -> float:
+    """The mean steady step of a plain point (the scenario with `ov`, as `specsim run` runs it),
+    simulated afresh (not read from the plan's runs/)."""
+    s = apply_overrides(load_scenario(tiny), ov)
+    return sum(execute(RunTask.of(s, r, "point"))["steady"]["step_s"] for r in range(reps)) / reps
+
+
+@pytest.fixture(scope="module")
+def inverse_runs(tiny, planned):
+    _, out = planned
+    first = plan_scenario(tiny, out=out, jobs=1, break_even_tau=True, stops_paying=True)
+    again = plan_scenario(tiny, out=out, jobs=1, break_even_tau=True, stops_paying=True)
+    return first, again
+
+
+def _query(res, name: str) -> dict:
+    (q,) = [q for q in res.summary["queries"] if q["query"] == name]
+    return q
+
+
+def test_break_even_tau_brackets_sd_against_ar(tiny, inverse_runs):
+    first, _ = inverse_runs
+    q = _query(first, "break_even_tau")
+    lo, hi = q["bracket"]
+    assert 1 < lo < hi <= lo + 0.05, q["text"]
+    base = first.answer["best_sd"]["overrides"]
+    sc = load_scenario(tiny)
+    ar = _plain_mean(tiny, {**base, "speculation.policy": "off"})
+    assert ar == pytest.approx(q["goal_step_s"], rel=1e-12)
+    assert _plain_mean(tiny, {**base, **tau_overrides(sc, lo)}) > ar     # just below: SD slower than AR
+    assert _plain_mean(tiny, {**base, **tau_overrides(sc, hi)}) <= ar    # at the answer: SD no slower
+
+
+def test_stops_paying_brackets_k_and_lag(tiny, inverse_runs):
+    first, _ = inverse_runs
+    base = first.answer["best_sd"]["overrides"]
+    ar = _plain_mean(tiny, {**base, "speculation.policy": "off"})
+    q = _query(first, "k_stops_paying")
+    lo, hi = q["bracket"]
+    assert hi == lo + 1 and lo > base["speculation.k"], q["text"]
+    assert _plain_mean(tiny, {**base, "speculation.k": hi}) >= ar        # SD no faster than AR from here
+    assert _plain_mean(tiny, {**base, "speculation.k": lo}) < ar         # one below: SD still pays
+    lag = _query(first, "lag_stops_paying")
+    if lag["lag"] is None:                                              # still pays at the largest lag tried
+        at = {**base, "pipeline.policy_lag": 16}
+        assert _plain_mean(tiny, {**at, "speculation.policy": "off"}) / _plain_mean(tiny, at) >= 1.01
+    else:
+        lo, hi = lag["bracket"]
+        at = {**base, "pipeline.policy_lag": hi}
+        assert _plain_mean(tiny, {**at, "speculation.policy": "off"}) / _plain_mean(tiny, at) < 1.01
+
+
+def test_inverse_reruns_reuse_every_probe(inverse_runs):
+    first, again = inverse_runs
+    s1, s2 = first.search, again.search
+    assert s2["inverse_computed_runs"] == 0 and s2["computed_runs"] == 0
+    assert s2["inverse_reused_runs"] == s1["inverse_computed_runs"] + s1["inverse_reused_runs"] > 0
+    assert again.summary["queries"] == first.summary["queries"]
+
+
+def test_prices_read_output_gpu_hour_usd_and_reuse_the_runs(tiny, planned):
+    """A price (output.gpu_hour_usd) changes no run: the plan's folder takes it and reuses every
+    run; each $ figure is GPU-hours × the price, the fronts' points too."""
+    res, out = planned
+    priced = plan_scenario(tiny, ["output.gpu_hour_usd={h100_sxm: 2.5}"], out=out, jobs=1)
+    assert priced.search["computed_runs"] == 0
+    b = priced.answer["best_sd"]
+    assert b["usd_per_step"]["mean"] == b["gpu_hours_per_step"]["mean"] * 2.5
+    assert b["usd_per_step"]["ci95"] == [v * 2.5 for v in b["gpu_hours_per_step"]["ci95"]]
+    assert [p["usd_per_step"] for p in priced.summary["fronts"]["sd"]] == \
+        [p["gpu_hours_per_step"] * 2.5 for p in priced.summary["fronts"]["sd"]]
+    df = priced.candidates()
+    sim = df[df.status == "simulated"]
+    assert (sim.usd_per_step == sim.gpu_hours_per_step * 2.5).all()
+    assert "usd_per_step" not in res.answer["best_sd"]                  # the unpriced plan: no $
+    assert all("usd_per_step" not in p for p in res.summary["fronts"]["sd"])
 
 
 def test_bound_model_prices_trainer_and_latency(tiny):

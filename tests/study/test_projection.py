@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from specsim.scenario import apply_overrides, load_scenario
-from specsim.study.projection import interval, project_run
+from specsim.study.projection import format_projection, interval, project_run
 from specsim.study.report.projection import _first_crossing, inverse_answers, inverse_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,6 +61,29 @@ def test_project_run_totals_are_consistent():
     assert p["sd_last_step_s"][0] > 0 and p["sd_mean_tau"][0] > 1
 
 
+def test_project_run_in_dollars_is_gpu_hours_times_the_price():
+    """With output.gpu_hour_usd for the scenario's GPU type, every $ total is its GPU-hour
+    interval times the price exactly (mean and both limits); without one, no dollars at all."""
+    sc = apply_overrides(load_scenario(ROOT / "scenarios" / "8b_rl_think_sync.yaml"),
+                         {"workload.prompts": 16, "rollout.gpus": 4, "pipeline.steps": 3, "pipeline.warmup_steps": 1})
+    plain = project_run(sc, replicates=2)
+    assert not any(k.endswith("_usd") for k in plain) and "$" not in format_projection(plain)
+    priced = project_run(apply_overrides(sc, {"output.gpu_hour_usd": {"GB200": 2.5, "h100_sxm": 9.0}}), replicates=2)
+    assert priced["gpu_hour_usd"] == 2.5                                   # the scenario's own GPU type
+    for kind in ("ar", "sd", "saved"):
+        gpu_h, usd = priced[f"{kind}_gpu_h"], priced[f"{kind}_usd"]
+        assert usd == tuple(v * 2.5 for v in gpu_h) and gpu_h == plain[f"{kind}_gpu_h"]
+        assert usd[1] < usd[0] < usd[2]                                    # the interval, scaled
+    text = format_projection(priced).splitlines()
+    assert len(text) == 4 and text[0].endswith("at $2.50 per GPU-hour")
+    m, lo, hi = priced["sd_usd"]
+    assert f"GPU-h = ${m:,.0f} [{lo:,.0f}, {hi:,.0f}]" in text[2]
+    assert "$" in text[1] and "$" in text[3]
+    # a price for another GPU type only: GPU-hours only
+    other = project_run(apply_overrides(sc, {"output.gpu_hour_usd": {"h100_sxm": 9.0}}), replicates=1)
+    assert "gpu_hour_usd" not in other and "$" not in format_projection(other)
+
+
 SMALL_RUN = ["--set", "workload.prompts=16", "--set", "rollout.gpus=4", "--set", "pipeline.steps=3",
              "--set", "pipeline.warmup_steps=1"]
 
@@ -91,8 +114,27 @@ def test_project_command_prints_the_projection_and_its_json():
     assert p["saved_wall_h"][0] == pytest.approx(p["ar_wall_h"][0] - p["sd_wall_h"][0])
 
 
+def test_project_command_json_carries_the_dollars():
+    import json
+
+    from typer.testing import CliRunner
+
+    from specsim.cli.app import app
+
+    scen = str(ROOT / "scenarios" / "8b_rl_think_sync.yaml")
+    r = CliRunner().invoke(app, ["project", scen, *SMALL_RUN, "--replicates", "1", "--format", "json",
+                                 "--set", "output.gpu_hour_usd={gb200: 4}"])
+    assert r.exit_code == 0, r.output
+    p = json.loads(r.stdout)
+    assert p["gpu_hour_usd"] == 4.0
+    assert [v * 4.0 for v in p["sd_gpu_h"]] == p["sd_usd"] and [v * 4.0 for v in p["saved_gpu_h"]] == p["saved_usd"]
+
+
 @pytest.mark.parametrize("args, needle", [(["--replicates", "0"], "--replicates: must be >= 1"),
-                                          (["--set", "pipeline.steps=abc"], "pipeline.steps")])
+                                          (["--set", "pipeline.steps=abc"], "pipeline.steps"),
+                                          (["--set", "output.gpu_hour_usd={gb200: -1}"], "output.gpu_hour_usd.gb200"),
+                                          (["--set", "output.gpu_hour_usd={gb200: .nan}"], "output.gpu_hour_usd.gb200"),
+                                          (["--set", "output.gpu_hour_usd={gb300: 5}"], "output.gpu_hour_usd.gb300")])
 def test_project_command_bad_input_is_one_error(args, needle):
     from typer.testing import CliRunner
 

@@ -24,6 +24,7 @@ The results folder (default ``<output.dir>/<name>-plan/``):
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from specsim import atomic
 from specsim.scenario import ScenarioError, load_scenario, to_yaml
 from specsim.study import results_folder as results_dir
 from specsim.study.executors import check_backend
+from specsim.study.planner.bounds import BoundModel
 from specsim.study.planner.candidates import enumerate_candidates
 from specsim.study.planner.report import answer, candidate_rows, fronts, plan_markdown, plot_fronts, write_tables
 from specsim.study.planner.search import search, write_run
@@ -67,9 +69,11 @@ class PlanResult:
 
 
 def _without_plan(sc):
+    """The scenario the results folder is guarded by: without its plan and its prices (neither
+    changes a run, so a widened plan or a new price reuses every run)."""
     from specsim.scenario.plan_section import PlanSection
 
-    return sc.model_copy(update={"plan": PlanSection()})
+    return sc.model_copy(update={"plan": PlanSection(), "output": sc.output.model_copy(update={"gpu_hour_usd": {}})})
 
 
 def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Path | None = None, jobs: int = 2,
@@ -85,6 +89,8 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
     if sc.pipeline.mode == "sync" and plan.rollout_shares is not None:
         raise ScenarioError(None, "plan.rollout_shares", plan.rollout_shares,
                             "omitted for a sync (colocated) scenario: it has no rollout:training split")
+    if min_gpus_for is not None and not (math.isfinite(min_gpus_for) and min_gpus_for > 0):
+        raise ScenarioError(None, "--min-gpus-for", min_gpus_for, "a target step time > 0 s")
     cands, rejected = enumerate_candidates(sc, plan)
     out_dir = Path(out) if out is not None else Path(sc.output.dir) / f"{sc.name}-plan"
     base_text = to_yaml(_without_plan(sc))
@@ -97,19 +103,25 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
                         "depend on them are recomputed")
     runs_dir = out_dir / "runs"
     runs = results_dir.load_runs(runs_dir, warnings)
+    bounds = BoundModel(sc)
     state = search(sc, cands, runs, lambda k, r: write_run(runs_dir, k, r), jobs=workers, backend=backend,
-                   address=address, engine=engine)
+                   address=address, engine=engine, bounds=bounds)
     evs = state.evaluated
     reps = plan.search.replicates
-    usd = dict(plan.gpu_hour_usd)
+    usd = dict(sc.output.gpu_hour_usd)
     ans = answer(evs, plan, reps, usd)
-    fr = fronts(evs)
+    fr = fronts(evs, usd)
     queries = []
+    inverse_runs = {"computed": 0, "reused": 0}
     if min_gpus_for is not None or break_even_tau or stops_paying:
         from specsim.study.planner import inverse
 
+        layouts: dict[str, list] = {}
+        for c in cands:
+            if c.layout not in layouts.setdefault(c.hardware, []):
+                layouts[c.hardware].append(c.layout)
         ctx = inverse.Context(sc, runs, lambda k, r: write_run(runs_dir, k, r), workers, backend, address, engine,
-                              reps)
+                              reps, layouts=layouts, bounds=bounds)
         if min_gpus_for is not None:
             queries += inverse.min_gpus_for(ctx, ans, min_gpus_for)
         if break_even_tau:
@@ -118,6 +130,7 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
             queries += inverse.stops_paying(ctx, ans)
         state.computed_runs += ctx.computed
         state.reused_runs += ctx.reused
+        inverse_runs = {"computed": ctx.computed, "reused": ctx.reused}
     pruned: dict[str, int] = {}
     for e in evs:
         if e.status == "pruned":
@@ -131,6 +144,7 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
         "pruned_by": pruned, "simulated_candidates": sum(1 for e in evs if e.status == "simulated"),
         "finalists": sum(1 for e in evs if e.status == "simulated" and len(e.steady) >= reps),
         "computed_runs": state.computed_runs, "reused_runs": state.reused_runs, "rounds": state.rounds,
+        "inverse_computed_runs": inverse_runs["computed"], "inverse_reused_runs": inverse_runs["reused"],
         "wall_s": wall, "jobs": workers, "backend": backend,
     }
     rows = candidate_rows(evs, usd)
@@ -144,7 +158,7 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
     summary = jsonable({
         "scenario": sc.name, "model": sc.model, "mode": sc.pipeline.mode, "hardware": sorted({c.hardware for c in cands}),
         "budgets": plan.gpu_counts(sc.total_gpus), "max_policy_lag": plan.max_policy_lag,
-        "plan": plan.model_dump(mode="json"), "answer": ans, "fronts": fr, "search": search_info, "queries": queries,
+        "plan": plan.model_dump(mode="json"), "gpu_hour_usd": usd, "answer": ans, "fronts": fr, "search": search_info, "queries": queries,
         "version": specsim_version(), "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "out_dir": str(out_dir), "warnings": warnings, "inputs": inputs,
     })
@@ -153,6 +167,11 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
     atomic.write_text(out_dir / "summary.md", md)
     _write_page(out_dir, sc, summary, md, warnings)
     files += ["summary.json", "summary.md", "report.html", "resolved.yaml", "plan.yaml", "inputs.json"]
+    mg = [q for q in queries if q["query"] == "min_gpus_for"]
+    if mg and all(q["gpus"] is None for q in mg):
+        raise ScenarioError(None, "--min-gpus-for", min_gpus_for,
+                            "a step time that some GPU count reaches (" + "; ".join(q["text"] for q in mg)
+                            + f"; the rest of the plan is in {out_dir})")
     return PlanResult(out_dir, summary, files, warnings)
 
 
@@ -165,8 +184,8 @@ def _write_page(out_dir: Path, sc, summary: dict, md: str, warnings: list[str]) 
     write_page(out_dir, render_page(
         title=f"{sc.name}: the plan", lede=f"{sc.model}; budgets {summary['budgets']} GPUs; policy lag at most "
         f"{summary['max_policy_lag']}.",
-        caveat_list=["Every candidate is simulated with the scenario's assumed lengths and acceptance; analytic "
-                     "bounds only prune, never rank. SD's gain is quoted at each one's own optimum.",
+        caveat_list=[("Every candidate is simulated with the scenario's assumed lengths and acceptance; analytic "
+                      "bounds only prune, never rank. SD's gain is quoted at each one's own optimum."),
                      *[f"Plan warning: {w}" for w in warnings]],
         summary_md=md, plots=plots_of(out_dir, {"fronts": "fronts.png"},
                                       {"fronts": "Pareto fronts: step time vs GPU-hours per step, AR and SD"}),

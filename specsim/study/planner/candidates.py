@@ -17,7 +17,7 @@ from typing import Any
 
 from specsim.scenario import Scenario, ScenarioError, apply_overrides, source_file
 
-__all__ = ["Candidate", "LayoutKey", "default_layouts", "enumerate_candidates", "splits"]
+__all__ = ["Candidate", "LayoutKey", "configurations", "default_layouts", "enumerate_candidates", "splits"]
 
 LayoutKey = tuple[int, int, int]   # (tp, ep, pp)
 
@@ -150,21 +150,12 @@ def enumerate_candidates(sc: Scenario, plan) -> tuple[list[Candidate], list[dict
     rejected: list[dict] = []
     for hw in hws:
         for lay in layouts:
-            g = max(lay[0], lay[1]) * lay[2]
             why = layout_problem(sc, hw, lay, max(k for _, k in arms))
             if why:
                 rejected.append({"hardware": hw, "layout": lay, "reason": why})
                 continue
             for n in budgets:
-                if async_:
-                    pairs = splits(n, g, replica, shares)
-                else:
-                    r = (n // g) * g
-                    pairs = [(r, None)] if r >= g and r % replica == 0 else []
-                for r, tr in pairs:
-                    for pol, k in arms:
-                        for lag in lags:
-                            out.append(_with_id(Candidate(hw, n, r, tr, lay, pol, k, lag, steps)))
+                out += configurations(sc, plan, hw, [lay], n, arms, lags)
     if not out:
         detail = "; ".join(f"{r['hardware']} TP{r['layout'][0]}·EP{r['layout'][1]}·PP{r['layout'][2]}: {r['reason']}"
                            for r in rejected[:4])
@@ -175,6 +166,30 @@ def enumerate_candidates(sc: Scenario, plan) -> tuple[list[Candidate], list[dict
                             f"a budget that holds at least one rollout engine and, async, one trainer replica of "
                             f"{replica} GPUs (plan.rollout_shares {shares})")
     return out, rejected
+
+
+def configurations(sc: Scenario, plan, hw: str, layouts: list[LayoutKey], budget: int,
+                   arms: list[tuple[str, int]], lags: list[int]) -> list[Candidate]:
+    """The candidates of one GPU type at one budget: every layout × the plan's splits (async;
+    sync: the whole budget in whole engines, a multiple of the trainer replica) × arm (SD policy,
+    k) × lag. Layouts are taken as feasible (`layout_problem` is the caller's check)."""
+    t = sc.training
+    replica = max(t.tp, t.ep) * t.pp
+    shares = plan.rollout_shares or default_shares(plan.split_grid)
+    steps = plan.search.steps or sc.pipeline.steps
+    out = []
+    for lay in layouts:
+        g = max(lay[0], lay[1]) * lay[2]
+        if sc.pipeline.mode == "async":
+            pairs = splits(budget, g, replica, shares)
+        else:
+            r = (budget // g) * g
+            pairs = [(r, None)] if r >= g and r % replica == 0 else []
+        for r, tr in pairs:
+            for pol, k in arms:
+                for lag in lags:
+                    out.append(_with_id(Candidate(hw, budget, r, tr, lay, pol, k, lag, steps)))
+    return out
 
 
 def layout_problem(sc: Scenario, hw: str, lay: LayoutKey, k_max: int) -> str | None:

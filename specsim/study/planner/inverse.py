@@ -1,9 +1,20 @@
 """Inverse answers by bisection on simulations (never a fixed grid), each with its interval.
 
 * `min_gpus_for(target)`: the fewest GPUs at which the best AR (and SD) configuration's mean
-  steady step reaches `target`, the configuration's rollout share, layout, k and lag held
-  (async: rollout GPUs = the share in whole engines, the rest in whole trainer replicas). The
-  answer is the bracket (lo, hi]: lo misses, hi meets; with the step's 95 % interval at hi.
+  steady step reaches `target`. Each probe (a GPU count n) is a search of its own
+  (`search.search`, the plan's bounds, waves and halving, pruned on the target): every rollout
+  layout the plan allows on the arm's GPU type × every allowed rollout:training split of n GPUs
+  (async; sync: the whole count in whole engines), so a probe answers with the best
+  configuration at n, not with the budget's optimum scaled down. Held at the arm's optimum: the
+  GPU type, the SD policy, k and the policy lag — the drafter and algorithm choices, which act
+  mostly on the step's slowest responses (what more GPUs do not shorten), and whose re-search
+  would multiply each probe's cost by |k| × |lags| (at 235B: from 35 to 420 candidates). Holding
+  them can only make a count's best step slower, so the answer is an upper bound on the fewest
+  GPUs over every allowed k and lag (given monotonicity). Counts are whole units of
+  lcm(smallest engine, trainer replica) GPUs. Assumed, not checked by the bisection: the best
+  step is non-increasing in the GPU count (more GPUs never make the best configuration slower);
+  the answer flags probes that contradict it by more than 2 %. The answer is the bracket
+  (lo, hi]: lo misses, hi meets, with the step's 95 % interval and the configuration at hi.
 * `break_even_tau`: at the best SD configuration, the drafter τ (at `drafter.tau_at_k`) at which
   SD's mean step equals AR's at the same configuration; with a plan target, also the τ that
   reaches the target. A drifting drafter keeps its relative drift (`tau_after` scaled).
@@ -12,28 +23,36 @@
   bisection, assuming the gain falls monotonically beyond the optimum).
 
 Every probe runs the plan's replicates (paired draws) and is stored in the plan's runs/ like the
-search's runs, so a rerun reuses it.
+search's runs (the same keys: a probe's candidate that the search ran is reused), so a rerun
+reuses it.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from specsim.scenario import ScenarioError, apply_overrides
 from specsim.study.executors import run_tasks
 from specsim.study.sweep import RunTask
 
-__all__ = ["Context", "bisect_int", "break_even_tau", "min_gpus_for", "stops_paying"]
+__all__ = ["Context", "bisect_int", "break_even_tau", "min_gpus_for", "stops_paying", "tau_overrides"]
 
 #: SD "pays" while its gain is above 1 + this
 PAYS_MARGIN = 0.01
+#: break-even τ: the highest τ probed is this below k + 1 (α = 1 is not a drafter)
+TAU_EDGE = 1e-3
 
 
 @dataclass
 class Context:
+    """What the inverse answers share: the scenario (with its plan), the plan's stored runs and how
+    to store one, the executor, the replicates per probe; `layouts`: the plan's feasible rollout
+    layouts per GPU type; `bounds`: the search's BoundModel. `computed` / `reused` count runs."""
+
     sc: Any
     runs: dict
     store: Any
@@ -42,6 +61,8 @@ class Context:
     address: str | None
     engine: str
     replicates: int
+    layouts: dict = field(default_factory=dict)
+    bounds: Any = None
     computed: int = 0
     reused: int = 0
 
@@ -101,63 +122,103 @@ def _ci(v):
     return mean_ci(v or [])
 
 
-def _scaled(entry: dict, sc, n: int) -> dict:
-    """The entry's configuration at n total GPUs, its rollout share held."""
-    ov = dict(entry["overrides"])
-    tp, ep, pp = ov["rollout.tp"], ov["rollout.ep"], ov["rollout.pp"]
-    g = max(tp, ep) * pp
-    if "training.gpus" not in ov:
-        ov["rollout.gpus"] = max(g, (n // g) * g)
-        return ov
+def _unit(sc, layouts) -> int:
+    """GPUs per bisection unit: lcm(the smallest engine, the trainer replica)."""
     t = sc.training
-    rep = max(t.tp, t.ep) * t.pp
-    share = ov["rollout.gpus"] / (ov["rollout.gpus"] + ov["training.gpus"])
-    r = max(g, int(share * n // g) * g)
-    ov["rollout.gpus"] = r
-    ov["training.gpus"] = max(rep, int((n - r) // rep) * rep)
-    return ov
+    engine = min(max(tp, ep) * pp for tp, ep, pp in layouts)
+    return math.lcm(engine, max(t.tp, t.ep) * t.pp)
 
 
-def min_gpus_for(ctx: Context, ans: dict, target: float) -> list[dict]:
+@dataclass
+class _Probe:
+    """The best configuration of one arm at one GPU count (None: nothing fits or reaches)."""
+
+    gpus: int
+    best: Any = None              # search.Evaluated
+    candidates: int = 0
+    simulated: int = 0
+
+    @property
+    def mean_s(self) -> float:
+        return self.best.mean_step() if self.best is not None else math.inf
+
+
+def _probe(ctx: Context, entry: dict, n: int, target: float) -> _Probe:
+    """Search every allowed layout × split of n GPUs at the entry's GPU type, SD policy, k, lag."""
+    from specsim.study.planner.candidates import configurations
+    from specsim.study.planner.search import search
+
+    sc = ctx.sc
+    arm = [(entry["sd_policy"], int(entry["k"]))]
+    cands = configurations(sc, sc.plan, entry["hardware"], ctx.layouts.get(entry["hardware"], []), n, arm,
+                           [int(entry["policy_lag"])])
+    out = _Probe(n, candidates=len(cands))
+    if not cands:
+        return out
+    st = search(sc, cands, ctx.runs, ctx.store, jobs=ctx.jobs, backend=ctx.backend, address=ctx.address,
+                engine=ctx.engine, target_s=target, bounds=ctx.bounds)
+    ctx.computed += st.computed_runs
+    ctx.reused += st.reused_runs
+    final = [e for e in st.evaluated if e.status == "simulated" and len(e.steady) >= ctx.replicates]
+    out.simulated = sum(1 for e in st.evaluated if e.status == "simulated")
+    if final:
+        out.best = min(final, key=lambda e: (e.mean_step(), e.cand.total_gpus))
+    return out
+
+
+def min_gpus_for(ctx: Context, ans: dict, target: float, grow_max: int = 4) -> list[dict]:
+    """The fewest GPUs whose best AR (SD) configuration reaches `target` (see the module doc):
+    from the plan's budget, doubled up to `grow_max` times until it is met, then bisected."""
+    from specsim.study.planner.report import candidate_entry
+
     out = []
     for arm in ("ar", "sd"):
         entry = ans.get(f"best_{arm}")
-        if entry is None:
+        if entry is None or not ctx.layouts.get(entry["hardware"]):
             continue
-        ov0 = entry["overrides"]
-        g = max(ov0["rollout.tp"], ov0["rollout.ep"]) * ov0["rollout.pp"]
-        t = ctx.sc.training
-        unit = g if "training.gpus" not in ov0 else math.lcm(g, max(t.tp, t.ep) * t.pp)
-        n0 = entry["total_gpus"]
-        memo: dict[int, list[float] | None] = {}
+        unit = _unit(ctx.sc, ctx.layouts[entry["hardware"]])
+        memo: dict[int, _Probe] = {}
 
-        def steps(m: int, memo=memo, entry=entry, unit=unit):
+        def probe(m: int, memo=memo, entry=entry, unit=unit) -> _Probe:
             if m not in memo:
-                memo[m] = ctx.steps(_scaled(entry, ctx.sc, m * unit))
+                memo[m] = _probe(ctx, entry, m * unit, target)
             return memo[m]
 
-        def ok(m: int, steps=steps) -> bool:
-            return _mean(steps(m)) <= target
-        hi = max(1, n0 // unit)
+        def ok(m: int, probe=probe) -> bool:
+            return probe(m).mean_s <= target
+
+        hi = max(1, int(entry["budget_gpus"]) // unit)
         grow = 0
-        while not ok(hi) and grow < 4:
+        while not ok(hi) and grow < grow_max:
             hi, grow = hi * 2, grow + 1
+        held = f"{entry['hardware']}, {'AR' if arm == 'ar' else entry['sd_policy'] + ' k=' + str(entry['k'])}, " \
+               f"lag {entry['policy_lag']}"
         if not ok(hi):
+            best = min(memo.values(), key=lambda p: p.mean_s)
+            seen = f"; the fastest probe: {best.mean_s:.1f} s at {best.gpus} GPUs" if best.best is not None else ""
             out.append({"query": "min_gpus_for", "arm": arm, "target_step_s": target, "gpus": None,
-                        "text": f"{arm.upper()}: no GPU count up to {hi * unit} reaches {target:g} s with "
-                                f"{entry['label']}'s share, layout, k and lag"})
+                        "largest_gpus_tried": hi * unit, "probes": len(memo),
+                        "text": f"{arm.upper()}: no GPU count up to {hi * unit} reaches {target:g} s "
+                                f"(best split and layout at each count; {held} held{seen})"})
             continue
-        lo, hi = bisect_int(1, hi, ok)
-        ov = _scaled(entry, ctx.sc, hi * unit)
-        n_hi = ov["rollout.gpus"] + ov.get("training.gpus", 0)
-        m = _ci(steps(hi))
+        lo, hi = bisect_int(hi // 2 if grow else 1, hi, ok)
+        p = probe(hi)
+        e = candidate_entry(p.best, {})
+        m = e["step_s"]
         sure = bool(m.get("ci95") and m["ci95"][1] <= target)
-        out.append({"query": "min_gpus_for", "arm": arm, "target_step_s": target, "gpus": n_hi,
-                    "bracket_gpus": [lo * unit, hi * unit], "step_s_at_answer": m, "overrides": ov,
+        tried = sorted((q.gpus, q.mean_s) for q in memo.values())
+        against = [(a, b) for (a, sa), (b, sb) in itertools.pairwise(tried) if sa < math.inf > sb > sa * 1.02]
+        note = (f"; not monotone: {against[0][1]} GPUs slower than {against[0][0]}" if against else "")
+        out.append({"query": "min_gpus_for", "arm": arm, "target_step_s": target, "gpus": e["total_gpus"],
+                    "bracket_gpus": [lo * unit, hi * unit], "unit_gpus": unit, "step_s_at_answer": m,
+                    "label": e["label"], "overrides": e["overrides"], "candidate": e["candidate"],
                     "meets_with_95pct": sure, "probes": len(memo),
-                    "text": f"{arm.upper()}: {n_hi} GPUs reach {target:g} s (bracket ({lo * unit}, {hi * unit}]; "
-                            f"step there {_fmt(m)} s{'' if sure else ', the upper 95 % limit above the target'}; "
-                            f"{len(memo)} probes) — {entry['label']}'s share, layout, k, lag"})
+                    "probe_best_step_s": {str(g): (s if s < math.inf else None) for g, s in tried},
+                    "held": held, "monotone": not against,
+                    "text": f"{arm.upper()}: {e['total_gpus']} GPUs reach {target:g} s with {e['label']} "
+                            f"(bracket ({lo * unit}, {hi * unit}] GPUs; step there {_fmt(m)} s"
+                            f"{'' if sure else ', the upper 95 % limit above the target'}; {len(memo)} probes, "
+                            f"each the best split and layout at its count, {held} held{note})"})
     return out
 
 
@@ -167,7 +228,9 @@ def _fmt(m, d=1):
     return fmt_ci(m, d)
 
 
-def _tau_overrides(sc, tau: float) -> dict:
+def tau_overrides(sc, tau: float) -> dict:
+    """The overrides that give the scenario's drafter mean acceptance length `tau` at `tau_at_k`
+    (a drifting drafter keeps its relative drift)."""
     d = sc.drafter
     ov: dict[str, Any] = {"drafter.tau": tau}
     ref = d.general_tau if d.init == "general" else d.tau
@@ -186,7 +249,9 @@ def break_even_tau(ctx: Context, ans: dict, tol: float = 0.05) -> list[dict]:
     base = dict(sd["overrides"])
     ar = ctx.steps({**base, "speculation.policy": "off"})
     ar_mean = _mean(ar)
-    hi_tau = float(ctx.sc.drafter.tau_at_k + 1)
+    # τ < k + 1 (τ = k + 1 would need α = 1, which the drafter refuses): the highest τ probed is
+    # within TAU_EDGE of it, so "does not reach even there" means every draft all but always accepted
+    hi_tau = float(ctx.sc.drafter.tau_at_k + 1) - TAU_EDGE
     out = []
     goals = [("break_even", ar_mean, "AR at the same configuration")]
     if ctx.sc.plan.target_step_s:
@@ -196,12 +261,12 @@ def break_even_tau(ctx: Context, ans: dict, tol: float = 0.05) -> list[dict]:
 
         def ok(tau: float, memo=memo, goal=goal) -> bool:
             if tau not in memo:
-                memo[tau] = _mean(ctx.steps({**base, **_tau_overrides(ctx.sc, tau)}))
+                memo[tau] = _mean(ctx.steps({**base, **tau_overrides(ctx.sc, tau)}))
             return memo[tau] <= goal
 
         if not ok(hi_tau):
             out.append({"query": f"{name}_tau", "tau": None,
-                        "text": f"{name} τ: even τ = {hi_tau:g} (every draft accepted) does not reach {what}"})
+                        "text": f"{name} τ: even τ = {hi_tau:g} (almost every draft accepted) does not reach {what}"})
             continue
         if ok(1.0 + 1e-3):
             out.append({"query": f"{name}_tau", "tau": 1.0,

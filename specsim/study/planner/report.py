@@ -18,7 +18,7 @@ import pandas as pd
 
 from specsim import atomic
 
-__all__ = ["CANDIDATE_COLUMNS", "answer", "candidate_rows", "fronts", "plan_markdown", "plot_fronts"]
+__all__ = ["CANDIDATE_COLUMNS", "answer", "candidate_entry", "candidate_rows", "fronts", "plan_markdown", "plot_fronts"]
 
 CANDIDATE_COLUMNS = (
     "candidate", "status", "pruned_by", "round", "replicates_run", "hardware", "budget_gpus", "rollout_gpus",
@@ -81,7 +81,9 @@ def _score(e, objective: str):
     return (e.mean_step(), c.total_gpus)
 
 
-def _entry(e, usd: dict[str, float]) -> dict:
+def candidate_entry(e, usd: dict[str, float]) -> dict:
+    """One evaluated candidate as the answer reports it: configuration, overrides, step and GPU-hour
+    intervals over its replicates ($ where its GPU type has a price), per-replicate steps."""
     c = e.cand
     steps = e.steps()
     m = _ci(steps)
@@ -90,8 +92,16 @@ def _entry(e, usd: dict[str, float]) -> dict:
            "step_s": m, "gpu_hours_per_step": _ci(gph), "tau": _ci([s["tau"] for s in e.steady.values()]),
            "per_replicate_step_s": steps}
     if c.hardware in usd:
-        out["usd_per_step"] = _ci([g * usd[c.hardware] for g in gph])
+        out["usd_per_step"] = scaled(out["gpu_hours_per_step"], usd[c.hardware])
     return out
+
+
+def scaled(m: dict, factor: float) -> dict:
+    """An interval (tables.mean_ci's dict) in other units: every figure times `factor` >= 0 (so $ per
+    step is GPU-hours per step times the price exactly, its interval too)."""
+    mul = (lambda v: None if v is None else v * factor)
+    return {**m, "mean": mul(m["mean"]), "sd": mul(m["sd"]),
+            "ci95": [v * factor for v in m["ci95"]] if m.get("ci95") else m.get("ci95")}
 
 
 def answer(evs, plan, replicates: int, usd: dict[str, float]) -> dict:
@@ -105,8 +115,8 @@ def answer(evs, plan, replicates: int, usd: dict[str, float]) -> dict:
         if plan.objective != "min_step_time":
             pool = [e for e in pool if e.mean_step() <= target]
         pool.sort(key=lambda e: _score(e, plan.objective))
-        out[f"best_{arm}"] = _entry(pool[0], usd) if pool else None
-        out[f"runner_up_{arm}"] = [_entry(e, usd) for e in pool[1:4]]
+        out[f"best_{arm}"] = candidate_entry(pool[0], usd) if pool else None
+        out[f"runner_up_{arm}"] = [candidate_entry(e, usd) for e in pool[1:4]]
         best[arm] = pool[0] if pool else None
     if best["ar"] is not None and best["sd"] is not None:
         a, s = best["ar"], best["sd"]
@@ -121,9 +131,11 @@ def answer(evs, plan, replicates: int, usd: dict[str, float]) -> dict:
     return out
 
 
-def fronts(evs) -> dict[str, list[dict]]:
+def fronts(evs, usd: dict[str, float] | None = None) -> dict[str, list[dict]]:
     """Per arm, the Pareto front of (GPU-hours per step, step time) over every simulated candidate
-    (means; each point is the fastest at its cost and the cheapest at its speed)."""
+    (means; each point is the fastest at its cost and the cheapest at its speed); a point on a
+    priced GPU type (`output.gpu_hour_usd`) also carries `usd_per_step` = GPU-hours × price."""
+    usd = usd or {}
     out = {}
     for arm in ("ar", "sd"):
         pts = sorted(((e.cand.total_gpus * e.mean_step() / 3600.0, e.mean_step(), e) for e in evs
@@ -131,8 +143,11 @@ def fronts(evs) -> dict[str, list[dict]]:
         front, best = [], math.inf
         for gph, step, e in pts:
             if step < best:
-                front.append({"candidate": e.cand.cid, "label": e.cand.label(), "total_gpus": e.cand.total_gpus,
-                              "gpu_hours_per_step": gph, "step_s": step, "replicates": len(e.steady)})
+                p = {"candidate": e.cand.cid, "label": e.cand.label(), "total_gpus": e.cand.total_gpus,
+                     "gpu_hours_per_step": gph, "step_s": step, "replicates": len(e.steady)}
+                if e.cand.hardware in usd:
+                    p["usd_per_step"] = gph * usd[e.cand.hardware]
+                front.append(p)
                 best = step
         out[arm] = front
     return out
@@ -210,6 +225,9 @@ def plan_markdown(summary: dict) -> str:
         lines += ["## Inverse answers", ""]
         for q in summary["queries"]:
             lines.append(f"- {q['text']}")
+        if "inverse_computed_runs" in s:
+            lines.append(f"- their probes: {s['inverse_computed_runs']} runs simulated, {s['inverse_reused_runs']} "
+                         "reused (included in the search's counts above)")
         lines.append("")
     lines += ["Files: candidates.csv (every candidate), fronts.csv/fronts.png, runs/ (every simulated run).", ""]
     return "\n".join(lines)

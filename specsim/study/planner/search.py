@@ -93,13 +93,18 @@ def replicate_schedule(replicates: int, rounds: int) -> list[int]:
 
 
 def search(sc, cands: list[Candidate], runs: dict, store: Callable[[str, dict], None], *, jobs: int, backend: str,
-           address: str | None, engine: str, progress=None) -> SearchState:
+           address: str | None, engine: str, progress=None, target_s: float | None = None,
+           bounds: BoundModel | None = None) -> SearchState:
     """Run the search (see the module doc). `runs`: stored runs by key (updated in place);
-    `store(key, result)` persists one new run."""
+    `store(key, result)` persists one new run. `target_s`: prune on this target step time (default:
+    the plan's target under the min_gpus / min_gpu_hours objectives); `bounds`: a BoundModel of
+    `sc` to reuse (its engine worlds are cached)."""
     plan = sc.plan
     s = plan.search
     slack = s.bound_slack
-    bm = BoundModel(sc)
+    bm = bounds if bounds is not None else BoundModel(sc)
+    if target_s is None and plan.objective != "min_step_time":
+        target_s = plan.target_step_s
     evs = [Evaluated(c) for c in cands]
     st = SearchState(evs)
     for e in evs:
@@ -107,11 +112,11 @@ def search(sc, cands: list[Candidate], runs: dict, store: Callable[[str, dict], 
             e.bound = bm.bound(e.cand)
         except ScenarioError as exc:
             e.status, e.pruned_by, e.reason = "infeasible", "layout", f"{exc.field}: {exc.allowed}"
-    if plan.target_step_s is not None and plan.objective != "min_step_time":
+    if target_s is not None:
         for e in evs:
-            if e.status == "pending" and e.bound.step_s * slack > plan.target_step_s:
+            if e.status == "pending" and e.bound.step_s * slack > target_s:
                 e.status, e.pruned_by = "pruned", "target"
-                e.reason = f"bound {e.bound.step_s:.1f} s × {slack:g} > target {plan.target_step_s:g} s"
+                e.reason = f"bound {e.bound.step_s:.1f} s × {slack:g} > target {target_s:g} s"
 
     scenarios: dict[str, object] = {}
 
