@@ -64,6 +64,7 @@ def plan(
     backend: Annotated[Backend, typer.Option("--backend", help="local processes, or a Ray cluster.")] = Backend.local,
     address: Annotated[str | None, typer.Option("--address", help="Ray cluster address.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite results of a different scenario in --out.")] = False,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar on stderr.")] = False,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Search the configurations a scenario's `plan:` allows: best AR and SD configuration, SD's gain at
@@ -86,7 +87,8 @@ def plan(
     if replicates is not None:
         ov.append(f"plan.search.replicates={replicates}")
     res = plan_scenario(scenario, ov, out=out, jobs=jobs, backend=backend.value, address=address, force=force,
-                        min_gpus_for=min_gpus_for, break_even_tau=break_even_tau, stops_paying=stops_paying)
+                        progress=not no_progress and fmt is Format.table, min_gpus_for=min_gpus_for,
+                        break_even_tau=break_even_tau, stops_paying=stops_paying)
     if fmt is Format.json:
         emit_json(res.summary)
         return

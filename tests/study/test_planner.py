@@ -301,3 +301,29 @@ def test_bound_model_prices_trainer_and_latency(tiny):
     b = bm.bound(cands[0])
     assert b.trainer_s > 0 and b.throughput_s > 0 and b.latency_s > 0
     assert b.binding in ("trainer", "throughput", "latency")
+
+
+def test_progress_display_counts_the_plan_runs_and_changes_nothing(planned, tiny, tmp_path, monkeypatch):
+    """With the display on, the search and the inverse probes announce every run they simulate and
+    mark each done (the display's runs row ends full), and the answer is the plain plan's."""
+    from specsim.study.report import progress as progress_mod
+
+    seen = {"added": 0, "done": 0}
+    real_add, real_done = progress_mod.Progress.add_runs, progress_mod.Progress.runs_done
+
+    def add(self, n):
+        seen["added"] += n
+        real_add(self, n)
+
+    def done(self):
+        seen["done"] += 1
+        real_done(self)
+
+    monkeypatch.setattr(progress_mod.Progress, "add_runs", add)
+    monkeypatch.setattr(progress_mod.Progress, "runs_done", done)
+    res = plan_scenario(tiny, out=tmp_path / "res", jobs=1, progress=True, break_even_tau=True)
+    assert seen["added"] == seen["done"] == res.search["computed_runs"] > 0
+    ref, _ = planned
+    for arm in ("best_ar", "best_sd"):
+        assert res.answer[arm]["candidate"] == ref.answer[arm]["candidate"]
+        assert res.answer[arm]["step_s"] == ref.answer[arm]["step_s"]

@@ -40,6 +40,7 @@ from specsim.study.planner.bounds import BoundModel
 from specsim.study.planner.candidates import enumerate_candidates
 from specsim.study.planner.report import answer, candidate_rows, fronts, plan_markdown, plot_fronts, write_tables
 from specsim.study.planner.search import search, write_run
+from specsim.study.report.progress import Progress
 from specsim.study.sweep import inputs_fingerprint
 
 __all__ = ["PlanResult", "plan_scenario"]
@@ -104,33 +105,34 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
     runs_dir = out_dir / "runs"
     runs = results_dir.load_runs(runs_dir, warnings)
     bounds = BoundModel(sc)
-    state = search(sc, cands, runs, lambda k, r: write_run(runs_dir, k, r), jobs=workers, backend=backend,
-                   address=address, engine=engine, bounds=bounds)
-    evs = state.evaluated
-    reps = plan.search.replicates
-    usd = dict(sc.output.gpu_hour_usd)
-    ans = answer(evs, plan, reps, usd)
-    fr = fronts(evs, usd)
-    queries = []
-    inverse_runs = {"computed": 0, "reused": 0}
-    if min_gpus_for is not None or break_even_tau or stops_paying:
-        from specsim.study.planner import inverse
+    with Progress(progress, 0) as prog:   # runs done and in flight (no points row: candidates halve)
+        state = search(sc, cands, runs, lambda k, r: write_run(runs_dir, k, r), jobs=workers, backend=backend,
+                       address=address, engine=engine, progress=prog, bounds=bounds)
+        evs = state.evaluated
+        reps = plan.search.replicates
+        usd = dict(sc.output.gpu_hour_usd)
+        ans = answer(evs, plan, reps, usd)
+        fr = fronts(evs, usd)
+        queries = []
+        inverse_runs = {"computed": 0, "reused": 0}
+        if min_gpus_for is not None or break_even_tau or stops_paying:
+            from specsim.study.planner import inverse
 
-        layouts: dict[str, list] = {}
-        for c in cands:
-            if c.layout not in layouts.setdefault(c.hardware, []):
-                layouts[c.hardware].append(c.layout)
-        ctx = inverse.Context(sc, runs, lambda k, r: write_run(runs_dir, k, r), workers, backend, address, engine,
-                              reps, layouts=layouts, bounds=bounds)
-        if min_gpus_for is not None:
-            queries += inverse.min_gpus_for(ctx, ans, min_gpus_for)
-        if break_even_tau:
-            queries += inverse.break_even_tau(ctx, ans)
-        if stops_paying:
-            queries += inverse.stops_paying(ctx, ans)
-        state.computed_runs += ctx.computed
-        state.reused_runs += ctx.reused
-        inverse_runs = {"computed": ctx.computed, "reused": ctx.reused}
+            layouts: dict[str, list] = {}
+            for c in cands:
+                if c.layout not in layouts.setdefault(c.hardware, []):
+                    layouts[c.hardware].append(c.layout)
+            ctx = inverse.Context(sc, runs, lambda k, r: write_run(runs_dir, k, r), workers, backend, address, engine,
+                                  reps, layouts=layouts, bounds=bounds, progress=prog)
+            if min_gpus_for is not None:
+                queries += inverse.min_gpus_for(ctx, ans, min_gpus_for)
+            if break_even_tau:
+                queries += inverse.break_even_tau(ctx, ans)
+            if stops_paying:
+                queries += inverse.stops_paying(ctx, ans)
+            state.computed_runs += ctx.computed
+            state.reused_runs += ctx.reused
+            inverse_runs = {"computed": ctx.computed, "reused": ctx.reused}
     pruned: dict[str, int] = {}
     for e in evs:
         if e.status == "pruned":

@@ -63,6 +63,7 @@ class Context:
     replicates: int
     layouts: dict = field(default_factory=dict)
     bounds: Any = None
+    progress: Any = None      # study/report/progress.Progress, or None
     computed: int = 0
     reused: int = 0
 
@@ -76,12 +77,19 @@ class Context:
         todo = [t for t in tasks if t.key not in self.runs]
         self.reused += len(tasks) - len(todo)
 
+        prog = self.progress
+        if prog is not None and todo:
+            prog.add_runs(len(todo))
+
         def on_result(t, res):
             self.store(t.key, res)
             self.runs[t.key] = json.loads(json.dumps(res, sort_keys=True))
             self.computed += 1
+            if prog is not None:
+                prog.runs_done()
 
-        run_tasks(todo, on_result, jobs=self.jobs, backend=self.backend, address=self.address)
+        run_tasks(todo, on_result, jobs=self.jobs, backend=self.backend, address=self.address,
+                  on_progress=prog.task_progress if prog is not None and prog.enabled else None)
         if any("error" in self.runs[t.key] for t in tasks):
             return None
         return [self.runs[t.key]["steady"]["step_s"] for t in tasks]
@@ -156,7 +164,7 @@ def _probe(ctx: Context, entry: dict, n: int, target: float) -> _Probe:
     if not cands:
         return out
     st = search(sc, cands, ctx.runs, ctx.store, jobs=ctx.jobs, backend=ctx.backend, address=ctx.address,
-                engine=ctx.engine, target_s=target, bounds=ctx.bounds)
+                engine=ctx.engine, progress=ctx.progress, target_s=target, bounds=ctx.bounds)
     ctx.computed += st.computed_runs
     ctx.reused += st.reused_runs
     final = [e for e in st.evaluated if e.status == "simulated" and len(e.steady) >= ctx.replicates]

@@ -159,7 +159,8 @@ def search(sc, cands: list[Candidate], runs: dict, store: Callable[[str, dict], 
             if progress is not None:
                 progress.runs_done()
 
-        run_tasks(todo, on_result, jobs=jobs, backend=backend, address=address)
+        inside = progress.task_progress if progress is not None and progress.enabled else None
+        run_tasks(todo, on_result, jobs=jobs, backend=backend, address=address, on_progress=inside)
 
     def incumbents() -> dict[tuple, float]:
         best: dict[tuple, float] = {}

@@ -39,7 +39,7 @@ class Progress:
             self._p = Progress(TextColumn("{task.description:<20}"), BarColumn(), _count_column(),
                                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
                                console=Console(stderr=True), transient=False)
-            self._points = self._p.add_task("points", total=n_points)
+            self._points = self._p.add_task("points", total=n_points, visible=n_points > 0)
             self._runs = self._p.add_task("simulation runs", total=0)
             self._inside = self._p.add_task("", total=0, visible=False, unit=" responses")
 
