@@ -299,6 +299,38 @@ def test_progress_inside_each_run_reaches_the_caller_in_order(jobs):
         assert json.dumps(results[t.key], sort_keys=True) == json.dumps(execute(t), sort_keys=True)
 
 
+def _pid(_task):
+    import os
+
+    return {"pid": os.getpid()}
+
+
+def test_one_worker_pool_serves_several_calls_and_keeps_their_reports_apart():
+    """`worker_pool` keeps one local pool for a command's phases (a sweep, then its capacity plan):
+    the second call runs on the same worker processes (no second start-up), each call gets exactly
+    its own tasks' reports and results, and those equal runs without a pool."""
+    from specsim.study.executors import execute, run_tasks, worker_pool
+
+    first, second = _tiny_tasks(2), _tiny_tasks(4)[2:]
+    seen: dict[int, list] = {1: [], 2: []}
+    with worker_pool(2, on_progress=lambda t, p: None) as pool:
+        assert pool is not None
+        for call, tasks in ((1, first), (2, second)):
+            results = {}
+            run_tasks(tasks, lambda t, r: results.__setitem__(t.key, r), jobs=2, pool=pool, progress_every_s=0.0,
+                      on_progress=lambda t, p, c=call: seen[c].append(t.key))
+            assert set(results) == {t.key for t in tasks}
+            for t in tasks:
+                assert json.dumps(results[t.key], sort_keys=True) == json.dumps(execute(t), sort_keys=True)
+        assert set(seen[1]) == {t.key for t in first} and set(seen[2]) == {t.key for t in second}
+        futs = [pool.executor.submit(_pid, None) for _ in range(8)]
+        pids = {f.result()["pid"] for f in futs}
+        started = set((getattr(pool.executor, "_processes", None) or {}).keys())
+        assert pids <= started and len(started) == 2
+    with worker_pool(1) as none:
+        assert none is None          # one worker runs in this process
+
+
 def test_progress_off_adds_nothing(tmp_path, monkeypatch):
     """Without a display (--no-progress, --format json) no run gets a hook and no queue is made."""
     from specsim.study import executors

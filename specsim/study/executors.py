@@ -53,7 +53,8 @@ from specsim.scenario import ScenarioError, validate_doc
 from specsim.sim.progress import PROGRESS_EVERY_S, ProgressHook, RunProgress
 from specsim.study.sweep import RunTask
 
-__all__ = ["available_cpus", "check_backend", "default_jobs", "execute", "run_tasks", "sigint_latch"]
+__all__ = ["WorkerPool", "available_cpus", "check_backend", "default_jobs", "execute", "run_tasks", "sigint_latch",
+           "worker_pool"]
 
 BACKENDS = ("local", "ray")
 #: Seconds to wait for a TCP answer from a Ray address before refusing it.
@@ -217,8 +218,9 @@ def _worker_init(parent_pid: int, progress_queue=None, progress_every_s: float =
         _worker_progress = (progress_queue, progress_every_s)
 
 
-def _execute_in_worker(index: int, task: RunTask) -> dict:
-    """`execute` in a pool worker, its progress reports put on the parent's queue as (index, report)."""
+def _execute_in_worker(index: tuple[int, int], task: RunTask) -> dict:
+    """`execute` in a pool worker, its progress reports put on the parent's queue as
+    ((call, task index), report)."""
     if _worker_progress is None:
         return execute(task)
     q, every_s = _worker_progress
@@ -266,16 +268,69 @@ def sigint_latch() -> Iterator[threading.Event]:
         signal.signal(signal.SIGINT, previous)
 
 
+class WorkerPool:
+    """A local spawn-context pool kept across several `run_tasks` calls of one command (`pool`).
+
+    Starting a pool costs each worker a fresh interpreter and the package's imports (about 1-2 s
+    on 2 cores); a command that runs its tasks in phases (a sweep, then the capacity plan built
+    from its best point) pays that once. Progress reports carry the call they belong to, so a
+    report can never be read as one of a later call's tasks."""
+
+    def __init__(self, workers: int, with_reports: bool, progress_every_s: float = PROGRESS_EVERY_S):
+        ctx = multiprocessing.get_context("spawn")
+        self.workers = workers
+        self.reports = ctx.SimpleQueue() if with_reports else None
+        self.calls = 0
+        args = (os.getpid(),) if self.reports is None else (os.getpid(), self.reports, progress_every_s)
+        self.executor = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                                            initargs=args)
+
+    def kill(self) -> None:
+        _kill_pool(self.executor)
+        self.close_queue()
+
+    def shutdown(self) -> None:
+        self.executor.shutdown(wait=True)
+        self.close_queue()
+
+    def close_queue(self) -> None:
+        if self.reports is not None:
+            self.reports.close()
+            self.reports = None
+
+
+@contextlib.contextmanager
+def worker_pool(jobs: int, backend: str = "local", address: str | None = None, *,
+                on_progress: OnProgress | None = None,
+                progress_every_s: float = PROGRESS_EVERY_S) -> Iterator[WorkerPool | None]:
+    """A WorkerPool for the `run_tasks` calls inside the block (None where there is none to keep:
+    Ray, or one worker, which runs in this process). It starts on entry; on an exception its
+    workers are killed, otherwise waited for."""
+    workers = check_backend(backend, jobs, address, probe=False)
+    if backend == "ray" or workers == 1:
+        yield None
+        return
+    pool = WorkerPool(workers, on_progress is not None, progress_every_s)
+    try:
+        yield pool
+    except BaseException:
+        pool.kill()
+        raise
+    else:
+        pool.shutdown()
+
+
 def run_tasks(tasks: list[RunTask], on_result: Callable[[RunTask, dict], None], *, jobs: int = 2,
               backend: str = "local", address: str | None = None, on_progress: OnProgress | None = None,
-              progress_every_s: float = PROGRESS_EVERY_S) -> None:
+              progress_every_s: float = PROGRESS_EVERY_S, pool: WorkerPool | None = None) -> None:
     """Execute `tasks`, calling `on_result(task, result)` in this thread as each finishes.
 
     backend="local": one worker runs in this process; otherwise a spawn-context process pool of
     min(jobs, CPUs, tasks) workers. backend="ray": see the module docstring. A Ctrl-C stops the
     loop with KeyboardInterrupt, at the latest right after the next result is delivered
     (`sigint_latch`). `on_progress`: progress inside the running tasks (module docstring),
-    reported at most every `progress_every_s` seconds per task (0: at every check)."""
+    reported at most every `progress_every_s` seconds per task (0: at every check). `pool`: a
+    WorkerPool (`worker_pool`) to run on and leave running, instead of a pool of this call's own."""
     workers = check_backend(backend, jobs, address, probe=False)
     if not tasks:
         return
@@ -286,51 +341,58 @@ def run_tasks(tasks: list[RunTask], on_result: Callable[[RunTask, dict], None], 
                 on_progress(task, None)
             if interrupted.is_set():
                 raise KeyboardInterrupt
-        _run_tasks(tasks, deliver, workers, backend, address, on_progress, progress_every_s)
+        _run_tasks(tasks, deliver, workers, backend, address, on_progress, progress_every_s, pool)
 
 
 def _run_tasks(tasks: list[RunTask], on_result: Callable[[RunTask, dict], None], workers: int, backend: str,
                address: str | None, on_progress: OnProgress | None = None,
-               progress_every_s: float = PROGRESS_EVERY_S) -> None:
+               progress_every_s: float = PROGRESS_EVERY_S, pool: WorkerPool | None = None) -> None:
     if backend == "ray":
         _run_ray(_ray(), tasks, on_result, workers, address)   # progress at run granularity (module doc)
         return
-    workers = min(workers, len(tasks))
-    if workers == 1:
+    if pool is None and min(workers, len(tasks)) == 1:
         for t in tasks:
             if on_progress is None:
                 on_result(t, execute(t))
             else:
                 on_result(t, execute(t, progress=lambda p, t=t: on_progress(t, p), progress_every_s=progress_every_s))
         return
-    ctx = multiprocessing.get_context("spawn")
-    reports = ctx.SimpleQueue() if on_progress is not None else None
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
-                               initargs=(os.getpid(),) if reports is None else (os.getpid(), reports, progress_every_s))
+    if pool is not None:
+        _run_on(pool, tasks, on_result, on_progress)
+        return
+    own = WorkerPool(min(workers, len(tasks)), on_progress is not None, progress_every_s)
+    try:
+        _run_on(own, tasks, on_result, on_progress)
+    except BaseException:
+        own.kill()
+        raise
+    else:
+        own.shutdown()
+
+
+def _run_on(pool: WorkerPool, tasks: list[RunTask], on_result: Callable[[RunTask, dict], None],
+            on_progress: OnProgress | None) -> None:
+    """Every task on `pool`'s workers, results delivered in this thread as they finish; progress
+    reports of this call (tagged with its number) handed to `on_progress`, others dropped."""
+    pool.calls += 1
+    call = pool.calls
+    reports = pool.reports if on_progress is not None else None
 
     def drain() -> None:
         while not reports.empty():   # one reader (this thread): a non-empty queue's get does not block
-            i, p = reports.get()
-            on_progress(tasks[i], p)
+            (c, i), p = reports.get()
+            if c == call:
+                on_progress(tasks[i], p)
 
-    try:
-        pending = {pool.submit(_execute_in_worker, i, t): i for i, t in enumerate(tasks)}
-        while pending:
-            done, _ = wait(list(pending), timeout=None if reports is None else PROGRESS_POLL_S,
-                           return_when=FIRST_COMPLETED)
-            if reports is not None:
-                drain()
-            for fut in done:
-                i = pending.pop(fut)
-                on_result(tasks[i], fut.result())
-    except BaseException:
-        _kill_pool(pool)
-        raise
-    else:
-        pool.shutdown(wait=True)
-    finally:
+    pending = {pool.executor.submit(_execute_in_worker, (call, i), t): i for i, t in enumerate(tasks)}
+    while pending:
+        done, _ = wait(list(pending), timeout=None if reports is None else PROGRESS_POLL_S,
+                       return_when=FIRST_COMPLETED)
         if reports is not None:
-            reports.close()
+            drain()
+        for fut in done:
+            i = pending.pop(fut)
+            on_result(tasks[i], fut.result())
 
 
 # ============================================================================ ray

@@ -54,7 +54,7 @@ from specsim.scenario import (
 )
 from specsim.study import results_folder as results_dir
 from specsim.study.capacity import capacity_plan, capacity_sizes
-from specsim.study.executors import check_backend, run_tasks
+from specsim.study.executors import check_backend, run_tasks, worker_pool
 from specsim.study.plan import plan_study, work_problem
 from specsim.study.report import html, projection
 from specsim.study.report.progress import Progress
@@ -258,7 +258,9 @@ def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings:
         return True
 
     prog = Progress(progress, len(plan.points))
-    with prog:
+    inside = prog.task_progress if prog.enabled else None   # progress inside each run (executors.py)
+    # one pool for the sweep and the capacity plan: its workers start once (executors.worker_pool)
+    with prog, worker_pool(workers, backend, address, on_progress=inside) as pool:
         for w in warnings:
             prog.warn(w)
         prog.points.advance(0)
@@ -291,8 +293,7 @@ def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings:
                 write_points_csv()
                 prog.set_points(len(done_points))
 
-        inside = prog.task_progress if prog.enabled else None   # progress inside each run (executors.py)
-        run_tasks(pending, on_result, jobs=workers, backend=backend, address=address, on_progress=inside)
+        run_tasks(pending, on_result, jobs=workers, backend=backend, address=address, on_progress=inside, pool=pool)
         missing = [p.label() for p in plan.points if p.point_id not in done_points]
         if missing:  # pragma: no cover - every task either finished or raised
             raise RuntimeError(f"points not finished: {missing}")
@@ -304,6 +305,8 @@ def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings:
         # ---- capacity plan: best SD config and its AR counterpart at several rollout sizes
         cap_plan = capacity_plan(sc, plan, analysis, engine)
         cap_pending = [t for t in cap_plan["tasks"].values() if t.key not in runs]
+        # the smallest pools first: fewer engines, more events each, the longest runs (none ends last alone)
+        cap_pending.sort(key=lambda t: (t.doc["rollout"].get("gpus") or 0))
         reused += sum(1 for k in cap_plan["tasks"] if k in on_disk and k not in plan.tasks)
         prog.add_runs(len(cap_pending))
 
@@ -314,7 +317,7 @@ def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings:
             computed += 1
             prog.runs_done()
 
-        run_tasks(cap_pending, on_cap, jobs=workers, backend=backend, address=address, on_progress=inside)
+        run_tasks(cap_pending, on_cap, jobs=workers, backend=backend, address=address, on_progress=inside, pool=pool)
     capacity = tables.capacity_table(cap_plan, runs)
 
     # ---- tables
