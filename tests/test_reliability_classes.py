@@ -317,7 +317,7 @@ def test_one_worker_pool_serves_several_calls_and_keeps_their_reports_apart():
         assert pool is not None
         for call, tasks in ((1, first), (2, second)):
             results = {}
-            run_tasks(tasks, lambda t, r: results.__setitem__(t.key, r), jobs=2, pool=pool, progress_every_s=0.0,
+            run_tasks(tasks, lambda t, r, out=results: out.__setitem__(t.key, r), jobs=2, pool=pool, progress_every_s=0.0,
                       on_progress=lambda t, p, c=call: seen[c].append(t.key))
             assert set(results) == {t.key for t in tasks}
             for t in tasks:
