@@ -104,7 +104,6 @@ def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_
             idx, eng, b, g0, s0, P, L = (x[r_keep] for x in (idx, eng, b, g0, s0, P, L))
             seg_e, bounds, counts, m, k, n_seg, b_seg, dt, ends, drop_a, drop_b = (
                 x[keep] for x in (seg_e, bounds, counts, m, k, n_seg, b_seg, dt, ends, drop_a, drop_b))
-            first = np.cumsum(counts) - counts
     st.finish_s[idx] = np.repeat(ends, counts)
     if st.record:
         t0 = ends - dt
