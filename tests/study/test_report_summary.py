@@ -53,3 +53,18 @@ def test_best_ar_explains_the_best_sd_point_and_counterfactuals_get_no_command()
     cf = explain_block(_sc(), sd, sd, what_if=["what_if.free_trainer"])
     assert cf["command"] is None and cf["call"] is None and not cf["ladder_requested"]
     assert "counterfactual" in "\n".join(explain_markdown(cf))
+
+
+def test_edge_warnings_name_the_draft_length_grid_without_ar():
+    """k = 0 is AR, not the smallest draft length: a best k = 3 out of k in {0, 3, 5} sits on the
+    draft-length grid's lower edge, and the note says so in those words; a lag at its largest
+    value is flagged as a value; an inner best is not flagged."""
+    from types import SimpleNamespace
+
+    from specsim.study.report.summary import review_warnings
+
+    sc = SimpleNamespace(sweep={"speculation.k": [0, 3, 5], "pipeline.policy_lag": [0, 1, 2, 3, 4]})
+    out = review_warnings(sc, {"values": {"speculation.k": 3, "pipeline.policy_lag": 4}})
+    assert any("speculation.k = 3 is the smallest draft length swept ([3, 5] and 0 = AR)" in w for w in out), out
+    assert any("pipeline.policy_lag = 4 is the largest value swept ([0, 1, 2, 3, 4])" in w for w in out), out
+    assert review_warnings(sc, {"values": {"speculation.k": 0, "pipeline.policy_lag": 2}}) == []

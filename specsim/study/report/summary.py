@@ -268,8 +268,10 @@ def review_warnings(sc, best: dict | None) -> list[str]:
         grid = sorted(x for x in values if not (path == "speculation.k" and x == 0))
         if grid and v in (grid[0], grid[-1]) and len(grid) >= 1 and not (path == "speculation.k" and v == 0):
             side = "largest" if v == grid[-1] else "smallest"
-            out.append(f"the best {path} = {v} is the {side} value swept ({values}): the optimum may lie beyond "
-                       f"the grid; extend sweep.{path}")
+            what = "draft length" if path == "speculation.k" else "value"
+            out.append(f"the best {path} = {v} is the {side} {what} swept ({grid}"
+                       f"{' and 0 = AR' if len(grid) < len(values) else ''}): the optimum may lie beyond the grid; "
+                       f"extend sweep.{path}")
     batch = (best.get("mean_active_batch") or {}).get("mean")
     if batch is not None and batch < LOW_BATCH:
         out.append(f"the best point's rollout engines run {batch:.1f} sequences on average (< {LOW_BATCH:g}): the pool "
