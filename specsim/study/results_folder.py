@@ -99,13 +99,30 @@ def _out_error(out_dir: Path, exc: OSError) -> ResultsConflict:
     return ResultsConflict(None, "--out", str(out_dir), f"a folder specsim can create and write files in ({why})")
 
 
+#: output fields that change what a summary shows, never what is simulated or stored in points/ and
+#: runs/: a folder whose scenario differs only in them holds this scenario's results
+PRESENTATION_FIELDS = ("gpu_hour_usd", "explain")
+
+
+def _without_presentation(doc: dict) -> dict:
+    out = dict(doc)
+    if isinstance(out.get("output"), dict):
+        out["output"] = {k: v for k, v in out["output"].items() if k not in PRESENTATION_FIELDS}
+    return out
+
+
 def same_scenario(old_text: str, resolved_text: str) -> bool:
     """Does a stored resolved.yaml describe this scenario once read by today's schema? A field the
     schema gained since (with its default) is not a different scenario: the stored text is
-    validated again, its defaults filled in, and compared as YAML. Unreadable text is not."""
+    validated again, its defaults filled in, and compared as YAML; nor is a change of an output
+    field that only changes what the summary shows (PRESENTATION_FIELDS: a price, the explain
+    block). Unreadable text is not."""
     try:
         doc = yaml.safe_load(old_text)
-        return isinstance(doc, dict) and to_yaml(validate_doc(doc)) == resolved_text
+        if not isinstance(doc, dict):
+            return False
+        old = yaml.safe_load(to_yaml(validate_doc(doc)))
+        return _without_presentation(old) == _without_presentation(yaml.safe_load(resolved_text))
     except (yaml.YAMLError, ScenarioError, SpecError, ValueError, TypeError):
         return False
 

@@ -293,3 +293,17 @@ def test_folder_of_an_older_version_resumes_and_recomputes_what_it_lacks(full_ru
     res = run_scenario(SCEN, SMALL, out=out, jobs=1, progress=False, plots=False)
     assert res.computed_runs == stripped
     assert (out / "points.csv").read_bytes() == (ref_out / "points.csv").read_bytes()
+
+
+def test_a_price_or_the_explain_block_is_the_same_scenario(full_run, tmp_path):
+    """A rerun that only prices the GPUs or asks for another explain block reuses every run (a
+    summary-only change); any other output change is still another scenario."""
+    _, ref_out = full_run
+    out = tmp_path / "res"
+    shutil.copytree(ref_out, out)
+    res = run_scenario(SCEN, SMALL + ["output.gpu_hour_usd={h100_sxm: 3.5}"], out=out, jobs=1, progress=False,
+                       plots=False)
+    assert res.computed_runs == 0
+    assert (out / "points.csv").read_bytes() == (ref_out / "points.csv").read_bytes()
+    with pytest.raises(ResultsConflict, match="--force"):
+        run_scenario(SCEN, SMALL + ["output.max_simulated_tokens=1e10"], out=out, jobs=1, progress=False, plots=False)
