@@ -69,11 +69,13 @@ def timed(fn, repeats: int = 1):
 ASYNC_235B = ["sweep={}", "speculation.k=5", "pipeline.policy_lag=2", "pipeline.steps=6"]
 POOL_CASES = [
     # label, scenario, overrides, pipeline (else one closed generation phase)
-    ("235B async pipeline, 384 engines, 256x16 = 4,096 traj/step", "scenarios/235b_async.yaml", ASYNC_235B, True),
+    ("235B async pipeline, 384 engines, 256x16 = 4,096 traj/step", "scenarios/235b_async.yaml",
+     ASYNC_235B + ["workload.prompts=256"], True),
     ("235B async pipeline, 384 engines, 4096x16 = 65,536 traj/step", "scenarios/235b_async.yaml",
      ASYNC_235B + ["workload.prompts=4096"], True),
     ("235B sync AR generation, 512 engines, 4,096 traj", "scenarios/235b_async.yaml",
-     ["sweep={}", "pipeline.mode=sync", "speculation.policy=off", "training.gpus=null", "rollout.gpus=2048"], False),
+     ["sweep={}", "workload.prompts=256", "pipeline.mode=sync", "speculation.policy=off", "training.gpus=null",
+      "rollout.gpus=2048"], False),
     ("8B sync generation, 32 engines, 8,192 traj, tight KV (preemption)", "scenarios/8b_rl_think_sync.yaml",
      ["rollout.gpu_memory_utilization=0.3"], False),
 ]

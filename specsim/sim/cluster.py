@@ -105,19 +105,38 @@ class QuantileLaws:
             lw = step_law(grid_a, k, decay, tree_for(k), proposal_rate)
             rows += [lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1]
         self.table = np.vstack(rows)          # (1 + 5 per k, grid)
+        self.slope = np.diff(self.table, axis=1) if not self.flat else None   # per grid cell
 
-    def __call__(self, u: np.ndarray) -> tuple[np.ndarray, dict]:
-        """(α of each u, {k: (mu, inv_mu, offset, sd1, skew1)} of each u)."""
+    def __call__(self, u: np.ndarray, at: GridPosition | None = None) -> tuple[np.ndarray, dict]:
+        """(α of each u, {k: (mu, inv_mu, offset, sd1, skew1)} of each u). `at`: grid_position(u),
+        when the caller keeps it (a response's u never changes, the table does with the version)."""
         u = np.asarray(u, dtype=float)
         if self.flat:
             vals = np.repeat(self.table, len(u), axis=1)
         else:
-            i = np.clip(np.searchsorted(GRID_U, u) - 1, 0, len(GRID_U) - 2)
-            w = (u - GRID_U[i]) / (GRID_U[i + 1] - GRID_U[i])
-            lo = self.table[:, i]
-            vals = lo + (self.table[:, i + 1] - lo) * w
+            at = grid_position(u) if at is None else at
+            vals = self.table[:, at.i] + self.slope[:, at.i] * at.w
         laws = {k: tuple(vals[1 + 5 * j:6 + 5 * j]) for j, k in enumerate(self.ks)}
         return vals[0], laws
+
+
+@dataclass(frozen=True)
+class GridPosition:
+    """Where acceptance quantiles fall on GRID_U: the cell i (GRID_U[i] <= u <= GRID_U[i + 1])
+    and the linear weight w within it."""
+
+    i: np.ndarray
+    w: np.ndarray
+
+    def take(self, idx: np.ndarray) -> GridPosition:
+        return GridPosition(self.i[idx], self.w[idx])
+
+
+def grid_position(u: np.ndarray) -> GridPosition:
+    """GridPosition of quantiles u (one searchsorted)."""
+    u = np.asarray(u, dtype=float)
+    i = np.clip(np.searchsorted(GRID_U, u) - 1, 0, len(GRID_U) - 2)
+    return GridPosition(i, (u - GRID_U[i]) / (GRID_U[i + 1] - GRID_U[i]))
 
 
 _LAW_TABLES: dict = {}

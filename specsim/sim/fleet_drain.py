@@ -17,6 +17,10 @@ from specsim.sim.fleet_state import INF, FleetState, per_engine, runs
 
 __all__ = ["drain", "drains_before", "head_arrival", "no_admission", "tail_fits"]
 
+#: finish boundaries below this sort with their engine as one int64 key (engine · SPAN + boundary):
+#: one stable argsort, the order of np.lexsort((boundary, engine))
+SPAN = 1 << 40
+
 
 def head_arrival(st: FleetState, e: np.ndarray) -> np.ndarray:
     """When the queue head of each engine in e arrives (INF for an empty queue)."""
@@ -61,7 +65,7 @@ def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_
     step. Returns the mask (over D) of engines that advanced."""
     idx, eng = st.active_of(D)
     b = st.slot_fin[eng, st.slot_of[idx]]
-    order = np.lexsort((b, eng))
+    order = np.argsort(eng * SPAN + b, kind="stable") if len(b) and b.max() < SPAN else np.lexsort((b, eng))
     idx, eng, b = idx[order], eng[order], b[order]
     new = np.ones(len(idx), dtype=bool)
     new[1:] = (eng[1:] != eng[:-1]) | (b[1:] != b[:-1])

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specsim.errors import InvariantError
 from specsim.sim.common import EngineConfig
 from specsim.sim.fastlaw import StepLaw, steps_to_finish
 from specsim.workload.acceptance.laws import expected_tokens_per_verify
@@ -303,6 +304,10 @@ class FleetState:
                 mu_l, inv_mu, off, sd1, skew1 = self.laws[kv]
                 m[sel] = mu_l[ii]
                 need[sel] = steps_to_finish(left[sel], (inv_mu[ii], off[ii], sd1[ii], skew1[ii]), self.z[ii], kv)
+        if np.isnan(need).any():      # keyed before any switch gave it laws (sim/stream.py keys lazily)
+            bad = int(idx[np.flatnonzero(np.isnan(need))[0]])
+            raise InvariantError(self.names[int(self.eng_of[bad])], int(self.s[self.eng_of[bad]]), "laws",
+                                 f"response {int(self.ids[bad])} keyed without steps-to-finish laws")
         self.mu[idx] = m
         self.s0[idx] = s
         E = self.E

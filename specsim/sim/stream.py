@@ -121,10 +121,25 @@ class StreamCluster:
         by_engine = np.argsort(cat["eng"], kind="stable")         # engine-major, step order kept
         cat = {key: v[by_engine] for key, v in cat.items()}
         used, eng_of = np.unique(cat["eng"], return_inverse=True)
-        alphas, laws = self._laws(self.mean_alpha0, cat["u"])
+        self.u_all = cat["u"]
+        self.u_pos = None if cluster.V1_INPUTS else cluster.grid_position(self.u_all)
+        # laws now only for the steps released under version 0 (0 .. L): every later step is
+        # released after a switch, which gives its responses their laws (_switch_fleet); the
+        # rest stay NaN, and keying one raises (FleetState.key)
+        first = cat["step"] <= self.world.pipeline.policy_lag
+        at = None if self.u_pos is None else self.u_pos.take(first)
+        alphas0, laws0 = self._laws(self.mean_alpha0, self.u_all[first], at)
+        alphas = np.full(len(first), np.nan)
+        alphas[first] = alphas0
+        laws = {}
+        for k, arrs in laws0.items():
+            laws[k] = []
+            for a in arrs:
+                full = np.full(len(first), np.nan)
+                full[first] = a
+                laws[k].append(full)
         self.fleet = Fleet(base, [f"engine{e}" for e in used.tolist()], eng_of, cat["ids"], cat["groups"], cat["prompt"],
                            cat["lengths"], cat["z"], laws, alphas, cat["step"], open_=True)
-        self.u_all = cat["u"]
         n_steps = len(draws)
         self.step_idx = [np.flatnonzero(cat["step"] == j) for j in range(n_steps)]
         self.step_engines = [np.unique(eng_of[ix]) for ix in self.step_idx]
@@ -133,15 +148,16 @@ class StreamCluster:
         np.add.at(per_step, (eng_of, cat["step"] + 1), 1)
         self.tail_lo = (self.fleet.off[:-1][:, None] + np.cumsum(per_step, axis=1)).T
 
-    def _laws(self, mean_alpha: float, u: np.ndarray) -> tuple[np.ndarray, dict]:
-        """α and {k: the five law arrays} of responses with quantiles u at `mean_alpha`: from the
-        mean acceptance's table (cluster.quantile_laws, cached), or exact (cluster.V1_INPUTS)."""
+    def _laws(self, mean_alpha: float, u: np.ndarray, at: cluster.GridPosition | None = None) -> tuple[np.ndarray, dict]:
+        """α and {k: the five law arrays} of responses with quantiles u (grid positions `at`) at
+        `mean_alpha`: from the mean acceptance's table (cluster.quantile_laws, cached), or exact
+        (cluster.V1_INPUTS)."""
         pol, acc = self.world.policy, self.world.acceptance
         if cluster.V1_INPUTS:
             alphas = sequence_alpha_fn(mean_alpha, acc.concentration)(u)
             return alphas, cluster.exact_laws(alphas, pol.ks, acc.decay, pol.tree_for, acc.proposal_rate)
         table = cluster.quantile_laws(mean_alpha, acc.concentration, pol.ks, acc.decay, pol.tree_for, acc.proposal_rate)
-        return table(u)
+        return table(u, at)
 
     def release_step(self, j: int, t_s: float) -> None:
         self.max_released = max(self.max_released, j)
@@ -176,16 +192,18 @@ class StreamCluster:
             eng.switch(t_s, version, alphas[a:b], mean_alpha, in_flight, part, lo)
 
     def _switch_fleet(self, j: int, t_s: float, version: int, mean_alpha: float, in_flight: bool) -> None:
-        """switch_all on the fleet, for the responses that can be keyed before the next switch: the
-        unfinished steps up to the one released with this version (a later step is released
-        only after a later switch, which lands on an engine before it admits: a gated switch
-        stops admission until it is applied). So a whole-run projection stays linear in steps."""
+        """switch_all on the fleet, for the unfinished responses that can be keyed before the next
+        switch: those of the unfinished steps up to the one released with this version (a later
+        step is released only after a later switch, which lands on an engine before it admits: a
+        gated switch stops admission until it is applied). A finished response is never keyed
+        again, so it is left out. So a whole-run projection stays linear in steps."""
         fl = self.fleet
         lo, hi = self.tail_lo[j], self.tail_lo[min(self.max_released + 2, len(self.draws))]
-        seg_lens = hi - lo
-        _, idx = ragged(lo, seg_lens)
-        alphas, laws = self._laws(mean_alpha, self.u_all[idx])
-        toff = np.concatenate(([0], np.cumsum(seg_lens)))
+        seg, idx = ragged(lo, hi - lo)
+        live = np.isnan(fl.finish_s[idx])
+        seg, idx = seg[live], idx[live]
+        alphas, laws = self._laws(mean_alpha, self.u_all[idx], None if self.u_pos is None else self.u_pos.take(idx))
+        toff = np.concatenate(([0], np.cumsum(np.bincount(seg, minlength=len(lo)))))
         fl.switch(t_s, SwitchPayload(version, idx, toff, alphas, laws, in_flight, mean_alpha))
 
     def _done(self, j: int) -> bool:

@@ -132,8 +132,8 @@ def test_fleet_arrivals_and_switches_match_reference(in_flight):
 
 @pytest.mark.long
 def test_fleet_matches_v1_on_the_235b_main_job(monkeypatch):
-    """The 235B async main job (384 engines, rollout batch 4096, k = 5, lag 2; fewer steps), the
-    fleet given fast_v1's inputs (cluster.V1_INPUTS: per-engine noise, exact laws): step times and
+    """The 235B async main job (384 engines, k = 5, lag 2; fewer steps, and the 256 x 16 reading of
+    its rollout batch: the per-engine v1 engine takes minutes at 4096 x 16), the fleet given fast_v1's inputs (cluster.V1_INPUTS: per-engine noise, exact laws): step times and
     τ equal the per-engine fast engine's (engine="fast_v1") to rounding; AR, a partial-rollouts
     variant, toggle and adaptive too."""
     from specsim.scenario import load_scenario
@@ -146,7 +146,8 @@ def test_fleet_matches_v1_on_the_235b_main_job(monkeypatch):
                ["speculation.k=3", "pipeline.policy_lag=1", "pipeline.partial_rollouts=true"],
                ["speculation.policy=toggle", "speculation.k=3", "pipeline.policy_lag=2"],
                ["speculation.policy=adaptive", "speculation.k_max=4", "pipeline.policy_lag=1"]):
-        world = resolve(load_scenario(ROOT / "scenarios" / "235b_async.yaml", ["sweep={}"] + ov + ["pipeline.steps=5"]))
+        world = resolve(load_scenario(ROOT / "scenarios" / "235b_async.yaml",
+                                      ["sweep={}", "workload.prompts=256"] + ov + ["pipeline.steps=5"]))
         a = run_pipeline(world, engine="fast_v1").steps_frame()
         b = run_pipeline(world, engine="fast").steps_frame()
         for col in ("step_end_s", "gen_end_s", "tokens", "verify_steps"):
@@ -157,7 +158,8 @@ def test_fleet_matches_v1_on_the_235b_main_job(monkeypatch):
 @pytest.mark.long
 def test_fleet_within_the_replicate_interval_of_v1_on_the_235b_main_job():
     """The fleet on its own inputs (one noise stream per step, tabulated laws) against today's
-    fast engine (fast_v1) on the 235B main job (k = 5, lag 2, 6 steps, replicates 0..2): per
+    fast engine (fast_v1) on the 235B main job (k = 5, lag 2, 6 steps, replicates 0..2; the 256 x 16
+    reading, as above): per
     replicate the same draws, so the gap is the engines' noise alone; the mean over replicates of
     the steady step time and τ lies within the 95 % replicate interval of fast_v1's."""
     from specsim.scenario import load_scenario
@@ -165,7 +167,8 @@ def test_fleet_within_the_replicate_interval_of_v1_on_the_235b_main_job():
     from specsim.world.resolve import resolve
 
     world = resolve(load_scenario(ROOT / "scenarios" / "235b_async.yaml",
-                                  ["sweep={}", "speculation.k=5", "pipeline.policy_lag=2", "pipeline.steps=6"]))
+                                  ["sweep={}", "workload.prompts=256", "speculation.k=5", "pipeline.policy_lag=2",
+                                   "pipeline.steps=6"]))
     reps = range(3)
     v1 = [run_pipeline(world, engine="fast_v1", replicate=r).steady() for r in reps]
     fl = [run_pipeline(world, engine="fast", replicate=r).steady() for r in reps]
