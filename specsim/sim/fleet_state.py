@@ -132,7 +132,8 @@ class FleetState:
                  alphas: np.ndarray, step_ids: np.ndarray | None = None, *, open_: bool = False,
                  alpha_estimates: np.ndarray | None = None):
         """`eng_of` must be sorted (engine-major); `laws`: k -> StepLaw (or its five arrays) over all
-        responses; `alpha_estimates`: the acceptance each engine's policy prices with (toggle,
+        responses, which the fleet takes over (a weight switch writes into float arrays given to it:
+        a long run's laws are not copied); `alpha_estimates`: the acceptance each engine's policy prices with (toggle,
         adaptive; default the config's estimate)."""
         E = len(names)
         N = len(eng_of)
@@ -148,7 +149,7 @@ class FleetState:
         self.L = np.asarray(lengths, dtype=float)
         self.z = np.asarray(z, dtype=float)
         self.alphas = np.asarray(alphas, dtype=float).copy()
-        self.laws = {k: [np.array(a, dtype=float) for a in
+        self.laws = {k: [np.asarray(a, dtype=float) for a in
                          ((lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1) if isinstance(lw, StepLaw) else lw)]
                      for k, lw in laws.items() if k > 0}
         self.blk = cfg.block_tokens

@@ -107,26 +107,33 @@ class StreamCluster:
         noise from the step's stream and the laws tabulated per mean acceptance (cluster.step_noise,
         cluster.QuantileLaws; with cluster.V1_INPUTS fast_v1's per-engine noise and exact laws)."""
         draws = self.draws
-        cols = {key: [] for key in ("ids", "groups", "prompt", "lengths", "u", "step", "z", "eng")}
-        for j, (d, (order, eng_sorted, group_of)) in enumerate(zip(draws, steps)):
-            cols["ids"].append(self.step_offset[j] + order)
-            cols["groups"].append(j * len(d.prompt_tokens) + group_of[order])
-            cols["prompt"].append(d.prompt_tokens[group_of[order]])
-            cols["lengths"].append(d.response_tokens.reshape(-1)[order])
-            cols["u"].append(d.alpha_quantiles[order])
-            cols["step"].append(np.full(len(order), j))
-            cols["z"].append(cluster.step_noise(d, order, eng_sorted))
-            cols["eng"].append(eng_sorted)
-        cat = {key: np.concatenate(v) for key, v in cols.items()}
-        by_engine = np.argsort(cat["eng"], kind="stable")         # engine-major, step order kept
-        cat = {key: v[by_engine] for key, v in cat.items()}
-        used, eng_of = np.unique(cat["eng"], return_inverse=True)
-        self.u_all = cat["u"]
+        eng_cat = np.concatenate([eng_sorted for _, eng_sorted, _ in steps])
+        by_engine = np.argsort(eng_cat, kind="stable")           # engine-major, step order kept
+        e_sorted = eng_cat[by_engine]
+        del eng_cat
+        first_of_engine = np.ones(len(e_sorted), dtype=bool)
+        first_of_engine[1:] = e_sorted[1:] != e_sorted[:-1]
+        used = e_sorted[first_of_engine]
+        eng_of = np.cumsum(first_of_engine) - 1                    # dense engine numbers, as np.unique's inverse
+        del e_sorted, first_of_engine
+
+        def column(piece) -> np.ndarray:
+            """One per-response column, engine-major: built column by column so that a long run
+            holds one temporary column at a time, not all of them per step and concatenated."""
+            return np.concatenate([piece(j, d, *st) for j, (d, st) in enumerate(zip(draws, steps))])[by_engine]
+
+        ids = column(lambda j, d, order, es, g: self.step_offset[j] + order)
+        groups = column(lambda j, d, order, es, g: j * len(d.prompt_tokens) + g[order])
+        prompt = column(lambda j, d, order, es, g: d.prompt_tokens[g[order]])
+        lengths = column(lambda j, d, order, es, g: d.response_tokens.reshape(-1)[order])
+        step = column(lambda j, d, order, es, g: np.full(len(order), j))
+        z = column(lambda j, d, order, es, g: cluster.step_noise(d, order, es))
+        self.u_all = column(lambda j, d, order, es, g: d.alpha_quantiles[order])
         self.u_pos = None if cluster.V1_INPUTS else cluster.grid_position(self.u_all)
         # laws now only for the steps released under version 0 (0 .. L): every later step is
         # released after a switch, which gives its responses their laws (_switch_fleet); the
         # rest stay NaN, and keying one raises (FleetState.key)
-        first = cat["step"] <= self.world.pipeline.policy_lag
+        first = step <= self.world.pipeline.policy_lag
         at = None if self.u_pos is None else self.u_pos.take(first)
         alphas0, laws0 = self._laws(self.mean_alpha0, self.u_all[first], at)
         alphas = np.full(len(first), np.nan)
@@ -138,14 +145,15 @@ class StreamCluster:
                 full = np.full(len(first), np.nan)
                 full[first] = a
                 laws[k].append(full)
-        self.fleet = Fleet(base, [f"engine{e}" for e in used.tolist()], eng_of, cat["ids"], cat["groups"], cat["prompt"],
-                           cat["lengths"], cat["z"], laws, alphas, cat["step"], open_=True)
+        self.fleet = Fleet(base, [f"engine{e}" for e in used.tolist()], eng_of, ids, groups, prompt, lengths, z, laws,
+                           alphas, step, open_=True)
         n_steps = len(draws)
-        self.step_idx = [np.flatnonzero(cat["step"] == j) for j in range(n_steps)]
+        by_step = np.argsort(step, kind="stable")                 # each step's fleet indices, ascending
+        self.step_idx = np.split(by_step, np.cumsum(np.bincount(step, minlength=n_steps))[:-1])
         self.step_engines = [np.unique(eng_of[ix]) for ix in self.step_idx]
         # engine e's responses of steps j.. are fleet indices [tail_lo[j, e], off[e + 1]); row n_steps: the ends
-        per_step = np.zeros((len(used), n_steps + 1), dtype=np.int64)
-        np.add.at(per_step, (eng_of, cat["step"] + 1), 1)
+        per_step = np.bincount(eng_of * (n_steps + 1) + step + 1,
+                               minlength=len(used) * (n_steps + 1)).reshape(len(used), n_steps + 1)
         self.tail_lo = (self.fleet.off[:-1][:, None] + np.cumsum(per_step, axis=1)).T
 
     def _laws(self, mean_alpha: float, u: np.ndarray, at: cluster.GridPosition | None = None) -> tuple[np.ndarray, dict]:
