@@ -225,6 +225,38 @@ def test_tabulated_laws_match_step_law():
             assert np.allclose(got, want, rtol=1e-5, atol=1e-7)
 
 
+def test_kept_grid_positions_give_the_laws_of_a_fresh_lookup():
+    """A response's grid position, found once (cluster.grid_position) and taken for a subset, gives
+    bit-identical α and laws to the lookup at every call (the stream keeps positions per run)."""
+    from specsim.sim.cluster import QuantileLaws, grid_position
+
+    u = np.clip(np.random.default_rng(1).random(5_000), 1e-12, 1 - 1e-12)
+    table = QuantileLaws(0.8, 6.7, (0, 3, 5), 0.94, lambda k: None, 1.0)
+    sub = np.random.default_rng(2).choice(len(u), 700, replace=False)
+    a0, laws0 = table(u[sub])
+    a1, laws1 = table(u[sub], grid_position(u).take(sub))
+    assert np.array_equal(a0, a1)
+    for k in (3, 5):
+        for x, y in zip(laws0[k], laws1[k]):
+            assert np.array_equal(x, y)
+
+
+def test_keying_a_response_without_laws_raises():
+    """The stream gives laws at version 0 only to the steps released under it and the rest at the
+    switch that precedes their release; a response keyed with NaN laws (that order broken) is an
+    InvariantError naming the engine and the response, never a silent finish boundary."""
+    from specsim.errors import InvariantError
+
+    cfg = make_config(SDPolicy("always", k=3), max_batch=64, kv_capacity_tokens=10**7)
+    works = [make_work(e, groups=4, group_size=4, median=300, cap=800, concentration=10.0) for e in range(2)]
+    zs = [np.zeros(len(w)) for w in works]
+    fl = _pool(cfg, works, zs)
+    for arr in fl.laws[3]:
+        arr[5] = np.nan
+    with pytest.raises(InvariantError, match="without steps-to-finish laws"):
+        fl.run()
+
+
 @pytest.mark.parametrize("in_flight", [True, False], ids=["in-flight", "gated"])
 def test_open_drain_equals_the_round_by_round_loop(in_flight, monkeypatch):
     """Open pools drain finish-only rounds in closed form up to each engine's cut (its next event,
