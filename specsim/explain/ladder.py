@@ -449,10 +449,13 @@ def explanation_markdown(e: Explanation) -> str:
 
 
 def waterfall(stem: Path, e: Explanation) -> str:
-    """The ladder as a waterfall on a log axis: the ceiling, one floating bar per rung (hatched where
-    it lowers the gain), the realised gain; whiskers: the rung gains' 95 % intervals."""
+    """The ladder as a waterfall on a log axis: the ceiling, one floating bar per rung (dark where it
+    lowers the gain, hatched where it raises it), the realised gain; whiskers: the rung gains' 95 %
+    intervals; each gain is written past its whisker (below a rung that lowers the gain, above one
+    that raises it), so no label sits on a bar or a whisker."""
     import pandas as pd
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
 
     from specsim import atomic
 
@@ -469,12 +472,20 @@ def waterfall(stem: Path, e: Explanation) -> str:
             ax.bar(i, hi - lo, bottom=lo, color="0.35" if g < prev else "0.9", edgecolor="black",
                    hatch="" if g < prev else "//")
             ax.plot([i - 1.4, i + 0.4], [prev, prev], color="0.5", lw=0.7, ls=":")
+        lo_w = hi_w = g
         if r["gain_lo"] is not None and np.isfinite(r["gain_lo"]):
             ax.errorbar(i, g, yerr=[[g - r["gain_lo"]], [r["gain_hi"] - g]], color="black", capsize=3, lw=1)
-        ax.text(i, g, f"{g:.2f}×", ha="center", va="bottom", fontsize=8)
+            lo_w, hi_w = float(r["gain_lo"]), float(r["gain_hi"])
+        if prev is not None and g < prev:     # past the whisker, but never more than ×1.5 from the gain
+            ax.text(i, max(lo_w, g / 1.5) / 1.03, f"{g:.2f}×", ha="center", va="top", fontsize=8)
+        else:
+            ax.text(i, min(hi_w, g * 1.5) * 1.03, f"{g:.2f}×", ha="center", va="bottom", fontsize=8)
         prev = g
     ax.axhline(1.0, color="0.6", lw=0.8)
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}×"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(        # 2× and 3× (and 0.2×, 0.3×, …) only
+        lambda y, _: f"{y:g}×" if round(y / 10 ** np.floor(np.log10(y))) in (2, 3) else ""))
     ax.set_xticks(range(len(data)), [str(x) for x in data["rung"]], rotation=30, ha="right")
     ax.set_ylabel("SD gain: baseline step ÷ SD step (×, log)")
     pt = ", ".join(f"{k}={v}" for k, v in e.point.items())
