@@ -106,7 +106,9 @@ class FleetEvents(FleetState):
         if not len(pos):
             return
         idx = pl.idx[pos]
-        diff = per_engine(seg, self.alphas[idx] != pl.alphas[pos], len(sub)) > 0
+        old = self.alphas[idx]
+        new = old != pl.alphas[pos]           # a response without laws yet (NaN: sim/stream.py) gets them
+        diff = per_engine(seg, new, len(sub)) > 0
         if not diff.any():
             return
         sel = diff[seg]
@@ -117,4 +119,7 @@ class FleetEvents(FleetState):
                 dst[ii] = src[pp]
         if pl.mean_alpha is not None and self.cfg.policy.kind in ("toggle", "adaptive"):
             self.set_alpha_estimate(sub[diff], np.full(int(diff.sum()), float(pl.mean_alpha)))
-        self.rekey(sub[diff])
+        # re-key only where a response that had laws changed acceptance: laws given for the first
+        # time change no running response (they belong to steps not yet admitted)
+        changed = per_engine(seg, new & ~np.isnan(old), len(sub)) > 0
+        self.rekey(sub[changed])

@@ -130,20 +130,20 @@ class StreamCluster:
         z = column(lambda j, d, order, es, g: cluster.step_noise(d, order, es))
         self.u_all = column(lambda j, d, order, es, g: d.alpha_quantiles[order])
         self.u_pos = None if cluster.V1_INPUTS else cluster.grid_position(self.u_all)
-        # laws now only for the steps released under version 0 (0 .. L): every later step is
+        # laws at version 0 only for the steps released under it (0 .. L): every later step is
         # released after a switch, which gives its responses their laws (_switch_fleet); the
         # rest stay NaN, and keying one raises (FleetState.key)
-        first = step <= self.world.pipeline.policy_lag
-        at = None if self.u_pos is None else self.u_pos.take(first)
-        alphas0, laws0 = self._laws(self.mean_alpha0, self.u_all[first], at)
-        alphas = np.full(len(first), np.nan)
-        alphas[first] = alphas0
+        at_v0 = step <= self.world.pipeline.policy_lag
+        alphas0, laws0 = self._laws(self.mean_alpha0, self.u_all[at_v0],
+                                    None if self.u_pos is None else self.u_pos.take(at_v0))
+        alphas = np.full(len(at_v0), np.nan)
+        alphas[at_v0] = alphas0
         laws = {}
         for k, arrs in laws0.items():
             laws[k] = []
             for a in arrs:
-                full = np.full(len(first), np.nan)
-                full[first] = a
+                full = np.full(len(at_v0), np.nan)
+                full[at_v0] = a
                 laws[k].append(full)
         self.fleet = Fleet(base, [f"engine{e}" for e in used.tolist()], eng_of, ids, groups, prompt, lengths, z, laws,
                            alphas, step, open_=True)
