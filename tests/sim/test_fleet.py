@@ -134,8 +134,8 @@ def test_fleet_arrivals_and_switches_match_reference(in_flight):
 def test_fleet_matches_v1_on_the_235b_main_job(monkeypatch):
     """The 235B async main job (384 engines, k = 5, lag 2; fewer steps, and the 256 x 16 reading of
     its rollout batch: the per-engine v1 engine takes minutes at 4096 x 16), the fleet given fast_v1's inputs (cluster.V1_INPUTS: per-engine noise, exact laws): step times and
-    τ equal the per-engine fast engine's (engine="fast_v1") to rounding; AR, a partial-rollouts
-    variant, toggle and adaptive too."""
+    τ equal the per-engine fast engine's (engine="fast_v1") to rounding; AR, partial rollouts (with
+    a drifting and with a fresh drafter), toggle and adaptive too."""
     from specsim.scenario import load_scenario
     from specsim.sim import cluster
     from specsim.sim.pipeline import run_pipeline
@@ -144,6 +144,9 @@ def test_fleet_matches_v1_on_the_235b_main_job(monkeypatch):
     monkeypatch.setattr(cluster, "V1_INPUTS", True)
     for ov in (["speculation.k=5", "pipeline.policy_lag=2"], ["speculation.k=0", "pipeline.policy_lag=0"],
                ["speculation.k=3", "pipeline.policy_lag=1", "pipeline.partial_rollouts=true"],
+               # in flight with a fresh drafter: a switch that changes no acceptance re-keys nothing
+               ["speculation.k=3", "pipeline.policy_lag=1", "pipeline.partial_rollouts=true", "drafter.staleness={rate_per_version: 0.0}",
+                "drafter.update_every_steps=0"],
                ["speculation.policy=toggle", "speculation.k=3", "pipeline.policy_lag=2"],
                ["speculation.policy=adaptive", "speculation.k_max=4", "pipeline.policy_lag=1"]):
         world = resolve(load_scenario(ROOT / "scenarios" / "235b_async.yaml",
