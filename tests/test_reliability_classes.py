@@ -355,10 +355,12 @@ def test_project_reports_progress_inside_each_run(tmp_path):
     from specsim.study.projection import project_run
 
     got = []
-    project_run(load_scenario(scenario(tmp_path)), replicates=1, on_progress=got.append)
-    ends = [i for i, p in enumerate(got) if p is None]
-    assert len(ends) == 2 and ends[-1] == len(got) - 1               # SD and AR, each ended
-    assert got[ends[0] - 1].fraction == 1.0 and got[ends[0] + 1].responses_done == 0
+    project_run(load_scenario(scenario(tmp_path)), replicates=1, on_progress=lambda run, p: got.append((run, p)))
+    assert {run for run, _ in got} == {("sd", 0), ("ar", 0)}
+    for run in (("sd", 0), ("ar", 0)):
+        mine = [p for r, p in got if r == run]
+        assert mine[-1] is None and None not in mine[:-1]            # each run ends once, last
+        assert mine[0].responses_done == 0 and mine[-2].fraction == 1.0
 
 
 def test_the_progress_row_names_the_runs_in_flight():

@@ -34,6 +34,8 @@ def project(
     sets: SetOpt = None,
     replicates: Annotated[int, typer.Option("--replicates", "-r",
                                             help="Paired replicates (SD and AR on the same draws) per run.")] = 2,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Parallel worker processes (the 2 × replicates "
+                                                                  "runs spread over them).")] = 2,
     catalog: CatalogOpt = None,
     fmt: FormatOpt = Format.table,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar on stderr.")] = False,
@@ -54,12 +56,11 @@ def project(
         def on_run(r: int) -> None:
             prog.runs_done()
             done.append(r)
-            if done.count(r) == 2:
-                prog.set_points(r + 1)
+            prog.set_points(sum(done.count(x) == 2 for x in set(done)))   # runs end in any order
 
         with use_catalog(catalog):
-            p = project_run(sc, replicates=replicates, on_run=on_run,
-                            on_progress=(lambda r: prog.run_progress("run", r)) if prog.enabled else None)
+            p = project_run(sc, replicates=replicates, jobs=jobs, on_run=on_run,
+                            on_progress=prog.run_progress if prog.enabled else None)
     if fmt is Format.json:
         emit_json(p)
         return

@@ -60,7 +60,8 @@ def draw_step(world: World, step: int, replicate: int = 0) -> StepDraw:
 
 #: the acceptance-quantile grid (logit-spaced) on which the Beta quantile function and the
 #: steps-to-finish laws are tabulated
-GRID_U = 1.0 / (1.0 + np.exp(-np.linspace(-28.0, 28.0, 4097)))
+_GRID_X0, _GRID_H = -28.0, 56.0 / 4096      # GRID_U is uniform in logit(u): x0 + h·i, i = 0 .. 4096
+GRID_U = 1.0 / (1.0 + np.exp(-np.linspace(_GRID_X0, -_GRID_X0, 4097)))
 
 #: True: the fleet engine takes exactly the inputs of the per-engine fast engine (fast_v1) — one
 #: noise stream per engine and step, laws computed per response — so it reproduces fast_v1 to
@@ -133,9 +134,19 @@ class GridPosition:
 
 
 def grid_position(u: np.ndarray) -> GridPosition:
-    """GridPosition of quantiles u (one searchsorted)."""
+    """GridPosition of quantiles u: the cell i = searchsorted(GRID_U, u) − 1 (clipped to the
+    grid), found without a search. GRID_U is uniform in logit(u), so the cell is
+    ⌊(logit u − x₀)/h⌋ up to rounding; one comparison with each neighbouring grid point corrects
+    it to exactly the searchsorted cell."""
     u = np.asarray(u, dtype=float)
-    i = np.clip(np.searchsorted(GRID_U, u) - 1, 0, len(GRID_U) - 2)
+    n = len(GRID_U)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = np.log(u) - np.log1p(-u)
+    c = np.floor(np.clip((x - _GRID_X0) / _GRID_H, -1.0, n - 1.0)) + 1.0    # searchsorted's answer, ±1
+    c = np.where(np.isnan(c), n, c).astype(np.int64)                       # NaN u sorts last
+    c -= (c > 0) & (GRID_U[np.maximum(c - 1, 0)] >= u)
+    c += (c < n) & (GRID_U[np.minimum(c, n - 1)] < u)
+    i = np.clip(c - 1, 0, n - 2)
     return GridPosition(i, (u - GRID_U[i]) / (GRID_U[i + 1] - GRID_U[i]))
 
 

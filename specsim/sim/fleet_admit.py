@@ -53,6 +53,7 @@ def fit_batch(st: FleetState, e: np.ndarray) -> np.ndarray:
         st.g0[j] = saved
         st.preempt[j] += 1
         st.qhead[ee] -= 1                         # back to the front of the queue
+        st.requeued = True
         st.queue[ee, st.qhead[ee]] = j
         k_cur[over] = st.choose_k(ee)
         over = _overflows(st, e, k_cur)
@@ -91,7 +92,7 @@ def admit(st: FleetState, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         cand = st.queue[ee, pos]
         gc = st.groups[cand]
         vals, first, _ = runs(gc)          # a group's queued members are contiguous, unless preempted
-        if len(vals) > 1 and len(np.unique(vals)) < len(vals):
+        if st.requeued and len(vals) > 1 and len(np.unique(vals)) < len(vals):
             _, first = np.unique(gc, return_index=True)
         opens = np.zeros(len(cand), dtype=bool)
         opens[first] = st.group_active[gc[first]] == 0

@@ -43,6 +43,7 @@ class FleetEvents(FleetState):
         self.ev_ptr = np.zeros(self.E, dtype=np.int64)
         self.next_ev = np.full(self.E, INF)
         self.gate = np.full(self.E, -1, dtype=np.int64)
+        self.ev_kept = 0      # events before this one no engine needs any more: their payloads are let go
 
     def _push(self, t_s: float, kind: str, payload, mask: np.ndarray) -> None:
         i = len(self.events)
@@ -97,6 +98,18 @@ class FleetEvents(FleetState):
             sub = g[self.gate[g] == p]
             self.apply_switch(sub, self.events[p][2])
             self.gate[sub] = -1
+        self.forget_consumed()
+
+    def forget_consumed(self) -> None:
+        """Let go of the payloads (a switch's laws for every response in flight) and masks of the
+        events every engine has moved past and no gate waits on: a run of hundreds of steps
+        would otherwise hold every switch it ever made."""
+        gated = self.gate[self.gate >= 0]
+        upto = min(int(self.ev_ptr.min()), int(gated.min()) if len(gated) else len(self.events))
+        for i in range(self.ev_kept, upto):
+            t_s, kind, _, _ = self.events[i]
+            self.events[i] = (t_s, kind, None, None)
+        self.ev_kept = max(self.ev_kept, upto)
 
     def apply_switch(self, sub: np.ndarray, pl: SwitchPayload) -> None:
         """Engines `sub` run policy pl.version; an engine whose responses' acceptance changed takes

@@ -124,6 +124,23 @@ def fleet_pays(engines: int, max_batch: int, kv_capacity_tokens: float, prompt: 
     return kv_capacity_tokens >= concurrent * float(np.mean(prompt + lengths))
 
 
+def _engine_groups(eng_of: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """A group number per response such that two responses share one exactly when they share
+    their group and their engine (the unit whose prompt blocks are cached together). When every
+    group lies on one engine (the dispatcher sends a group whole) the groups themselves, shifted
+    to start at 0, are such numbers; otherwise the (engine, group) pairs numbered densely."""
+    if not len(groups):
+        return groups
+    g = groups - groups.min()
+    span = int(g.max()) + 1
+    if span <= 4 * len(g) + 64:
+        owner = np.empty(span, dtype=np.int64)
+        owner[g] = eng_of                   # some member's engine per group
+        if np.array_equal(owner[g], eng_of):
+            return g
+    return np.unique(eng_of * span + g, return_inverse=True)[1].reshape(-1)
+
+
 class FleetState:
     """A pool of engines sharing one EngineConfig (names apart), state in arrays."""
 
@@ -140,11 +157,7 @@ class FleetState:
         self.cfg, self.names, self.E, self.N = cfg, list(names), E, N
         self.eng_of = np.asarray(eng_of, dtype=np.int64)
         self.ids = np.asarray(response_ids)
-        g = np.asarray(groups, dtype=np.int64)
-        g = g - (g.min() if N else 0)
-        span = int(g.max()) + 1 if N else 1            # (engine, group) -> one key, numbered densely
-        _, self.groups = np.unique(self.eng_of * span + g, return_inverse=True)
-        self.groups = self.groups.reshape(-1)
+        self.groups = _engine_groups(self.eng_of, np.asarray(groups, dtype=np.int64))
         self.P = np.asarray(prompt, dtype=float)
         self.L = np.asarray(lengths, dtype=float)
         self.z = np.asarray(z, dtype=float)
@@ -157,6 +170,8 @@ class FleetState:
         self.budget = cfg.admission_blocks
         self.rbar = (self.blk - 1) / (2 * self.blk)
         self.pblocks = np.ceil(self.P / self.blk)
+        self.max_prompt = int(self.P.max()) if N else 0
+        self.single_prefill: np.ndarray | None = None     # single_prefill_s, built at the first pass
         self.slots_max = max(cfg.policy.ks) + 1
         self.max_batch = cfg.max_batch
         self.krow = {k: cfg.table.index(k) for k in set(cfg.policy.ks) | {0} if k in cfg.table.ks}
@@ -199,9 +214,12 @@ class FleetState:
         self.off = np.concatenate(([0], np.cumsum(counts)))
         width = int(counts.max()) if E else 0
         self.queue = np.full((E, max(width, 1)), -1, dtype=np.int64)
-        e_rep, pos = ragged(np.zeros(E, dtype=np.int64), counts)
-        self.queue[e_rep, pos] = np.arange(N)
+        self.queue[self.eng_of, np.arange(N) - self.off[self.eng_of]] = np.arange(N)
         self.qhead = np.zeros(E, dtype=np.int64)
+        # can a group's queued members be apart in a queue? Not while every group is one run of the
+        # initial order, until a preempted response goes back to its queue's front (fit_batch)
+        self.requeued = bool(N) and (int(np.count_nonzero(np.diff(self.groups))) + 1
+                                     != int(np.count_nonzero(np.bincount(self.groups))))
         self.qend = counts.astype(np.int64)
         self.s = np.zeros(E, dtype=np.int64)
         self.t = np.zeros(E)
@@ -223,8 +241,8 @@ class FleetState:
         steps = np.zeros(N, dtype=np.int64) if step_ids is None else np.asarray(step_ids, dtype=np.int64)
         self.step_ids = steps
         self.n_steps = int(steps.max()) + 1 if N else 1
-        self.remaining = np.zeros((E, self.n_steps), dtype=np.int64)
-        np.add.at(self.remaining, (self.eng_of, steps), 1)
+        self.remaining = np.bincount(self.eng_of * self.n_steps + steps,
+                                     minlength=E * self.n_steps).reshape(E, self.n_steps).astype(np.int64)
         self.open = open_
         self.record = cfg.record_timeline
         self.tl: list[tuple] = []     # (engines, t, active, tokens/s, k, kv tokens) per round
@@ -384,7 +402,23 @@ class FleetState:
             self.GB -= per_engine(self.group_eng[gone], self.group_pb[gone], self.E)
 
     def prefill(self, e: np.ndarray, n: np.ndarray, sq, sq2, sqc, sc) -> None:
-        """One prefill pass per engine in e (n sequences, Σq, Σq², Σq·c, Σc), priced in one call."""
-        dt = np.asarray(self.cfg.prefill_batches_s(n.astype(float), sq, sq2, sqc, sc), dtype=float).reshape(-1)
+        """One prefill pass per engine in e (n sequences, Σq, Σq², Σq·c, Σc), priced in one call.
+        Most passes of a busy pool are one fresh prompt (n = 1, nothing cached: Σq·c = Σc = 0),
+        whose time depends on its length q alone: those are read from a table of the same cost
+        function at every q up to the longest prompt (built at the first pass; the cost model is
+        elementwise, so a table entry is the very number a call would return)."""
+        single = (n == 1) & (sc == 0) & (sq <= self.max_prompt) & (sq == np.floor(sq))
+        if single.all():
+            dt = self.single_prefill_s()[sq.astype(np.int64)]
+        else:
+            dt = np.asarray(self.cfg.prefill_batches_s(n.astype(float), sq, sq2, sqc, sc), dtype=float).reshape(-1)
         self.t[e] += dt
         self.prefill_total[e] += dt
+
+    def single_prefill_s(self) -> np.ndarray:
+        """Time of a prefill pass of one fresh prompt of q tokens, at every q in 0 .. max_prompt."""
+        if self.single_prefill is None:
+            q = np.arange(self.max_prompt + 1, dtype=float)
+            one = np.ones_like(q)
+            self.single_prefill = np.asarray(self.cfg.prefill_batches_s(one, q, q * q, 0.0 * q, 0.0 * q), dtype=float)
+        return self.single_prefill

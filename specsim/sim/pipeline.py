@@ -183,10 +183,14 @@ def _never_stale(world: World) -> bool:
 
 # ----------------------------------------------------------------------------- the run
 def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, steps: int | None = None,
-                 progress: ProgressHook | None = None, progress_every_s: float = PROGRESS_EVERY_S) -> PipelineResult:
+                 progress: ProgressHook | None = None, progress_every_s: float = PROGRESS_EVERY_S,
+                 engine_results: bool = True) -> PipelineResult:
     """Simulate `steps` RL steps (default pipeline.steps) of a resolved scenario on a simpy clock.
     `progress`: called with a RunProgress at the start, at most every `progress_every_s` seconds
-    of wall clock while the run goes, and at the end (sim/progress.py); it changes no result."""
+    of wall clock while the run goes, and at the end (sim/progress.py); it changes no result.
+    `engine_results`: async runs keep every engine's per-response result (`PipelineResult.engines`);
+    False leaves it empty (a caller that reads only the step records: a few hundred steps of
+    65,536 trajectories hold gigabytes of them)."""
     t_wall = time.perf_counter()
     ps = world.pipeline
     n_steps = int(steps if steps is not None else ps.steps)
@@ -348,6 +352,6 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
         records.append(StepRecord(step_s=step_s, exposed_generation_s=r.pop("trainer_wait_s"), **r))
         prev_end = r["step_end_s"]
     res = PipelineResult(ps.name, mode, records, warmup, gens, time.perf_counter() - t_wall)
-    if stream is not None:
+    if stream is not None and engine_results:
         res.engines = stream.results()
     return res

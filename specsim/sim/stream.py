@@ -129,13 +129,11 @@ class StreamCluster:
         step = column(lambda j, d, order, es, g: np.full(len(order), j))
         z = column(lambda j, d, order, es, g: cluster.step_noise(d, order, es))
         self.u_all = column(lambda j, d, order, es, g: d.alpha_quantiles[order])
-        self.u_pos = None if cluster.V1_INPUTS else cluster.grid_position(self.u_all)
         # laws at version 0 only for the steps released under it (0 .. L): every later step is
         # released after a switch, which gives its responses their laws (_switch_fleet); the
         # rest stay NaN, and keying one raises (FleetState.key)
         at_v0 = step <= self.world.pipeline.policy_lag
-        alphas0, laws0 = self._laws(self.mean_alpha0, self.u_all[at_v0],
-                                    None if self.u_pos is None else self.u_pos.take(at_v0))
+        alphas0, laws0 = self._laws(self.mean_alpha0, self.u_all[at_v0])
         alphas = np.full(len(at_v0), np.nan)
         alphas[at_v0] = alphas0
         laws = {}
@@ -156,16 +154,16 @@ class StreamCluster:
                                minlength=len(used) * (n_steps + 1)).reshape(len(used), n_steps + 1)
         self.tail_lo = (self.fleet.off[:-1][:, None] + np.cumsum(per_step, axis=1)).T
 
-    def _laws(self, mean_alpha: float, u: np.ndarray, at: cluster.GridPosition | None = None) -> tuple[np.ndarray, dict]:
-        """α and {k: the five law arrays} of responses with quantiles u (grid positions `at`) at
-        `mean_alpha`: from the mean acceptance's table (cluster.quantile_laws, cached), or exact
-        (cluster.V1_INPUTS)."""
+    def _laws(self, mean_alpha: float, u: np.ndarray) -> tuple[np.ndarray, dict]:
+        """α and {k: the five law arrays} of responses with quantiles u at `mean_alpha`: from the
+        mean acceptance's table (cluster.quantile_laws, cached; each call finds the responses' grid
+        positions, which costs less than keeping them for a whole run), or exact (cluster.V1_INPUTS)."""
         pol, acc = self.world.policy, self.world.acceptance
         if cluster.V1_INPUTS:
             alphas = sequence_alpha_fn(mean_alpha, acc.concentration)(u)
             return alphas, cluster.exact_laws(alphas, pol.ks, acc.decay, pol.tree_for, acc.proposal_rate)
         table = cluster.quantile_laws(mean_alpha, acc.concentration, pol.ks, acc.decay, pol.tree_for, acc.proposal_rate)
-        return table(u, at)
+        return table(u)
 
     def release_step(self, j: int, t_s: float) -> None:
         self.max_released = max(self.max_released, j)
@@ -210,7 +208,7 @@ class StreamCluster:
         seg, idx = ragged(lo, hi - lo)
         live = np.isnan(fl.finish_s[idx])
         seg, idx = seg[live], idx[live]
-        alphas, laws = self._laws(mean_alpha, self.u_all[idx], None if self.u_pos is None else self.u_pos.take(idx))
+        alphas, laws = self._laws(mean_alpha, self.u_all[idx])
         toff = np.concatenate(([0], np.cumsum(np.bincount(seg, minlength=len(lo)))))
         fl.switch(t_s, SwitchPayload(version, idx, toff, alphas, laws, in_flight, mean_alpha))
 

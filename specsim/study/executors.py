@@ -162,7 +162,7 @@ def execute(task: RunTask | dict, progress: ProgressHook | None = None,
         sc._source_file = t.file
         world = resolve(sc)
         res = run_pipeline(world, engine=t.engine, replicate=t.replicate, progress=progress,
-                           progress_every_s=progress_every_s)
+                           progress_every_s=progress_every_s, engine_results=False)
     except (ScenarioError, SpecError, LayoutError) as exc:
         return {"key": t.key, "error": f"{exc.__class__.__name__}: {exc}"}
     steady = {k: float(v) for k, v in res.steady().items()}

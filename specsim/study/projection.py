@@ -27,11 +27,14 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 
+from specsim.errors import LayoutError
 from specsim.scenario import Scenario, apply_overrides
-from specsim.sim.pipeline import PipelineResult, run_pipeline
 from specsim.sim.progress import RunProgress
+from specsim.study.executors import run_tasks
+from specsim.study.sweep import RunTask
 from specsim.world.resolve import resolve
 
 AR = {"speculation.policy": "off"}
@@ -41,10 +44,11 @@ def _gpus(world) -> int:
     return world.rollout.gpus + (world.trainer.layout.gpus if world.pipeline.mode == "async" else 0)
 
 
-def run_totals(res: PipelineResult, gpus: int) -> dict[str, float]:
-    """Totals of one simulated run: wall-clock hours, GPU-hours, mean step, τ and policy age."""
-    wall_s = res.total_s
-    df = res.steps_frame()
+def run_totals(steps: list[dict], gpus: int) -> dict[str, float]:
+    """Totals of one simulated run from its step records (StepRecord fields, as
+    study/executors.execute returns them): wall-clock hours, GPU-hours, mean step, τ and policy age."""
+    df = pd.DataFrame(steps)
+    wall_s = float(df["step_end_s"].iloc[-1])
     return {"wall_h": wall_s / 3600.0, "gpu_h": wall_s * gpus / 3600.0, "mean_step_s": float(df["step_s"].mean()),
             # early / late step time: means over the first and last tenth of the run (the final
             # step alone is short — nothing overlaps it)
@@ -65,21 +69,31 @@ def interval(values) -> tuple[float, float, float]:
     return m, m - half, m + half
 
 
-def project_run(sc: Scenario, *, replicates: int = 2, engine: str = "fast",
+def project_run(sc: Scenario, *, replicates: int = 2, engine: str = "fast", jobs: int = 1,
                 on_run: Callable[[int], None] | None = None,
-                on_progress: Callable[[RunProgress | None], None] | None = None) -> dict:
-    """The scenario's whole run with SD and its AR twin, `replicates` paired replicates each.
-    `on_run(replicate)` is called after each pipeline run (2 per replicate: a progress bar);
-    `on_progress(p)` inside each run (sim/progress.py), then `on_progress(None)` when it ends."""
+                on_progress: Callable[[tuple[str, int], RunProgress | None], None] | None = None) -> dict:
+    """The scenario's whole run with SD and its AR twin, `replicates` paired replicates each: the
+    2 × replicates runs go to `jobs` worker processes (study/executors.run_tasks; 1: this process),
+    each handing back only its step records. `on_run(replicate)` is called as each run ends (2 per
+    replicate: a progress bar); `on_progress(run, p)` inside each run (sim/progress.py), then
+    `on_progress(run, None)` when it ends, `run` = ("sd" or "ar", replicate)."""
     w_sd, w_ar = resolve(sc), resolve(apply_overrides(sc, AR))
-    per = {"sd": [], "ar": []}
-    for r in range(replicates):
-        for kind, w in (("sd", w_sd), ("ar", w_ar)):
-            per[kind].append(run_totals(run_pipeline(w, engine=engine, replicate=r, progress=on_progress), _gpus(w)))
-            if on_progress is not None:
-                on_progress(None)
-            if on_run is not None:
-                on_run(r)
+    variants = {"sd": (sc, w_sd), "ar": (apply_overrides(sc, AR), w_ar)}
+    tasks = [RunTask.of(variants[kind][0], r, f"projection_{kind}", engine)
+             for r in range(replicates) for kind in ("sd", "ar")]
+    run_of = {t.key: (t.role.removeprefix("projection_"), t.replicate) for t in tasks}
+    per: dict[str, list] = {"sd": [None] * replicates, "ar": [None] * replicates}
+
+    def on_result(task: RunTask, result: dict) -> None:
+        kind, r = run_of[task.key]
+        if "error" in result:        # a scenario that cannot run (does not fit, bad layout)
+            raise LayoutError(f"{sc.name}: the {kind.upper()} run of replicate {r} cannot run: {result['error']}")
+        per[kind][r] = run_totals(result["steps"], _gpus(variants[kind][1]))
+        if on_run is not None:
+            on_run(r)
+
+    inside = None if on_progress is None else (lambda task, p: on_progress(run_of[task.key], p))
+    run_tasks(tasks, on_result, jobs=jobs, on_progress=inside)
     out = {"scenario": sc.name, "steps": w_sd.pipeline.steps, "replicates": replicates, "gpus": _gpus(w_sd)}
     for kind, rows in per.items():
         for key in rows[0]:

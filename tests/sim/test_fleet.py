@@ -22,11 +22,12 @@ from specsim.world.speculation import SDPolicy
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _pool(cfg, works, zs, open_=False, step_ids=None):
-    """One Fleet over per-engine works (engine e's groups offset so they stay distinct)."""
+def _pool(cfg, works, zs, open_=False, step_ids=None, group_stride=10_000):
+    """One Fleet over per-engine works (engine e's groups offset by e · group_stride so they stay
+    distinct)."""
     eng_of = np.concatenate([np.full(len(w), e) for e, w in enumerate(works)])
     cat = lambda f: np.concatenate([f(w) for w in works])
-    groups = np.concatenate([w.group_ids + 10_000 * e for e, w in enumerate(works)])
+    groups = np.concatenate([w.group_ids + group_stride * e for e, w in enumerate(works)])
     alphas = cat(lambda w: w.alphas)
     laws = {k: step_law(alphas, k, cfg.position_decay, cfg.policy.tree_for(k), cfg.proposal_rate)
             for k in cfg.policy.ks if k > 0}
@@ -318,3 +319,50 @@ def test_open_drain_equals_the_round_by_round_loop(in_flight, monkeypatch):
             assert np.allclose(getattr(a_, name), getattr(b_, name), rtol=1e-9), name
         assert np.allclose(a_.seq_sd_steps, b_.seq_sd_steps, rtol=1e-9)
     assert sum(calls) > 0, "the open drain never ran: the test no longer covers it"
+
+
+def test_grid_position_is_the_searchsorted_cell():
+    """cluster.grid_position finds the cell arithmetically (GRID_U is uniform in logit u); it must
+    be exactly searchsorted's cell and weight, at grid points, their neighbours and the ends."""
+    from specsim.sim.cluster import GRID_U, grid_position
+
+    rng = np.random.default_rng(3)
+    u = np.concatenate([rng.random(20_000), rng.random(2_000) ** 60, 1 - rng.random(2_000) ** 60, GRID_U,
+                        np.nextafter(GRID_U, 2.0), np.nextafter(GRID_U, -1.0), [0.0, 1.0, 5e-324, 1 - 2**-53]])
+    i = np.clip(np.searchsorted(GRID_U, u) - 1, 0, len(GRID_U) - 2)
+    got = grid_position(u)
+    assert np.array_equal(got.i, i)
+    assert np.array_equal(got.w, (u - GRID_U[i]) / (GRID_U[i + 1] - GRID_U[i]))
+
+
+def test_single_prompt_prefills_read_from_the_table_are_the_cost_function():
+    """A one-prompt prefill pass is read from FleetState.single_prefill_s: every entry must be the
+    number the cost function returns for that pass alone (n = 1, Σq = q, Σq² = q², nothing cached)."""
+    cfg = make_config(SDPolicy("always", k=3), max_batch=64, kv_capacity_tokens=10**7)
+    works = [make_work(e, groups=4, group_size=4, median=300, cap=800, concentration=10.0) for e in range(2)]
+    fl = _pool(cfg, works, [np.zeros(len(w)) for w in works])
+    table = fl.single_prefill_s()
+    assert len(table) == int(max(w.prompt_tokens.max() for w in works)) + 1
+    for q in (1, 2, 17, 100, len(table) - 1):
+        one = cfg.prefill_batches_s(np.array([1.0]), np.array([q * 1.0]), np.array([q * q * 1.0]), np.zeros(1),
+                                    np.zeros(1))
+        assert table[q] == one[0]
+
+
+@pytest.mark.parametrize("kv", [10**7, 16_000], ids=["ample", "tight"])
+def test_group_numbering_does_not_change_the_fleet(kv):
+    """The fleet numbers (engine, group) pairs from the groups themselves when every group is on one
+    engine, else by a sort; both numberings give bit-identical rollouts (tight KV: preemption
+    re-queues responses, and admission then looks for a group's members apart)."""
+    cfg = make_config(SDPolicy("always", k=3), max_batch=64, kv_capacity_tokens=kv)
+    works = [make_work(50 + e, groups=8, group_size=8, median=500, cap=1200, concentration=10.0) for e in range(4)]
+    zs = [np.random.default_rng(e).standard_normal(len(w)) for e, w in enumerate(works)]
+    sparse = _pool(cfg, works, zs)                                     # groups 10,000 apart: the sort
+    dense = _pool(cfg, works, zs, group_stride=9)                      # 8 groups per engine, gaps: the groups
+    assert not np.array_equal(sparse.groups, dense.groups)
+    assert not dense.requeued and not sparse.requeued
+    for fl in (sparse, dense):
+        fl.run()
+    assert np.array_equal(sparse.finish_s, dense.finish_s) and np.array_equal(sparse.t, dense.t)
+    if kv < 10**6:
+        assert sparse.requeued and sparse.preempt.sum() > 0
