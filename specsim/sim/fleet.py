@@ -135,8 +135,8 @@ class Fleet(FleetEvents):
         self.run()
 
     def finished_responses(self) -> int:
-        """Responses of the fleet that have finished (of every RL step it holds)."""
-        return len(self.L) - int(self.remaining.sum())
+        """Responses of the fleet that have finished (of every RL step it holds or let go)."""
+        return self.let_go + len(self.L) - int(self.remaining.sum())
 
     def _row(self, e, active, tokens_per_s, kv_tokens) -> None:
         self.tl.append((e, self.t[e].copy(), active, tokens_per_s, self.k[e].copy(), kv_tokens))
@@ -252,7 +252,11 @@ class Fleet(FleetEvents):
         return out
 
     def results(self) -> list[EngineResult]:
-        """One EngineResult per engine, its per-response arrays in its queue order."""
+        """One EngineResult per engine, its per-response arrays in its queue order (a fleet that
+        let responses go has no results: InvariantError)."""
+        if self.let_go:
+            raise InvariantError(self.names[0], 0, "results", f"{self.let_go} finished responses were let go "
+                                 "(a windowed run keeps step records only)")
         tokens = self.tokens()
         as_int = np.array_equal(tokens, np.rint(tokens))
         if as_int:

@@ -213,7 +213,8 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
     def vsu_of(version: int) -> float:
         return 0.0 if _never_stale(world) else float(max(version - state["drafter"], 0))
 
-    stream = StreamCluster(world, draws, float(acc.alpha_at_version(0)), engine=engine) if mode == "async" else None
+    stream = (StreamCluster(world, draws, float(acc.alpha_at_version(0)), engine=engine, window=not engine_results)
+              if mode == "async" else None)
     if tick is not None and stream is not None:
         tick.source = stream.finished_responses
     released: dict[int, float] = {}

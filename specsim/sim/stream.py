@@ -23,6 +23,11 @@ With L = 0 every step's work is released only after the previous step finished a
 published, the engines are empty at each release, and the run equals a barrier-per-step pipeline
 (tested). Each step's engine noise (fast engine: one normal per response) is drawn from the same
 per-step stream as a barrier phase.
+
+A caller that reads only the step records (`window=True`: run_pipeline(engine_results=False), as
+`specsim run`, `plan` and `project` do) gets a fleet that holds the steps in flight and
+`WINDOW_STEPS` more, not the whole run: a 300-step run at 65,536 trajectories per step holds
+about 0.8 GB instead of 5 GB, and its step records are bit-identical (tested).
 """
 
 from __future__ import annotations
@@ -47,7 +52,9 @@ INF = float("inf")
 
 class StreamCluster:
     def __init__(self, world: World, draws: list[StepDraw], mean_alpha0: float, *, engine: str = "fast",
-                 record_timeline: bool = False):
+                 record_timeline: bool = False, window: bool = False):
+        """`window`: a fleet may let finished steps go (`_build_fleet`); then `results` has
+        nothing to give (the caller reads the step records only)."""
         self.world, self.draws = world, draws
         E = world.engines
         self.step_offset = np.cumsum([0] + [d.n_responses for d in draws])
@@ -59,20 +66,16 @@ class StreamCluster:
         self.max_released = -1
         self.fleet = None
         self.mean_alpha0 = mean_alpha0
-        steps = []                # per step: responses sorted by engine (queue order kept) and their engines
-        for j, d in enumerate(draws):
-            group_of = np.repeat(np.arange(d.response_tokens.shape[0]), d.response_tokens.shape[1])
-            eng_of = dispatch(world, d)[group_of]
-            order = np.argsort(eng_of, kind="stable")
-            steps.append((order, eng_of[order], group_of))
+        self.group_engine = [dispatch(world, d) for d in draws]     # per step: each group's engine
         d0 = draws[0]
         if fleet_supports(base) and (engine == "fleet" or (engine == "fast" and fleet_pays(
                 E, world.rollout.max_batch, world.kv_capacity_tokens,
                 np.repeat(d0.prompt_tokens, d0.response_tokens.shape[1]), d0.response_tokens.reshape(-1)))):
-            self._build_fleet(base, steps, alpha_of)
+            self._build_fleet(base, window)
             return
         per_engine: list[list[dict]] = [[] for _ in range(E)]
-        for j, (d, (order, eng_sorted, group_of)) in enumerate(zip(draws, steps)):
+        for j, d in enumerate(draws):
+            order, eng_sorted, group_of = self._step_order(j)
             starts = np.searchsorted(eng_sorted, np.arange(E + 1))
             lengths = d.response_tokens.reshape(-1)
             for e in range(E):
@@ -101,38 +104,36 @@ class StreamCluster:
             self.u.append(cat["u"])
             self.ranges.append(bounds)
 
-    def _build_fleet(self, base, steps: list, alpha_of) -> None:
+    def _step_order(self, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Step j's responses sorted by engine, queue order kept (order), their engines, and the
+        group of every response."""
+        d = self.draws[j]
+        group_of = np.repeat(np.arange(d.response_tokens.shape[0]), d.response_tokens.shape[1])
+        eng_of = self.group_engine[j][group_of]
+        order = np.argsort(eng_of, kind="stable")
+        return order, eng_of[order], group_of
+
+    def _build_fleet(self, base, window: bool) -> None:
         """The pool as one Fleet (sim/fleet.py): the same per-engine queues (each engine's responses
         in step order) as the per-engine engines, engine-major in the fleet's arrays; each step's
         noise from the step's stream and the laws tabulated per mean acceptance (cluster.step_noise,
-        cluster.QuantileLaws; with cluster.V1_INPUTS fast_v1's per-engine noise and exact laws)."""
-        draws = self.draws
-        eng_cat = np.concatenate([eng_sorted for _, eng_sorted, _ in steps])
-        by_engine = np.argsort(eng_cat, kind="stable")           # engine-major, step order kept
-        e_sorted = eng_cat[by_engine]
-        del eng_cat
-        first_of_engine = np.ones(len(e_sorted), dtype=bool)
-        first_of_engine[1:] = e_sorted[1:] != e_sorted[:-1]
-        used = e_sorted[first_of_engine]
-        eng_of = np.cumsum(first_of_engine) - 1                    # dense engine numbers, as np.unique's inverse
-        del e_sorted, first_of_engine
-
-        def column(piece) -> np.ndarray:
-            """One per-response column, engine-major: built column by column so that a long run
-            holds one temporary column at a time, not all of them per step and concatenated."""
-            return np.concatenate([piece(j, d, *st) for j, (d, st) in enumerate(zip(draws, steps))])[by_engine]
-
-        ids = column(lambda j, d, order, es, g: self.step_offset[j] + order)
-        groups = column(lambda j, d, order, es, g: j * len(d.prompt_tokens) + g[order])
-        prompt = column(lambda j, d, order, es, g: d.prompt_tokens[g[order]])
-        lengths = column(lambda j, d, order, es, g: d.response_tokens.reshape(-1)[order])
-        step = column(lambda j, d, order, es, g: np.full(len(order), j))
-        z = column(lambda j, d, order, es, g: cluster.step_noise(d, order, es))
-        self.u_all = column(lambda j, d, order, es, g: d.alpha_quantiles[order])
+        cluster.QuantileLaws; with cluster.V1_INPUTS fast_v1's per-engine noise and exact laws).
+        `window`: the fleet holds the steps from the one being waited for up to WINDOW_STEPS past
+        the newest released, taking later ones in and letting finished ones go as the run goes
+        (`_ensure_window`): a run of hundreds of steps holds a few steps' responses."""
+        # the engines with work (the fleet's rows) and each step's: a group goes whole to one engine
+        self.used = np.unique(np.concatenate(self.group_engine))
+        self.step_engines = [np.searchsorted(self.used, np.unique(ge)) for ge in self.group_engine]
+        n_steps = len(self.draws)
+        lag = self.world.pipeline.policy_lag
+        hi = min(n_steps, lag + 1 + self.WINDOW_STEPS) if window else n_steps
+        self.windowed = window and hi < n_steps
+        cols = self._columns(list(range(hi)))
+        self.u_all = cols.pop("u")
         # laws at version 0 only for the steps released under it (0 .. L): every later step is
         # released after a switch, which gives its responses their laws (_switch_fleet); the
         # rest stay NaN, and keying one raises (FleetState.key)
-        at_v0 = step <= self.world.pipeline.policy_lag
+        at_v0 = cols["step_ids"] <= lag
         alphas0, laws0 = self._laws(self.mean_alpha0, self.u_all[at_v0])
         alphas = np.full(len(at_v0), np.nan)
         alphas[at_v0] = alphas0
@@ -143,16 +144,76 @@ class StreamCluster:
                 full = np.full(len(at_v0), np.nan)
                 full[at_v0] = a
                 laws[k].append(full)
-        self.fleet = Fleet(base, [f"engine{e}" for e in used.tolist()], eng_of, ids, groups, prompt, lengths, z, laws,
-                           alphas, step, open_=True)
-        n_steps = len(draws)
+        groups = max(j * len(d.prompt_tokens) + len(d.prompt_tokens) for j, d in enumerate(self.draws))
+        E = len(self.used)
+        remaining = np.zeros((E, n_steps), dtype=np.int64)       # every step's responses per engine
+        for j, (d, ge) in enumerate(zip(self.draws, self.group_engine)):
+            remaining[:, j] = np.bincount(np.searchsorted(self.used, ge), minlength=E) * d.response_tokens.shape[1]
+        self.fleet = Fleet(base, [f"engine{e}" for e in self.used.tolist()], cols["eng_of"], cols["ids"],
+                           cols["groups"], cols["P"], cols["L"], cols["z"], laws, alphas, cols["step_ids"], open_=True,
+                           n_steps=n_steps, group_count=groups, remaining=remaining)
+        self.window = (0, hi)
+        self._index_window()
+
+    #: RL steps a windowed fleet takes in at a time past the newest it must hold: each take-in
+    #: rebuilds the fleet's arrays over the steps it holds (sim/fleet_state.rewindow), so fewer
+    #: take-ins and smaller arrays pull against each other; 8 keeps a 65,536-trajectory step's
+    #: window under 32 MB per array, where the allocator reuses freed memory
+    WINDOW_STEPS = 8
+
+    def _columns(self, js: list[int]) -> dict[str, np.ndarray]:
+        """The per-response columns of steps js, engine-major (each engine's in step order): built
+        column by column, so a long run holds one temporary column at a time."""
+        draws = self.draws
+        steps = {j: self._step_order(j) for j in js}
+        eng_cat = np.searchsorted(self.used, np.concatenate([steps[j][1] for j in js]))
+        by_engine = np.argsort(eng_cat, kind="stable")           # engine-major, step order kept
+
+        def column(piece) -> np.ndarray:
+            return np.concatenate([piece(j, draws[j], *steps[j]) for j in js])[by_engine]
+
+        return {"eng_of": eng_cat[by_engine],
+                "ids": column(lambda j, d, order, es, g: self.step_offset[j] + order),
+                "groups": column(lambda j, d, order, es, g: j * len(d.prompt_tokens) + g[order]),
+                "P": column(lambda j, d, order, es, g: d.prompt_tokens[g[order]]),
+                "L": column(lambda j, d, order, es, g: d.response_tokens.reshape(-1)[order]),
+                "step_ids": column(lambda j, d, order, es, g: np.full(len(order), j)),
+                "z": column(lambda j, d, order, es, g: cluster.step_noise(d, order, es)),
+                "u": column(lambda j, d, order, es, g: d.alpha_quantiles[order])}
+
+    def _index_window(self) -> None:
+        """Each held step's fleet indices, and per engine the start of its responses of each held
+        step: engine e's responses of steps j .. are fleet indices [tail_lo[j − lo, e], off[e + 1])
+        (the last row: the ends)."""
+        lo, hi = self.window
+        step = self.fleet.step_ids - lo
+        W = hi - lo
         by_step = np.argsort(step, kind="stable")                 # each step's fleet indices, ascending
-        self.step_idx = np.split(by_step, np.cumsum(np.bincount(step, minlength=n_steps))[:-1])
-        self.step_engines = [np.unique(eng_of[ix]) for ix in self.step_idx]
-        # engine e's responses of steps j.. are fleet indices [tail_lo[j, e], off[e + 1]); row n_steps: the ends
-        per_step = np.bincount(eng_of * (n_steps + 1) + step + 1,
-                               minlength=len(used) * (n_steps + 1)).reshape(len(used), n_steps + 1)
+        parts = np.split(by_step, np.cumsum(np.bincount(step, minlength=W))[:-1])
+        self.step_idx = {lo + i: ix for i, ix in enumerate(parts)}
+        E = len(self.used)
+        per_step = np.bincount(self.fleet.eng_of * (W + 1) + step + 1, minlength=E * (W + 1)).reshape(E, W + 1)
         self.tail_lo = (self.fleet.off[:-1][:, None] + np.cumsum(per_step, axis=1)).T
+
+    def _ensure_window(self, upto: int) -> None:
+        """A windowed fleet holds steps up to `upto` (exclusive): if not, it lets go the steps
+        before the one being waited for (finished, read) and takes in the next ones."""
+        if not self.windowed or self.window[1] >= upto:
+            return
+        n_steps = len(self.draws)
+        lo, hi = self.current_step, min(n_steps, upto + self.WINDOW_STEPS)
+        cols = self._columns(list(range(self.window[1], hi)))
+        u_new = cols.pop("u")
+        fl = self.fleet
+        keep = fl.step_ids >= lo
+        old_to_new, new_at = fl.rewindow(keep, cols)
+        u = np.empty(fl.N)
+        u[old_to_new[keep]] = self.u_all[keep]
+        u[new_at] = u_new
+        self.u_all = u
+        self.window = (lo, hi)
+        self.windowed = hi < n_steps
+        self._index_window()
 
     def _laws(self, mean_alpha: float, u: np.ndarray) -> tuple[np.ndarray, dict]:
         """α and {k: the five law arrays} of responses with quantiles u at `mean_alpha`: from the
@@ -168,6 +229,7 @@ class StreamCluster:
     def release_step(self, j: int, t_s: float) -> None:
         self.max_released = max(self.max_released, j)
         if self.fleet is not None:
+            self._ensure_window(j + 1)
             self.fleet.release(self.step_idx[j], t_s, self.step_engines[j])
             return
         for eng, r in zip(self.engines, self.ranges):
@@ -203,8 +265,11 @@ class StreamCluster:
         step is released only after a later switch, which lands on an engine before it admits: a
         gated switch stops admission until it is applied). A finished response is never keyed
         again, so it is left out. So a whole-run projection stays linear in steps."""
+        last = min(self.max_released + 2, len(self.draws))
+        self._ensure_window(last)
         fl = self.fleet
-        lo, hi = self.tail_lo[j], self.tail_lo[min(self.max_released + 2, len(self.draws))]
+        w0 = self.window[0]
+        lo, hi = self.tail_lo[j - w0], self.tail_lo[last - w0]
         seg, idx = ragged(lo, hi - lo)
         live = np.isnan(fl.finish_s[idx])
         seg, idx = seg[live], idx[live]
