@@ -1,6 +1,8 @@
-"""End-to-end wall time of `specsim run` on the default 235B async sweep (and optional others).
+"""End-to-end wall time of `specsim run` on the default 235B async sweep (and optional others), and
+of `specsim project` on a whole run.
 
     python benchmarks/run.py [--jobs 2] [--scenario scenarios/235b_async.yaml ...] [--set path=value ...]
+    python benchmarks/run.py --project [scenarios/235b_run.yaml] [--steps 300] [--jobs 2]
 
 Each case runs `python -m specsim run SCENARIO --out <fresh temp dir> --jobs N --format json` as a
 subprocess (a fresh folder: nothing is resumed) and measures its wall time from outside, so
@@ -9,6 +11,11 @@ included. Prints one row per case: scenario, rows (points × replicates), simula
 wall seconds, seconds per row, the best point and its E2E speedup vs sync AR.
 
 The budget for the default case is 25 s on 2 CPU cores with --jobs 2 (issue #31), first call included.
+
+`--project` times `python -m specsim project SCENARIO --set pipeline.steps=STEPS --jobs N --format
+json` the same way (default scenarios/235b_run.yaml at 300 steps, 2 replicates, SD and AR: 4
+pipeline runs; budget 60 s) and prints its wall seconds, the peak resident memory of its largest
+process (the operating system's account of the waited-for children) and the projected run speedup.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -28,6 +36,8 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = [str(ROOT / "scenarios" / "235b_async.yaml")]
 BUDGET_S = 25.0
+PROJECT_DEFAULT = str(ROOT / "scenarios" / "235b_run.yaml")
+PROJECT_BUDGET_S = 60.0
 
 
 def run_case(scenario: str, jobs: int, sets: list[str]) -> dict:
@@ -47,12 +57,47 @@ def run_case(scenario: str, jobs: int, sets: list[str]) -> dict:
             "inner_s": info["wall_s"], "best": info["best"]}
 
 
+def project_case(scenario: str, steps: int, jobs: int, sets: list[str]) -> dict:
+    cmd = [sys.executable, "-m", "specsim", "project", scenario, "--set", f"pipeline.steps={steps}", "--jobs",
+           str(jobs), "--format", "json", "--no-progress"]
+    for s in sets:
+        cmd += ["--set", s]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    p = json.loads(proc.stdout)
+    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024      # kB on Linux
+    return {"scenario": Path(scenario).stem, "steps": p["steps"], "runs": 2 * p["replicates"], "wall_s": wall,
+            "peak_mib": peak_mib, "speedup": p["run_speedup"]}
+
+
+def print_project(args) -> None:
+    r = project_case(args.project, args.steps, args.jobs, args.sets)
+    table = Table(title=f"specsim project, end to end (subprocess wall time, --jobs {args.jobs}; budget "
+                        f"{PROJECT_BUDGET_S:.0f} s for 235b_run at 300 steps)")
+    for col in ("scenario", "RL steps", "pipeline runs", "wall s", "peak MiB (largest process)", "run speedup SD/AR"):
+        table.add_column(col, justify="left" if col == "scenario" else "right")
+    m, lo, hi = r["speedup"]
+    table.add_row(r["scenario"], str(r["steps"]), str(r["runs"]), f"{r['wall_s']:.1f}", f"{r['peak_mib']:.0f}",
+                  f"{m:.3f}× [{lo:.3f}, {hi:.3f}]")
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    print("load average (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenario", action="append", help="scenario YAML (repeatable; default 235b_async)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--set", "-s", dest="sets", action="append", default=[], help="override, as for specsim run")
+    ap.add_argument("--project", nargs="?", const=PROJECT_DEFAULT, default=None, metavar="SCENARIO",
+                    help="time `specsim project` instead (default scenarios/235b_run.yaml)")
+    ap.add_argument("--steps", type=int, default=300, help="RL steps of the projected run (with --project)")
     args = ap.parse_args()
+    if args.project:
+        print_project(args)
+        return
     table = Table(title=f"specsim run, end to end (subprocess wall time, --jobs {args.jobs}; budget {BUDGET_S:.0f} s "
                         "for 235b_async)")
     for col in ("scenario", "points × replicates", "rows", "runs simulated", "wall s", "in-process s", "s / row",
