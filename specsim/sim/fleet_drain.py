@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.sim.fleet_state import INF, FleetState, per_engine, runs
+from specsim.sim.fleet_state import INF, FleetState, cells, per_engine, runs
 
 __all__ = ["drain", "drains_before", "head_arrival", "no_admission", "tail_fits"]
 
@@ -63,10 +63,11 @@ def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_
     time, its queue head's arrival; a segment reaching the cut is left to phase 5, which clips
     it) and, with `watch_step`, up to the one that finishes the engine's last response of that
     step. Returns the mask (over D) of engines that advanced."""
-    idx, eng = st.active_of(D)
-    b = st.slot_fin[eng, st.slot_of[idx]]
+    rows = st.slot_resp[D]
+    r, c = cells(rows >= 0)
+    idx, eng, b = rows[r, c], D[r], st.slot_fin[D[r], c]
     order = np.argsort(eng * SPAN + b, kind="stable") if len(b) and b.max() < SPAN else np.lexsort((b, eng))
-    idx, eng, b = idx[order], eng[order], b[order]
+    idx, eng, b, col = idx[order], eng[order], b[order], c[order]
     new = np.ones(len(idx), dtype=bool)
     new[1:] = (eng[1:] != eng[:-1]) | (b[1:] != b[:-1])
     first = np.flatnonzero(new)
@@ -74,7 +75,7 @@ def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_
     seg_e, bounds = eng[first], b[first]
     opens = np.ones(len(first), dtype=bool)      # first segment of its engine
     opens[1:] = seg_e[1:] != seg_e[:-1]
-    open_at = np.flatnonzero(opens)
+    engine_first = np.flatnonzero(opens)[np.cumsum(opens) - 1]     # each segment's engine's first segment
     g0, mu, s0 = st.g0[idx], st.mu[idx], st.s0[idx]
     P, L = st.P[idx], st.L[idx]
     drop_a = np.add.reduceat(P + g0 - mu * s0, first)
@@ -82,7 +83,7 @@ def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_
 
     def before(x):   # Σ x over the engine's earlier segments
         c = np.cumsum(x) - x
-        return c - c[open_at][np.cumsum(opens) - 1]
+        return c - c[engine_first]
 
     a_seg = st.A[seg_e] - before(drop_a)
     b_seg = st.B[seg_e] - before(drop_b)
@@ -105,7 +106,7 @@ def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_
             return np.zeros(len(D), dtype=bool)
         if not keep.all():
             r_keep = np.repeat(keep, counts)
-            idx, eng, b, g0, s0, P, L = (x[r_keep] for x in (idx, eng, b, g0, s0, P, L))
+            idx, eng, b, col, g0, s0, P, L = (x[r_keep] for x in (idx, eng, b, col, g0, s0, P, L))
             seg_e, bounds, counts, m, k, n_seg, b_seg, dt, ends, drop_a, drop_b = (
                 x[keep] for x in (seg_e, bounds, counts, m, k, n_seg, b_seg, dt, ends, drop_a, drop_b))
     st.finish_s[idx] = np.repeat(ends, counts)
@@ -137,7 +138,7 @@ def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_
     st.s[u] = b[last]
     st.mu[idx] = 0.0
     st.release_groups(idx, eng)
-    st.push_slots(eng, st.slot_of[idx], (u, u_first, u_cnt))
+    st.push_slots(eng, col, (u, u_first, u_cnt))
     st.slot_of[idx] = -1
     st.n[u] -= u_cnt
     st.A -= per_engine(seg_e, drop_a, E)
@@ -147,4 +148,6 @@ def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_
     empty = u[st.n[u] == 0]
     st.A[empty] = 0.0    # drop accumulated rounding
     st.B[empty] = 0.0
-    return np.isin(D, u, assume_unique=True)
+    advanced = np.zeros(E, dtype=bool)
+    advanced[u] = True
+    return advanced[D]
