@@ -9,7 +9,7 @@ semantics as sim/engine.FastEngine.switch."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -61,22 +61,6 @@ class FleetEvents(FleetState):
 
     def switch(self, t_s: float, payload: SwitchPayload) -> None:
         self._push(t_s, "switch", payload, np.ones(self.E, dtype=bool))
-
-    def rewindow(self, keep: np.ndarray, new: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """FleetState.rewindow, and the switches some engine has still to apply follow their
-        responses to their new indices (a response let go has finished: no switch concerns it)."""
-        old_to_new, new_at = super().rewindow(keep, new)
-        for i in range(self.ev_kept, len(self.events)):
-            t_s, kind, pl, mask = self.events[i]
-            if pl is None:
-                continue
-            moved = old_to_new[pl.idx]
-            stay = moved >= 0
-            idx = moved[stay]
-            toff = np.concatenate(([0], np.cumsum(np.bincount(self.eng_of[idx], minlength=self.E))))
-            laws = {k: [a[stay] for a in arrs] for k, arrs in pl.laws.items()}
-            self.events[i] = (t_s, kind, replace(pl, idx=idx, toff=toff, alphas=pl.alphas[stay], laws=laws), mask)
-        return old_to_new, new_at
 
     def _step_ptr(self, sub: np.ndarray) -> None:
         """Engines `sub` consumed their next event: move to their next relevant one."""

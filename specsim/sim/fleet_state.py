@@ -5,8 +5,7 @@ accounting) run for every engine of a pool at once. What is one Python object pe
 one row of an array here:
 
 * per response i (all engines' responses, engine-major, each engine's in queue order; of every RL
-  step of the run, or with `rewindow` of the steps in flight only: finished steps are let go and
-  later ones taken in, each engine's order kept, so the sums come out bit-identical): prompt P,
+  step of the run, or of the steps in flight only: sim/fleet_window.py): prompt P,
   length L, group, acceptance and its steps-to-finish laws, the fluid progress g0 at the boundary
   s0 where it was keyed at rate μ, its finish boundary, saved tokens, accounting;
 * per engine e: its boundary s, time t, draft length k, the aggregates A = Σ (P + g0 − μ·s0),
@@ -27,8 +26,6 @@ Invariants every phase keeps (checked by the fast-vs-reference tests and `check_
 """
 
 from __future__ import annotations
-
-from typing import ClassVar
 
 import numpy as np
 
@@ -157,7 +154,7 @@ class FleetState:
         responses, which the fleet takes over (a weight switch writes into float arrays given to it:
         a long run's laws are not copied); `alpha_estimates`: the acceptance each engine's policy prices with (toggle,
         adaptive; default the config's estimate). A fleet that takes later steps in as it goes
-        (`rewindow`) is told the run's `n_steps`, `group_count` (its groups numbered 0 ..
+        (sim/fleet_window.py) is told the run's `n_steps`, `group_count` (its groups numbered 0 ..
         group_count − 1 over the whole run, each on one engine) and `remaining` (engine × step:
         the responses of every step of the run, those not yet taken in included)."""
         E = len(names)
@@ -256,70 +253,7 @@ class FleetState:
         self.open = open_
         self.record = cfg.record_timeline
         self.tl: list[tuple] = []     # (engines, t, active, tokens/s, k, kv tokens) per round
-        self.let_go = 0               # finished responses a rewindow let go
-
-    # ---------------------------------------------------------------- the window of responses held
-    #: per-response arrays a rewindow carries over (with the law arrays), and their values for a
-    #: response that has just come in
-    RESPONSE_FIELDS: ClassVar[dict] = {"eng_of": None, "ids": None, "groups": None, "P": None, "L": None, "z": None,
-                       "step_ids": None, "alphas": np.nan, "pblocks": None, "g0": 0.0, "s0": 0.0, "mu": 0.0,
-                       "saved": 0.0, "emitted": 0.0, "seq_sd_tokens": 0.0, "seq_sd_steps": 0.0, "slot_of": -1,
-                       "admit_s": np.nan, "finish_s": np.nan, "admit_version": -1, "preempt": 0, "arrival": INF}
-
-    def rewindow(self, keep: np.ndarray, new: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """Let go of the responses outside `keep` (finished ones of RL steps the caller has read)
-        and take in `new` ones (eng_of sorted, ids, groups, P, L, z, step_ids; queued, not
-        released, without laws yet; `remaining` counts them from the start): a long run holds a
-        few steps' responses, not all of them.
-        Each engine keeps its responses in their order, the new ones after them, so every sum
-        over an engine's responses runs in the same order as in a fleet that held them all from
-        the start (the result is bit-identical). Returns each old index's new one (−1: let go)
-        and the new responses' indices."""
-        gone = ~keep & np.isnan(self.finish_s)
-        if gone.any():
-            raise InvariantError(self.names[int(self.eng_of[np.flatnonzero(gone)[0]])], 0, "window",
-                                 "a response that has not finished would be let go")
-        kept = np.flatnonzero(keep)
-        n_old, n_new = len(kept), len(new["eng_of"])
-        order = np.argsort(np.concatenate([self.eng_of[kept], new["eng_of"]]), kind="stable")
-        where = np.empty(len(order), dtype=np.int64)
-        where[order] = np.arange(len(order))
-        old_to_new = np.full(self.N, -1, dtype=np.int64)
-        old_to_new[kept] = where[:n_old]
-        new = dict(new, pblocks=np.ceil(np.asarray(new["P"], dtype=float) / self.blk))
-        for name, fill in self.RESPONSE_FIELDS.items():
-            old = getattr(self, name)
-            add = new[name] if fill is None else np.full(n_new, fill, dtype=old.dtype)
-            setattr(self, name, np.concatenate([old[kept], np.asarray(add, dtype=old.dtype)])[order])
-        for arrs in self.laws.values():
-            for i, a in enumerate(arrs):
-                arrs[i] = np.concatenate([a[kept], np.full(n_new, np.nan)])[order]
-        live = self.slot_resp >= 0
-        self.slot_resp[live] = old_to_new[self.slot_resp[live]]
-        # each engine's queue: its queued responses, then its new ones, after max_batch free cells
-        # (a preemption writes before the head: at most the batch it had)
-        q_eng, q_pos = ragged(self.qhead, self.qend - self.qhead)
-        queued = old_to_new[self.queue[q_eng, q_pos]]
-        new_eng = self.eng_of[where[n_old:]]
-        eng_q = np.concatenate([q_eng, new_eng])
-        idx_q = np.concatenate([queued, where[n_old:]])
-        by = np.argsort(eng_q, kind="stable")
-        eng_q, idx_q = eng_q[by], idx_q[by]
-        cnt = np.bincount(eng_q, minlength=self.E)
-        head = self.max_batch
-        self.queue = np.full((self.E, head + max(int(cnt.max()) if len(cnt) else 0, 1)), -1, dtype=np.int64)
-        self.queue[eng_q, head + np.arange(len(eng_q)) - (np.cumsum(cnt) - cnt)[eng_q]] = idx_q
-        self.qhead = np.full(self.E, head, dtype=np.int64)
-        self.qend = head + cnt
-        g_new = np.asarray(new["groups"], dtype=np.int64)
-        self.group_eng[g_new] = new["eng_of"]
-        self.group_pb[g_new] = new["pblocks"]
-        self.N = len(order)
-        self.off = np.concatenate(([0], np.cumsum(np.bincount(self.eng_of, minlength=self.E))))
-        if n_new and int(np.max(new["P"])) > self.max_prompt:
-            self.max_prompt, self.single_prefill = int(np.max(new["P"])), None
-        self.let_go += len(keep) - n_old
-        return old_to_new, where[n_old:]
+        self.let_go = 0               # finished responses let go (sim/fleet_window.py)
 
     # ---------------------------------------------------------------- aggregates
     def kv_blocks(self, e: np.ndarray, slots) -> np.ndarray:

@@ -43,6 +43,7 @@ from specsim.sim.engine import FastEngine
 from specsim.sim.fastlaw import StepLaw, step_law
 from specsim.sim.fleet import Fleet, SwitchPayload
 from specsim.sim.fleet_state import fleet_pays, fleet_supports, ragged
+from specsim.sim.fleet_window import rewindow
 from specsim.sim.progress import Ticker
 from specsim.sim.reference import ReferenceEngine
 from specsim.world.specs import World
@@ -156,7 +157,7 @@ class StreamCluster:
         self._index_window()
 
     #: RL steps a windowed fleet takes in at a time past the newest it must hold: each take-in
-    #: rebuilds the fleet's arrays over the steps it holds (sim/fleet_state.rewindow), so fewer
+    #: rebuilds the fleet's arrays over the steps it holds (sim/fleet_window.py), so fewer
     #: take-ins and smaller arrays pull against each other; 8 keeps a 65,536-trajectory step's
     #: window under 32 MB per array, where the allocator reuses freed memory
     WINDOW_STEPS = 8
@@ -206,7 +207,7 @@ class StreamCluster:
         u_new = cols.pop("u")
         fl = self.fleet
         keep = fl.step_ids >= lo
-        old_to_new, new_at = fl.rewindow(keep, cols)
+        old_to_new, new_at = rewindow(fl, keep, cols)
         u = np.empty(fl.N)
         u[old_to_new[keep]] = self.u_all[keep]
         u[new_at] = u_new

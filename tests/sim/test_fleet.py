@@ -378,25 +378,25 @@ RUN_235B = ROOT / "scenarios" / "235b_run.yaml"
 ], ids=["lag1", "lag0-AR", "lag3-in-flight"])
 def test_a_windowed_fleet_equals_one_that_holds_the_whole_run(over, monkeypatch):
     """run_pipeline(engine_results=False) lets a fleet hold only the steps in flight (the stream
-    takes later steps in and lets finished ones go: FleetState.rewindow); every step record must be
+    takes later steps in and lets finished ones go: sim/fleet_window.rewindow); every step record must be
     bit-identical to the fleet that holds the whole run, and the window must actually have moved."""
     from dataclasses import asdict
 
     from specsim.scenario import apply_overrides, load_scenario
-    from specsim.sim import fleet_state
+    from specsim.sim import stream
     from specsim.sim.pipeline import run_pipeline
     from specsim.world.resolve import resolve
 
     w = resolve(apply_overrides(load_scenario(RUN_235B), {"workload.prompts": 32, "pipeline.steps": 30, **over}))
     whole = run_pipeline(w, replicate=1, engine_results=True)
     moves = []
-    real = fleet_state.FleetState.rewindow
+    real = stream.rewindow
 
-    def counted(self, keep, new):
+    def counted(fl, keep, new):
         moves.append((int((~keep).sum()), len(new["eng_of"])))
-        return real(self, keep, new)
+        return real(fl, keep, new)
 
-    monkeypatch.setattr(fleet_state.FleetState, "rewindow", counted)
+    monkeypatch.setattr(stream, "rewindow", counted)
     windowed = run_pipeline(w, replicate=1, engine_results=False)
     assert len(moves) >= 2 and sum(gone for gone, _ in moves) > 0
     assert whole.engines and not windowed.engines
@@ -409,15 +409,16 @@ def test_a_rewindow_never_lets_an_unfinished_response_go_and_results_refuse_afte
     """Letting go a response that has not finished would lose it: InvariantError. A fleet that let
     responses go has no per-response results to give."""
     from specsim.errors import InvariantError
+    from specsim.sim.fleet_window import rewindow
 
     cfg = make_config(SDPolicy("always", k=3), max_batch=64, kv_capacity_tokens=10**7)
     works = [make_work(e, groups=4, group_size=4, median=300, cap=800, concentration=10.0) for e in range(2)]
     fl = _pool(cfg, works, [np.zeros(len(w)) for w in works])
     none = {name: np.zeros(0, dtype=int) for name in ("eng_of", "ids", "groups", "P", "L", "z", "step_ids")}
     with pytest.raises(InvariantError, match="has not finished"):
-        fl.rewindow(np.zeros(fl.N, dtype=bool), none)
+        rewindow(fl, np.zeros(fl.N, dtype=bool), none)
     fl.run()
-    fl.rewindow(np.arange(fl.N) >= 5, none)
+    rewindow(fl, np.arange(fl.N) >= 5, none)
     assert fl.N == len(fl.L) == len(fl.finish_s) and fl.finished_responses() == fl.let_go + fl.N
     with pytest.raises(InvariantError, match="let go"):
         fl.results()
