@@ -13,10 +13,10 @@ every engine that has something to do, each phase a handful of numpy operations 
 2. fit the batch into the KV budget, preempting the newest (sim/fleet_admit.fit_batch);
 3. admission, one prefill pass per engine priced in one call (sim/fleet_admit.admit);
 4. idle engines jump to their next event; new responses are keyed at the engine's k; an engine
-   that can only finish responses until its next event (k fixed, nothing admissible, KV cannot
-   overflow) runs all those finish-only rounds in one closed-form drain (sim/fleet_drain.py): the
-   long tail of a step, where a few engines finish their last responses one at a time, costs one
-   round;
+   that can only finish responses until its next event (k fixed, nothing admissible) runs those
+   finish-only rounds in one closed-form drain (sim/fleet_drain.py), up to the first where its KV
+   budget would preempt or cut a segment: the long tail of a step, where a few engines finish
+   their last responses one at a time, costs one round;
 5. the next event of every engine at once — its next finish (a row-minimum over its slots), the
    step at which its KV would overflow, the first step boundary at or after its next scheduled
    event or the caller's stop time — and the segment up to it, priced in closed form;
@@ -38,7 +38,7 @@ import numpy as np
 from specsim.errors import InvariantError
 from specsim.sim.common import EngineConfig, EngineResult
 from specsim.sim.fleet_admit import admit, fit_batch, policy_for_new
-from specsim.sim.fleet_drain import drain, drains_before, head_arrival, no_admission, tail_fits
+from specsim.sim.fleet_drain import drain, drains_before, head_arrival, no_admission
 from specsim.sim.fleet_events import FleetEvents, SwitchPayload
 from specsim.sim.fleet_state import INF, cells, per_engine, runs
 from specsim.sim.progress import Ticker
@@ -112,12 +112,13 @@ class Fleet(FleetEvents):
             policy_for_new(self, new, neng)
             S = R[self.n[R] > 0]
             if self.drainable and len(S):
-                D = S[(self.qhead[S] >= self.qend[S]) & tail_fits(self, S)]
+                D = S[self.qhead[S] >= self.qend[S]]
                 if len(D):
-                    drain(self, D)
-                    S = S[self.n[S] > 0]
+                    advanced = drain(self, D)
+                    if advanced.any():
+                        S = S[~np.isin(S, D[advanced], assume_unique=True)]
             elif self.open_drainable and len(S):
-                D = S[no_admission(self, S) & tail_fits(self, S)]
+                D = S[no_admission(self, S)]
                 cut = np.minimum(np.minimum(self.next_ev[D], until_s), head_arrival(self, D))
                 ok = drains_before(self, D, cut)
                 D = D[ok]

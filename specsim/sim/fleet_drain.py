@@ -15,7 +15,7 @@ import numpy as np
 
 from specsim.sim.fleet_state import INF, FleetState, cells, per_engine, runs
 
-__all__ = ["drain", "drains_before", "head_arrival", "no_admission", "tail_fits"]
+__all__ = ["drain", "drains_before", "head_arrival", "kv_holds", "no_admission", "segment_prompts", "tail_fits"]
 
 #: finish boundaries below this sort with their engine as one int64 key (engine · SPAN + boundary):
 #: one stable argsort, the order of np.lexsort((boundary, engine))
@@ -51,18 +51,48 @@ def tail_fits(st: FleetState, e: np.ndarray) -> np.ndarray:
     return st.GB[e] + (st.SL[e] + 2 * n * (k + 1)) / st.blk + n * (st.rbar + 1) <= st.cap
 
 
+def segment_prompts(st: FleetState, idx, first, counts, seg_e, P, before) -> tuple[np.ndarray, np.ndarray]:
+    """Per drained segment (sorted by engine and boundary): the prompt tokens SP of the batch and
+    the prompt blocks GB of its groups, a group's blocks going with its last active member (which
+    the drain finishes at the group's last boundary)."""
+    SP = st.SP[seg_e] - before(np.add.reduceat(P, first))
+    seg_of = np.repeat(np.arange(len(first)), counts)
+    groups, inv = np.unique(st.groups[idx], return_inverse=True)
+    closes = np.zeros(len(groups), dtype=np.int64)
+    np.maximum.at(closes, inv.reshape(-1), seg_of)
+    GB = st.GB[seg_e] - before(np.bincount(closes, weights=st.group_pb[groups], minlength=len(first)))
+    return SP, GB
+
+
+def kv_holds(st: FleetState, SP, GB, starts, bounds, k, a_seg, b_seg, n_seg) -> np.ndarray:
+    """Per drained segment: does the batch fit its KV budget over the whole segment, as the
+    round-by-round loop checks it? At the segment's first step the preemption test
+    (fleet_admit.fit_batch) and over its steps the overflow step (Fleet._segment's s_kv), with the
+    segment's context A + B·s, prompt tokens SP and prompt blocks GB. A batch of one is never
+    preempted nor cut."""
+    blk, rbar = st.blk, st.rbar
+    over = (n_seg > 1) & (GB + (a_seg + b_seg * starts - SP + n_seg * (k + 1)) / blk + n_seg * rbar > st.cap)
+    x = (st.cap - GB - n_seg * rbar) * blk - n_seg * (k + 1)
+    kvc = (b_seg > 0) & (n_seg > 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s_kv = np.floor((x - (a_seg - SP)) / np.where(kvc, b_seg, 1.0)) + 1
+    return ~(over | (kvc & (starts < s_kv) & (s_kv < bounds)))
+
+
 def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_step: int | None = None) -> np.ndarray:
     """Phase 4: the finish-only rounds of engines D (k fixed, nothing admissible before the
-    cut, KV cannot overflow) in closed form (fastlaw.drain for many engines): sorted by
-    (engine, finish boundary), the batch is fixed between consecutive boundaries, so every
-    segment's time is the affine-step sum, evaluated for all segments of all engines at once.
+    cut) in closed form (fastlaw.drain for many engines): sorted by (engine, finish boundary),
+    the batch is fixed between consecutive boundaries, so every segment's time is the
+    affine-step sum, evaluated for all segments of all engines at once.
 
-    Closed rollouts (`t_cut` None) drain every active response. Open ones keep, per engine, the
-    prefix of segments the round-by-round loop would run before it stops or takes an event:
-    those ending strictly before the engine's cut `t_cut` (its next event, the caller's stop
-    time, its queue head's arrival; a segment reaching the cut is left to phase 5, which clips
-    it) and, with `watch_step`, up to the one that finishes the engine's last response of that
-    step. Returns the mask (over D) of engines that advanced."""
+    Each engine keeps the prefix of segments the round-by-round loop would run before it stops,
+    takes an event or touches its KV budget: an engine whose running batch cannot overflow
+    (tail_fits) all of them, another those before the first segment where the loop would preempt
+    or cut at the KV overflow step (kv_holds); open rollouts only the segments ending strictly
+    before the engine's cut `t_cut` (its next event, the caller's stop time, its queue head's
+    arrival; a segment reaching the cut is left to phase 5, which clips it) and, with
+    `watch_step`, up to the one that finishes the engine's last response of that step. Returns
+    the mask (over D) of engines that advanced."""
     rows = st.slot_resp[D]
     r, c = cells(rows >= 0)
     idx, eng, b = rows[r, c], D[r], st.slot_fin[D[r], c]
@@ -96,23 +126,37 @@ def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_
     dt = m * st.fixed[rows, ni] + st.per_ctx[rows, ni] * (m * a_seg + b_seg * m * (2 * starts + m - 1) / 2)
     ends = st.t[seg_e] + before(dt) + dt
     E = st.E
+    keep = None
     if t_cut is not None:
         keep = ends < t_cut[seg_e]
         if watch_step is not None:
             hit = np.add.reduceat((st.step_ids[idx] == watch_step).astype(float), first)
             keep &= st.remaining[seg_e, watch_step] - before(hit) > 0
+    fits = tail_fits(st, D)
+    SP = GB = None
+    if st.record or not fits.all():
+        SP, GB = segment_prompts(st, idx, first, counts, seg_e, P, before)
+    if not fits.all():
+        kv = kv_holds(st, SP, GB, starts, bounds, k, a_seg, b_seg, n_seg)
+        fits_e = np.zeros(E, dtype=bool)
+        fits_e[D] = fits
+        kv |= fits_e[seg_e]
+        keep = kv if keep is None else keep & kv
+    if keep is not None:
         keep &= before((~keep).astype(float)) == 0          # a prefix of each engine's segments
         if not keep.any():
             return np.zeros(len(D), dtype=bool)
         if not keep.all():
             r_keep = np.repeat(keep, counts)
             idx, eng, b, col, g0, s0, P, L = (x[r_keep] for x in (idx, eng, b, col, g0, s0, P, L))
-            seg_e, bounds, counts, m, k, n_seg, b_seg, dt, ends, drop_a, drop_b = (
-                x[keep] for x in (seg_e, bounds, counts, m, k, n_seg, b_seg, dt, ends, drop_a, drop_b))
+            seg_e, bounds, counts, m, k, n_seg, a_seg, b_seg, starts, dt, ends, drop_a, drop_b = (
+                x[keep] for x in (seg_e, bounds, counts, m, k, n_seg, a_seg, b_seg, starts, dt, ends, drop_a, drop_b))
+            if st.record:
+                SP, GB = SP[keep], GB[keep]
     st.finish_s[idx] = np.repeat(ends, counts)
-    if st.record:
-        t0 = ends - dt
-        st.tl.append((seg_e, t0, n_seg, b_seg * m / dt, k, np.full(len(dt), np.nan)))
+    if st.record:            # KV in use at each segment's start, as Fleet._segment records it
+        kv_tokens = (GB + (a_seg + b_seg * starts - SP) / st.blk + n_seg * st.rbar) * st.blk
+        st.tl.append((seg_e, ends - dt, n_seg, b_seg * m / dt, k, kv_tokens))
     st.steps += per_engine(seg_e, m, E)
     st.seq_steps += per_engine(seg_e, n_seg * m, E)
     st.weighted_active += per_engine(seg_e, n_seg * dt, E)

@@ -261,22 +261,29 @@ def test_keying_a_response_without_laws_raises():
         fl.run()
 
 
+@pytest.mark.parametrize("kv", [10**7, 15_000], ids=["ample", "tight"])
 @pytest.mark.parametrize("in_flight", [True, False], ids=["in-flight", "gated"])
-def test_open_drain_equals_the_round_by_round_loop(in_flight, monkeypatch):
+def test_open_drain_equals_the_round_by_round_loop(in_flight, kv, monkeypatch):
     """Open pools drain finish-only rounds in closed form up to each engine's cut (its next event,
-    the stop time, its queue head's arrival) and, with a watched step, up to that step's last
-    finish. The same pool with the drain switched off steps those rounds one by one: every
-    response's finish time, every counter and the stop state agree to rounding, under arrivals,
-    a weight switch and `run(until_s=..., watch_step=...)` calls as the async stream makes them."""
+    the stop time, its queue head's arrival), with a watched step up to that step's last finish,
+    and (tight KV: a batch whose whole tail would not fit) up to the first segment where the
+    loop would preempt or cut at the KV overflow step. The same pool with the drain switched off
+    steps those rounds one by one: every response's finish time and preemptions, every counter
+    and the stop state agree to rounding, under arrivals, a weight switch and
+    `run(until_s=..., watch_step=...)` calls as the async stream makes them."""
+    from specsim.sim.fleet_drain import tail_fits
+
     policy = SDPolicy("always", k=3)
-    cfg = make_config(policy, max_batch=48, kv_capacity_tokens=10**7)
-    calls = []
+    cfg = make_config(policy, max_batch=48, kv_capacity_tokens=kv)
+    calls, kv_bound, preempted = [], [], 0
     real = fleet_module.drain
 
     def spy(st, D, t_cut=None, watch_step=None):
+        fits = tail_fits(st, D)
         out = real(st, D, t_cut, watch_step)
         if t_cut is not None:
             calls.append(int(out.sum()))
+            kv_bound.append(int((out & ~fits).sum()))
         return out
 
     monkeypatch.setattr(fleet_module, "drain", spy)
@@ -318,7 +325,12 @@ def test_open_drain_equals_the_round_by_round_loop(in_flight, monkeypatch):
         for name in ("steps", "sd_steps", "seq_steps", "sd_seq_steps", "sd_tokens", "draft_passes", "weighted_active"):
             assert np.allclose(getattr(a_, name), getattr(b_, name), rtol=1e-9), name
         assert np.allclose(a_.seq_sd_steps, b_.seq_sd_steps, rtol=1e-9)
+        assert np.array_equal(a_.preempt, b_.preempt)
+        preempted += int(a_.preempt.sum())
     assert sum(calls) > 0, "the open drain never ran: the test no longer covers it"
+    if kv < 10**6:
+        assert sum(kv_bound) > 0, "no drain of a batch whose tail would not fit: the tight case no longer covers it"
+        assert preempted > 0, "the tight case no longer preempts"
 
 
 def test_grid_position_is_the_searchsorted_cell():
@@ -422,3 +434,40 @@ def test_a_rewindow_never_lets_an_unfinished_response_go_and_results_refuse_afte
     assert fl.N == len(fl.L) == len(fl.finish_s) and fl.finished_responses() == fl.let_go + fl.N
     with pytest.raises(InvariantError, match="let go"):
         fl.results()
+
+
+def test_closed_drain_of_a_kv_bound_batch_equals_the_loop_and_records_its_kv():
+    """A closed pool whose batches could not hold their whole tail drains each engine up to the
+    first segment where the loop would preempt or cut at the KV overflow step; with the drain off
+    the same segments come one round at a time. Finish times, preemptions and every timeline row
+    (time, active count, KV in use: the drain records the KV of its segments too) agree."""
+    from specsim.sim.fleet_drain import tail_fits
+
+    cfg = make_config(SDPolicy("always", k=3), max_batch=48, kv_capacity_tokens=15_000)
+    works = [make_work(70 + e, groups=12, group_size=8, median=500, cap=1200, alpha=0.7) for e in range(4)]
+    zs = [np.random.default_rng(e).standard_normal(len(w)) for e, w in enumerate(works)]
+    kv_bound = []
+    real = fleet_module.drain
+
+    def spy(st, D, t_cut=None, watch_step=None):
+        fits = tail_fits(st, D)
+        out = real(st, D, t_cut, watch_step)
+        kv_bound.append(int((out & ~fits).sum()))
+        return out
+
+    out = []
+    for drain in (True, False):
+        fl = _pool(cfg, works, zs)
+        fl.drainable = drain
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(fleet_module, "drain", spy)
+            fl.run()
+        fl.check()
+        out.append(fl)
+    a, b = out
+    assert sum(kv_bound) > 0 and a.preempt.sum() > 0
+    assert np.allclose(a.finish_s, b.finish_s, rtol=1e-9) and np.array_equal(a.preempt, b.preempt)
+    for ta, tb in zip(a.timelines(), b.timelines()):
+        assert len(ta["t_s"]) == len(tb["t_s"])
+        for key in ("t_s", "active", "kv_tokens", "tokens_per_s"):
+            assert np.allclose(ta[key], tb[key], rtol=1e-9, equal_nan=False), key
