@@ -174,6 +174,8 @@ def policy_for_new(st: FleetState, new: np.ndarray, eng: np.ndarray) -> None:
         st.set_k(changed, k_new[k_new != st.k[u]])
         keep = ~np.isin(eng, changed)
         new, eng = new[keep], eng[keep]
-    st.unkey(new, eng)     # at rate 0 since admission: takes them out of the aggregates
+    # at rate 0 since admission, a response has emitted nothing yet: unkeying it (FleetState.unkey)
+    # only takes its P + g0 back out of A, which is all that is done here (the same sums)
+    st.A -= per_engine(eng, st.P[new] + st.g0[new], st.E)
     st.key(new, eng)
 

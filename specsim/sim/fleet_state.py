@@ -319,18 +319,22 @@ class FleetState:
         kk = self.k[eng]
         s = self.s[eng]
         left = self.L[idx] - self.g0[idx]
-        need = np.empty(len(idx))
-        m = np.empty(len(idx))
-        for kv in ([int(kk[0])] if kk.min() == kk.max() else np.unique(kk).tolist()):
-            sel = kk == kv
-            ii = idx[sel]
+
+        def rate_and_need(kv: int, ii: np.ndarray, lf: np.ndarray) -> tuple:
             if kv == 0:
-                m[sel] = 1.0
-                need[sel] = np.maximum(np.ceil(left[sel] - 1e-9), 1)
-            else:
-                mu_l, inv_mu, off, sd1, skew1 = self.laws[kv]
-                m[sel] = mu_l[ii]
-                need[sel] = steps_to_finish(left[sel], (inv_mu[ii], off[ii], sd1[ii], skew1[ii]), self.z[ii], kv)
+                return 1.0, np.maximum(np.ceil(lf - 1e-9), 1)
+            mu_l, inv_mu, off, sd1, skew1 = self.laws[kv]
+            return mu_l[ii], steps_to_finish(lf, (inv_mu[ii], off[ii], sd1[ii], skew1[ii]), self.z[ii], kv)
+
+        if kk.min() == kk.max():                      # one draft length: no per-k selection
+            m, need = rate_and_need(int(kk[0]), idx, left)
+            m = np.broadcast_to(np.asarray(m, dtype=float), len(idx))
+        else:
+            need = np.empty(len(idx))
+            m = np.empty(len(idx))
+            for kv in np.unique(kk).tolist():
+                sel = kk == kv
+                m[sel], need[sel] = rate_and_need(kv, idx[sel], left[sel])
         if np.isnan(need).any():      # keyed before any switch gave it laws (sim/stream.py keys lazily)
             bad = int(idx[np.flatnonzero(np.isnan(need))[0]])
             raise InvariantError(self.names[int(self.eng_of[bad])], int(self.s[self.eng_of[bad]]), "laws",
