@@ -40,26 +40,9 @@ PROJECT_DEFAULT = str(ROOT / "scenarios" / "235b_run.yaml")
 PROJECT_BUDGET_S = 60.0
 
 
-def run_case(scenario: str, jobs: int, sets: list[str]) -> dict:
-    with tempfile.TemporaryDirectory(prefix="specsim-bench-") as tmp:
-        cmd = [sys.executable, "-m", "specsim", "run", scenario, "--out", str(Path(tmp) / "res"),
-               "--jobs", str(jobs), "--format", "json"]
-        for s in sets:
-            cmd += ["--set", s]
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT)
-        wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    info = json.loads(proc.stdout)
-    return {"scenario": Path(scenario).stem, "rows": info["rows"], "combinations": info["combinations"],
-            "replicates": info["replicates"], "runs": info["computed_runs"], "wall_s": wall,
-            "inner_s": info["wall_s"], "best": info["best"]}
-
-
-def project_case(scenario: str, steps: int, jobs: int, sets: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "specsim", "project", scenario, "--set", f"pipeline.steps={steps}", "--jobs",
-           str(jobs), "--format", "json", "--no-progress"]
+def timed_json(args: list[str], sets: list[str]) -> tuple[dict, float]:
+    """Run `python -m specsim ARGS --set ...` as a subprocess: (its JSON output, wall seconds)."""
+    cmd = [sys.executable, "-m", "specsim", *args]
     for s in sets:
         cmd += ["--set", s]
     t0 = time.perf_counter()
@@ -67,7 +50,21 @@ def project_case(scenario: str, steps: int, jobs: int, sets: list[str]) -> dict:
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    p = json.loads(proc.stdout)
+    return json.loads(proc.stdout), wall
+
+
+def run_case(scenario: str, jobs: int, sets: list[str]) -> dict:
+    with tempfile.TemporaryDirectory(prefix="specsim-bench-") as tmp:
+        info, wall = timed_json(["run", scenario, "--out", str(Path(tmp) / "res"), "--jobs", str(jobs),
+                                 "--format", "json"], sets)
+    return {"scenario": Path(scenario).stem, "rows": info["rows"], "combinations": info["combinations"],
+            "replicates": info["replicates"], "runs": info["computed_runs"], "wall_s": wall,
+            "inner_s": info["wall_s"], "best": info["best"]}
+
+
+def project_case(scenario: str, steps: int, jobs: int, sets: list[str]) -> dict:
+    p, wall = timed_json(["project", scenario, "--set", f"pipeline.steps={steps}", "--jobs", str(jobs),
+                          "--format", "json", "--no-progress"], sets)
     peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024      # kB on Linux
     return {"scenario": Path(scenario).stem, "steps": p["steps"], "runs": 2 * p["replicates"], "wall_s": wall,
             "peak_mib": peak_mib, "speedup": p["run_speedup"]}
