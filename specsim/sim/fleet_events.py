@@ -84,8 +84,9 @@ class FleetEvents(FleetState):
             due = R[self.next_ev[R] <= self.t[R]]
             if not len(due):
                 break
-            for p in np.unique(self.ev_ptr[due]).tolist():
-                sub = due[self.ev_ptr[due] == p]
+            ptr = self.ev_ptr[due]        # read once: an engine stepped past p must not join p + 1 here
+            for p in np.unique(ptr).tolist():
+                sub = due[ptr == p]
                 _, kind, payload, _ = self.events[p]
                 if kind == "switch":
                     if payload.in_flight:

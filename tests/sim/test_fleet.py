@@ -471,3 +471,28 @@ def test_closed_drain_of_a_kv_bound_batch_equals_the_loop_and_records_its_kv():
         assert len(ta["t_s"]) == len(tb["t_s"])
         for key in ("t_s", "active", "kv_tokens", "tokens_per_s"):
             assert np.allclose(ta[key], tb[key], rtol=1e-9, equal_nan=False), key
+
+
+def test_an_engine_takes_only_the_events_due_at_its_own_time():
+    """Engines of a pool run at different times. An engine whose next event (a gated switch) is
+    due must step past it alone, not also take the next event (a later release) that another
+    engine, further on in time, takes in the same pass: it would lose that release as a segment
+    cut and admit the released work a whole segment late."""
+    cfg = make_config(SDPolicy("always", k=3), max_batch=16, kv_capacity_tokens=10**7)
+    works = [make_work(e, groups=2, group_size=4, median=300, cap=800) for e in range(2)]
+    fl = _pool(cfg, works, [np.zeros(len(w)) for w in works], open_=True)
+    a = np.full(fl.N, 0.5)
+    lw = step_law(a, 3, cfg.position_decay)
+    fl.release(np.arange(fl.N), 0.0, np.arange(2))
+    fl.switch(1.0, SwitchPayload(1, np.arange(fl.N), fl.off.copy(), a,
+                                 {3: (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1)}, False))
+    fl.release(np.zeros(0, dtype=np.int64), 5.0, np.arange(2))
+    R = np.arange(2)
+    fl.apply_events(R)                     # both at 0: the first release
+    fl.t[:] = (1.5, 6.0)                   # engine 0 between the switch and the release, engine 1 past both
+    fl.ev_ptr[1] = 2                       # engine 1 already switched (its next event: the release)
+    fl.next_ev[1] = 5.0
+    fl.apply_events(R)
+    assert fl.policy_version[0] == 1 and fl.ev_ptr[0] == 2 and fl.next_ev[0] == 5.0   # switched (its batch is empty)
+    assert fl.ev_ptr[1] == 3 and fl.next_ev[1] == INF
+
