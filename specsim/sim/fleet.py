@@ -16,7 +16,9 @@ every engine that has something to do, each phase a handful of numpy operations 
    that can only finish responses until its next event (k fixed, nothing admissible) runs those
    finish-only rounds in one closed-form drain (sim/fleet_drain.py), up to the first where its KV
    budget would preempt or cut a segment: the long tail of a step, where a few engines finish
-   their last responses one at a time, costs one round;
+   their last responses one at a time, costs one round; an engine that admits from its queue as
+   it finishes (k fixed, the queue's head arrived) runs those rounds in one closed-form window
+   (sim/fleet_relay.py), up to the first boundary the window does not model;
 5. the next event of every engine at once — its next finish (a row-minimum over its slots), the
    step at which its KV would overflow, the first step boundary at or after its next scheduled
    event or the caller's stop time — and the segment up to it, priced in closed form;
@@ -24,10 +26,11 @@ every engine that has something to do, each phase a handful of numpy operations 
 
 Each engine goes through exactly the states of the v1 fast engine (same closed forms, same keying
 of the steps-to-finish law, same accounting); only the order of floating-point sums differs.
-The rounds are as many as the busiest engine's events that are not drained, each costing
+The rounds are as many as the busiest engine's events that are neither drained nor relayed, each costing
 O(engines + changed responses) numpy work, so a pool costs about one engine's Python plus array
 work linear in its responses. Policies whose draft length changes with the batch (threshold,
-toggle, adaptive) are never drained; acceptance falling with the context runs on the v1 engine
+toggle, adaptive) are never drained nor relayed, nor is a pool that records timelines (the relay
+writes no timeline rows); acceptance falling with the context runs on the v1 engine
 (sim/fleet_state.fleet_supports).
 """
 
@@ -40,6 +43,7 @@ from specsim.sim.common import EngineConfig, EngineResult
 from specsim.sim.fleet_admit import admit, fit_batch, policy_for_new
 from specsim.sim.fleet_drain import drain, drains_before, head_arrival, no_admission
 from specsim.sim.fleet_events import FleetEvents, SwitchPayload
+from specsim.sim.fleet_relay import relay, relays
 from specsim.sim.fleet_state import INF, cells, per_engine, runs
 from specsim.sim.progress import Ticker
 
@@ -74,6 +78,7 @@ class Fleet(FleetEvents):
         self.batch_dependent = self.cfg.policy.kind in ("threshold", "toggle", "adaptive")
         self.drainable = not self.open and self.cfg.policy.kind in ("off", "always")
         self.open_drainable = self.open and self.cfg.policy.kind in ("off", "always") and not self.record
+        self.relayable = self.cfg.policy.kind in ("off", "always") and not self.record
 
     # ---------------------------------------------------------------- the loop
     def run(self, until_s: float = INF, watch_step: int | None = None, tick: Ticker | None = None) -> None:
@@ -119,7 +124,9 @@ class Fleet(FleetEvents):
                         S = S[~np.isin(S, D[advanced], assume_unique=True)]
             elif self.open_drainable and len(S):
                 D = S[no_admission(self, S)]
-                cut = np.minimum(np.minimum(self.next_ev[D], until_s), head_arrival(self, D))
+                cut = np.minimum(self.next_ev[D], until_s)
+                waiting = self.gate[D] < 0          # a gated engine admits nothing until its batch drains
+                cut[waiting] = np.minimum(cut[waiting], head_arrival(self, D[waiting]))
                 ok = drains_before(self, D, cut)
                 D = D[ok]
                 if len(D):
@@ -128,6 +135,14 @@ class Fleet(FleetEvents):
                     advanced = drain(self, D, t_cut, watch_step)
                     if advanced.any():
                         S = S[~np.isin(S, D[advanced], assume_unique=True)]
+            if self.relayable and len(S):
+                t_cut = np.minimum(self.next_ev, until_s)
+                can_relay = relays(self, S, t_cut)
+                if can_relay.any():
+                    W = S[can_relay]
+                    advanced = relay(self, W, t_cut, watch_step)
+                    if advanced.any():
+                        S = S[~np.isin(S, W[advanced], assume_unique=True)]
             if len(S):
                 nf = self._segment(S, until_s)
                 self._finish(S[self.s[S] == nf])

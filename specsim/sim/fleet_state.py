@@ -311,30 +311,33 @@ class FleetState:
         return np.where(n > 0, k, 0).astype(np.int64)
 
     # ---------------------------------------------------------------- keying
-    def key(self, idx: np.ndarray, eng: np.ndarray) -> None:
-        """Set rate and finish boundary of responses idx (their g0 = progress at their engine's
-        boundary s), at their engine's k: N = the drawn steps-to-finish (fastlaw.steps_to_finish)."""
-        if not len(idx):
-            return
-        kk = self.k[eng]
-        s = self.s[eng]
-        left = self.L[idx] - self.g0[idx]
-
-        def rate_and_need(kv: int, ii: np.ndarray, lf: np.ndarray) -> tuple:
+    def rate_and_need(self, idx: np.ndarray, kk: np.ndarray, left: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(rate μ, drawn steps-to-finish N) of responses idx keyed at draft lengths kk with
+        `left` tokens to go: μ = the law's mean tokens per step (1 for AR) and N =
+        fastlaw.steps_to_finish (NaN for a response without laws yet: sim/stream.py keys lazily)."""
+        def one_k(kv: int, ii: np.ndarray, lf: np.ndarray) -> tuple:
             if kv == 0:
                 return 1.0, np.maximum(np.ceil(lf - 1e-9), 1)
             mu_l, inv_mu, off, sd1, skew1 = self.laws[kv]
             return mu_l[ii], steps_to_finish(lf, (inv_mu[ii], off[ii], sd1[ii], skew1[ii]), self.z[ii], kv)
 
         if kk.min() == kk.max():                      # one draft length: no per-k selection
-            m, need = rate_and_need(int(kk[0]), idx, left)
-            m = np.broadcast_to(np.asarray(m, dtype=float), len(idx))
-        else:
-            need = np.empty(len(idx))
-            m = np.empty(len(idx))
-            for kv in np.unique(kk).tolist():
-                sel = kk == kv
-                m[sel], need[sel] = rate_and_need(kv, idx[sel], left[sel])
+            m, need = one_k(int(kk[0]), idx, left)
+            return np.broadcast_to(np.asarray(m, dtype=float), len(idx)), need
+        need = np.empty(len(idx))
+        m = np.empty(len(idx))
+        for kv in np.unique(kk).tolist():
+            sel = kk == kv
+            m[sel], need[sel] = one_k(kv, idx[sel], left[sel])
+        return m, need
+
+    def key(self, idx: np.ndarray, eng: np.ndarray) -> None:
+        """Set rate and finish boundary of responses idx (their g0 = progress at their engine's
+        boundary s), at their engine's k: N = the drawn steps-to-finish (fastlaw.steps_to_finish)."""
+        if not len(idx):
+            return
+        s = self.s[eng]
+        m, need = self.rate_and_need(idx, self.k[eng], self.L[idx] - self.g0[idx])
         if np.isnan(need).any():      # keyed before any switch gave it laws (sim/stream.py keys lazily)
             bad = int(idx[np.flatnonzero(np.isnan(need))[0]])
             raise InvariantError(self.names[int(self.eng_of[bad])], int(self.s[self.eng_of[bad]]), "laws",
@@ -414,18 +417,22 @@ class FleetState:
             self.GB -= per_engine(self.group_eng[gone], self.group_pb[gone], self.E)
 
     def prefill(self, e: np.ndarray, n: np.ndarray, sq, sq2, sqc, sc) -> None:
-        """One prefill pass per engine in e (n sequences, Σq, Σq², Σq·c, Σc), priced in one call.
-        Most passes of a busy pool are one fresh prompt (n = 1, nothing cached: Σq·c = Σc = 0),
-        whose time depends on its length q alone: those are read from a table of the same cost
-        function at every q up to the longest prompt (built at the first pass; the cost model is
-        elementwise, so a table entry is the very number a call would return)."""
-        single = (n == 1) & (sc == 0) & (sq <= self.max_prompt) & (sq == np.floor(sq))
-        if single.all():
-            dt = self.single_prefill_s()[sq.astype(np.int64)]
-        else:
-            dt = np.asarray(self.cfg.prefill_batches_s(n.astype(float), sq, sq2, sqc, sc), dtype=float).reshape(-1)
+        """One prefill pass per engine in e (n sequences, Σq, Σq², Σq·c, Σc), priced in one call
+        (prefill_s) and added to the engine's time."""
+        dt = self.prefill_s(n, sq, sq2, sqc, sc)
         self.t[e] += dt
         self.prefill_total[e] += dt
+
+    def prefill_s(self, n: np.ndarray, sq, sq2, sqc, sc) -> np.ndarray:
+        """Time of prefill passes of n sequences (Σq new tokens, Σq², Σq·c over their cached
+        context c, Σc). Most passes of a busy pool are one fresh prompt (n = 1, nothing cached:
+        Σq·c = Σc = 0), whose time depends on its length q alone: those are read from a table of
+        the same cost function at every q up to the longest prompt (built at the first pass; the
+        cost model is elementwise, so a table entry is the very number a call would return)."""
+        single = (n == 1) & (sc == 0) & (sq <= self.max_prompt) & (sq == np.floor(sq))
+        if single.all():
+            return self.single_prefill_s()[sq.astype(np.int64)]
+        return np.asarray(self.cfg.prefill_batches_s(n.astype(float), sq, sq2, sqc, sc), dtype=float).reshape(-1)
 
     def single_prefill_s(self) -> np.ndarray:
         """Time of a prefill pass of one fresh prompt of q tokens, at every q in 0 .. max_prompt."""

@@ -496,3 +496,73 @@ def test_an_engine_takes_only_the_events_due_at_its_own_time():
     assert fl.policy_version[0] == 1 and fl.ev_ptr[0] == 2 and fl.next_ev[0] == 5.0   # switched (its batch is empty)
     assert fl.ev_ptr[1] == 3 and fl.next_ev[1] == INF
 
+
+@pytest.mark.parametrize("kv", [10**7, 30_000, 12_000], ids=["ample", "tight", "tighter"])
+@pytest.mark.parametrize("k", [0, 3])
+def test_relay_equals_the_round_by_round_loop(kv, k, monkeypatch):
+    """Engines that admit as they finish (a queue longer than the batch) run those rounds in one
+    closed-form window (sim/fleet_relay.py). The same open pools with the relay switched off step
+    them one round at a time: every response's admission and finish time, its preemptions, every
+    engine counter and where each run() call leaves each engine agree to rounding -- under a
+    release mid-rollout, a weight switch in flight and gated, stop times and watched steps, small
+    and large batches, queues longer than RELAY_QUEUE and budgets that make admissions KV-bound
+    and preempt."""
+    import dataclasses
+
+    policy = SDPolicy("always", k=k) if k else SDPolicy("off")
+    kept, calls, preempted = [], [], 0
+    real = fleet_module.relay
+
+    def spy(st, W, t_cut, watch_step=None):
+        s0 = st.s[W].copy()
+        out = real(st, W, t_cut, watch_step)
+        calls.append(len(W))
+        kept.append(int((st.s[W] - s0)[out].sum()))
+        return out
+
+    monkeypatch.setattr(fleet_module, "relay", spy)
+    for seed, max_batch, groups, in_flight in ((0, 4, 24, True), (1, 16, 24, False), (2, 24, 12, False),
+                                               (3, 64, 24, True)):
+        cfg = dataclasses.replace(make_config(policy, max_batch=max_batch, kv_capacity_tokens=kv),
+                                  record_timeline=False)          # a recorded timeline is never relayed
+        works = [make_work(10 * seed + e, groups=groups, group_size=8, median=500, cap=1200, alpha=0.7,
+                           concentration=10.0) for e in range(4)]
+        zs = [np.random.default_rng([seed, e]).standard_normal(len(w)) for e, w in enumerate(works)]
+        t_late = 0.4 * FastEngine(cfg, works[0], zs[0]).run_closed()
+        out = []
+        for relay in (True, False):
+            step_ids = np.concatenate([np.where(np.arange(len(w)) < len(w) // 2, np.arange(len(w)) % 2, 2)
+                                       for w in works])
+            fl = _pool(cfg, works, zs, open_=True, step_ids=step_ids)
+            assert fl.relayable
+            fl.relayable = relay
+            first = np.flatnonzero(step_ids < 2)
+            fl.release(first, 0.0, np.arange(4))
+            if k:
+                a = np.full(fl.N, 0.5)
+                lw = step_law(a, k, cfg.position_decay)
+                fl.switch(0.25 * t_late, SwitchPayload(1, np.arange(fl.N), fl.off.copy(), a,
+                                                       {k: (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1)}, in_flight))
+            fl.release(np.setdiff1d(np.arange(fl.N), first), t_late, np.arange(4))
+            stops = []
+            for until_s, watch in ((0.2 * t_late, None), (INF, 0), (0.9 * t_late, None), (INF, 1), (INF, 2), (INF, None)):
+                fl.run(until_s=until_s, watch_step=watch)
+                stops.append((fl.t.copy(), fl.s.copy(), fl.n.copy(), fl.qhead.copy()))
+            fl.check()
+            out.append((fl, stops))
+        (a_, stops_a), (b_, stops_b) = out
+        for (ta, sa, na, qa), (tb, sb, nb, qb) in zip(stops_a, stops_b):
+            assert np.allclose(ta, tb, rtol=1e-9)
+            assert np.array_equal(sa, sb) and np.array_equal(na, nb) and np.array_equal(qa, qb)
+        assert np.allclose(a_.admit_s, b_.admit_s, rtol=1e-9)
+        assert np.allclose(a_.finish_s, b_.finish_s, rtol=1e-9)
+        assert np.array_equal(a_.preempt, b_.preempt) and np.array_equal(a_.admit_version, b_.admit_version)
+        for name in ("steps", "sd_steps", "seq_steps", "sd_seq_steps", "sd_tokens", "draft_passes", "weighted_active",
+                     "prefill_total", "token_sum", "token_batch_sum"):
+            assert np.allclose(getattr(a_, name), getattr(b_, name), rtol=1e-9), name
+        assert np.allclose(a_.seq_sd_steps, b_.seq_sd_steps, rtol=1e-9)
+        assert np.allclose(a_.seq_sd_tokens, b_.seq_sd_tokens, rtol=1e-9, atol=1e-9)
+        preempted += int(a_.preempt.sum())
+    assert sum(kept) > 0, "the relay never kept a segment: the test no longer covers it"
+    if kv < 20_000:
+        assert preempted > 0, "the tightest budget no longer preempts"

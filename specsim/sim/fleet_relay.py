@@ -1,0 +1,397 @@
+"""The fleet engine's relay (phase 4 of sim/fleet.py's round): the admit-as-you-finish rounds of
+many engines in closed form.
+
+An engine whose draft length is fixed (policy off or always) and whose queue holds arrived
+responses admits at every finish boundary: the c responses that finish leave, then the queue's
+leading responses that fit come in (the free slots and the KV admission budget decide how many:
+as many as finished when the batch is full, none or several when the budget binds), one prefill
+pass over the prompts they open and the tokens readmitted ones recompute, keyed at the engine's
+k, and the batch runs on to its next finish. That is most of a busy pool's rounds (an async run
+whose lag keeps the queues full: ~90 % of its engine-rounds; a pool whose KV budget binds: one
+finish, none or one admission, per engine and round).
+
+Invariant of a window: while no response admitted in it finishes before the next boundary of
+those running at its start, the window's boundaries are the start's finish boundaries in order.
+Then what the start's batch holds at each boundary (its aggregates, KV, count) is a prefix sum of
+what left, and the admissions are a scan over the queue in order: candidate q is admitted at the
+first boundary, not before candidate q − 1's, where it fits on top of the start's batch and the
+q earlier candidates (each grown by μ·(boundary − its admission boundary) tokens since). The scan
+runs once per candidate for all engines at once; everything else (the segments' times, the
+passes' prefills, every segment's KV check, the accounting) comes out of one partial sort of each
+engine's finish boundaries and prefix sums.
+
+Each engine keeps the prefix of its window that the round-by-round loop would run before it
+stops, takes an event or meets something the window does not model, and ends with the finish at
+its last kept boundary, where the next round's phases take over. Segment j is kept while
+* it ends strictly before the engine's cut (its next event, the caller's stop time) and, with a
+  watched step, the boundaries before it leave some of that step's responses unfinished;
+* its batch fits the KV budget over the whole segment (fleet_drain.kv_holds: no preemption at its
+  first step, no KV overflow step within it);
+* it ends before the finish boundary of every response admitted earlier in the window;
+* it does not close a group (finish its last active member) one of the queue's candidates
+  belongs to (the candidate would reopen it: its prompt blocks are priced at the start's state);
+* the pass before it was decided by the scan: not cut short by RELAY_QUEUE candidates or by a
+  candidate without laws (the round-by-round loop admits it and refuses to key it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsim.sim.fleet_drain import drains_before, kv_holds
+from specsim.sim.fleet_state import BIG, FleetState, cells, per_engine
+
+__all__ = ["RELAY_CELLS", "RELAY_QUEUE", "relay", "relays"]
+
+#: finishes looked at per engine and window (the smallest finish boundaries of its batch)
+RELAY_CELLS = 32
+#: queued responses looked at per engine and window
+RELAY_QUEUE = 2 * RELAY_CELLS
+#: cumulative minima restart per engine: each later engine's values offset below every earlier one's
+SPAN = 1 << 40
+
+
+def relays(st: FleetState, S: np.ndarray, t_cut: np.ndarray) -> np.ndarray:
+    """Mask over engines S (active, k fixed) of those whose window would keep a segment: no gated
+    switch, a queue head that has arrived and has laws at the engine's k, and a next finish
+    strictly before the engine's cut `t_cut` (indexed by engine)."""
+    ok = (st.gate[S] < 0) & (st.qhead[S] < st.qend[S])
+    F = S[ok]
+    head = st.queue[F, st.qhead[F]]
+    good = st.arrival[head] <= st.t[F]
+    k = st.k[F]
+    for kv in np.unique(k[k > 0]).tolist():
+        at = k == kv
+        good[at] &= ~np.isnan(st.laws[kv][0][head[at]])
+    ok[ok] = good
+    F = S[ok]
+    ok[ok] = drains_before(st, F, t_cut[F])
+    return ok
+
+
+def _smallest_finishes(st: FleetState, W: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each engine's finish cells in boundary order, up to RELAY_CELLS of them and only whole
+    boundaries (a boundary tied with the first cell left out is left out too): (engine row,
+    boundary, slot) per cell, engine-major."""
+    fin = st.slot_fin[W]
+    F = min(RELAY_CELLS, st.max_batch)
+    if F < st.max_batch:
+        part = np.argpartition(fin, F, axis=1)[:, :F + 1]
+        vals = np.take_along_axis(fin, part, axis=1)
+        order = np.argsort(vals, axis=1, kind="stable")
+        part = np.take_along_axis(part, order, axis=1)
+        vals = np.take_along_axis(vals, order, axis=1)
+        inwin = (vals[:, :F] < vals[:, F:F + 1]) & (vals[:, :F] < BIG)
+        cols, bnds = part[:, :F], vals[:, :F]
+    else:
+        cols = np.argsort(fin, axis=1, kind="stable")
+        bnds = np.take_along_axis(fin, cols, axis=1)
+        inwin = bnds < BIG
+    r, c = cells(inwin)
+    return r, bnds[r, c], cols[r, c]
+
+
+@dataclass
+class _Queue:
+    """The candidates of each engine row (W × RELAY_QUEUE, queue order): response, valid (the
+    arrived, keyed leading run of the queue), rate, steps to finish, KV increment and need."""
+
+    resp: np.ndarray
+    valid: np.ndarray
+    cut_short: np.ndarray     # per row: the run ended at RELAY_QUEUE or at a response without laws
+    mu: np.ndarray
+    need: np.ndarray
+    opens: np.ndarray
+    inc: np.ndarray
+    need_blocks: np.ndarray
+
+
+def _candidates(st: FleetState, W: np.ndarray) -> _Queue:
+    """The queue's leading run of arrived responses with laws, up to RELAY_QUEUE per engine. A
+    response not arrived by now arrives with an event (its release), at or after the cut, so the
+    run ends there as at the queue's end; a response without laws ends it too, but cut short (the
+    loop would admit it and raise)."""
+    Q = RELAY_QUEUE
+    pos = st.qhead[W][:, None] + np.arange(Q)
+    inq = pos < st.qend[W][:, None]
+    resp = st.queue[W[:, None], np.where(inq, pos, st.qhead[W][:, None])]
+    arrived = inq & (st.arrival[resp] <= st.t[W][:, None])
+    valid = np.cumprod(arrived, axis=1).astype(bool)
+    r, c = cells(valid)
+    flat = resp[r, c]
+    sv = st.saved[flat]
+    mu, need = st.rate_and_need(flat, st.k[W[r]], st.L[flat] - sv)
+    mu2 = np.zeros(resp.shape)
+    need2 = np.full(resp.shape, np.nan)
+    mu2[r, c] = mu
+    need2[r, c] = need
+    keyed = np.cumprod(valid & ~np.isnan(need2), axis=1).astype(bool)
+    cut_short = (valid & ~keyed).any(axis=1) | keyed[:, -1]
+    valid = keyed
+    g = st.groups[resp]
+    first = np.ones(resp.shape, dtype=bool)
+    if st.requeued:          # a group's queued members may be apart: its first member in queue order opens it
+        rr, cc = cells(valid)
+        seen = np.zeros(resp.shape, dtype=bool)
+        _, at = np.unique(g[rr, cc], return_index=True)
+        seen[rr[at], cc[at]] = True
+        first = seen
+    else:
+        first[:, 1:] = g[:, 1:] != g[:, :-1]
+    opens = valid & first & (st.group_active[g] == 0)
+    pb = np.where(opens, st.pblocks[resp], 0.0)
+    svq = np.where(valid, st.saved[resp], 0.0)
+    slots, blk = st.slots_max, st.blk
+    return _Queue(resp, valid, cut_short, mu2, np.where(valid, need2, 0.0), opens,
+                  pb + (svq + slots) / blk + st.rbar, np.ceil((svq + slots) / blk) + pb)
+
+
+def _scan(st: FleetState, cq: _Queue, base: np.ndarray, bnd: np.ndarray, n_post: np.ndarray,
+          seg_valid: np.ndarray) -> np.ndarray:
+    """The pass (local boundary index) at which each candidate is admitted, -1 if not within the
+    window: candidate q at the first boundary j, not before candidate q − 1's, where the start's
+    batch after j's finishes (`base` KV blocks, `n_post` responses) plus the q earlier candidates
+    (each inc_i + μ_i·(b_j − b_i)/blk blocks) leave room for its need under the admission budget
+    and a free slot; an empty engine admits its head whatever the budget (fleet_admit.admit).
+    Arrays are W × boundaries, `seg_valid` masking each row's padding."""
+    Wn, Q = cq.resp.shape
+    jidx = np.arange(base.shape[1])
+    passes = np.full((Wn, Q), -1, dtype=np.int64)
+    p_prev = np.zeros(Wn, dtype=np.int64)
+    C = np.zeros(Wn)
+    M = np.zeros(Wn)
+    alive = cq.valid[:, 0].copy()
+    blk, budget = st.blk, st.budget
+    for q in range(Q):
+        if not alive.any():
+            break
+        n_before = n_post + q
+        fits = (base + C[:, None] + M[:, None] * bnd + cq.need_blocks[:, q, None] <= budget) & (n_before < st.max_batch)
+        fits |= n_before == 0
+        fits &= seg_valid & (jidx >= p_prev[:, None]) & alive[:, None]
+        got = fits.any(axis=1)
+        j = np.argmax(fits, axis=1)
+        passes[got, q] = j[got]
+        b_j = bnd[np.arange(Wn), j]
+        C = np.where(got, C + cq.inc[:, q] - cq.mu[:, q] * b_j / blk, C)
+        M = np.where(got, M + cq.mu[:, q] / blk, M)
+        p_prev = np.where(got, j, p_prev)
+        alive = got & (cq.valid[:, q + 1] if q + 1 < Q else False)
+    return passes
+
+
+def relay(st: FleetState, W: np.ndarray, t_cut: np.ndarray, watch_step: int | None = None) -> np.ndarray:
+    """Phase 4: the admit-as-you-finish rounds of engines W (relays(); k fixed) in closed form, up
+    to each engine's cut `t_cut` (indexed by engine). Returns the mask (over W) of engines that
+    advanced (each ends at the finish of its last kept boundary)."""
+    r, b, col = _smallest_finishes(st, W)
+    if not len(b):
+        return np.zeros(len(W), dtype=bool)
+    E, Wn, nc = st.E, len(W), len(b)
+    eng = W[r]
+    idx = st.slot_resp[eng, col]
+    new = np.ones(nc, dtype=bool)
+    new[1:] = (r[1:] != r[:-1]) | (b[1:] != b[:-1])
+    first = np.flatnonzero(new)
+    counts = np.diff(np.append(first, nc))
+    seg_of = np.cumsum(new) - 1
+    seg_r, bounds = r[first], b[first]
+    seg_e = W[seg_r]
+    opens = np.ones(len(first), dtype=bool)      # first segment of its engine
+    opens[1:] = seg_r[1:] != seg_r[:-1]
+    rank = np.cumsum(opens) - 1                   # the segment's engine among those with cells
+    engine_first = np.flatnonzero(opens)[rank]
+    local = np.arange(len(first)) - engine_first
+
+    def before(x):   # Σ x over the engine's earlier segments
+        c = np.cumsum(x) - x
+        return c - c[engine_first]
+
+    # what the start's batch loses at each boundary; the groups whose last active member finishes
+    g_fin = st.groups[idx]
+    gu, inv, gcnt = np.unique(g_fin, return_inverse=True, return_counts=True)
+    inv = inv.reshape(-1)
+    last_of = np.zeros(len(gu), dtype=np.int64)
+    np.maximum.at(last_of, inv, np.arange(nc))
+    closes = (np.arange(nc) == last_of[inv]) & (gcnt[inv] == st.group_active[g_fin])
+    g0, mu, s0 = st.g0[idx], st.mu[idx], st.s0[idx]
+    P, L = st.P[idx], st.L[idx]
+    drop_a, drop_b, drop_p, drop_l, dgb_fin, cnt_f = np.add.reduceat(
+        np.stack((P + g0 - mu * s0, mu, P, L, -np.where(closes, st.group_pb[g_fin], 0.0), np.ones(nc))), first, axis=1)
+    n_post0 = st.n[seg_e] - before(counts) - counts
+    a_post0 = st.A[seg_e] - before(drop_a) - drop_a
+    b_post0 = st.B[seg_e] - before(drop_b) - drop_b
+    sp_post0 = st.SP[seg_e] - before(drop_p) - drop_p
+    gb_post0 = st.GB[seg_e] + before(dgb_fin) + dgb_fin
+    slots, blk = st.slots_max, st.blk
+    base = gb_post0 + (a_post0 + b_post0 * bounds - sp_post0 + n_post0 * slots) / blk + n_post0 * st.rbar
+
+    # the admissions: a scan over each engine's queued candidates
+    cq = _candidates(st, W)
+    S_max = int(local.max()) + 1
+    def pad(x, fill):
+        return _pad(x, seg_r, local, Wn, S_max, fill)
+
+    passes = _scan(st, cq, pad(base, np.inf), pad(bounds, 0), pad(n_post0, 1), pad(np.ones(len(first), bool), False))
+    ar, aq = cells(passes >= 0)
+    cand = cq.resp[ar, aq]
+    a_seg_of = engine_first_of_row(opens, seg_r, Wn)[ar] + passes[ar, aq]     # the admitting segment
+    mu_c, need_c = cq.mu[ar, aq], cq.need[ar, aq]
+    opens_c = cq.opens[ar, aq]
+    b_c = bounds[a_seg_of]
+    fin_c = b_c + need_c.astype(np.int64)
+    sv, Pc, Lc = st.saved[cand], st.P[cand], st.L[cand]
+    nseg = len(first)
+    add = np.zeros((10, nseg))
+    if len(cand):
+        pf = opens_c | (sv > 0)
+        qt = np.where(pf, np.where(opens_c, Pc + sv, sv), 0.0)
+        ct = np.where(pf & ~opens_c, Pc, 0.0)
+        cols = np.stack((Pc + sv - mu_c * b_c, mu_c, Pc, Lc, np.where(opens_c, st.pblocks[cand], 0.0), np.ones(len(cand)),
+                         pf.astype(float), qt, qt * qt, qt * ct))
+        for i in range(10):
+            add[i] = np.bincount(a_seg_of, weights=cols[i], minlength=nseg)
+        sc = np.bincount(a_seg_of, weights=ct, minlength=nseg)
+    else:
+        sc = np.zeros(nseg)
+    add_a, add_b, add_p, add_l, dgb_adm, cnt_a, n_pf, sq, sq2, sqc = add
+    pre = np.zeros(nseg)
+    with_pf = n_pf > 0
+    if with_pf.any():
+        pre[with_pf] = st.prefill_s(n_pf[with_pf], sq[with_pf], sq2[with_pf], sqc[with_pf], sc[with_pf])
+
+    # every segment as the loop would run it
+    a_seg = st.A[seg_e] - before(drop_a) + before(add_a)
+    b_seg = st.B[seg_e] - before(drop_b) + before(add_b)
+    sp_seg = st.SP[seg_e] - before(drop_p) + before(add_p)
+    gb_seg = st.GB[seg_e] + before(dgb_fin + dgb_adm)
+    n_seg = st.n[seg_e] - before(counts) + before(cnt_a)
+    starts = np.where(opens, st.s[seg_e], np.concatenate(([0], bounds[:-1])))
+    m = (bounds - starts).astype(float)
+    k = st.k[seg_e]
+    rows, ni = st.krow_of[k], n_seg.astype(np.int64)
+    dt = m * st.fixed[rows, ni] + st.per_ctx[rows, ni] * (m * a_seg + b_seg * m * (2 * starts + m - 1) / 2)
+    ends = st.t[seg_e] + before(dt + pre) + dt
+
+    seg_ok = (ends < t_cut[seg_e]) & kv_holds(st, sp_seg, gb_seg, starts, bounds, k, a_seg, b_seg, n_seg.astype(float))
+    pass_min = np.full(nseg, SPAN - 1)
+    if len(cand):
+        np.minimum.at(pass_min, a_seg_of, np.minimum(fin_c, SPAN - 1))
+    shifted = pass_min + (rank[-1] - rank) * SPAN
+    earlier = np.minimum.accumulate(shifted) - (rank[-1] - rank) * SPAN
+    prior = np.full(nseg, BIG)
+    prior[~opens] = earlier[np.flatnonzero(~opens) - 1]
+    seg_ok &= bounds < prior
+    if watch_step is not None:
+        hits = np.add.reduceat((st.step_ids[idx] == watch_step).astype(float), first)
+        seg_ok &= st.remaining[seg_e, watch_step] - before(hits) > 0
+    reopen = closes & np.isin(g_fin, st.groups[cq.resp[cq.valid]])
+    if reopen.any():
+        seg_ok[np.unique(seg_of[reopen])] = False
+    # a scan cut short decides nothing from its last admission's boundary on
+    short_rows = np.flatnonzero(cq.cut_short)
+    pass_ok = np.ones(nseg, dtype=bool)
+    if len(short_rows):
+        last_q = np.where(cq.valid[short_rows], np.arange(cq.valid.shape[1]), -1).max(axis=1)
+        from_j = np.where(last_q >= 0, passes[short_rows, np.maximum(last_q, 0)], 0)
+        from_j = np.where((last_q >= 0) & (from_j < 0), S_max, from_j)
+        lim = np.full(Wn, S_max)
+        lim[short_rows] = from_j
+        pass_ok &= local < lim[seg_r]
+    prev_ok = np.ones(nseg, dtype=bool)
+    prev_ok[1:] = pass_ok[:-1]
+    cond = seg_ok & (opens | prev_ok)
+    keep = cond & (before((~cond).astype(float)) == 0)
+    if not keep.any():
+        return np.zeros(Wn, dtype=bool)
+    last = keep.copy()
+    last[:-1] &= ~keep[1:] | opens[1:]           # the last kept segment of its engine
+    kept_pass = keep & ~last
+    cell_keep = keep[seg_of]
+    adm_keep = kept_pass[a_seg_of] if len(cand) else np.zeros(0, dtype=bool)
+
+    # commit: the finishers of every kept boundary
+    fidx, feng = idx[cell_keep], eng[cell_keep]
+    fseg = seg_of[cell_keep]
+    st.finish_s[fidx] = ends[fseg]
+    d = L[cell_keep] - g0[cell_keep]
+    st.emitted[fidx] += d
+    rsd = st.k[feng] > 0
+    if rsd.any():
+        st.sd_tokens += per_engine(feng, np.where(rsd, d, 0.0), E)
+        st.seq_sd_tokens[fidx] += np.where(rsd, d, 0.0)
+        st.seq_sd_steps[fidx] += np.where(rsd, bounds[fseg] - s0[cell_keep], 0.0)
+    np.subtract.at(st.remaining, (feng, st.step_ids[fidx]), 1)
+    st.mu[fidx] = 0.0
+    st.slot_of[fidx] = -1
+    np.subtract.at(st.group_active, g_fin[cell_keep], 1)
+    st.push_slots(feng, col[cell_keep])
+    # the admitted, in queue order
+    ci = cand[adm_keep]
+    if len(ci):
+        ceng = W[ar[adm_keep]]
+        cseg = a_seg_of[adm_keep]
+        np.add.at(st.group_active, st.groups[ci], 1)
+        u = np.flatnonzero(np.bincount(ceng, minlength=E))
+        cnt = np.bincount(ceng, minlength=E)[u]
+        slot = st.pop_slots(ceng, cnt, u)
+        st.slot_of[ci] = slot
+        st.slot_resp[ceng, slot] = ci
+        st.slot_fin[ceng, slot] = fin_c[adm_keep]
+        st.slot_seq[ceng, slot] = st.adm_seq + np.arange(len(ci))
+        st.adm_seq += len(ci)
+        st.g0[ci] = sv[adm_keep]
+        st.mu[ci] = mu_c[adm_keep]
+        st.s0[ci] = b_c[adm_keep]
+        fresh = np.isnan(st.admit_s[ci])
+        if fresh.any():
+            st.admit_s[ci[fresh]] = ends[cseg][fresh]
+            st.admit_version[ci[fresh]] = st.policy_version[ceng[fresh]]
+        st.qhead[u] += cnt
+    # aggregates and counters
+    ke, pe = seg_e[keep], seg_e[kept_pass]
+    st.A += per_engine(pe, add_a[kept_pass], E) - per_engine(ke, drop_a[keep], E)
+    st.B += per_engine(pe, add_b[kept_pass], E) - per_engine(ke, drop_b[keep], E)
+    st.SP += per_engine(pe, add_p[kept_pass], E) - per_engine(ke, drop_p[keep], E)
+    st.SL += per_engine(pe, add_l[kept_pass], E) - per_engine(ke, drop_l[keep], E)
+    st.GB += per_engine(ke, dgb_fin[keep], E) + per_engine(pe, dgb_adm[kept_pass], E)
+    st.n += (per_engine(pe, cnt_a[kept_pass], E) - per_engine(ke, cnt_f[keep], E)).astype(np.int64)
+    st.prefill_total += per_engine(pe, pre[kept_pass], E)
+    m, n_k, dt, b_k, k = m[keep], n_seg[keep], dt[keep], b_seg[keep], k[keep]
+    st.steps += per_engine(ke, m, E)
+    st.seq_steps += per_engine(ke, n_k * m, E)
+    st.weighted_active += per_engine(ke, n_k * dt, E)
+    tok = b_k * m
+    st.token_sum += per_engine(ke, tok, E)
+    st.token_batch_sum += per_engine(ke, n_k * tok, E)
+    sd = k > 0
+    if sd.any():
+        st.sd_steps += per_engine(ke, np.where(sd, m, 0.0), E)
+        st.sd_seq_steps += per_engine(ke, np.where(sd, n_k * m, 0.0), E)
+        st.draft_passes += per_engine(ke, np.where(sd, k * m, 0.0), E)
+    u = seg_e[last]
+    st.t[u] = ends[last]
+    st.s[u] = bounds[last]
+    empty = u[st.n[u] == 0]
+    st.A[empty] = 0.0    # drop accumulated rounding
+    st.B[empty] = 0.0
+    advanced = np.zeros(E, dtype=bool)
+    advanced[u] = True
+    return advanced[W]
+
+
+def engine_first_of_row(opens: np.ndarray, seg_r: np.ndarray, Wn: int) -> np.ndarray:
+    """Per engine row of W: the index of its first segment (0 for a row without segments)."""
+    out = np.zeros(Wn, dtype=np.int64)
+    at = np.flatnonzero(opens)
+    out[seg_r[at]] = at
+    return out
+
+
+def _pad(x: np.ndarray, seg_r: np.ndarray, local: np.ndarray, Wn: int, S_max: int, fill) -> np.ndarray:
+    """Per-segment values as a W × S_max array (row: the engine, column: the local boundary index)."""
+    out = np.full((Wn, S_max), fill, dtype=np.asarray(x).dtype if not isinstance(fill, float) else float)
+    out[seg_r, local] = x
+    return out
