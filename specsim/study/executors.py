@@ -216,6 +216,12 @@ def _worker_init(parent_pid: int, progress_queue=None, progress_every_s: float =
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="specsim-parent-watch").start()
     if progress_queue is not None:
         _worker_progress = (progress_queue, progress_every_s)
+    import specsim.sim.pipeline  # noqa: F401  (the simulation's imports, paid while the parent plans)
+    import specsim.world.resolve  # noqa: F401
+
+
+def _started() -> None:
+    """A pool's first task per worker: nothing (submitting it starts the worker's process)."""
 
 
 def _execute_in_worker(index: tuple[int, int], task: RunTask) -> dict:
@@ -271,10 +277,12 @@ def sigint_latch() -> Iterator[threading.Event]:
 class WorkerPool:
     """A local spawn-context pool kept across several `run_tasks` calls of one command (`pool`).
 
-    Starting a pool costs each worker a fresh interpreter and the package's imports (about 1-2 s
+    Starting a pool costs each worker a fresh interpreter and the simulation's imports (about 1-2 s
     on 2 cores); a command that runs its tasks in phases (a sweep, then the capacity plan built
-    from its best point) pays that once. Progress reports carry the call they belong to, so a
-    report can never be read as one of a later call's tasks."""
+    from its best point) pays that once. The workers start when the pool is made, not at its
+    first task, and import the simulation then (`_worker_init`): a command that makes its pool
+    before it plans its study has them ready when the first task comes. Progress reports carry
+    the call they belong to, so a report can never be read as one of a later call's tasks."""
 
     def __init__(self, workers: int, with_reports: bool, progress_every_s: float = PROGRESS_EVERY_S):
         ctx = multiprocessing.get_context("spawn")
@@ -284,6 +292,8 @@ class WorkerPool:
         args = (os.getpid(),) if self.reports is None else (os.getpid(), self.reports, progress_every_s)
         self.executor = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
                                             initargs=args)
+        for _ in range(workers):            # a task for no idle worker starts one more process
+            self.executor.submit(_started)
 
     def kill(self) -> None:
         _kill_pool(self.executor)
@@ -300,17 +310,18 @@ class WorkerPool:
 
 
 @contextlib.contextmanager
-def worker_pool(jobs: int, backend: str = "local", address: str | None = None, *,
-                on_progress: OnProgress | None = None,
+def worker_pool(jobs: int, backend: str = "local", address: str | None = None, *, reports: bool = False,
                 progress_every_s: float = PROGRESS_EVERY_S) -> Iterator[WorkerPool | None]:
     """A WorkerPool for the `run_tasks` calls inside the block (None where there is none to keep:
     Ray, or one worker, which runs in this process). It starts on entry; on an exception its
-    workers are killed, otherwise waited for."""
+    workers are killed, otherwise waited for. `reports`: its workers report progress inside their
+    runs, so every `run_tasks` call on it must take `on_progress` (a queue nobody reads fills up
+    and stops the workers)."""
     workers = check_backend(backend, jobs, address, probe=False)
     if backend == "ray" or workers == 1:
         yield None
         return
-    pool = WorkerPool(workers, on_progress is not None, progress_every_s)
+    pool = WorkerPool(workers, reports, progress_every_s)
     try:
         yield pool
     except BaseException:

@@ -54,7 +54,7 @@ from specsim.scenario import (
 )
 from specsim.study import results_folder as results_dir
 from specsim.study.capacity import capacity_plan, capacity_sizes
-from specsim.study.executors import check_backend, run_tasks, worker_pool
+from specsim.study.executors import WorkerPool, check_backend, run_tasks, worker_pool
 from specsim.study.plan import plan_study, work_problem
 from specsim.study.report import html, projection
 from specsim.study.report.progress import Progress
@@ -198,26 +198,31 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
     warnings: list[str] = []
     if workers < jobs and backend == "local":
         warnings.append(f"--jobs {jobs} capped at {workers}: this process may use {workers} CPU(s)")
-    plan = plan_study(sc, engine)
-    _refuse_too_much(sc, plan)
-    warnings += [f"{_where(values)}: {text}" for values, text in plan.notes] + ignored_fields(sc)
-    resolved_text = to_yaml(sc)
-    try:
-        out_dir = atomic.output_path(out if out is not None else default_out(sc), "--out", folder=True, force=force)
-        lock = atomic.FolderLock(out_dir, "--out").__enter__()
-    except SpecError as exc:   # the output-path rule and the lock: a ResultsConflict naming --out
-        raise ResultsConflict(None, exc.field, exc.value, exc.allowed) from None
-    try:
-        return _run_locked(sc, plan, out_dir, resolved_text, warnings, workers, t0, force, fresh, progress, backend,
-                           address, engine, plots, tuple(overrides))
-    finally:
-        lock.__exit__(None, None, None)
+    # one pool for the sweep and the capacity plan, started now: its workers import the simulation
+    # while this process plans the study (executors.WorkerPool)
+    with worker_pool(workers, backend, address, reports=progress) as pool:
+        plan = plan_study(sc, engine)
+        _refuse_too_much(sc, plan)
+        warnings += [f"{_where(values)}: {text}" for values, text in plan.notes] + ignored_fields(sc)
+        resolved_text = to_yaml(sc)
+        try:
+            out_dir = atomic.output_path(out if out is not None else default_out(sc), "--out", folder=True,
+                                         force=force)
+            lock = atomic.FolderLock(out_dir, "--out").__enter__()
+        except SpecError as exc:   # the output-path rule and the lock: a ResultsConflict naming --out
+            raise ResultsConflict(None, exc.field, exc.value, exc.allowed) from None
+        try:
+            return _run_locked(sc, plan, out_dir, resolved_text, warnings, workers, t0, force, fresh, progress, backend,
+                               address, engine, plots, tuple(overrides), pool)
+        finally:
+            lock.__exit__(None, None, None)
 
 
 def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings: list[str], workers: int, t0: float,
                 force: bool, fresh: bool, progress: bool, backend: str, address: str | None, engine: str,
-                plots: bool | None, overrides: tuple[str, ...] = ()) -> RunSummary:
-    """The run, holding the results folder's lock."""
+                plots: bool | None, overrides: tuple[str, ...] = (), pool: WorkerPool | None = None) -> RunSummary:
+    """The run, holding the results folder's lock; `pool`: the workers (executors.worker_pool), let
+    go once the runs are done."""
     from specsim.study.report import tables
     from specsim.study.report.summary import summary_dict
 
@@ -259,8 +264,7 @@ def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings:
 
     prog = Progress(progress, len(plan.points))
     inside = prog.task_progress if prog.enabled else None   # progress inside each run (executors.py)
-    # one pool for the sweep and the capacity plan: its workers start once (executors.worker_pool)
-    with prog, worker_pool(workers, backend, address, on_progress=inside) as pool:
+    with prog:
         for w in warnings:
             prog.warn(w)
         prog.points.advance(0)
@@ -318,6 +322,8 @@ def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings:
             prog.runs_done()
 
         run_tasks(cap_pending, on_cap, jobs=workers, backend=backend, address=address, on_progress=inside, pool=pool)
+    if pool is not None:
+        pool.shutdown()
     capacity = tables.capacity_table(cap_plan, runs)
 
     # ---- tables
