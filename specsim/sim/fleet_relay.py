@@ -155,30 +155,67 @@ def _scan(st: FleetState, cq: _Queue, base: np.ndarray, bnd: np.ndarray, n_post:
     batch after j's finishes (`base` KV blocks, `n_post` responses) plus the q earlier candidates
     (each inc_i + μ_i·(b_j − b_i)/blk blocks) leave room for its need under the admission budget
     and a free slot; an empty engine admits its head whatever the budget (fleet_admit.admit).
-    Arrays are W × boundaries, `seg_valid` masking each row's padding."""
+    Arrays are W × boundaries, `seg_valid` masking each row's padding.
+
+    Most rows are bound by slots alone: the free slots after boundary j, max_batch − n_post[j],
+    never fall with j, so candidate q's first boundary with a free slot is J_q = #{j : free_j ≤ q},
+    non-decreasing in q, for all rows and candidates at once. Where every candidate so placed also
+    fits the budget there (its KV on top of the earlier ones', a prefix sum over q), that is the
+    scan's answer: each candidate's first boundary with a slot is not before its predecessor's and
+    has room. The rows where some candidate does not fit there are scanned candidate by candidate
+    (`_scan_rows`)."""
     Wn, Q = cq.resp.shape
+    blk, budget = st.blk, st.budget
+    rows = np.arange(Wn)[:, None]
+    free = np.where(seg_valid, st.max_batch - n_post, np.iinfo(np.int64).max)
+    J = (free[:, :, None] <= np.arange(Q)).sum(axis=1)                  # W × Q
+    placed = cq.valid & (J < seg_valid.sum(axis=1)[:, None])
+    Jc = np.where(placed, J, 0)
+    b_J = bnd[rows, Jc]
+    grown = np.where(placed, cq.inc - cq.mu * b_J / blk, 0.0)
+    rate = np.where(placed, cq.mu / blk, 0.0)
+    C = np.zeros((Wn, Q))                                                # the earlier candidates', at their entry
+    C[:, 1:] = np.cumsum(grown[:, :-1], axis=1)
+    M = np.zeros((Wn, Q))
+    M[:, 1:] = np.cumsum(rate[:, :-1], axis=1)
+    fits = (base[rows, Jc] + C + M * b_J + cq.need_blocks <= budget) | (n_post[rows, Jc] + np.arange(Q) == 0)
+    passes = np.where(placed, J, -1)
+    bound = (placed & ~fits).any(axis=1)
+    if bound.any():
+        r = np.flatnonzero(bound)
+        passes[r] = _scan_rows(st, cq, r, base[r], bnd[r], n_post[r], seg_valid[r])
+    return passes
+
+
+def _scan_rows(st: FleetState, cq: _Queue, r: np.ndarray, base: np.ndarray, bnd: np.ndarray, n_post: np.ndarray,
+               seg_valid: np.ndarray) -> np.ndarray:
+    """_scan for rows r whose budget binds: candidate by candidate, each row's running sums C and
+    M of the admitted candidates' KV (Σ inc_i − μ_i·b_i/blk and Σ μ_i/blk), so candidate q at
+    boundary j needs base_j + C + M·b_j + its blocks within the budget."""
+    Wn, Q = len(r), cq.resp.shape[1]
     jidx = np.arange(base.shape[1])
     passes = np.full((Wn, Q), -1, dtype=np.int64)
     p_prev = np.zeros(Wn, dtype=np.int64)
     C = np.zeros(Wn)
     M = np.zeros(Wn)
-    alive = cq.valid[:, 0].copy()
+    valid, need_blocks, inc, mu = cq.valid[r], cq.need_blocks[r], cq.inc[r], cq.mu[r]
+    alive = valid[:, 0].copy()
     blk, budget = st.blk, st.budget
     for q in range(Q):
         if not alive.any():
             break
         n_before = n_post + q
-        fits = (base + C[:, None] + M[:, None] * bnd + cq.need_blocks[:, q, None] <= budget) & (n_before < st.max_batch)
+        fits = (base + C[:, None] + M[:, None] * bnd + need_blocks[:, q, None] <= budget) & (n_before < st.max_batch)
         fits |= n_before == 0
         fits &= seg_valid & (jidx >= p_prev[:, None]) & alive[:, None]
         got = fits.any(axis=1)
         j = np.argmax(fits, axis=1)
         passes[got, q] = j[got]
         b_j = bnd[np.arange(Wn), j]
-        C = np.where(got, C + cq.inc[:, q] - cq.mu[:, q] * b_j / blk, C)
-        M = np.where(got, M + cq.mu[:, q] / blk, M)
+        C = np.where(got, C + (inc[:, q] - mu[:, q] * b_j / blk), C)
+        M = np.where(got, M + mu[:, q] / blk, M)
         p_prev = np.where(got, j, p_prev)
-        alive = got & (cq.valid[:, q + 1] if q + 1 < Q else False)
+        alive = got & (valid[:, q + 1] if q + 1 < Q else False)
     return passes
 
 
