@@ -167,8 +167,12 @@ def _scan(st: FleetState, cq: _Queue, base: np.ndarray, bnd: np.ndarray, n_post:
     Wn, Q = cq.resp.shape
     blk, budget = st.blk, st.budget
     rows = np.arange(Wn)[:, None]
-    free = np.where(seg_valid, st.max_batch - n_post, np.iinfo(np.int64).max)
-    J = (free[:, :, None] <= np.arange(Q)).sum(axis=1)                  # W × Q
+    # J[r, q] = #{j : free[r, j] <= q}: one search of every row's q in its (non-decreasing) row,
+    # rows offset so that they sort one after another; padding sorts past every q
+    span = st.max_batch + Q + 2
+    free = np.where(seg_valid, st.max_batch - n_post, span - 1) + span * np.arange(Wn)[:, None]
+    J = (np.searchsorted(free.reshape(-1), (np.arange(Q) + span * np.arange(Wn)[:, None]).reshape(-1), side="right")
+         .reshape(Wn, Q) - free.shape[1] * np.arange(Wn)[:, None])
     placed = cq.valid & (J < seg_valid.sum(axis=1)[:, None])
     Jc = np.where(placed, J, 0)
     b_J = bnd[rows, Jc]

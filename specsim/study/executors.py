@@ -36,6 +36,7 @@ down afterwards.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import multiprocessing
 import os
 import signal
@@ -216,8 +217,9 @@ def _worker_init(parent_pid: int, progress_queue=None, progress_every_s: float =
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="specsim-parent-watch").start()
     if progress_queue is not None:
         _worker_progress = (progress_queue, progress_every_s)
-    import specsim.sim.pipeline  # noqa: F401  (the simulation's imports, paid while the parent plans)
-    import specsim.world.resolve  # noqa: F401
+    # the simulation's imports, paid now (while the parent plans its study) rather than in the first task
+    for module in ("specsim.sim.pipeline", "specsim.world.resolve"):
+        importlib.import_module(module)
 
 
 def _started() -> None:

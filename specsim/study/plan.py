@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 from specsim.scenario import Scenario, ScenarioError, source_file
 from specsim.study.sweep import RunTask, SweepPoint, baseline_of, expand, point_scenario, sync_ar_of
-from specsim.world.specs import steady_fill_warning
 
 __all__ = ["PointRuns", "StudyPlan", "plan_study", "work_problem"]
 
@@ -82,7 +81,8 @@ def work_problem(plan: StudyPlan) -> str | None:
 
 def plan_study(sc: Scenario, engine: str = "fast") -> StudyPlan:
     """Expand the sweep, resolve each point and its baselines, and list the runs to compute."""
-    from specsim.world.resolve import resolve
+    from specsim.world.resolve import resolve  # the world layer's imports (scipy) only when planning
+    from specsim.world.specs import steady_fill_warning
 
     points = expand(sc)
     point_sc: dict[int, Scenario] = {}

@@ -19,7 +19,10 @@ The folder (default ``<output.dir>/<scenario>-<UTC timestamp>/``):
 
 Parallelism: jobs > 1 runs a spawn-context process pool (capped at the CPUs; see study/executors.py),
 so a *script* that calls run_scenario must guard its entry point (``if __name__ == "__main__":``),
-as for any multiprocessing code; `python -c`, the CLI and notebooks need nothing.
+as for any multiprocessing code; `python -c`, the CLI and notebooks need nothing. The pool starts
+as soon as the scenario has loaded, so its workers import the simulation while this process plans
+the study; this module therefore imports the report layer (matplotlib) and, through the plan, the
+world layer (scipy) only where they are used, not when it is imported.
 backend="ray" runs the same tasks on Ray (a private local instance, or `address=` a cluster whose
 workers can import specsim).
 
@@ -56,7 +59,6 @@ from specsim.study import results_folder as results_dir
 from specsim.study.capacity import capacity_plan, capacity_sizes
 from specsim.study.executors import WorkerPool, check_backend, run_tasks, worker_pool
 from specsim.study.plan import plan_study, work_problem
-from specsim.study.report import html, projection
 from specsim.study.report.progress import Progress
 from specsim.study.results_folder import ResultsConflict, sha
 from specsim.study.sweep import (
@@ -112,6 +114,7 @@ def write_summary(out_dir: str | Path, summary: dict) -> None:
     """summary.json, summary.md (with the inverse answers) and report.html of a results folder
     from its summary dict; called again when a higher layer adds to the summary (the explain
     layer's ladder, specsim/explain/in_run.py)."""
+    from specsim.study.report import html, projection
     from specsim.study.report.summary import summary_markdown
 
     out_dir = Path(out_dir)
@@ -223,7 +226,7 @@ def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings:
                 plots: bool | None, overrides: tuple[str, ...] = (), pool: WorkerPool | None = None) -> RunSummary:
     """The run, holding the results folder's lock; `pool`: the workers (executors.worker_pool), let
     go once the runs are done."""
-    from specsim.study.report import tables
+    from specsim.study.report import html, projection, tables  # the report's imports (matplotlib) after the pool starts
     from specsim.study.report.summary import summary_dict
 
     results_dir.prepare(out_dir, resolved_text, force, fresh)
