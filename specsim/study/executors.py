@@ -302,6 +302,11 @@ class WorkerPool:
         self.close_queue()
 
     def shutdown(self) -> None:
+        """Wait for the workers to exit; a pool that was never given a task (a resumed run with
+        nothing left to compute) is killed instead: its workers may still be importing."""
+        if self.calls == 0:
+            self.kill()
+            return
         self.executor.shutdown(wait=True)
         self.close_queue()
 
