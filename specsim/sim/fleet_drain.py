@@ -15,7 +15,8 @@ import numpy as np
 
 from specsim.sim.fleet_state import INF, FleetState, cells, per_engine, runs
 
-__all__ = ["drain", "drains_before", "head_arrival", "kv_holds", "no_admission", "segment_prompts", "tail_fits"]
+__all__ = ["drain", "drains_before", "head_arrival", "kv_holds", "no_admission", "reachable", "segment_prompts",
+           "tail_fits"]
 
 #: finish boundaries below this sort with their engine as one int64 key (engine · SPAN + boundary):
 #: one stable argsort, the order of np.lexsort((boundary, engine))
@@ -54,13 +55,15 @@ def tail_fits(st: FleetState, e: np.ndarray) -> np.ndarray:
 def segment_prompts(st: FleetState, idx, first, counts, seg_e, P, before) -> tuple[np.ndarray, np.ndarray]:
     """Per drained segment (sorted by engine and boundary): the prompt tokens SP of the batch and
     the prompt blocks GB of its groups, a group's blocks going with its last active member (which
-    the drain finishes at the group's last boundary)."""
+    the drain finishes at the group's last boundary; a group with members beyond the drained
+    cells keeps its blocks)."""
     SP = st.SP[seg_e] - before(np.add.reduceat(P, first))
     seg_of = np.repeat(np.arange(len(first)), counts)
-    groups, inv = np.unique(st.groups[idx], return_inverse=True)
+    groups, inv, members = np.unique(st.groups[idx], return_inverse=True, return_counts=True)
     closes = np.zeros(len(groups), dtype=np.int64)
     np.maximum.at(closes, inv.reshape(-1), seg_of)
-    GB = st.GB[seg_e] - before(np.bincount(closes, weights=st.group_pb[groups], minlength=len(first)))
+    whole = members == st.group_active[groups]        # every active member among the drained cells
+    GB = st.GB[seg_e] - before(np.bincount(closes[whole], weights=st.group_pb[groups[whole]], minlength=len(first)))
     return SP, GB
 
 
@@ -79,11 +82,26 @@ def kv_holds(st: FleetState, SP, GB, starts, bounds, k, a_seg, b_seg, n_seg) -> 
     return ~(over | (kvc & (starts < s_kv) & (s_kv < bounds)))
 
 
+def reachable(st: FleetState, e: np.ndarray, t_cut: np.ndarray) -> np.ndarray:
+    """The last boundary each engine in e could reach strictly before its cut even if every step
+    cost its draft length's cheapest step (FleetState.min_step_s): a segment ending at a later
+    boundary ends at or after the cut, so a drain never keeps it (inf where the cut is inf or the
+    table has no cost)."""
+    step = st.min_step_s[st.krow_of[st.k[e]]]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ahead = np.floor((t_cut - st.t[e]) / step * (1 + 1e-9)) + 1
+    return np.where((step > 0) & np.isfinite(ahead), st.s[e] + ahead, np.inf)
+
+
 def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_step: int | None = None) -> np.ndarray:
     """Phase 4: the finish-only rounds of engines D (k fixed, nothing admissible before the
     cut) in closed form (fastlaw.drain for many engines): sorted by (engine, finish boundary),
     the batch is fixed between consecutive boundaries, so every segment's time is the
     affine-step sum, evaluated for all segments of all engines at once.
+
+    With a cut, the cells no engine could reach before it (`reachable`) are left out before the
+    sort: they are a suffix of each engine's boundaries, and a segment's sums depend only on the
+    segments before it.
 
     Each engine keeps the prefix of segments the round-by-round loop would run before it stops,
     takes an event or touches its KV budget: an engine whose running batch cannot overflow
@@ -94,7 +112,10 @@ def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_
     `watch_step`, up to the one that finishes the engine's last response of that step. Returns
     the mask (over D) of engines that advanced."""
     rows = st.slot_resp[D]
-    r, c = cells(rows >= 0)
+    live = rows >= 0
+    if t_cut is not None:
+        live &= st.slot_fin[D] <= reachable(st, D, t_cut[D])[:, None]
+    r, c = cells(live)
     idx, eng, b = rows[r, c], D[r], st.slot_fin[D[r], c]
     order = np.argsort(eng * SPAN + b, kind="stable") if len(b) and b.max() < SPAN else np.lexsort((b, eng))
     idx, eng, b, col = idx[order], eng[order], b[order], c[order]

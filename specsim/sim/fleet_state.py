@@ -185,6 +185,9 @@ class FleetState:
         for k, r in self.krow.items():
             self.krow_of[k] = r
         self.fixed = cfg.table.fixed_s
+        # the cheapest step of each draft length's row at any batch (per_ctx·context only adds): no
+        # engine reaches a boundary m steps ahead in less than m times it (fleet_drain.drain)
+        self.min_step_s = self.fixed[:, 1:].min(axis=1) if self.fixed.shape[1] > 1 else np.zeros(len(self.fixed))
         self.per_ctx = cfg.table.per_ctx_s
         # priced policies (toggle, adaptive): each engine's predicted tokens per step at every k
         self.pol_ks = np.asarray(cfg.policy.ks, dtype=np.int64)
