@@ -307,14 +307,16 @@ def _pid(_task):
 
 def test_one_worker_pool_serves_several_calls_and_keeps_their_reports_apart():
     """`worker_pool` keeps one local pool for a command's phases (a sweep, then its capacity plan):
-    the second call runs on the same worker processes (no second start-up), each call gets exactly
-    its own tasks' reports and results, and those equal runs without a pool."""
+    its workers start with it, before any task (they import the simulation while the caller
+    plans), the second call runs on the same worker processes (no second start-up), each call
+    gets exactly its own tasks' reports and results, and those equal runs without a pool."""
     from specsim.study.executors import execute, run_tasks, worker_pool
 
     first, second = _tiny_tasks(2), _tiny_tasks(4)[2:]
     seen: dict[int, list] = {1: [], 2: []}
-    with worker_pool(2, on_progress=lambda t, p: None) as pool:
+    with worker_pool(2, reports=True) as pool:
         assert pool is not None
+        assert len(getattr(pool.executor, "_processes", None) or {}) == 2
         for call, tasks in ((1, first), (2, second)):
             results = {}
             run_tasks(tasks, lambda t, r, out=results: out.__setitem__(t.key, r), jobs=2, pool=pool, progress_every_s=0.0,
