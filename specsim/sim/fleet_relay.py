@@ -58,8 +58,10 @@ SPAN = 1 << 40
 
 def relays(st: FleetState, S: np.ndarray, t_cut: np.ndarray) -> np.ndarray:
     """Mask over engines S (active, k fixed) of those whose window would keep a segment: no gated
-    switch, a queue head that has arrived and has laws at the engine's k, and a next finish
-    strictly before the engine's cut `t_cut` (indexed by engine)."""
+    switch, a queue head that has arrived and has laws at the engine's k, a next finish strictly
+    before the engine's cut `t_cut` (indexed by engine), and a batch whose KV does not overflow
+    before that finish (an engine that thrashes its KV budget, preempting every few steps, would
+    keep nothing: phase 5 cuts its segment at the overflow step)."""
     ok = (st.gate[S] < 0) & (st.qhead[S] < st.qend[S])
     F = S[ok]
     head = st.queue[F, st.qhead[F]]
@@ -70,7 +72,9 @@ def relays(st: FleetState, S: np.ndarray, t_cut: np.ndarray) -> np.ndarray:
         good[at] &= ~np.isnan(st.laws[kv][0][head[at]])
     ok[ok] = good
     F = S[ok]
-    ok[ok] = drains_before(st, F, t_cut[F])
+    nf = st.slot_fin[F].min(axis=1)
+    ok[ok] = drains_before(st, F, t_cut[F]) & kv_holds(st, st.SP[F], st.GB[F], st.s[F], nf, st.k[F], st.A[F], st.B[F],
+                                                          st.n[F].astype(float))
     return ok
 
 
