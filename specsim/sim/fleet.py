@@ -262,9 +262,7 @@ class Fleet(FleetEvents):
         if self.batch_dependent:
             live = u[self.n[u] > 0]
             self.set_k(live, self.choose_k(live))
-        empty = u[self.n[u] == 0]
-        self.A[empty] = 0.0    # drop accumulated rounding
-        self.B[empty] = 0.0
+        self.zero_empty(u)
 
     # ---------------------------------------------------------------- results
     def tokens(self) -> np.ndarray:

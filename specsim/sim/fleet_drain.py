@@ -178,17 +178,7 @@ def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_
     if st.record:            # KV in use at each segment's start, as Fleet._segment records it
         kv_tokens = (GB + (a_seg + b_seg * starts - SP) / st.blk + n_seg * st.rbar) * st.blk
         st.tl.append((seg_e, ends - dt, n_seg, b_seg * m / dt, k, kv_tokens))
-    st.steps += per_engine(seg_e, m, E)
-    st.seq_steps += per_engine(seg_e, n_seg * m, E)
-    st.weighted_active += per_engine(seg_e, n_seg * dt, E)
-    tok = b_seg * m
-    st.token_sum += per_engine(seg_e, tok, E)
-    st.token_batch_sum += per_engine(seg_e, n_seg * tok, E)
-    sd = k > 0
-    if sd.any():
-        st.sd_steps += per_engine(seg_e, np.where(sd, m, 0.0), E)
-        st.sd_seq_steps += per_engine(seg_e, np.where(sd, n_seg * m, 0.0), E)
-        st.draft_passes += per_engine(seg_e, np.where(sd, k * m, 0.0), E)
+    st.count_segments(seg_e, m, n_seg, dt, b_seg, k)
     d = L - g0
     st.emitted[idx] += d
     rsd = st.k[eng] > 0
@@ -210,9 +200,7 @@ def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_
     st.B -= per_engine(seg_e, drop_b, E)
     st.SP[u] -= np.add.reduceat(P, u_first)
     st.SL[u] -= np.add.reduceat(L, u_first)
-    empty = u[st.n[u] == 0]
-    st.A[empty] = 0.0    # drop accumulated rounding
-    st.B[empty] = 0.0
+    st.zero_empty(u)
     advanced = np.zeros(E, dtype=bool)
     advanced[u] = True
     return advanced[D]

@@ -407,24 +407,11 @@ def relay(st: FleetState, W: np.ndarray, t_cut: np.ndarray, watch_step: int | No
     st.GB += per_engine(ke, dgb_fin[keep], E) + per_engine(pe, dgb_adm[kept_pass], E)
     st.n += (per_engine(pe, cnt_a[kept_pass], E) - per_engine(ke, cnt_f[keep], E)).astype(np.int64)
     st.prefill_total += per_engine(pe, pre[kept_pass], E)
-    m, n_k, dt, b_k, k = m[keep], n_seg[keep], dt[keep], b_seg[keep], k[keep]
-    st.steps += per_engine(ke, m, E)
-    st.seq_steps += per_engine(ke, n_k * m, E)
-    st.weighted_active += per_engine(ke, n_k * dt, E)
-    tok = b_k * m
-    st.token_sum += per_engine(ke, tok, E)
-    st.token_batch_sum += per_engine(ke, n_k * tok, E)
-    sd = k > 0
-    if sd.any():
-        st.sd_steps += per_engine(ke, np.where(sd, m, 0.0), E)
-        st.sd_seq_steps += per_engine(ke, np.where(sd, n_k * m, 0.0), E)
-        st.draft_passes += per_engine(ke, np.where(sd, k * m, 0.0), E)
+    st.count_segments(ke, m[keep], n_seg[keep], dt[keep], b_seg[keep], k[keep])
     u = seg_e[last]
     st.t[u] = ends[last]
     st.s[u] = bounds[last]
-    empty = u[st.n[u] == 0]
-    st.A[empty] = 0.0    # drop accumulated rounding
-    st.B[empty] = 0.0
+    st.zero_empty(u)
     advanced = np.zeros(E, dtype=bool)
     advanced[u] = True
     return advanced[W]

@@ -419,6 +419,32 @@ class FleetState:
             gone = np.unique(gone) if len(gone) > 1 else gone
             self.GB -= per_engine(self.group_eng[gone], self.group_pb[gone], self.E)
 
+    def zero_empty(self, u: np.ndarray) -> None:
+        """Engines of u left without a running response restart their aggregates A, B at exactly 0
+        (what sums and differences of their responses' terms left is rounding)."""
+        empty = u[self.n[u] == 0]
+        self.A[empty] = 0.0
+        self.B[empty] = 0.0
+
+    def count_segments(self, seg_e: np.ndarray, m: np.ndarray, n: np.ndarray, dt: np.ndarray, b: np.ndarray,
+                       k: np.ndarray) -> None:
+        """Add closed-form segments to their engines' counters: segment i ran m steps of n
+        sequences at draft length k in dt seconds, its sequences gaining b tokens per step in all
+        (fleet_drain, fleet_relay). Steps Σm, sequence-steps Σn·m, the time-weighted batch Σn·dt,
+        tokens Σb·m and Σn·b·m, and for SD segments (k > 0) Σm, Σn·m and the draft passes Σk·m:
+        one bincount over (engine, counter), each counter's terms summed in segment order as a
+        bincount per counter would."""
+        tok = b * m
+        sd = k > 0
+        terms = np.stack((m, n * m, n * dt, tok, n * tok, np.where(sd, m, 0.0), np.where(sd, n * m, 0.0),
+                          np.where(sd, k * m, 0.0)))
+        C = len(terms)
+        where = seg_e[None, :] * C + np.arange(C)[:, None]
+        sums = np.bincount(where.ravel(), weights=terms.ravel(), minlength=self.E * C).reshape(self.E, C)
+        for counter, total in zip((self.steps, self.seq_steps, self.weighted_active, self.token_sum,
+                                   self.token_batch_sum, self.sd_steps, self.sd_seq_steps, self.draft_passes), sums.T):
+            counter += total
+
     def prefill(self, e: np.ndarray, n: np.ndarray, sq, sq2, sqc, sc) -> None:
         """One prefill pass per engine in e (n sequences, Σq, Σq², Σq·c, Σc), priced in one call
         (prefill_s) and added to the engine's time."""

@@ -261,6 +261,18 @@ def test_keying_a_response_without_laws_raises():
         fl.run()
 
 
+
+def _lagged_work(cfg, seed: int, groups: int, **law):
+    """Four engines' work for an open pool: the first half of each engine's responses holds two RL
+    steps (0 and 1, interleaved, as a lagged stream admits them) and is released at 0, the second
+    half (step 2) at t_late, 0.4 × engine 0's closed rollout. Returns (works, zs, t_late, step_ids)."""
+    works = [make_work(10 * seed + e, groups=groups, group_size=8, median=500, cap=1200, alpha=0.7, **law)
+             for e in range(4)]
+    zs = [np.random.default_rng([seed, e]).standard_normal(len(w)) for e, w in enumerate(works)]
+    t_late = 0.4 * FastEngine(cfg, works[0], zs[0]).run_closed()
+    step_ids = np.concatenate([np.where(np.arange(len(w)) < len(w) // 2, np.arange(len(w)) % 2, 2) for w in works])
+    return works, zs, t_late, step_ids
+
 @pytest.mark.parametrize("kv", [10**7, 15_000], ids=["ample", "tight"])
 @pytest.mark.parametrize("in_flight", [True, False], ids=["in-flight", "gated"])
 def test_open_drain_equals_the_round_by_round_loop(in_flight, kv, monkeypatch):
@@ -288,16 +300,9 @@ def test_open_drain_equals_the_round_by_round_loop(in_flight, kv, monkeypatch):
 
     monkeypatch.setattr(fleet_module, "drain", spy)
     for seed in range(3):
-        works = [make_work(10 * seed + e, groups=12, group_size=8, median=500, cap=1200, alpha=0.7)
-                 for e in range(4)]
-        zs = [np.random.default_rng([seed, e]).standard_normal(len(w)) for e, w in enumerate(works)]
-        t_late = 0.4 * FastEngine(cfg, works[0], zs[0]).run_closed()
+        works, zs, t_late, step_ids = _lagged_work(cfg, seed, groups=12)
         out = []
         for drain in (True, False):
-            # the first half at 0 holds two RL steps (0 and 1, interleaved, as a lagged stream admits
-            # them); the second half, step 2, arrives at t_late
-            step_ids = np.concatenate([np.where(np.arange(len(w)) < len(w) // 2, np.arange(len(w)) % 2, 2)
-                                       for w in works])
             fl = _pool(cfg, works, zs, open_=True, step_ids=step_ids)
             fl.open_drainable = drain
             off = fl.off
@@ -525,14 +530,9 @@ def test_relay_equals_the_round_by_round_loop(kv, k, monkeypatch):
                                                (3, 64, 24, True)):
         cfg = dataclasses.replace(make_config(policy, max_batch=max_batch, kv_capacity_tokens=kv),
                                   record_timeline=False)          # a recorded timeline is never relayed
-        works = [make_work(10 * seed + e, groups=groups, group_size=8, median=500, cap=1200, alpha=0.7,
-                           concentration=10.0) for e in range(4)]
-        zs = [np.random.default_rng([seed, e]).standard_normal(len(w)) for e, w in enumerate(works)]
-        t_late = 0.4 * FastEngine(cfg, works[0], zs[0]).run_closed()
+        works, zs, t_late, step_ids = _lagged_work(cfg, seed, groups=groups, concentration=10.0)
         out = []
         for relay in (True, False):
-            step_ids = np.concatenate([np.where(np.arange(len(w)) < len(w) // 2, np.arange(len(w)) % 2, 2)
-                                       for w in works])
             fl = _pool(cfg, works, zs, open_=True, step_ids=step_ids)
             assert fl.relayable
             fl.relayable = relay
