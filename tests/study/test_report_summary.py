@@ -1,14 +1,15 @@
 """The summary's explain block (specsim/study/report/summary.py): the `specsim explain` command it
 prints reaches the point (short names, values `--point` cannot carry as --set, the run's
 overrides without the sweep's), it explains the best SD point when the best runs no SD, and a
-counterfactual run gets no command."""
+counterfactual run gets no command; the ranking of all points orders means that differ only by
+floating-point rounding in sweep order."""
 
 import copy
 import shlex
 
 from specsim.explain.ladder import parse_point
 from specsim.scenario import validate_doc
-from specsim.study.report.summary import explain_block, explain_command, explain_lines, explain_markdown
+from specsim.study.report.summary import explain_block, explain_command, explain_lines, explain_markdown, ranked_points
 from tests.small_sweep import TINY_SYNC
 
 
@@ -68,3 +69,15 @@ def test_edge_warnings_name_the_draft_length_grid_without_ar():
     assert any("speculation.k = 3 is the smallest draft length swept ([3, 5] and 0 = AR)" in w for w in out), out
     assert any("pipeline.policy_lag = 4 is the largest value swept ([0, 1, 2, 3, 4])" in w for w in out), out
     assert review_warnings(sc, {"values": {"speculation.k": 0, "pipeline.policy_lag": 2}}) == []
+
+
+def test_ranking_ties_means_equal_up_to_rounding_and_keeps_sweep_order():
+    step = 1.5741234567891
+    points = [_entry(p, 3, {}, e2e_speedup_vs_sync_ar=m) for p, m in
+              [(2, 1.2), (4, step * (1 - 3e-13)), (5, 0.0), (6, step * (1 + 3e-13)), (7, step), (8, 1.58)]]
+    points[2]["e2e_speedup_vs_sync_ar"]["mean"] = None
+    ranked = [e["point"] for e in ranked_points({"points": points, "rank_by": "e2e_speedup_vs_sync_ar"})]
+    assert ranked == [8, 4, 6, 7, 2, 5]
+    points[1]["e2e_speedup_vs_sync_ar"]["mean"] = step * (1 - 1e-6)     # a real difference still ranks
+    ranked = [e["point"] for e in ranked_points({"points": points, "rank_by": "e2e_speedup_vs_sync_ar"})]
+    assert ranked == [8, 6, 7, 4, 2, 5]

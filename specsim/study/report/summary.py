@@ -28,13 +28,21 @@ def bottleneck_text(idle_share: float) -> str:
             "engines only while a step's groups queue for engines (not once its longest responses set the pace)")
 
 
+#: significant digits the ranking compares: means equal to them are a tie (trainer-bound points
+#: share one step time, which the order of floating-point sums moves in its 13th digit)
+RANK_DIGITS = 9
+
+
 def ranked_points(s: dict) -> list[dict]:
-    """The summary's points, best first by the ranking metric's mean (unranked last, sweep order
-    breaking ties)."""
+    """The summary's points, best first by the ranking metric's mean to RANK_DIGITS significant
+    digits (unranked last, sweep order breaking ties)."""
     key = s.get("rank_by", "e2e_speedup_vs_sync_ar")
-    return sorted(s["points"], key=lambda e: (-(e.get(key) or {}).get("mean", float("-inf"))
-                                              if (e.get(key) or {}).get("mean") is not None else float("inf"),
-                                              e["point"]))
+
+    def order(e: dict) -> tuple[float, int]:
+        mean = (e.get(key) or {}).get("mean")
+        return (-float(f"{mean:.{RANK_DIGITS}g}") if mean is not None else float("inf"), e["point"])
+
+    return sorted(s["points"], key=order)
 
 
 def values_of(s: dict, point: int) -> dict:
