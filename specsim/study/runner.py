@@ -2,7 +2,7 @@
 
     run_scenario("scenarios/235b_async.yaml", ["speculation.k=[0,3]"], out="results/x", jobs=2)
 
-The folder (default ``<output.dir>/<scenario>-<UTC timestamp>/``):
+The folder (default ``<output.dir>/<name>/``, so rerunning the same command resumes; `default_out`):
 
     resolved.yaml          the scenario after --set overrides (its hash guards resumes)
     inputs.json            content hashes of the inputs outside the scenario text (profile, catalog,
@@ -15,6 +15,7 @@ The folder (default ``<output.dir>/<scenario>-<UTC timestamp>/``):
     runs.csv               the baseline / sync-AR / capacity runs the points were compared with
     timeline.csv           the rollout timeline the plots draw (see study/timeline.py)
     summary.json, summary.md   best k and lag, speedups with 95 % CIs, capacity plan, resolved scenario
+    report.html            the summary, tables and plots on one page
     plots/*.png + *.csv    each plot next to the table it was drawn from
 
 Parallelism: jobs > 1 runs a spawn-context process pool (capped at the CPUs; see study/executors.py),
