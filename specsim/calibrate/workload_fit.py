@@ -164,16 +164,17 @@ class Applier:
 
     def _profile_copy(self, scenario: str, changes: dict[str, float]) -> str:
         """A copy of the scenario's hardware profile with `block.key` values replaced
-        (`efficiency.<key>` must exist; an `sd_costs` key may be new: its prior is then replaced)."""
+        (`efficiency.<key>` must exist; an `sd_costs` or `trainer` key may be new: its prior is then
+        replaced)."""
         from specsim.catalog.hardware import load_hardware
 
         hw = load_hardware(load_scenario(scenario).hardware)
         doc = load_yaml_text(inputs.read_text(hw.path, "hardware", "hardware profile YAML"))
         for dotted, v in changes.items():
             block, _, key = dotted.partition(".")
-            if block not in ("efficiency", "sd_costs") or not key:
+            if block not in ("efficiency", "sd_costs", "trainer") or not key:
                 raise SpecError(f"fit parameter hardware.{dotted}", dotted,
-                                "hardware.efficiency.<key> or hardware.sd_costs.<key>")
+                                "hardware.efficiency.<key>, hardware.sd_costs.<key> or hardware.trainer.<key>")
             section = doc.setdefault(block, {}) or {}
             doc[block] = section
             if block == "efficiency" and key not in section:

@@ -66,10 +66,16 @@ def run_workload_fit(targets: str | Path = DEFAULT_TARGETS, *, dry_run: bool = F
         return run
     run.written_scenarios = write_scenarios(targets, res, field_comments(targets, res, command))
     if hw_params and write_profile:
-        profiles = {load_hardware(load_scenario(resolve_scenario_path(f, Path(targets))).hardware).path
-                    for s in res.stages for q in s.params if q.path.startswith("hardware.") for f in q.scenarios}
-        for prof in sorted(profiles):
-            run.written_profiles[prof] = write_profile_values(targets, res, prof, f"{command} --write-profile")
+        names_of: dict[str, set[str]] = {}   # profile -> the parameters whose scenarios run on it
+        for s in res.stages:
+            for q in s.params:
+                if q.path.startswith("hardware."):
+                    for f in q.scenarios:
+                        prof = load_hardware(load_scenario(resolve_scenario_path(f, Path(targets))).hardware).path
+                        names_of.setdefault(prof, set()).add(q.name)
+        for prof in sorted(names_of):
+            run.written_profiles[prof] = write_profile_values(targets, res, prof, f"{command} --write-profile",
+                                                              names=names_of[prof])
     return run
 
 

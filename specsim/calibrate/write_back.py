@@ -108,8 +108,10 @@ def write_scenarios(path: str | Path, result: FitResult, comment: str | dict[str
     return written
 
 
-def write_profile_values(path: str | Path, result: FitResult, profile: str | Path, command: str) -> dict[str, float]:
-    """Write the fitted `hardware.<block>.<key>` parameters into a profile YAML as
+def write_profile_values(path: str | Path, result: FitResult, profile: str | Path, command: str,
+                         names: set[str] | None = None) -> dict[str, float]:
+    """Write the fitted `hardware.<block>.<key>` parameters (those in `names`: the parameters whose
+    scenarios run on this profile; None: all) into a profile YAML as
     `{value: V, source: "fitted by <command> to <rows>"}` (the document is loaded, changed and dumped,
     so flow- and block-style profiles both work; a leading comment header is kept). Returns {block.key: value}."""
     import yaml
@@ -127,7 +129,7 @@ def write_profile_values(path: str | Path, result: FitResult, profile: str | Pat
     doc = load_yaml_text(text)
     done: dict[str, float] = {}
     for q in (q for st in block_doc.stages for q in st.parameters):
-        if q.name not in vals or not q.path.startswith("hardware."):
+        if q.name not in vals or not q.path.startswith("hardware.") or (names is not None and q.name not in names):
             continue
         block, key = q.path.removeprefix("hardware.").split(".", 1)
         section = doc.get(block) or {}

@@ -204,6 +204,14 @@ class HardwareSpec:
     # per-call latency of the engines' one-shot NVLink all-reduce (cost/comm.all_reduce_s); None:
     # the profile knows only the ring/tree algorithm (`collective_latency_us.nvlink_oneshot` absent)
     nvlink_oneshot_latency_s: float | None = None
+    # GPUs of one host (`gpus_per_node`; None: the NVLink domain): the engines' one-shot all-reduce
+    # runs only inside one host (cost/comm.all_reduce_s)
+    gpus_per_node: int | None = None
+    # GPU <-> host memory, bytes/s per direction (`host_link_gbps_per_direction`; None: not given)
+    host_bw_bytes_per_s: float | None = None
+    # the trainer's host time of one layer pass, and the extra of an MoE layer's (`trainer:` block)
+    train_layer_overhead_s: float = 0.0
+    train_moe_layer_overhead_s: float = 0.0
 
     def flops_per_s(self, dtype: str) -> float:
         """Peak dense FLOP/s for a math dtype; 4-bit weights run W4A16 at the bf16 rate."""
@@ -268,7 +276,7 @@ def resolve_profile_path(name_or_path: str) -> Path:
 #: are generous physical ranges -- a GPU with 10⁵ TB/s of HBM is a typo, not a forecast.
 PROFILE_KEYS = ("name", "description", "peak_dense_tflops", "hbm_gb", "hbm_tbps", "nvlink_gbps_per_direction",
                 "nvlink_domain_gpus", "scaleout_gbit_per_s", "collective_latency_us", "efficiency", "kernel_fit",
-                "sd_costs", "calibration")   # calibration: provenance a calibrated copy records (not read)
+                "sd_costs", "calibration", "host_link_gbps_per_direction", "trainer", "gpus_per_node")   # calibration: provenance a calibrated copy records (not read)
 _BOUNDS = {
     "peak_dense_tflops": (0.0, 1e5, False, "TFLOP/s"), "hbm_gb": (0.0, 1e5, False, "GB"),
     "hbm_tbps": (0.0, 1e3, False, "TB/s"), "nvlink_gbps_per_direction": (0.0, 1e5, False, "GB/s"),
@@ -278,7 +286,14 @@ _BOUNDS = {
     "efficiency.comm": (1e-3, 1.0, True, ""), "efficiency.train_mfu": (1e-3, 1.0, True, ""),
     "efficiency.step_overhead_ms": (0.0, 1e4, True, "ms"), "efficiency.per_seq_overhead_us": (0.0, 1e5, True, "µs"),
     "efficiency.draft_overhead_ms": (0.0, 1e4, True, "ms"),
+    # GPU <-> host: PCIe Gen3 x16 (16 GB/s) is the least a datacenter GPU has, 5 TB/s is above
+    # any chip-to-chip link shipped (NVLink-C2C 900 GB/s)
+    "host_link_gbps_per_direction": (1.0, 5000.0, True, "GB/s"),
+    "gpus_per_node": (1.0, 1e5, True, "GPUs"),
+    "trainer.layer_overhead_ms": (0.0, 1e3, True, "ms"), "trainer.moe_layer_overhead_ms": (0.0, 1e3, True, "ms"),
 }
+#: the optional `trainer:` block: host-side time of one layer pass of the training framework
+TRAINER_KEYS = ("layer_overhead_ms", "moe_layer_overhead_ms")
 _LATENCY_KEYS = ("nvlink", "scaleout", "nvlink_oneshot")
 _ENTRY_KEYS = ("value", "source")
 
@@ -385,6 +400,11 @@ def _parse_profile(where: str, data: bytes) -> HardwareSpec:
     eff = {}
     for key, (attr, scale) in _EFF_KEYS.items():
         eff[attr] = num(key, eff_doc, "efficiency.") * scale
+    trainer_doc = doc.get("trainer") or {}
+    if not isinstance(trainer_doc, dict):
+        raise SpecError("trainer", trainer_doc, f"a mapping with {list(TRAINER_KEYS)}", where)
+    _unknown(trainer_doc, TRAINER_KEYS, "trainer.", where)
+    trainer = {k: num(k, trainer_doc, "trainer.") * 1e-3 if k in trainer_doc else 0.0 for k in TRAINER_KEYS}
     domain = num("nvlink_domain_gpus")
     if domain != int(domain):
         raise SpecError("nvlink_domain_gpus", domain, "a whole number of GPUs", where)
@@ -406,7 +426,20 @@ def _parse_profile(where: str, data: bytes) -> HardwareSpec:
         sd_costs=load_sd_costs(doc.get("sd_costs"), where),
         nvlink_oneshot_latency_s=(num("nvlink_oneshot", lat, "collective_latency_us.", "collective_latency_us") * 1e-6
                                   if "nvlink_oneshot" in lat else None),
+        host_bw_bytes_per_s=(num("host_link_gbps_per_direction") * 1e9 if "host_link_gbps_per_direction" in doc
+                             else None),
+        gpus_per_node=_gpus_per_node(doc, where, num) if "gpus_per_node" in doc else None,
+        train_layer_overhead_s=trainer["layer_overhead_ms"],
+        train_moe_layer_overhead_s=trainer["moe_layer_overhead_ms"],
     )
+
+
+def _gpus_per_node(doc: dict, where: str, num) -> int:
+    """`gpus_per_node`: a whole number of GPUs, at most the NVLink domain's."""
+    n = num("gpus_per_node")
+    if n != int(n) or n > num("nvlink_domain_gpus"):
+        raise SpecError("gpus_per_node", n, "a whole number of GPUs, at most nvlink_domain_gpus", where)
+    return int(n)
 
 
 #: `kernel_fit:` (written by `specsim calibrate kernels`, YAML units): what each block may hold

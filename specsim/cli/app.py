@@ -187,17 +187,18 @@ def validate_cmd(
     import pandas as pd
 
     from specsim.atomic import FolderLock, output_path
-    from specsim.validate.run import validate
+    from specsim.validate.run import error_summary, validate
 
     if tolerance is not None and not tolerance > 0:
         raise _bad_option("--tolerance", tolerance, "a relative tolerance > 0")
     folder = output_path(out, "--out", folder=True, force=force)   # the one output-path rule, before any work
     rows = validate(targets, tolerance)
     frame = pd.DataFrame([r.as_dict() for r in rows])
+    groups = error_summary(rows)
     with FolderLock(folder, "--out"):
-        _write_validation(folder, frame, rows)
+        _write_validation(folder, frame, rows, groups)
     failed = int((frame["result"] != "pass").sum())
-    _print_validation(frame, rows, failed, folder, fmt)
+    _print_validation(frame, rows, failed, folder, fmt, groups)
     if failed:
         raise typer.Exit(1)
 
@@ -206,32 +207,52 @@ _VALIDATION_COLS = ["target", "metric", "params", "role", "measured", "simulated
                     "tolerance_pct", "result"]
 
 
-def _write_validation(folder: Path, frame, rows) -> None:
+_GROUP_COLS = ["file", "gpu", "model", "rows", "within", "predictions", "predictions_within", "median_abs_error_pct",
+               "median_signed_error_pct"]
+
+
+def _group_cells(g) -> list[str]:
+    d = g.as_dict()
+    return [str(d[c]) if not c.endswith("_pct") else f"{d[c]:+.1f}" if "signed" in c else f"{d[c]:.1f}"
+            for c in _GROUP_COLS]
+
+
+def _write_validation(folder: Path, frame, rows, groups) -> None:
+    import pandas as pd
+
     from specsim.atomic import write_csv, write_text
 
     write_csv(folder / "validation.csv", frame)
+    write_csv(folder / "validation_groups.csv", pd.DataFrame([g.as_dict() for g in groups], columns=_GROUP_COLS))
     cols = _VALIDATION_COLS
     md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     shown = [r.display() for r in rows]   # rounded for reading; CSV/JSON keep full precision
     md += ["| " + " | ".join(r[c] for c in cols) + " |" for r in shown]
+    md += ["", "## Error by GPU and model", "", "| " + " | ".join(_GROUP_COLS) + " |", "|" + "---|" * len(_GROUP_COLS)]
+    md += ["| " + " | ".join(_group_cells(g)) + " |" for g in groups]
     write_text(folder / "validation.md", "# specsim validate\n\n" + "\n".join(md) + "\n")
 
 
-def _print_validation(frame, rows, failed: int, folder: Path, fmt) -> None:
+def _print_validation(frame, rows, failed: int, folder: Path, fmt, groups) -> None:
     cols = _VALIDATION_COLS
     shown = [r.display() for r in rows]
     if fmt is Format.json:
-        _emit_json({"rows": [r.as_dict() for r in rows], "failed": failed, "out": str(folder)})
+        _emit_json({"rows": [r.as_dict() for r in rows], "groups": [g.as_dict() for g in groups], "failed": failed,
+                    "out": str(folder)})
     else:
         t = _table("measured vs simulated", *cols, right_from=4)
         for r in shown:
             t.add_row(*(r[c] for c in cols))
         con = _console()
         con.print(t)
+        gt = _table("error by GPU and model (median |error| and signed error, %)", *_GROUP_COLS, right_from=3)
+        for g in groups:
+            gt.add_row(*_group_cells(g))
+        con.print(gt)
         by_role = ", ".join(f"{role} {int((g['result'] == 'pass').sum())} / {len(g)}"
                             for role, g in frame.groupby("role", sort=True))
         con.print(f"{len(frame) - failed} of {len(frame)} rows within tolerance ({by_role}); "
-                  f"written to {folder}/validation.csv, .md")
+                  f"written to {folder}/validation.csv, validation_groups.csv, .md")
 
 
 # `specsim run` and `specsim show scenario` live in cli/run.py, `specsim project` in cli/project.py,

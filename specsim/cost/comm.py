@@ -3,10 +3,12 @@
 Bandwidth-optimal (ring) formulas with a per-call latency term, as NCCL's performance notes
 describe (bus bandwidth = algorithm bandwidth · 2(n−1)/n for all-reduce):
 
-    all_reduce  t = lat · ⌈log2 n⌉ + 2(n−1)/n · bytes / (bw · eff_comm)            (ring / tree)
+    all_reduce  t = hop_lat(n) + 2(n−1)/n · bytes / (bw · eff_comm)               (ring / tree)
                 within one NVLink domain of n ≤ 8 GPUs, where the profile has a one-shot latency,
                 the faster of that and t₁ = lat₁ + (n−1) · bytes / (bw · eff_comm)   (one-shot)
-    all_gather / reduce_scatter  t = lat · ⌈log2 n⌉ + (n−1)/n · bytes / (bw · eff_comm)
+    all_gather / reduce_scatter  t = hop_lat(n) + (n−1)/n · bytes / (bw · eff_comm)
+    hop_lat(n) = lat · ⌈log2 n⌉ inside one NVLink domain; across domains (NCCL's hierarchical
+                 tree) lat_nvlink · ⌈log2 d⌉ + lat_scaleout · ⌈log2 ⌈n/d⌉⌉, d = the domain's GPUs
     all_to_all  t = lat_step + (n−1)/n · bytes_per_gpu / (bw · eff_comm)
     broadcast (pipelined)  t = lat · ⌈log2 n⌉ + bytes / (bw · eff_comm)
 
@@ -21,7 +23,9 @@ does not grow with ⌈log2 n⌉ but its traffic grows with n−1; NCCL's ring/tr
 messages, and the engine uses whichever is faster. The measured tables show it: on H100,
 an 8 KB all-reduce takes 3.5 / 3.6 / 3.9 µs on 2 / 4 / 8 GPUs, which the log2-hop law alone fits
 as 2.6 / 5.1 / 7.6 µs. The custom kernels exist for 2, 4, 6 and 8 GPUs only (vLLM's
-`_SUPPORTED_WORLD_SIZES`), so larger groups use the ring/tree law. An all-to-all and a
+`_SUPPORTED_WORLD_SIZES`), so larger groups use the ring/tree law; and only inside one host (vLLM's
+`CustomAllreduce` disables itself for a group that spans nodes, as TP 8 does on GB200 NVL72, whose
+compute trays hold 4 GPUs: the profile's `gpus_per_node`). An all-to-all and a
 point-to-point send are one step over the switch, like the one-shot kernel: within an NVLink
 domain their per-call latency `lat_step` is the one-shot latency where the profile has one (the
 only measured one-step NVLink latency), else the hop latency.
@@ -53,16 +57,28 @@ def _log2_steps(n: int) -> float:
 ONESHOT_MAX_GPUS = 8
 
 
+def hop_latency_s(hw: HardwareSpec, group_gpus: int) -> float:
+    """The latency part of a ring/tree collective over `group_gpus` GPUs: lat · ⌈log2 n⌉ inside one
+    NVLink domain; across domains NCCL's hierarchical tree (and its ring's few inter-node hops) pays
+    the NVLink latency for the steps inside a domain and the scale-out latency only for the steps
+    between domains: lat_nvlink · ⌈log2 d⌉ + lat_scaleout · ⌈log2 ⌈n / d⌉⌉, d = the domain's GPUs."""
+    n = int(group_gpus)
+    d = int(hw.nvlink_domain_gpus)
+    if n <= d:
+        return hw.nvlink_latency_s * _log2_steps(n)
+    return hw.nvlink_latency_s * _log2_steps(d) + hw.scaleout_latency_s * _log2_steps(-(-n // d))
+
+
 def all_reduce_s(nbytes, group_gpus: int, hw: HardwareSpec):
     """All-reduce of a `nbytes` buffer: ring/tree, or within NVLink the faster of that and the
     one-shot kernel (module docstring)."""
     if group_gpus <= 1:
         return _zero(nbytes)
-    bw, lat = link(hw, group_gpus)
+    bw, _ = link(hw, group_gpus)
     n = group_gpus
-    ring = lat * _log2_steps(n) + 2.0 * (n - 1) / n * nbytes / bw
+    ring = hop_latency_s(hw, n) + 2.0 * (n - 1) / n * nbytes / bw
     one = hw.nvlink_oneshot_latency_s
-    if one is None or n > min(ONESHOT_MAX_GPUS, hw.nvlink_domain_gpus):
+    if one is None or n > min(ONESHOT_MAX_GPUS, hw.nvlink_domain_gpus, hw.gpus_per_node or hw.nvlink_domain_gpus):
         return ring
     oneshot = one + (n - 1) * nbytes / bw
     return min(ring, oneshot) if np.ndim(ring) == 0 else np.minimum(ring, oneshot)
@@ -72,9 +88,9 @@ def all_gather_s(nbytes, group_gpus: int, hw: HardwareSpec):
     """All-gather (or reduce-scatter) of a `nbytes` full buffer."""
     if group_gpus <= 1:
         return _zero(nbytes)
-    bw, lat = link(hw, group_gpus)
+    bw, _ = link(hw, group_gpus)
     n = group_gpus
-    return lat * _log2_steps(n) + (n - 1) / n * nbytes / bw
+    return hop_latency_s(hw, n) + (n - 1) / n * nbytes / bw
 
 
 def _step_latency_s(hw: HardwareSpec, group_gpus: int) -> float:

@@ -51,7 +51,8 @@ def trainer_report(world) -> dict:
     c = tc.train_cost(world.model, world.hw, tl, seqs)
     return {"layout": tl.describe(), "sharding": tl.sharding, "mfu": tl.mfu, "tokens": float(seqs.sum()),
             "train_s": c.total_s, "compute_s": c.compute_s, "dp_comm_s": c.dp_comm_s,
-            "bubble_tp_ep_s": c.bubble_s + c.tp_comm_s + c.ep_comm_s, "optimizer_s": c.optimizer_s,
+            "bubble_tp_ep_s": c.bubble_s + c.tp_comm_s + c.ep_comm_s + c.cp_comm_s, "optimizer_s": c.optimizer_s,
+            "overhead_s": c.overhead_s, "micro_batches": c.micro_batches, "optimizer_steps": c.optimizer_steps,
             "logprob_s": float(tc.logprob_s(world.model, world.hw, tl, seqs))}
 
 

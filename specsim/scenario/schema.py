@@ -146,12 +146,37 @@ class TrainingSection(Strict):
     ep: int = Field(default=1, ge=1, le=4096,
                     description="trainer expert parallel (MoE only); one replica spans max(tp, ep)·pp GPUs, data "
                                 "parallel is the rest")
+    cp: int = Field(default=1, ge=1, le=1024, description=(
+        "trainer context parallel (Megatron `context_parallel_size`): every sequence split over cp GPUs, attention "
+        "over a ring; tp·cp·pp GPUs hold one copy of the dense weights. The longest sequence (max prompt + max "
+        "response) must split into 2·cp equal chunks (Megatron's load-balanced causal split)"))
+    dtype: Literal["bf16", "fp8"] = Field(default="bf16", description=(
+        "the trainer's GEMM dtype (Megatron `fp8_cfg.enabled`: fp8 GEMMs at the profile's fp8 peak, bf16 weights "
+        "kept); fp8 needs a GPU with fp8 tensor cores"))
     reference_logprob: bool = Field(default=True, description="also compute reference-policy log-probs (a second "
-                                                              "prefill-like pass)")
-    weight_sync: Literal["broadcast", "reshard"] = Field(
-        default="broadcast", description="how new weights reach the rollout engines: a pipelined broadcast from the "
-                                         "trainer pool, or each rollout GPU all-gathering its shard from the "
-                                         "trainer's ZeRO shards")
+                                                              "forward, the reference weights swapped in from host "
+                                                              "memory; NeMo-RL's `reference_policy_kl_penalty` > 0)")
+    global_batch_samples: int | None = Field(default=512, ge=1, le=10**7, description=(
+        "samples per optimizer step (NeMo-RL `policy.train_global_batch_size`, default 512): an RL step of n "
+        "samples runs ⌈n / this⌉ optimizer steps, each with its own pipeline fill and gradient exchange; null: one "
+        "optimizer step per RL step"))
+    micro_batch_tokens: int | None = Field(default=None, ge=1, le=10**8, description=(
+        "token budget of one packed training micro-batch (NeMo-RL `sequence_packing.train_mb_tokens` = "
+        "max_total_sequence_length × train_micro_batch_size); null: max prompt + max response (micro-batch size "
+        "1). At least the longest sequence: a sequence is never split across micro-batches"))
+    logprob_micro_batch_tokens: int | None = Field(default=None, ge=1, le=10**8, description=(
+        "token budget of one packed logprob micro-batch (NeMo-RL `logprob_mb_tokens` = max_total_sequence_length × "
+        "logprob_batch_size); null: `micro_batch_tokens`"))
+    activation_checkpointing: bool = Field(default=False, description=(
+        "full activation recomputation (Megatron `activation_checkpointing`, NeMo-RL default false): one layer "
+        "input stored per layer, the forward's collectives and launches paid again in the backward"))
+    weight_sync: Literal["nemo_rl", "ipc", "nccl_broadcast", "broadcast", "reshard"] = Field(
+        default="nemo_rl", description=(
+            "how new weights reach the rollout engines (cost/training.weight_sync_s): `nemo_rl` = NeMo-RL's, `ipc` when "
+            "colocated (every trainer GPU gathers the whole model, its engine takes its shard by CUDA IPC) and "
+            "`nccl_broadcast` with separate pools (the whole model gathered to one trainer rank and broadcast to every "
+            "rollout GPU); `broadcast` = a pipelined broadcast in which each rollout GPU receives only its shard; "
+            "`reshard` = each rollout GPU all-gathers its shard from the trainer's ZeRO shards"))
     optimizer_bytes_per_param: float = Field(default=16.0, ge=0.01, le=1024,
                                              description="trainer memory per parameter (weights, grads, Adam states)")
     sharding: Literal["fsdp", "distributed_optimizer"] = Field(
@@ -163,11 +188,12 @@ class TrainingSection(Strict):
                                     "NeMo-RL scenarios (`8b_*`, `235b_*`) set it (`calibration/published/README.md`, "
                                     "\"Trainer\"), and `30b_a3b_h100_async` as an assumption")
     mfu: float | None = Field(default=None, ge=1e-3, le=1,
-                              description="override the hardware profile's `train_mfu` (the achieved fwd+bwd MFU)")
+                              description="override the hardware profile's `train_mfu` (the share of the math dtype's "
+                                          "peak the trainer's GEMM and attention math reaches)")
     logprob_efficiency: float | None = Field(default=None, ge=1e-3, le=1,
-                                             description="share of peak bf16 the trainer's logprob passes reach "
-                                                         "(scalar roofline); null: priced with the profile's "
-                                                         "inference kernels. Fitted for the 8B scenarios")
+                                             description="share of peak the trainer's logprob forwards' math reaches; "
+                                                         "null: the trainer's `mfu` (the same framework runs them). "
+                                                         "Fitted for the 8B scenarios")
 
 
 class WorkloadSection(Strict):

@@ -151,9 +151,9 @@ class _Costs:
         self.tl = world.trainer.layout   # world/resolve.py checked that it fits
         colocated = world.pipeline.mode == "sync"
         self.reward = world.pipeline.reward_s
-        # the "prepare" stage of a colocated step: the weight transfer plus waking the engine
-        self.sync = tc.weight_sync_s(world.model, world.hw, world.layout, world.rollout.gpus, self.tl.gpus,
-                                     method=world.trainer.weight_sync, colocated=colocated) \
+        # the "prepare" stage: the weight transfer (colocated: with the trainer state's offload and
+        # onload) plus, colocated, waking the engine
+        self.sync = tc.refit_s(world.model, world.hw, world.layout, world.rollout.gpus, self.tl, colocated=colocated) \
             + (world.pipeline.engine_prepare_s if colocated else 0.0)
         self.uses_drafter = world.policy.kind != "off" and world.drafter.model is not None
         self.requant = tc.requantize_s(world.model, world.hw, world.layout, world.drafter) if self.uses_drafter else 0.0

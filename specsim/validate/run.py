@@ -31,6 +31,7 @@ mean over a training run is estimated from.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -54,7 +55,8 @@ from specsim.validate.targets import (
 from specsim.world.resolve import resolve
 from specsim.world.speculation import SDPolicy
 
-__all__ = ["DEFAULT_TARGET_DIR", "METRICS", "Target", "ValidationRow", "load_targets", "simulate_target", "validate"]
+__all__ = ["DEFAULT_TARGET_DIR", "METRICS", "ErrorGroup", "Target", "ValidationRow", "error_summary", "load_targets",
+           "simulate_target", "validate"]
 
 STAGE_FIELD = {"data": "data_s", "generation": "generation_s", "logprob": "logprob_s", "training": "train_s",
                "prepare": "weight_sync_s", "step": "step_s"}
@@ -70,6 +72,8 @@ class Target:
     hardware: str
     scenario_path: str
     tolerance: float
+    gpu: str = ""      # the scenario's hardware profile and model, as it names them (error_summary's groups)
+    model: str = ""
 
     @property
     def id(self) -> str:
@@ -171,7 +175,8 @@ def load_targets(paths: list[str] | None = None) -> list[Target]:
                 raise SpecError(f"targets[{i}].id", row.id, f"unique (also in {seen[row.id]})", str(f))
             seen[row.id] = str(f)
             scen = resolve_scenario_path(row.scenario, f)
-            out.append(Target(row, str(f), doc.source, doc.hardware, str(scen), row.tol))
+            sc = load_scenario(str(scen))
+            out.append(Target(row, str(f), doc.source, doc.hardware, str(scen), row.tol, sc.hardware, sc.model))
     return out
 
 
@@ -367,3 +372,47 @@ def validate(paths: list[str] | None = None, tolerance: float | None = None,
             raise SpecError(exc.field, exc.value, f"{exc.allowed} (target {t.id})", exc.where or t.file) from None
         rows.append(ValidationRow(t, sim, slow, fast, se))
     return rows
+
+
+@dataclass(frozen=True)
+class ErrorGroup:
+    """The quantitative rows of one target file on one GPU and model (model `all`: the file's rows on
+    that GPU; GPU and model `all`: the whole file), in the spirit of aiconfigurator's per-model error
+    reports: rows, rows within tolerance, the predictions among them, and the median absolute and
+    signed relative errors (fit rows included; `predictions_within` counts predictions alone)."""
+
+    file: str
+    gpu: str
+    model: str
+    rows: int
+    within: int
+    predictions: int
+    predictions_within: int
+    median_abs_error: float
+    median_signed_error: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "gpu": self.gpu, "model": self.model, "rows": self.rows, "within": self.within,
+                "predictions": self.predictions, "predictions_within": self.predictions_within,
+                "median_abs_error_pct": 100 * self.median_abs_error,
+                "median_signed_error_pct": 100 * self.median_signed_error}
+
+
+def error_summary(rows: list[ValidationRow]) -> list[ErrorGroup]:
+    """Per target file: one group per (GPU, model), one per GPU over its models, one for the file;
+    ordinal rows (no error) are left out. Groups come in file order, then by GPU and model."""
+    out: list[ErrorGroup] = []
+    quant = [r for r in rows if not r.ordinal and np.isfinite(r.simulated)]
+    files = list(dict.fromkeys(r.target.file for r in quant))
+    for f in files:
+        mine = [r for r in quant if r.target.file == f]
+        keys = sorted({(r.target.gpu, r.target.model) for r in mine})
+        gpus = sorted({g for g, _ in keys})
+        wanted = [*keys, *((g, "all") for g in gpus if sum(1 for k in keys if k[0] == g) > 1), ("all", "all")]
+        for gpu, model in wanted:
+            grp = [r for r in mine if gpu in ("all", r.target.gpu) and model in ("all", r.target.model)]
+            err = np.array([r.error for r in grp])
+            pred = [r for r in grp if r.target.role == "prediction"]
+            out.append(ErrorGroup(Path(f).name, gpu, model, len(grp), sum(r.passed for r in grp), len(pred),
+                                  sum(r.passed for r in pred), float(np.median(np.abs(err))), float(np.median(err))))
+    return out

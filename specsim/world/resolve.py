@@ -264,7 +264,7 @@ def resolve(sc: Scenario) -> World:
                  PipelineSpec(sc.name, p.mode, p.steps, p.warmup_steps, p.policy_lag, p.partial_rollouts,
                               0.0 if free else float(p.reward_s), 0.0 if free else float(p.engine_prepare_s),
                               0.0 if free else float(p.data_s)),
-                 TrainerSpec(trainer, "none" if free else sc.training.weight_sync,
+                 TrainerSpec(trainer, "none" if free else trainer.weight_sync,
                              float(sc.drafter.update_token_fraction)), context)
 
 

@@ -95,7 +95,7 @@ class PipelineSpec:
 @dataclass(frozen=True)
 class TrainerSpec:
     """The trainer: its layout (GPUs, parallelism), how weights reach the rollout engines
-    (`weight_sync` broadcast | reshard) and the share of tokens an online drafter update trains on."""
+    (`weight_sync`: cost/training.WEIGHT_SYNCS) and the share of tokens an online drafter update trains on."""
 
     layout: TrainingLayout
     weight_sync: str

@@ -158,6 +158,27 @@ def test_check_bad_inputs_exit_2(args, needles):
         assert needle in err, err
 
 
+@pytest.mark.parametrize("sets, needles", [
+    (["training.micro_batch_tokens=0"], ["training.micro_batch_tokens", ">= 1", "got 0"]),
+    (["training.micro_batch_tokens=4096"], ["training.micro_batch_tokens", ">= the longest sequence", "got 4096"]),
+    (["training.logprob_micro_batch_tokens=-8"], ["training.logprob_micro_batch_tokens", "got -8"]),
+    (["training.cp=2", "workload.max_response_tokens=20481"], ["training.cp", "2·cp", "got 2"]),
+    (["training.cp=3"], ["training.cp", "dividing", "got 3"]),
+    (["training.dtype=fp8", "hardware=a100_sxm"], ["training.dtype", "no fp8", "got 'fp8'"]),
+    (["training.dtype=fp4"], ["training.dtype", "got 'fp4'"]),
+    (["training.global_batch_samples=0"], ["training.global_batch_samples", "got 0"]),
+    (["training.weight_sync=carrier"], ["training.weight_sync", "got 'carrier'"]),
+])
+def test_trainer_fields_bad_input_exit_2(sets, needles):
+    """The trainer fields from NeMo-RL's recipes: each bad value is one `error:` naming the field."""
+    args = ["check", SCENARIO]
+    for s in sets:
+        args += ["--set", s]
+    err = bad(*args)
+    for needle in needles:
+        assert needle in err, err
+
+
 def test_check_bad_yaml_exit_2(tmp_path):
     p = tmp_path / "broken.yaml"
     p.write_text("rollout: [1,\n")

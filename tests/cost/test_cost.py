@@ -146,6 +146,20 @@ def test_nvlink_inside_domain_scaleout_outside():
     assert float(comm.all_reduce_s(big, 1, H100)) == 0.0
 
 
+def test_cross_domain_collectives_pay_scaleout_latency_only_between_domains():
+    """NCCL's hierarchical tree across NVLink domains: ⌈log2 d⌉ steps at the NVLink latency, ⌈log2 ⌈n/d⌉⌉
+    at the scale-out latency; the bandwidth term stays the NIC's. A TP-16 all-reduce of a decode's
+    activations over two HGX nodes then costs 3 NVLink + 1 scale-out hops, not 4 scale-out hops."""
+    small = 16 * 4096 * 2.0
+    bw, _ = comm.link(H100, 16)
+    lat = 3 * H100.nvlink_latency_s + 1 * H100.scaleout_latency_s
+    assert float(comm.all_reduce_s(small, 16, H100)) == pytest.approx(lat + 2 * 15 / 16 * small / bw)
+    assert float(comm.all_gather_s(small, 64, H100)) == pytest.approx(3 * H100.nvlink_latency_s + 3 * H100.scaleout_latency_s
+                                                                      + 63 / 64 * small / bw)
+    assert comm.hop_latency_s(H100, 8) == pytest.approx(3 * H100.nvlink_latency_s)
+    assert comm.hop_latency_s(H100, 9) == pytest.approx(3 * H100.nvlink_latency_s + H100.scaleout_latency_s)
+
+
 def test_all_reduce_ring_formula():
     n, nbytes = 8, 1e9
     bw, lat = comm.link(H100, n)

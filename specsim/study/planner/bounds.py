@@ -97,8 +97,7 @@ class BoundModel:
             seqs = tc.sequence_tokens(*_expected_lengths(w))
             tl = w.trainer.layout
             colocated = w.pipeline.mode == "sync"
-            sync = tc.weight_sync_s(w.model, w.hw, w.layout, w.rollout.gpus, tl.gpus,
-                                    method=w.trainer.weight_sync, colocated=colocated) \
+            sync = tc.refit_s(w.model, w.hw, w.layout, w.rollout.gpus, tl, colocated=colocated) \
                 + (w.pipeline.engine_prepare_s if colocated else 0.0)
             self._trainer[key] = float(w.pipeline.reward_s + tc.logprob_s(w.model, w.hw, tl, seqs)
                                        + tc.train_s(w.model, w.hw, tl, seqs) + sync)
