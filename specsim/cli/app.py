@@ -148,9 +148,12 @@ def check(
                          + ("" if sc.rollout.max_batch else " (vLLM's default max_num_seqs for this GPU)"))
     tr = info["trainer"]
     t.add_row("training", f"{sc.pipeline.mode}: {tr['layout']}, {tr['sharding']}, MFU {tr['mfu']:.3f}")
-    t.add_row("trainer, step 0's draw", f"{tr['tokens'] / 1e6:.1f} M tokens: train {tr['train_s']:.1f} s (math "
-                                        f"{tr['compute_s']:.1f}, data-parallel exchange {tr['dp_comm_s']:.1f}, "
-                                        f"bubble + TP + EP {tr['bubble_tp_ep_s']:.1f}), logprob {tr['logprob_s']:.1f} s")
+    t.add_row("trainer, step 0's draw", f"{tr['tokens'] / 1e6:.1f} M tokens in {tr['optimizer_steps']} optimizer "
+                                        f"step(s), {tr['micro_batches']} micro-batches per data-parallel rank: train "
+                                        f"{tr['train_s']:.1f} s (math {tr['compute_s']:.1f}, data-parallel exchange "
+                                        f"{tr['dp_comm_s']:.1f}, pipeline bubble + TP + EP + CP "
+                                        f"{tr['bubble_tp_ep_s']:.1f}, host time per layer pass {tr['overhead_s']:.1f}), "
+                                        f"logprob {tr['logprob_s']:.1f} s")
     t.add_row("KV capacity per engine", f"{world.kv_capacity_tokens:,} tokens "
                                         f"({info['max_length_sequences_in_kv']} max-length sequences)")
     mem = ", ".join(f"{common.gb_label(key)} {v:.1f}" for key, v in info["memory_gb_per_gpu"].items())
