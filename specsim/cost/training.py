@@ -328,7 +328,7 @@ def _pass_cost(model: ModelSpec, hw: HardwareSpec, tl: TrainingLayout, seq_token
     if cp > 1:
         kv = tokens_mb / cp * 2 * max(1.0, model.kv_heads / tp) * model.head_dim * act
         ring = (cp - 1) * float(comm.p2p_s(kv, hw, across_domain=tp * cp > hw.nvlink_domain_gpus))
-        attn_mb_layer = flops_factor * attn / model.layers / m_total / (efficiency * peak) / flops_factor
+        attn_mb_layer = attn / model.layers / m_total / (efficiency * peak)   # one layer's forward attention
         cp_comm = layers_stage * max(0.0, ring - attn_mb_layer)
     overhead = layers_stage * tl.layer_overhead_s + moe_stage * tl.moe_layer_overhead_s
     return PassCost(compute, comm_passes * tp_comm, comm_passes * ep_comm, comm_passes * cp_comm,
