@@ -116,14 +116,14 @@ def heatmap_e2e_speedup(stem: Path, sc, frame: pd.DataFrame, analysis: dict) -> 
 def tied_with_best(frame: pd.DataFrame, metric: str, keys: list[str], by, bx) -> dict:
     """Per cell (its `keys` values): is it statistically tied with the best cell (by, bx) — the
     95 % t-interval of cell ÷ best, paired over replicates, contains 1? Needs ≥ 2 common replicates."""
-    from specsim.study.report.tables import mean_ci
+    from specsim.study.report.tables import ratio_ci
 
     best = frame[(frame[keys[0]] == by) & (frame[keys[1]] == bx)].set_index("replicate")[metric]
     out = {}
     for cell, g in frame.groupby(keys, sort=True):
         x = g.set_index("replicate")[metric]
         common = sorted(set(x.index) & set(best.index))
-        m = mean_ci([float(x[r]) / float(best[r]) for r in common], floor=None)
+        m = ratio_ci([float(x[r]) / float(best[r]) for r in common])
         out[tuple(cell)] = bool(m["ci95"] is not None and m["ci95"][0] <= 1.0 <= m["ci95"][1])
     return out
 

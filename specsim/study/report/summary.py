@@ -7,7 +7,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from specsim.study.report.tables import NO_CI_NOTE, TIE_REL, TRAINER_BOUND_IDLE, bottleneck, fmt_ci, jsonable
+from specsim.study.report.tables import (
+    NO_CI_NOTE,
+    TIE_REL,
+    TRAINER_BOUND_IDLE,
+    bottleneck,
+    few_replicates_warning,
+    fmt_ci,
+    jsonable,
+)
 
 __all__ = ["EXPLAIN_FACTS", "counterfactual_note", "explain_block", "explain_command", "explain_lines",
            "explain_markdown", "summary_dict", "summary_markdown", "what_ifs_of"]
@@ -93,6 +101,9 @@ def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str
         "resolved_scenario": sc.model_dump(mode="json"),
     }
     summary["warnings"] = review_warnings(sc, best)
+    few = few_replicates_warning(reps)
+    if few:
+        summary["warnings"].insert(0, few)
     if best is not None:
         point_sc = plan.point_scenarios[best["point"]]
         summary["best"]["k"] = best["k"]

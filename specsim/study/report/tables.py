@@ -131,6 +131,43 @@ def mean_ci(values, floor: float | None = 0.0, ceiling: float | None = None) -> 
     return {"n": n, "mean": mean, "sd": sd, "ci95": [lo, hi]}
 
 
+def ratio_ci(values) -> dict:
+    """mean_ci of a ratio (one point ÷ another, paired per replicate) whose interval is taken on the
+    log scale: the t-interval of log(ratio), exponentiated, so it is positive and multiplicative
+    (×/÷ the same factor around the geometric mean) as a ratio's spread is, instead of a symmetric
+    interval that reaches below 0 at 2-3 replicates. `mean` stays the arithmetic mean of the
+    ratios; `scale` says "log". Non-positive ratios (not ratios of times) give no interval."""
+    from scipy import stats
+
+    m = mean_ci(values, floor=None)
+    x = np.asarray([v for v in values if v is not None and math.isfinite(float(v))], float)
+    m["scale"] = "log"
+    if m["n"] < 2 or np.any(x <= 0):
+        m["ci95"] = None
+        return m
+    lx = np.log(x)
+    half = float(stats.t.ppf(0.975, len(x) - 1)) * float(lx.std(ddof=1)) / math.sqrt(len(x))
+    m["ci95"] = [float(np.exp(lx.mean() - half)), float(np.exp(lx.mean() + half))]
+    return m
+
+
+#: fewer replicates than this: an interval's t-factor (12.7 at 2) makes it too wide and too unstable to act on
+MIN_REPLICATES_FOR_INTERVALS = 3
+
+
+def few_replicates_warning(n: int) -> str | None:
+    """The warning every report gives when its intervals rest on 2 replicates, fewer than
+    MIN_REPLICATES_FOR_INTERVALS (None otherwise: one replicate has no interval to warn about, and
+    says so where it is printed)."""
+    if not 2 <= n < MIN_REPLICATES_FOR_INTERVALS:
+        return None
+    from scipy import stats
+
+    t = float(stats.t.ppf(0.975, n - 1))
+    return (f"intervals rest on {n} replicates (Student t = {t:.1f}): they are wide and move a lot from run to "
+            f"run; run at least {MIN_REPLICATES_FOR_INTERVALS} replicates before acting on them")
+
+
 #: Async: below this share of the step spent waiting for rollouts, the trainer sets the pace.
 TRAINER_BOUND_IDLE = 0.10
 
@@ -207,20 +244,20 @@ def analyse(sc, rows: list[dict], cols: list[str]) -> dict:
     return out
 
 
-def _paired_ratio(df: pd.DataFrame, col: str, a: int, b: int, floor: float | None = 0.0) -> tuple[dict, int]:
-    """mean_ci of point a's `col` ÷ point b's, replicate by replicate (the two see the same draws),
-    and how many replicates both have."""
+def _paired_ratio(df: pd.DataFrame, col: str, a: int, b: int) -> tuple[dict, int]:
+    """ratio_ci of point a's `col` ÷ point b's, replicate by replicate (the two see the same draws;
+    a log-scale interval), and how many replicates both have."""
     x = df[df["point"] == a].set_index("replicate")[col]
     y = df[df["point"] == b].set_index("replicate")[col]
     common = sorted(set(x.index) & set(y.index))
-    return mean_ci([x[r] / y[r] for r in common], floor=floor), len(common)
+    return ratio_ci([x[r] / y[r] for r in common]), len(common)
 
 
 def _paired_margin(df: pd.DataFrame, rank: str, best: int, runner: int) -> dict:
     """How clearly the best point beats the runner-up: the ratio of their ranking metric per
     replicate (_paired_ratio), its mean and 95 % interval. `separated`: the interval lies above 1;
     otherwise the two are within the replicates' spread and this run does not rank them."""
-    ratio, n = _paired_ratio(df, rank, best, runner, floor=None)
+    ratio, n = _paired_ratio(df, rank, best, runner)
     ci = ratio["ci95"]
     return {"runner_up": int(runner), "ratio": ratio, "replicates": n,
             "separated": bool(ci is not None and ci[0] > 1.0)}
@@ -324,7 +361,7 @@ def capacity_notes(rows: list[dict]) -> list[str]:
         for (n0, s0, b0), (n1, s1, b1) in itertools.pairwise(pts):
             common = sorted(set(b0) & set(b1))
             if len(common) >= 2:
-                m = mean_ci([b1[r] / b0[r] for r in common], floor=None)
+                m = ratio_ci([b1[r] / b0[r] for r in common])
                 rises = m["mean"] > 1 + RISE_REL and m["ci95"][0] > 1
                 detail = f", paired over {len(common)} replicates: ×{m['mean']:.3f} [{m['ci95'][0]:.3f}, {m['ci95'][1]:.3f}]"
             else:
