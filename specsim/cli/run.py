@@ -19,7 +19,18 @@ from typing import Annotated
 
 import typer
 
-from specsim.cli.common import CatalogOpt, Format, FormatOpt, SetOpt, console, emit_json, handle_errors, use_catalog
+from specsim.cli.common import (
+    CatalogOpt,
+    ForceOpt,
+    Format,
+    FormatOpt,
+    FreshOpt,
+    SetOpt,
+    console,
+    emit_json,
+    handle_errors,
+    use_catalog,
+)
 
 __all__ = ["Backend", "run", "show_scenario"]
 
@@ -60,11 +71,8 @@ def run(
     backend: Annotated[Backend, typer.Option("--backend", help="local processes, or a Ray cluster.")] = Backend.local,
     address: Annotated[str | None, typer.Option("--address", help="Ray cluster address (ray.init(address=...)); "
                                                    "default: a local Ray instance.")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Write into a non-empty --out folder specsim did not write "
-                                                       "(or one holding another scenario's results, which are "
-                                                       "discarded).")] = False,
-    fresh: Annotated[bool, typer.Option("--fresh", help="Discard the results already in the folder and recompute "
-                                                       "everything (default: resume).")] = False,
+    force: ForceOpt = False,
+    fresh: FreshOpt = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar on stderr.")] = False,
     catalog: CatalogOpt = None,
     fmt: FormatOpt = Format.table,
