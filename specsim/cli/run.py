@@ -152,10 +152,10 @@ def _print_run(res) -> None:
     for v, label in (("ar", "without SD"), ("sd", "with SD")):
         m = (cap.get("minimum") or {}).get(v)
         if m and m.get("simulated") and cap.get("target_step_s"):
-            smallest = m["simulated"] == min(cap["sizes"])
-            con.print(f"capacity: {label}, {'<= ' if smallest else ''}{m['simulated']} rollout GPUs reach the "
-                      f"{cap['target_step_s']:.1f} s target ({cap['target_source']})"
-                      + (" — the smallest size simulated" if smallest else f", ≈{m['interpolated']} interpolated"))
+            from specsim.study.report.tables import capacity_answer
+
+            con.print(f"capacity: {label}, minimum rollout GPUs for the {cap['target_step_s']:.1f} s target "
+                      f"({cap['target_source']}): {capacity_answer(m, cap['sizes'])}")
         elif m and cap.get("target_step_s"):
             con.print(f"capacity: {label}, no simulated rollout size reaches the {cap['target_step_s']:.1f} s target")
     for note in cap.get("notes", []) + list(s.get("warnings") or []) + list(res.warnings):   # rel (#15 rows 1, 5, 7, 18): notes and warnings

@@ -12,6 +12,7 @@ from specsim.study.report.tables import (
     TIE_REL,
     TRAINER_BOUND_IDLE,
     bottleneck,
+    capacity_answer,
     few_replicates_warning,
     fmt_ci,
     jsonable,
@@ -431,8 +432,8 @@ def summary_markdown(s: dict) -> str:
             if m.get("simulated") is None:
                 L.append(f"- {label}: {m.get('note', 'target not reached')}")
             else:
-                L.append(f"- minimum rollout GPUs reaching the target {label}: **{m['simulated']}** simulated "
-                         f"(≈ {m['interpolated']} interpolated log-log between simulated sizes)"
+                L.append(f"- minimum rollout GPUs reaching the target {label}: **{capacity_answer(m, cap['sizes'])}** "
+                         "(interpolation: log-log between simulated sizes)"
                          + (f"; {m['note']}" if m.get("note") else ""))
         L.append("")
         for note in cap.get("notes", []):

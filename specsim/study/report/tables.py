@@ -335,9 +335,12 @@ def capacity_table(cap_plan: dict, runs: dict) -> dict:
         target_source = f"AR step time at the scenario's {cap_plan['scenario_rollout_gpus']} rollout GPUs"
     minimum = {}
     for variant in ("ar", "sd"):
-        pts = [(r["rollout_gpus"], r["step_s"]) for r in rows if r["variant"] == variant and r["step_s"] is not None]
-        if pts:
-            minimum[variant] = _min_gpus(sorted(pts), target, cap_plan["gpus_per_engine"])
+        mine = sorted((r for r in rows if r["variant"] == variant and r["step_s"] is not None),
+                      key=lambda r: r["rollout_gpus"])
+        if mine:
+            minimum[variant] = _min_gpus([(r["rollout_gpus"], r["step_s"]) for r in mine], target,
+                                         cap_plan["gpus_per_engine"])
+            minimum[variant].update(_min_range([(r["rollout_gpus"], r.get("step_s_ci95")) for r in mine], target))
     return {"rows": rows, "target_step_s": target, "target_source": target_source, "minimum": minimum,
             "notes": capacity_notes(rows), "replicates": cap_plan.get("replicates", 1),
             "k": cap_plan["k"], "has_sd": cap_plan["has_sd"], "reference_point": cap_plan["reference_point"],
@@ -396,6 +399,42 @@ def _min_gpus(pts: list[tuple[int, float]], target: float | None, per_engine: in
         out["note"] = (f"the smallest simulated size ({n_ok} GPUs) already reaches the target: the minimum is "
                        f"{n_ok} GPUs or fewer (add smaller sizes to output.capacity.rollout_gpus)")
     return out
+
+
+def _min_range(cis: list[tuple[int, list | None]], target: float | None) -> dict:
+    """What the replicates' intervals allow of the minimum size: `may_reach` is the smallest size
+    whose 95 % step-time interval reaches down to the target, `surely_reaches` the smallest whose
+    whole interval lies at or under it (None: none). When they differ the answer is a range, not
+    the count the means give. Empty without a target or without intervals."""
+    if target is None or not any(ci for _, ci in cis):
+        return {}
+    tol = target * (1 + 1e-9)
+    may = [n for n, ci in cis if ci and ci[0] <= tol]
+    sure = [n for n, ci in cis if ci and ci[1] <= tol]
+    return {"may_reach": min(may) if may else None, "surely_reaches": min(sure) if sure else None}
+
+
+def capacity_answer(m: dict, sizes: list[int], *, reason: bool = True) -> str:
+    """The minimum rollout GPUs for the target as a reader should take it: a range when the
+    step-time intervals straddle the target (_min_range), '≤ N' at the smallest simulated size,
+    else the simulated count with its '≈' interpolation; 'not reached' when no size reaches it.
+    `reason=False`: without the clause saying why a range (a plot's box marks it instead)."""
+    if not m or m.get("simulated") is None:
+        return "not reached by any simulated size"
+    n, smallest = m["simulated"], m["simulated"] == min(sizes)
+    may, sure = m.get("may_reach"), m.get("surely_reaches")
+    if may is not None and (may != n or sure != n):
+        low = f"≤ {may:,}" if may == min(sizes) else f"{may:,}"
+        if sure is None:
+            why = "no simulated size's step-time interval lies wholly under the target"
+            text = f"from {low} to more than {max(sizes):,} GPUs (means: {n:,})"
+        else:
+            why = "the step-time intervals straddle the target"
+            text = f"between {low} and {sure:,} GPUs (means: {n:,})"
+        return f"{text}: {why}" if reason else text
+    if smallest:
+        return f"≤ {n:,} GPUs (the smallest size simulated)"
+    return f"{n:,} GPUs simulated (≈ {m['interpolated']:,} interpolated)"
 
 
 def jsonable(obj: Any) -> Any:
