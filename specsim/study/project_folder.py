@@ -25,6 +25,7 @@ and dollars ≥ 0, the idle share in [0, 1]: tables.mean_ci).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import math
@@ -171,8 +172,11 @@ def _project_locked(sc: Scenario, out_dir: Path, replicates: int, jobs: int, eng
     files += ["plots/projection_steps.png", "plots/projection_steps.csv"]
     few = few_replicates_warning(replicates)
     notes = ([few] if few else []) + warnings
+    from specsim.world.resolve import weight_dtypes_of
+
     summary = {"scenario": sc.name, "description": sc.description, "model": sc.model, "hardware": sc.hardware,
                "seed": sc.seed, "specsim_version": specsim_version(), "projection": p,
+               "rollout_weight_dtype": dataclasses.asdict(weight_dtypes_of(sc)),
                "warnings": notes, "plots": {"projection_steps": Path(plot).name},
                "run": {"wall_s": time.perf_counter() - t0, "computed_runs": computed, "reused_runs": reused,
                        "jobs": jobs, "backend": "local", "out_dir": str(out_dir),

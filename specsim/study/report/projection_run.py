@@ -138,6 +138,8 @@ def project_markdown(summary: dict, table: pd.DataFrame) -> str:
              f"{summary['model']} on {summary['hardware']}: {p['steps']} RL steps on {p['gpus']} GPUs, "
              f"{reps} paired replicate{'s' if reps != 1 else ''} (SD and AR on the same draws). "
              + ("Mean [95 % interval]." if reps >= 2 else "One replicate: means, no interval."), ""]
+    if summary.get("rollout_weight_dtype"):
+        lines += [f"Rollout weights: {summary['rollout_weight_dtype']['source']}.", ""]
     if summary.get("warnings"):
         lines += ["## Warnings", ""] + [f"- {w}" for w in summary["warnings"]] + [""]
     lines += ["## Totals", "", "| | AR | SD | SD saves |", "|---|---|---|---|",

@@ -4,6 +4,7 @@ analysis behind them)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -101,6 +102,9 @@ def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str
         "plots": {k: Path(v).name for k, v in plots.items()},
         "resolved_scenario": sc.model_dump(mode="json"),
     }
+    from specsim.world.resolve import weight_dtypes_of
+
+    summary["rollout_weight_dtype"] = dataclasses.asdict(weight_dtypes_of(sc))
     summary["warnings"] = review_warnings(sc, best)
     few = few_replicates_warning(reps)
     if few:
@@ -348,6 +352,8 @@ def summary_markdown(s: dict) -> str:
     L.append(f"{s['description']}")
     L.append("")
     L.append(f"- model **{s['model']}** on **{s['hardware']}**; seed {s['seed']}; specsim {s['specsim_version']}")
+    if s.get("rollout_weight_dtype"):
+        L.append(f"- rollout weights: {s['rollout_weight_dtype']['source']}")
     L.append(f"- {s['combinations']} sweep point(s) × {s['replicates']} replicate(s) = {s['rows']} rows")
     swept = ", ".join(f"`{k}` ∈ {yaml_value(v)}" for k, v in s["swept"].items()) or "nothing swept"
     L.append(f"- swept: {swept}")
