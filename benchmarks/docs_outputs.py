@@ -153,6 +153,19 @@ def _ci(m: dict, d: int = 3) -> str:
     return f"{m['mean']:.{d}f}× [{m['ci95'][0]:.{d}f}, {m['ci95'][1]:.{d}f}]" if m.get("ci95") else f"{m['mean']:.{d}f}×"
 
 
+def _values(summary: dict, point: int) -> str:
+    v = next(p["values"] for p in summary["points"] if p["point"] == point)
+    return ", ".join(f"{k.split('.')[-1].replace('policy_lag', 'lag')} = {x}" for k, x in v.items())
+
+
+def _runner_up(summary: dict) -> str:
+    """The best point against the runner-up, in words."""
+    m = summary["best_vs_runner_up"]
+    best = summary["best"]["point"]
+    return (f"the best ({_values(summary, best)}) and the runner-up ({_values(summary, m['runner_up'])}) are "
+            f"×{_ci(m['ratio']).rstrip('×').replace('× [', ' [')}")
+
+
 def _gen_by_lag(summary: dict, k: int) -> list[float]:
     """The "generation vs baseline" column of the points with draft length k, by policy lag."""
     pts = sorted((p for p in summary["points"] if p["values"].get("speculation.k") == k),
@@ -197,6 +210,7 @@ EXPENSIVE: dict[str, Callable[[], str]] = {
     "main.wall": lambda: f"{main_job()['wall_s']:.0f} s",
     "main.best-e2e": lambda: _ci(main_job()["best"]["e2e_speedup_vs_sync_ar"]),
     "main.sd-gain": lambda: _ci(main_job()["sd_gain_over_best_ar"]),
+    "main.runner-up": lambda: _runner_up(main_job()),
     "main.gen-ar-by-lag": lambda: ", ".join(f"{x:.3f}" for x in _gen_by_lag(main_job(), 0)),
     "main.gen-ar-by-lag.shape": lambda: _shape(_gen_by_lag(main_job(), 0)),
     "plan.best-ar-step": lambda: _step(plan()["best_ar"]),

@@ -87,7 +87,8 @@ def caveats(resolved: dict, summary: dict) -> list[str]:
     out += [f"Review: {w}" for w in summary.get("warnings") or [] if "sequences on average" not in w]
     out += [f"Run warning: {w}" for w in (summary.get("run") or {}).get("warnings", [])]
     out.append("Every speedup is a paired comparison on common random draws; intervals are 95 % t-intervals over "
-               "paired replicates (a single replicate gives no interval).")
+               "paired replicates, cut at 0 (a share also at 1), a ratio of two points' on the log scale (a single "
+               "replicate gives no interval).")
     return out
 
 

@@ -309,8 +309,9 @@ def step_breakdown(stem: Path, sc, bars: list[dict]) -> str | None:
             notes.append(f"{mark} {b['label'].splitlines()[0]}: generation latency {b['generation_s']:.0f} s, "
                          "longer than the step: it overlaps the steps in flight (async)")
         ax.text(x[i], bottom[i] * 1.01, f"step {b['step_s']:.0f} s{mark}", ha="center", va="bottom", fontsize=8)
-        ax.text(x[i] + 0.27, b["data_s"] + b["exposed_generation_s"] / 2, f"{b['exposed_generation_s']:.0f} s\nexposed",
-                ha="left", va="center", fontsize=7)
+        if b["exposed_generation_s"] >= 0.5:   # a trainer that never waits has nothing to label
+            ax.text(x[i] + 0.27, b["data_s"] + b["exposed_generation_s"] / 2,
+                    f"{b['exposed_generation_s']:.0f} s\nexposed", ha="left", va="center", fontsize=7)
     ax.set_xticks(x, [b["label"] for b in bars], fontsize=8)
     ax.set_xlim(-0.7, len(bars) - 0.2)
     ax.set_ylabel("steady-state time per RL step (s)")
@@ -401,9 +402,9 @@ def capacity_plan(stem: Path, sc, capacity: dict) -> str | None:
                 lines.append(f"{'with SD' if v == 'sd' else 'without SD'}: {short}" + (" *" if short != capacity_answer(m, sizes) else ""))
         if ranged:
             lines.append("* a range, not a count: the 95 % step-time\n  intervals straddle the target")
-    if lines:
-        a1.text(0.98, 0.97, "min rollout GPUs for target\n" + "\n".join(lines), transform=a1.transAxes,
-                ha="right", va="top", fontsize=8, bbox={"boxstyle": "round", "fc": "white", "ec": "0.5"})
+    if lines:   # below the axes: a box inside them would sit on the curves
+        a1.text(0.0, -0.2, "min rollout GPUs for the target\n" + "\n".join(lines), transform=a1.transAxes,
+                ha="left", va="top", fontsize=8, bbox={"boxstyle": "round", "fc": "white", "ec": "0.5"})
     for ax in (a1, a2):
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [str(s) for s in sizes])
@@ -414,7 +415,7 @@ def capacity_plan(stem: Path, sc, capacity: dict) -> str | None:
     a2.set_ylabel("GPU-hours per 1,000 RL steps (all GPUs)")
     a1.legend(fontsize=8, loc="lower left", framealpha=0.9)
     a2.legend(fontsize=8, loc="best", framealpha=0.9)
-    a1.set_ylim(0, a1.get_ylim()[1] * 1.25)   # headroom for the box above the curves
+    a1.set_ylim(0, a1.get_ylim()[1] * 1.05)
     a2.set_ylim(bottom=0)
     a2.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     fig.suptitle(_title(sc, "capacity plan: rollout cluster size"), fontsize=9)
@@ -469,8 +470,7 @@ def sd_gain_by_lag(stem: Path, sc, frame: pd.DataFrame, analysis: dict) -> str |
         err = np.vstack([y - data[f"{col}_lo"].to_numpy(float), data[f"{col}_hi"].to_numpy(float) - y])
         ax.errorbar(data["policy_lag"] + dx, y, yerr=None if np.all(np.isnan(err)) else err, capsize=3, **kw)
     ax.axhline(1.0, color="0.6", lw=0.8)
-    ax.text(1.0, 1.0, "no gain ", transform=ax.get_yaxis_transform(), ha="right", va="bottom", fontsize=7,
-            color="0.45")
+    ax.text(0.0, 1.0, " no gain", transform=ax.get_yaxis_transform(), ha="left", va="top", fontsize=7, color="0.45")
     ax.set_xticks(list(data["policy_lag"]))
     ax.set_xlabel("policy lag (versions)")
     ax.set_ylabel("SD gain: AR step ÷ SD step (×)")
