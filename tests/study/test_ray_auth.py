@@ -2,6 +2,8 @@
 sent to an explicit --address when one is available, and a refusal is one error naming --address
 and what to set. No cluster is started: Ray itself is replaced where a connection would be made."""
 
+import os
+
 import pytest
 
 from specsim.errors import SpecError
@@ -11,14 +13,13 @@ from specsim.study import executors
 @pytest.fixture
 def clean_env(monkeypatch, tmp_path):
     for var in (executors.RAY_AUTH_MODE, executors.RAY_AUTH_TOKEN, executors.RAY_AUTH_TOKEN_PATH):
-        monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv(var, "")     # recorded, so what the code under test sets is undone after
+        monkeypatch.delenv(var)
     monkeypatch.setenv("HOME", str(tmp_path))
     return tmp_path
 
 
 def test_a_token_on_disk_turns_token_mode_on_for_an_explicit_address(clean_env, monkeypatch):
-    import os
-
     executors.use_ray_token_auth()
     assert executors.RAY_AUTH_MODE not in os.environ and executors.ray_token_source() is None
     (clean_env / ".ray").mkdir()
