@@ -65,7 +65,9 @@ def _brute(tiny, reps: int) -> dict:
 
 
 def test_search_keeps_the_brute_force_best(tiny, planned):
-    res, _ = planned
+    res, out = planned
+    assert any("2 replicates (Student t = 12.7)" in w for w in res.warnings)       # few replicates: said
+    assert "2 replicates (Student t = 12.7)" in (out / "report.html").read_text(encoding="utf-8")
     brute = _brute(tiny, 2)
     assert len(brute) == 24
     for arm in ("ar", "sd"):
