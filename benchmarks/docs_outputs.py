@@ -95,6 +95,7 @@ def _think_lengths() -> dict:
     return specsim_json("show", "lengths", *THINK)["summary"]
 
 
+@functools.lru_cache(maxsize=None)
 def _check() -> dict:
     return specsim_json("check", *THINK)
 
@@ -111,6 +112,12 @@ CHEAP: dict[str, Callable[[], str]] = {
     "tour.show-model-128": lambda: _rows(specsim("show", "model", "Qwen3-8B", "--hardware", "h100_sxm", "--tp", "1",
                                                  "--context", "128"), "batch",
                                          _batch_in((32, 128, 256, 512, 1024))),
+    "tour.check.kv": lambda: f"{_check()['kv_capacity_tokens_per_engine']:,}",
+    "tour.check.tokens": lambda: f"{_check()['trainer']['tokens'] / 1e6:.1f}",
+    "tour.check.train": lambda: f"{_check()['trainer']['train_s']:.1f}",
+    "tour.check.logprob": lambda: f"{_check()['trainer']['logprob_s']:.1f}",
+    "tour.check.alpha0": lambda: f"{_check()['alpha0']:.3f}",
+    "tour.check.tau": lambda: f"{_check()['tau_at_k']['tau']:.2f}",
     "tour.lengths-growth.mean": lambda: f"{_lengths(*GROWTH)['mean_tokens']:,.0f}",
     "tour.lengths-growth.truncated": lambda: f"{100 * _lengths(*GROWTH)['truncated_share']:.1f}",
     "tour.lengths-think.mean": lambda: f"{_think_lengths()['mean_tokens']:,.0f}",
@@ -166,6 +173,34 @@ def _runner_up(summary: dict) -> str:
             f"×{_ci(m['ratio']).rstrip('×').replace('× [', ' [')}")
 
 
+def _summary_table(s: dict) -> str:
+    """The tour's table of what the main job's summary.md adds (markdown)."""
+    def pt(e):
+        return f"k = {e['k']}, policy lag {e['policy_lag']}"
+
+    def sec(m):
+        return f"{m['mean']:.1f} s [{m['ci95'][0]:.1f}, {m['ci95'][1]:.1f}]"
+
+    b, sd = s["best"], s["best_sd"]
+    cap = {(r["variant"], r["rollout_gpus"]): r["step_s"] for r in s["capacity"]["rows"] if r["step_s"] is not None}
+    sizes = sorted({n for _, n in cap})
+    taus = {p["values"]["speculation.k"]: p["tau"]["mean"] for p in s["points"]
+            if p["values"].get("pipeline.policy_lag") == sd["policy_lag"] and p["values"]["speculation.k"] > 0}
+    rows = [("best point", f"{pt(b)}: {_ci(b['e2e_speedup_vs_sync_ar'])} vs sync AR; step {sec(b['step_s'])}"),
+            ("best SD point", f"{pt(sd)}: step {sec(sd['step_s'])}"),
+            ("SD gain over the best AR configuration", f"**{_ci(s['sd_gain_over_best_ar'])}**"),
+            ("bottleneck of the best point", f"trainer idle {100 * b['trainer_idle_share']['mean']:.1f} % of the "
+                                             f"step; trainer cap {b['trainer_cap']['mean']:.2f}×"),
+            ("τ (tokens per verify), best SD lag", ", ".join(f"{t:.2f} at k = {k}" for k, t in sorted(taus.items()))
+             + f"; {sd['step_setter_tau']['mean']:.2f} for the response that finishes each step last"),
+            ("active batch per engine, best SD", f"{sd['token_weighted_batch']['mean']:.0f} sequences token-weighted, "
+                                                 f"{sd['mean_active_batch']['mean']:.1f} time-weighted"),
+            (f"capacity plan (rollout GPUs {', '.join(f'{n:,}' for n in sizes)})",
+             "; ".join(f"{v.upper()} {', '.join(f'{cap[(v, n)]:.1f} s' for n in sizes if (v, n) in cap)}"
+                       for v in ("ar", "sd")))]
+    return "\n".join(["| quantity | value |", "|---|---|"] + [f"| {q} | {v} |" for q, v in rows])
+
+
 def _gen_by_lag(summary: dict, k: int) -> list[float]:
     """The "generation vs baseline" column of the points with draft length k, by policy lag."""
     pts = sorted((p for p in summary["points"] if p["values"].get("speculation.k") == k),
@@ -211,6 +246,7 @@ EXPENSIVE: dict[str, Callable[[], str]] = {
     "main.best-e2e": lambda: _ci(main_job()["best"]["e2e_speedup_vs_sync_ar"]),
     "main.sd-gain": lambda: _ci(main_job()["sd_gain_over_best_ar"]),
     "main.runner-up": lambda: _runner_up(main_job()),
+    "main.summary-table.md": lambda: _summary_table(main_job()),
     "main.gen-ar-by-lag": lambda: ", ".join(f"{x:.3f}" for x in _gen_by_lag(main_job(), 0)),
     "main.gen-ar-by-lag.shape": lambda: _shape(_gen_by_lag(main_job(), 0)),
     "plan.best-ar-step": lambda: _step(plan()["best_ar"]),
@@ -234,14 +270,18 @@ def marked(text: str) -> list[tuple[str, str, str]]:
         [("fact", m["id"], m["body"]) for m in FACT.finditer(text)]
 
 
-def as_body(kind: str, text: str) -> str:
-    return f"```text\n{text}\n```\n" if kind == "block" else text
+def as_body(kind: str, text: str, qid: str = "") -> str:
+    """How a quote stands in a document: a block as a fenced text block (a quote whose id ends in
+    .md as markdown of its own), a fact as it is."""
+    if kind != "block":
+        return text
+    return f"{text}\n" if qid.endswith(".md") else f"```text\n{text}\n```\n"
 
 
 def fill(text: str, values: dict[str, str]) -> str:
     """`text` with every marker whose quote is in `values` holding that quote's text."""
     def block(m):
-        return m[1] + as_body("block", values[m["id"]]) + m[4] if m["id"] in values else m[0]
+        return m[1] + as_body("block", values[m["id"]], m["id"]) + m[4] if m["id"] in values else m[0]
 
     def fact(m):
         return m[1] + values[m["id"]] + m[4] if m["id"] in values else m[0]
@@ -257,7 +297,7 @@ def problems(values: dict[str, str], known: set[str]) -> list[str]:
             seen.add(qid)
             if qid not in known:
                 out.append(f"{path.relative_to(ROOT)}: marker of an unknown quote {qid!r}")
-            elif qid in values and body != as_body(kind, values[qid]):
+            elif qid in values and body != as_body(kind, values[qid], qid):
                 out.append(f"{path.relative_to(ROOT)}: {qid} quotes {body.strip()!r}, the command now gives "
                            f"{values[qid]!r}")
     out += [f"no document quotes {q!r}" for q in sorted(known - seen)]
