@@ -1,7 +1,8 @@
 """Every output the docs quote, regenerated from the command that makes it.
 
     python benchmarks/docs_outputs.py              # the cheap quotes (seconds): list/show/check outputs, counts
-    python benchmarks/docs_outputs.py --expensive  # and the expensive ones: the main job, the plan, the suite
+    python benchmarks/docs_outputs.py --expensive  # and the expensive ones: the main job, the plan, the whole-run
+                                                   # projection, the suite; and docs/img as now drawn
     python benchmarks/docs_outputs.py --check      # exit 1 naming each cheap quote that differs (tests/test_docs_outputs.py)
     python benchmarks/docs_outputs.py --expensive --only main.   # only the quotes whose id starts so
 
@@ -142,18 +143,60 @@ def machine() -> str:
     return f"{model or platform.processor() or platform.machine()}, {cores} cores, Python {platform.python_version()}"
 
 
+#: where the expensive commands write their results folders (kept for the docs' images)
+WORK = Path(tempfile.mkdtemp(prefix="specsim-docs-"))
+
+
 @functools.lru_cache(maxsize=None)
 def timed(*args: str) -> tuple[dict, float]:
-    """(JSON output, wall seconds) of `python -m specsim ARGS --format json`, into a fresh folder."""
-    with tempfile.TemporaryDirectory(prefix="specsim-docs-") as tmp:
-        t0 = time.perf_counter()
-        out = specsim(*args, "--out", str(Path(tmp) / "res"), "--no-progress", "--format", "json")
-        return json.loads(out), time.perf_counter() - t0
+    """(JSON output, wall seconds) of `python -m specsim ARGS --format json`, into a fresh folder
+    under WORK named by the command (folder_of)."""
+    t0 = time.perf_counter()
+    out = specsim(*args, "--out", str(folder_of(*args)), "--no-progress", "--format", "json")
+    return json.loads(out), time.perf_counter() - t0
+
+
+def folder_of(*args: str) -> Path:
+    return WORK / re.sub(r"[^\w.-]+", "_", "_".join(args))
+
+
+MAIN = ("run", "scenarios/235b_async.yaml", "--jobs", "2")
+PROJECT = ("project", "scenarios/235b_run.yaml", "--replicates", "3", "--jobs", "2")
+#: docs/img/NAME: the plot of a results folder it is a copy of
+IMAGES = {f"235b_async_{name}.png": (MAIN, f"plots/{stem}.png") for name, stem in
+          (("heatmap", "heatmap_e2e_speedup"), ("sd_gain_by_lag", "sd_gain_by_lag"),
+           ("speedup_vs_k", "speedup_vs_k"), ("step_breakdown", "step_breakdown"),
+           ("capacity_plan", "capacity_plan"))}
+IMAGES["235b_run_projection_steps.png"] = (PROJECT, "plots/projection_steps.png")
+
+
+def write_images() -> None:
+    """docs/img as the expensive commands now draw it: the plots, and the top of the main job's
+    report in headless Chromium (benchmarks/render_report.py)."""
+    import shutil
+
+    for name, (cmd, rel) in IMAGES.items():
+        timed(*cmd)
+        shutil.copyfile(folder_of(*cmd) / rel, ROOT / "docs" / "img" / name)
+        print(f"updated docs/img/{name}")
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "render_report.py"), str(folder_of(*MAIN)), "--out",
+                    str(ROOT / "docs" / "img" / "report_235b_async.png"), "--height", "1200"], check=True)
 
 
 def main_job() -> dict:
-    info, wall = timed("run", "scenarios/235b_async.yaml", "--jobs", "2")
+    """The main job's summary and its wall seconds."""
+    info, wall = timed(*MAIN)
     return {**info["summary"], "wall_s": wall}
+
+
+def project() -> dict:
+    """The whole-run projection of scenarios/235b_run.yaml (3 replicates) and its wall seconds."""
+    return timed(*PROJECT)[0]
+
+
+def _interval(t: list) -> dict:
+    """A projection total [mean, low, high] as a mean_ci-shaped dict."""
+    return {"mean": t[0], "ci95": t[1:] if t[1] is not None else None}
 
 
 def _ci(m: dict, d: int = 3) -> str:
@@ -246,9 +289,14 @@ EXPENSIVE: dict[str, Callable[[], str]] = {
     "main.best-e2e": lambda: _ci(main_job()["best"]["e2e_speedup_vs_sync_ar"]),
     "main.sd-gain": lambda: _ci(main_job()["sd_gain_over_best_ar"]),
     "main.runner-up": lambda: _runner_up(main_job()),
+    "main256.sd-gain": lambda: _ci(timed("run", "scenarios/235b_async_256x16.yaml", "--jobs", "2")[0]["summary"]
+                                   ["sd_gain_over_best_ar"]),
     "main.summary-table.md": lambda: _summary_table(main_job()),
     "main.gen-ar-by-lag": lambda: ", ".join(f"{x:.3f}" for x in _gen_by_lag(main_job(), 0)),
     "main.gen-ar-by-lag.shape": lambda: _shape(_gen_by_lag(main_job(), 0)),
+    "project.ar-steps": lambda: f"{project()['ar_first_step_s'][0]:.0f} → {project()['ar_last_step_s'][0]:.0f}",
+    "project.sd-steps": lambda: f"{project()['sd_first_step_s'][0]:.0f} → {project()['sd_last_step_s'][0]:.0f}",
+    "project.speedup": lambda: _ci(_interval(project()["run_speedup"])),
     "plan.best-ar-step": lambda: _step(plan()["best_ar"]),
     "plan.best-sd-step": lambda: _step(plan()["best_sd"]),
     "plan.sd-gain": lambda: _ci(plan()["sd_gain_at_optima"], 2),
@@ -328,6 +376,8 @@ def main() -> None:
         print("\n".join(found) or "every cheap quote matches its command")
         raise SystemExit(1 if found else 0)
     regenerate(args.expensive, args.only)
+    if args.expensive and not args.only:
+        write_images()
 
 
 if __name__ == "__main__":

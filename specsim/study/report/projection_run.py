@@ -41,6 +41,8 @@ def _band(ax, d: pd.DataFrame, col: str, policy: str, label: str | None = None, 
 
 def projection_steps_plot(stem: Path, sc, table: pd.DataFrame, replicates: int) -> str:
     """The per-step table over the run (see the module doc); written as stem.png and stem.csv."""
+    from specsim.study.report.tables import TRAINER_BOUND_IDLE
+
     money = "usd" if table["usd"].notna().any() else "gpu_h"
     fig = Figure(figsize=(11, 9.5), layout="constrained")
     axes = fig.subplots(3, 2, sharex=True)
@@ -69,12 +71,11 @@ def projection_steps_plot(stem: Path, sc, table: pd.DataFrame, replicates: int) 
     ax = axes[2, 0]
     for p in ("AR", "SD"):
         _band(ax, by[p], "trainer_idle_share", p)
-    ax.axhline(0.10, color="0.6", lw=0.8, ls=":")
-    ax.text(0.01, 0.10, " below: the trainer binds", transform=ax.get_yaxis_transform(), fontsize=7, va="bottom",
-            color="0.4")
+    ax.axhline(TRAINER_BOUND_IDLE, color="0.6", lw=0.8, ls=":")
     ax.set_ylim(0, 1)
     ax.set_ylabel("share of the step")
-    ax.set_title("trainer idle (waiting for rollouts)", fontsize=10)
+    ax.set_title(f"trainer idle, waiting for rollouts (under the dotted {TRAINER_BOUND_IDLE:.0%}: the trainer binds)",
+                 fontsize=10)
     ax.legend(fontsize=8, loc="best")
     ax = axes[2, 1]
     for p in ("AR", "SD"):
