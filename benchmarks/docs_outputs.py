@@ -244,6 +244,13 @@ def _summary_table(s: dict) -> str:
     return "\n".join(["| quantity | value |", "|---|---|"] + [f"| {q} | {v} |" for q, v in rows])
 
 
+def _capacity(summary: dict, variant: str, pick) -> dict:
+    """The capacity plan's row of `variant` at the smallest (pick=min) or largest (max) size."""
+    rows = [r for r in summary["capacity"]["rows"] if r["variant"] == variant and r["step_s"] is not None]
+    n = pick(r["rollout_gpus"] for r in rows)
+    return next(r for r in rows if r["rollout_gpus"] == n)
+
+
 def _gen_by_lag(summary: dict, k: int) -> list[float]:
     """The "generation vs baseline" column of the points with draft length k, by policy lag."""
     pts = sorted((p for p in summary["points"] if p["values"].get("speculation.k") == k),
@@ -289,6 +296,12 @@ EXPENSIVE: dict[str, Callable[[], str]] = {
     "main.best-e2e": lambda: _ci(main_job()["best"]["e2e_speedup_vs_sync_ar"]),
     "main.sd-gain": lambda: _ci(main_job()["sd_gain_over_best_ar"]),
     "main.runner-up": lambda: _runner_up(main_job()),
+    "main.best-step": lambda: f"{main_job()['best']['step_s']['mean']:.0f}",
+    "main.trainer-cap": lambda: f"{main_job()['best']['trainer_cap']['mean']:.2f}",
+    "main.cap-sd-smallest": lambda: f"{_capacity(main_job(), 'sd', min)['step_s']:.1f}",
+    "main.cap-ar-own": lambda: f"{_capacity(main_job(), 'ar', max)['step_s']:.1f}",
+    "main.cap-sd-gpuh": lambda: f"{_capacity(main_job(), 'sd', min)['gpu_hours_per_1000_steps'] / 1e3:.0f} k",
+    "main.cap-ar-gpuh": lambda: f"{_capacity(main_job(), 'ar', max)['gpu_hours_per_1000_steps'] / 1e3:.0f} k",
     "main256.sd-gain": lambda: _ci(timed("run", "scenarios/235b_async_256x16.yaml", "--jobs", "2")[0]["summary"]
                                    ["sd_gain_over_best_ar"]),
     "main.summary-table.md": lambda: _summary_table(main_job()),
