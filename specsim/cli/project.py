@@ -52,25 +52,13 @@ def project(
     a results folder with the run step by step (per_step.csv, a plot, summary.md, report.html)."""
     from specsim.study.project_folder import project_scenario
     from specsim.study.projection import format_projection
-    from specsim.study.report.progress import Progress
 
     if replicates < 1:
         raise bad_option("--replicates", replicates, ">= 1 replicate")
     with use_catalog(catalog):
         load_scenario_opts(scenario, sets)
-    # points: paired replicates done; simulation runs: pipeline runs (SD and AR per replicate)
-    with Progress(not no_progress and fmt is Format.table, replicates) as prog:
-        prog.set_runs(2 * replicates)
-        done = []
-
-        def on_run(r: int) -> None:
-            prog.runs_done()
-            done.append(r)
-            prog.set_points(sum(done.count(x) == 2 for x in set(done)))   # runs end in any order
-
-        with use_catalog(catalog):
-            res = project_scenario(scenario, list(sets or ()), out, replicates=replicates, jobs=jobs, force=force,
-                                   fresh=fresh, on_run=on_run, on_progress=prog.run_progress if prog.enabled else None)
+        res = project_scenario(scenario, list(sets or ()), out, replicates=replicates, jobs=jobs, force=force,
+                               fresh=fresh, progress=not no_progress and fmt is Format.table)
     if fmt is Format.json:
         emit_json(res.to_dict())
         return

@@ -30,7 +30,7 @@ import datetime as _dt
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,20 +118,22 @@ def per_step_table(steps: pd.DataFrame) -> pd.DataFrame:
 
 def project_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Path | None = None, *,
                      replicates: int = 2, jobs: int = 1, engine: str = "fast", force: bool = False,
-                     fresh: bool = False, on_run: Callable[[int], None] | None = None,
-                     on_progress=None) -> ProjectResult:
-    """Project the scenario's whole run into a results folder (see the module doc); resumable."""
+                     fresh: bool = False, progress: bool = False) -> ProjectResult:
+    """Project the scenario's whole run into a results folder (see the module doc); resumable.
+    `progress`: a display on stderr (study/report/progress.py: paired replicates done, pipeline
+    runs, the runs in flight), started once the folder is accepted, so a refused folder is one
+    error and nothing else."""
     from specsim.study.executors import check_backend
 
     t0 = time.perf_counter()
     sc = load_scenario(path, list(overrides))
     workers = check_backend("local", jobs, None)
     with results_dir.locked(out if out is not None else default_project_out(sc), force) as out_dir:
-        return _project_locked(sc, out_dir, replicates, workers, engine, force, fresh, on_run, on_progress, t0)
+        return _project_locked(sc, out_dir, replicates, workers, engine, force, fresh, progress, t0)
 
 
 def _project_locked(sc: Scenario, out_dir: Path, replicates: int, jobs: int, engine: str, force: bool, fresh: bool,
-                    on_run, on_progress, t0: float) -> ProjectResult:
+                    progress: bool, t0: float) -> ProjectResult:
     from specsim.study.projection import gpus_of, projection_totals, simulate_runs, variants
     from specsim.study.runner import specsim_version
     from specsim.study.sweep import inputs_fingerprint
@@ -151,8 +153,21 @@ def _project_locked(sc: Scenario, out_dir: Path, replicates: int, jobs: int, eng
         atomic.write_json(runs_dir / f"{key}.json", result)
         computed += 1
 
-    results = simulate_runs(sc, replicates=replicates, engine=engine, jobs=jobs, on_run=on_run,
-                            on_progress=on_progress, stored=stored, on_stored=store)
+    from specsim.study.report.progress import Progress
+
+    # points: paired replicates done; simulation runs: pipeline runs (SD and AR per replicate)
+    with Progress(progress, replicates) as prog:
+        prog.set_runs(2 * replicates)
+        done: list[int] = []
+
+        def on_run(r: int) -> None:
+            prog.runs_done()
+            done.append(r)
+            prog.set_points(sum(done.count(x) == 2 for x in set(done)))   # runs end in any order
+
+        results = simulate_runs(sc, replicates=replicates, engine=engine, jobs=jobs, on_run=on_run,
+                                on_progress=prog.run_progress if prog.enabled else None, stored=stored,
+                                on_stored=store)
     p = projection_totals(sc, results)
     reused = 2 * replicates - computed
     price = p.get("gpu_hour_usd")

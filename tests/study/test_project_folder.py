@@ -93,3 +93,16 @@ def test_edge_over_run_finds_where_the_trainer_binds():
     e = edge_over_run(pd.DataFrame(rows))
     assert e["first_tenth_step_ratio"] == 2.0 and e["last_tenth_step_ratio"] == 1.0
     assert e["sd_trainer_bound_from_step"] == 6
+
+
+def test_the_command_refuses_another_scenarios_folder_in_one_error(folder):
+    from typer.testing import CliRunner
+
+    from specsim.cli.app import app
+
+    out, _ = folder
+    sets = [a for s in [*SMALL, "workload.prompts=8"] for a in ("--set", s)]
+    r = CliRunner().invoke(app, ["project", str(SCEN), *sets, "--replicates", "1", "--out", str(out)])
+    assert r.exit_code == 2, r.output
+    err = r.stderr.strip()
+    assert err.startswith("error: ") and "--out" in err and "--fresh" in err and "Traceback" not in r.output
