@@ -108,6 +108,7 @@ def test_rerun_reuses_every_finished_run(tiny, planned):
     assert again.answer["best_sd"]["candidate"] == res.answer["best_sd"]["candidate"]
     g = again.answer["sd_gain_at_optima"]
     assert g["n"] == 2 and g["ci95"] is not None
+    assert g["scale"] == "log" and 0 < g["ci95"][0] <= g["ci95"][1]        # a ratio: a positive, log-scale interval
 
 
 def test_the_plan_writes_its_report_page(planned):
