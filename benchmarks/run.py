@@ -12,8 +12,8 @@ wall seconds, seconds per row, the best point and its E2E speedup vs sync AR.
 
 The budget for the default case is 25 s on 2 CPU cores with --jobs 2 (issue #31), first call included.
 
-`--project` times `python -m specsim project SCENARIO --set pipeline.steps=STEPS --jobs N --format
-json` the same way (default scenarios/235b_run.yaml at 300 steps, 2 replicates, SD and AR: 4
+`--project` times `python -m specsim project SCENARIO --set pipeline.steps=STEPS --jobs N --out <fresh
+temp dir> --format json` the same way (default scenarios/235b_run.yaml at 300 steps, 2 replicates, SD and AR: 4
 pipeline runs; budget 60 s) and prints its wall seconds, the peak resident memory of its largest
 process (the operating system's account of the waited-for children) and the projected run speedup.
 """
@@ -63,8 +63,9 @@ def run_case(scenario: str, jobs: int, sets: list[str]) -> dict:
 
 
 def project_case(scenario: str, steps: int, jobs: int, sets: list[str]) -> dict:
-    p, wall = timed_json(["project", scenario, "--set", f"pipeline.steps={steps}", "--jobs", str(jobs),
-                          "--format", "json", "--no-progress"], sets)
+    with tempfile.TemporaryDirectory(prefix="specsim-bench-") as tmp:   # a fresh folder: nothing is resumed
+        p, wall = timed_json(["project", scenario, "--set", f"pipeline.steps={steps}", "--jobs", str(jobs),
+                              "--out", str(Path(tmp) / "res"), "--format", "json", "--no-progress"], sets)
     peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024      # kB on Linux
     return {"scenario": Path(scenario).stem, "steps": p["steps"], "runs": 2 * p["replicates"], "wall_s": wall,
             "peak_mib": peak_mib, "speedup": p["run_speedup"]}

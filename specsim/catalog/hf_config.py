@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from specsim import inputs
-from specsim.catalog.model_spec import MLASpec, ModelSpec, MoESpec
+from specsim.catalog.model_spec import MLASpec, ModelSpec, MoESpec, QuantSpec
 from specsim.errors import SpecError
 
 #: model_type → the family whose parser reads it
@@ -198,8 +198,73 @@ def model_from_config(doc: Any, *, name: str, where: str, meta: dict | None = No
     if kw["heads"] % kw["kv_heads"]:
         raise f._bad("num_key_value_heads", kw["kv_heads"], f"a divisor of num_attention_heads ({heads})")
     kw["extra_params_per_layer"] = extra
+    kw["quantization"] = quantization_from_config(doc, where, moe="moe" in kw)
     kw.update(_meta(meta or {}, where))
     return ModelSpec(**kw)
+
+
+# ============================================================================ quantization_config
+#: quant_method → how its weight dtype is read (quant_dtype)
+QUANT_METHODS = ("fp8", "mxfp4", "compressed-tensors", "awq", "gptq", "bitsandbytes")
+#: keys under which quantization configs list the modules they leave unconverted
+EXCLUDE_KEYS = ("modules_to_not_convert", "ignore", "ignored_layers")
+#: a module pattern naming attention: excluded, the quantization covers the experts (or MLPs) only
+_ATTENTION = ("self_attn", "attn", "attention")
+
+
+def quantization_from_config(doc: dict, where: str, moe: bool = False) -> QuantSpec | None:
+    """The checkpoint's weight quantization from config.json's `quantization_config` (None when
+    it has none): the dtype its weights are stored and run in (quant_dtype) and the modules it
+    leaves in bf16. On an MoE model whose exclusions name attention the quantized dtype covers
+    the routed experts only (scope "experts": gpt-oss's mxfp4 keeps attention, router, embeddings
+    and LM head in bf16); otherwise every linear layer. Any other shape is an error naming the field."""
+    q = doc.get("quantization_config")
+    if q is None:
+        return None
+    field = "quantization_config"
+    if not isinstance(q, dict):
+        raise SpecError(field, type(q).__name__, "a JSON object (Hugging Face's quantization_config)", where)
+    method = q.get("quant_method")
+    if method not in QUANT_METHODS:
+        raise SpecError(f"{field}.quant_method", method, f"one of {list(QUANT_METHODS)} (the methods whose weight "
+                        "dtype specsim prices; or set rollout.weight_dtype / --weight-dtype and drop the field)", where)
+    excluded: list[str] = []
+    for key in EXCLUDE_KEYS:
+        v = q.get(key)
+        if v is None:
+            continue
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise SpecError(f"{field}.{key}", v, "a list of module names or patterns", where)
+        excluded += v
+    scope = "experts" if moe and any(a in x for x in excluded for a in _ATTENTION) else "all"
+    return QuantSpec(quant_dtype(q, method, where), scope, tuple(excluded), method)
+
+
+def quant_dtype(q: dict, method: str, where: str) -> str:
+    """The weight dtype (a DTYPE_BYTES name) of one quantization_config of `method`."""
+    field = "quantization_config"
+    if method == "fp8":
+        return "fp8"
+    if method == "mxfp4":
+        return "fp4"
+    if method == "bitsandbytes":
+        if q.get("load_in_4bit"):
+            return "int4"
+        if q.get("load_in_8bit"):
+            return "int8"
+        raise SpecError(f"{field}.load_in_4bit", q.get("load_in_4bit"), "true (or load_in_8bit: true)", where)
+    if method in ("awq", "gptq"):
+        bits = q.get("bits", q.get("w_bit"))
+        if bits not in (4, 8):
+            raise SpecError(f"{field}.bits", bits, "4 or 8", where)
+        return "int4" if bits == 4 else "int8"
+    groups = q.get("config_groups")   # compressed-tensors: the weights of its first group
+    weights = next(iter(groups.values()), {}).get("weights") if isinstance(groups, dict) and groups else None
+    if not isinstance(weights, dict) or weights.get("num_bits") not in (4, 8):
+        raise SpecError(f"{field}.config_groups", groups, "groups whose weights have num_bits 4 or 8", where)
+    if weights["num_bits"] == 8:
+        return "fp8" if weights.get("type") == "float" else "int8"
+    return "fp4" if weights.get("type") == "float" else "int4"
 
 
 def _routed_and_shared(f: _Fields, kw: dict, layers: int) -> None:

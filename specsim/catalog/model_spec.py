@@ -55,6 +55,20 @@ class MLASpec:
 
 
 @dataclass(frozen=True)
+class QuantSpec:
+    """The weight quantization a checkpoint ships with (config.json `quantization_config`, read by
+    hf_config.quantization_from_config). `weight_dtype`: the dtype of the quantized weights;
+    `scope`: "all" (every linear layer) or "experts" (only the routed experts: the checkpoint keeps
+    attention, router, embeddings and LM head unconverted, as gpt-oss's mxfp4 does); `excluded`:
+    the module patterns it leaves in bf16, as the config lists them; `method`: quant_method."""
+
+    weight_dtype: str
+    scope: str = "all"
+    excluded: tuple[str, ...] = ()
+    method: str = ""
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """A decoder transformer. `ffn` is the dense FFN width of every layer (0 for an MoE model);
     `dense_layers` of an MoE model's layers run a dense FFN of `dense_layer_ffn` instead of the
@@ -93,6 +107,7 @@ class ModelSpec:
     model_type: str = ""
     published_source: str = ""
     published_active_convention: str = "all"
+    quantization: QuantSpec | None = None
 
     # --- per-layer parameter counts -------------------------------------------------------
     @cached_property

@@ -283,7 +283,8 @@ def _bundled_spec(key: str) -> ModelSpec:
 
 #: ModelSpec fields that are metadata, not architecture
 _META_FIELDS = {"name": "", "source": "", "hf_id": "", "published_total_params_b": None, "published_active_params_b": None,
-                    "published_source": "", "published_active_convention": "all"}
+                    "published_source": "", "published_active_convention": "all",
+                    "quantization": None}   # how a checkpoint is stored, not its architecture
 
 
 def architecture_key(model: ModelSpec) -> ModelSpec:

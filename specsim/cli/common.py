@@ -175,6 +175,11 @@ SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", "-s", metavar="PATH=VALUE",
     help="Override a scenario field, e.g. --set speculation.k=5 or --set 'sweep.speculation.k=[0,3]' (repeatable).")]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Write into a non-empty --out folder specsim did not write "
+                                                       "(or one holding another scenario's results, which are "
+                                                       "discarded).")]
+FreshOpt = Annotated[bool, typer.Option("--fresh", help="Discard the results already in the folder and recompute "
+                                                       "everything (default: resume).")]
 HardwareOpt = Annotated[str, typer.Option("--hardware", help="Hardware profile name (specsim list hardware) or YAML path.")]
 CatalogOpt = Annotated[list[str] | None, typer.Option(
     "--catalog", metavar="DIR",

@@ -1,8 +1,9 @@
 """`specsim project SCENARIO`: the whole-run projection, parsing and printing only.
 
 The projection itself (the scenario's `pipeline.steps` RL steps end to end, with SD and its AR
-twin, paired replicates, 95 % intervals) is :func:`specsim.study.projection.project_run`; the text
-it prints is :func:`specsim.study.projection.format_projection`. :mod:`specsim.cli.app` registers
+twin, paired replicates, 95 % intervals) and its results folder (per-step table, plot, summary,
+report; resumable) are :func:`specsim.study.project_folder.project_scenario`; the text it prints is
+:func:`specsim.study.projection.format_projection`. :mod:`specsim.cli.app` registers
 :func:`project` as ``specsim project``. Errors and shared options come from :mod:`specsim.cli.common`.
 """
 
@@ -14,8 +15,10 @@ import typer
 
 from specsim.cli.common import (
     CatalogOpt,
+    ForceOpt,
     Format,
     FormatOpt,
+    FreshOpt,
     SetOpt,
     bad_option,
     console,
@@ -36,32 +39,32 @@ def project(
                                             help="Paired replicates (SD and AR on the same draws) per run.")] = 2,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Parallel worker processes (the 2 × replicates "
                                                                   "runs spread over them).")] = 2,
+    out: Annotated[str | None, typer.Option("--out", "-o", help="Results folder (default: <output.dir>/<scenario "
+                                               "name>-project/). Rerunning the same command resumes there; a "
+                                               "non-empty folder specsim did not write is refused unless --force.")] = None,
+    force: ForceOpt = False,
+    fresh: FreshOpt = False,
     catalog: CatalogOpt = None,
     fmt: FormatOpt = Format.table,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar on stderr.")] = False,
 ) -> None:
-    """Project a whole RL run: wall-clock and GPU-hours with and without SD, with 95 % intervals."""
-    from specsim.study.projection import format_projection, project_run
-    from specsim.study.report.progress import Progress
+    """Project a whole RL run: wall-clock and GPU-hours with and without SD, with 95 % intervals, and
+    a results folder with the run step by step (per_step.csv, a plot, summary.md, report.html)."""
+    from specsim.study.project_folder import project_scenario
+    from specsim.study.projection import format_projection
 
     if replicates < 1:
         raise bad_option("--replicates", replicates, ">= 1 replicate")
     with use_catalog(catalog):
-        sc = load_scenario_opts(scenario, sets)
-    # points: paired replicates done; simulation runs: pipeline runs (SD and AR per replicate)
-    with Progress(not no_progress and fmt is Format.table, replicates) as prog:
-        prog.set_runs(2 * replicates)
-        done = []
-
-        def on_run(r: int) -> None:
-            prog.runs_done()
-            done.append(r)
-            prog.set_points(sum(done.count(x) == 2 for x in set(done)))   # runs end in any order
-
-        with use_catalog(catalog):
-            p = project_run(sc, replicates=replicates, jobs=jobs, on_run=on_run,
-                            on_progress=prog.run_progress if prog.enabled else None)
+        load_scenario_opts(scenario, sets)
+        res = project_scenario(scenario, list(sets or ()), out, replicates=replicates, jobs=jobs, force=force,
+                               fresh=fresh, progress=not no_progress and fmt is Format.table)
     if fmt is Format.json:
-        emit_json(p)
+        emit_json(res.to_dict())
         return
-    console().print(format_projection(p), markup=False, highlight=False, soft_wrap=True)
+    con = console()
+    con.print(format_projection(res.projection), markup=False, highlight=False, soft_wrap=True)
+    for note in res.warnings:
+        con.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+    con.print(f"results: {res.out_dir} ({res.computed_runs} runs simulated, {res.reused_runs} reused); "
+              f"summary: {res.out_dir / 'summary.md'}", markup=False, highlight=False, soft_wrap=True)

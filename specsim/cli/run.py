@@ -19,7 +19,18 @@ from typing import Annotated
 
 import typer
 
-from specsim.cli.common import CatalogOpt, Format, FormatOpt, SetOpt, console, emit_json, handle_errors, use_catalog
+from specsim.cli.common import (
+    CatalogOpt,
+    ForceOpt,
+    Format,
+    FormatOpt,
+    FreshOpt,
+    SetOpt,
+    console,
+    emit_json,
+    handle_errors,
+    use_catalog,
+)
 
 __all__ = ["Backend", "run", "show_scenario"]
 
@@ -60,11 +71,8 @@ def run(
     backend: Annotated[Backend, typer.Option("--backend", help="local processes, or a Ray cluster.")] = Backend.local,
     address: Annotated[str | None, typer.Option("--address", help="Ray cluster address (ray.init(address=...)); "
                                                    "default: a local Ray instance.")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Write into a non-empty --out folder specsim did not write "
-                                                       "(or one holding another scenario's results, which are "
-                                                       "discarded).")] = False,
-    fresh: Annotated[bool, typer.Option("--fresh", help="Discard the results already in the folder and recompute "
-                                                       "everything (default: resume).")] = False,
+    force: ForceOpt = False,
+    fresh: FreshOpt = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar on stderr.")] = False,
     catalog: CatalogOpt = None,
     fmt: FormatOpt = Format.table,
@@ -144,10 +152,10 @@ def _print_run(res) -> None:
     for v, label in (("ar", "without SD"), ("sd", "with SD")):
         m = (cap.get("minimum") or {}).get(v)
         if m and m.get("simulated") and cap.get("target_step_s"):
-            smallest = m["simulated"] == min(cap["sizes"])
-            con.print(f"capacity: {label}, {'<= ' if smallest else ''}{m['simulated']} rollout GPUs reach the "
-                      f"{cap['target_step_s']:.1f} s target ({cap['target_source']})"
-                      + (" — the smallest size simulated" if smallest else f", ≈{m['interpolated']} interpolated"))
+            from specsim.study.report.tables import capacity_answer
+
+            con.print(f"capacity: {label}, minimum rollout GPUs for the {cap['target_step_s']:.1f} s target "
+                      f"({cap['target_source']}): {capacity_answer(m, cap['sizes'])}")
         elif m and cap.get("target_step_s"):
             con.print(f"capacity: {label}, no simulated rollout size reaches the {cap['target_step_s']:.1f} s target")
     for note in cap.get("notes", []) + list(s.get("warnings") or []) + list(res.warnings):   # rel (#15 rows 1, 5, 7, 18): notes and warnings

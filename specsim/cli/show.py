@@ -42,7 +42,8 @@ def show_model(
     ep: Annotated[int, typer.Option(help="Expert-parallel degree (MoE only).")] = 1,
     pp: Annotated[int, typer.Option(help="Pipeline stages.")] = 1,
     context: Annotated[int, typer.Option(help="Cached context per sequence (tokens) for the step table.")] = 1024,
-    weight_dtype: Annotated[str, typer.Option(help="Weight dtype: bf16, fp8, int4, ...")] = "bf16",
+    weight_dtype: Annotated[str | None, typer.Option(help="Weight dtype: bf16, fp8, int4, ... (default: what the "
+                                                         "config's quantization_config names, else bf16).")] = None,
     kv_dtype: Annotated[str, typer.Option(help="KV-cache dtype.")] = "bf16",
     gpu_memory_utilization: Annotated[float, typer.Option(help="Share of HBM the engine may use.")] = 0.9,
     max_batched_tokens: Annotated[int, typer.Option(help="Activation workspace sizing (vLLM max_num_batched_tokens).")] = 8192,
@@ -67,10 +68,15 @@ def show_model(
     hw = load_hardware(hardware)
     with use_catalog(catalog):
         model = load_model(name)
+    from specsim.world.resolve import rollout_weight_dtypes
+
+    dtypes = rollout_weight_dtypes(weight_dtype, model)
     with option_errors():
-        layout = model_layout(model, tp=tp, pp=pp, ep=ep, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+        layout = model_layout(model, tp=tp, pp=pp, ep=ep, weight_dtype=dtypes.weight_dtype,
+                              expert_weight_dtype=dtypes.expert_weight_dtype, kv_dtype=kv_dtype)
     info = model_report(model, hw, layout, context=context, gpu_memory_utilization=gpu_memory_utilization,
                         max_batched_tokens=max_batched_tokens, max_batch_exp=max_batch_exp, k=k)
+    info["weight_dtype_source"] = dtypes.source.replace("rollout.weight_dtype", "--weight-dtype")
     if fmt is Format.json:
         _emit_json(info)
         return
@@ -86,6 +92,7 @@ def show_model(
     arch = info["architecture"]
     s.add_row("architecture", arch["summary"])
     s.add_row("weights per GPU", f"{info['weight_gb_per_gpu']:.2f} GB")
+    s.add_row("weight dtype", info["weight_dtype_source"])
     s.add_row(f"KV bytes / token ({kv_dtype}, all layers)", f"{info['kv_bytes_per_token']:,.0f}")
     s.add_row("KV bytes / token per GPU", f"{info['kv_bytes_per_token_per_gpu']:,.0f}")
     s.add_row(f"KV capacity per replica (util {gpu_memory_utilization:g})", f"{info['kv_capacity_tokens']:,} tokens")

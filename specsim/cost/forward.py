@@ -150,6 +150,8 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
         float(logits_per_seq) if np.ndim(logits_per_seq) == 0 else np.asarray(logits_per_seq, dtype=float))
     wdt = weight_dtype or layout.weight_dtype
     wb = DTYPE_BYTES[wdt]
+    # the routed experts' own dtype (a checkpoint quantizing only them), unless the pass overrides the dtype
+    edt = (layout.expert_weight_dtype or wdt) if weight_dtype is None else wdt
     ab = layout.act_bytes
     mdt = math_dtype(wdt)
     tp, ep, dp = layout.tp, layout.ep, layout.attn_dp
@@ -188,9 +190,10 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
             routed = tokens_engine * moe.top_k
             hit = expected_experts_hit(moe.experts, moe.top_k, tokens_engine if expert_tokens_per_seq is None
                                        else n * float(expert_tokens_per_seq))
-            per_layer.append(gop(2 * routed * g.expert_params / shards, hit * g.expert_params * wb / shards,
-                                 routed / moe.experts, 1, "moe",  # grouped GEMM, m = tokens per expert
-                                 moe_shape_key(g.hidden, moe.expert_ffn, moe.experts, moe.top_k)))
+            per_layer.append(gemm_op_s(2 * routed * g.expert_params / shards,
+                                       hit * g.expert_params * DTYPE_BYTES[edt] / shards, hw, math_dtype(edt),
+                                       routed / moe.experts, 1, "moe",  # grouped GEMM, m = tokens per expert
+                                       moe_shape_key(g.hidden, moe.expert_ffn, moe.experts, moe.top_k)))
             router = g.router_params_per_layer
             per_layer.append(gop(2 * tokens_attn * router, router * wb, tokens_attn, 1))
             if g.shared_expert_params_per_layer:

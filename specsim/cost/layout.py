@@ -27,6 +27,7 @@ class ParallelLayout:
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
     act_dtype: str = "bf16"
+    expert_weight_dtype: str | None = None   # the routed experts' own dtype (gpt-oss mxfp4: fp4 experts, bf16 rest)
 
     def __post_init__(self):
         for name in ("tp", "pp", "ep"):
@@ -35,9 +36,9 @@ class ParallelLayout:
                 raise SpecError(name, v, "a whole number >= 1")
         if self.ep > 1 and self.ep % self.tp != 0:
             raise SpecError("ep", self.ep, f"1 or a multiple of tp={self.tp}")
-        for name in ("weight_dtype", "kv_dtype", "act_dtype"):
+        for name in ("weight_dtype", "kv_dtype", "act_dtype", "expert_weight_dtype"):
             v = getattr(self, name)
-            if v not in DTYPE_BYTES:
+            if v not in DTYPE_BYTES and not (name == "expert_weight_dtype" and v is None):
                 raise SpecError(name, v, f"one of {sorted(DTYPE_BYTES)}")
 
     @property
@@ -72,7 +73,8 @@ class ParallelLayout:
         return " ".join(parts)
 
     def describe(self) -> str:
-        return f"{self.degrees} ({self.gpus} GPUs, {self.weight_dtype} weights)"
+        experts = f", {self.expert_weight_dtype} experts" if self.expert_weight_dtype else ""
+        return f"{self.degrees} ({self.gpus} GPUs, {self.weight_dtype} weights{experts})"
 
     def check_fits_model(self, model, section: str) -> None:
         """Raise SpecError (field `section.tp|ep|pp`) when this split cannot exist for `model`:

@@ -29,21 +29,25 @@ GB = 1e9
 
 def weight_bytes_per_gpu(model: ModelSpec, layout: ParallelLayout, weight_dtype: str | None = None,
                          embeddings: bool = True) -> float:
-    """Weight bytes on one GPU; `embeddings=False` leaves out the embedding and LM head."""
+    """Weight bytes on one GPU; `embeddings=False` leaves out the embedding and LM head. The routed
+    experts are stored in the layout's `expert_weight_dtype` where it has one (and `weight_dtype`
+    does not override the layout's), everything else in the weight dtype."""
     wb = DTYPE_BYTES[weight_dtype or layout.weight_dtype]
+    own = layout.expert_weight_dtype if weight_dtype in (None, layout.weight_dtype) else None
+    eb = DTYPE_BYTES[own] if own else wb
     if len(model.layer_groups) == 1:
         moe_routed = model.moe.experts * model.expert_params if model.moe else 0
         dense = model.layer_params - moe_routed
-        per_layer = dense / layout.tp + moe_routed / max(layout.tp, layout.ep)
+        per_layer = wb * dense / layout.tp + eb * moe_routed / max(layout.tp, layout.ep)
     else:   # dense first layers: the mean layer (the stage holding them holds fewer experts)
         per_layer = 0.0
         for count, g in model.layer_groups:
             routed = g.moe.experts * g.expert_params if g.moe else 0
-            per_layer += count * ((g.layer_params - routed) / layout.tp + routed / max(layout.tp, layout.ep))
+            per_layer += count * (wb * (g.layer_params - routed) / layout.tp + eb * routed / max(layout.tp, layout.ep))
         per_layer /= model.layers
     head = 0 if model.tied_embeddings else model.lm_head_params
     layers_local = int(np.ceil(model.layers / layout.pp))
-    return wb * (layers_local * per_layer + (model.embedding_params + head) / layout.tp * embeddings)
+    return layers_local * per_layer + wb * (model.embedding_params + head) / layout.tp * embeddings
 
 
 def drafter_weight_bytes_per_gpu(drafter: DrafterArch | None, layout: ParallelLayout) -> float:

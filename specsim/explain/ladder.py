@@ -270,9 +270,17 @@ class _Runner:
 
 
 def _ci(values) -> dict:
+    """The interval of a gain or a ratio of gains: on the log scale (tables.ratio_ci), positive."""
+    from specsim.study.report.tables import ratio_ci
+
+    return ratio_ci(list(np.asarray(values, float)))
+
+
+def _log_ci(values) -> dict:
+    """The interval of a log gain (either sign): the plain t-interval."""
     from specsim.study.report.tables import mean_ci
 
-    return mean_ci(list(np.asarray(values, float)), floor=0.0)   # gains and their ratios are positive
+    return mean_ci(list(np.atleast_1d(np.asarray(values, float))), floor=None)
 
 
 def explain(path: str | Path, overrides: Sequence[str] = (), *, point: str | None = None,
@@ -365,7 +373,7 @@ def explain(path: str | Path, overrides: Sequence[str] = (), *, point: str | Non
 
     phi = shapley(names, value)
     total = np.log(realised) - np.log(ceiling)
-    shap = [{"factor": f.name, "label": f.label, "log_share": _ci(phi[f.name]),
+    shap = [{"factor": f.name, "label": f.label, "log_share": _log_ci(phi[f.name]),
              "factor_ratio": _ci(np.exp(phi[f.name])),
              "values": [float(x) for x in np.atleast_1d(phi[f.name])]} for f in factors]
 
@@ -383,7 +391,12 @@ def explain(path: str | Path, overrides: Sequence[str] = (), *, point: str | Non
                          "verify": {str(b): float(expert_coverage(m.experts, m.top_k, (k + 1) * b)) for b in (1, 4, 8, b_int)}}
     notes = []
     if reps < 2:
-        notes.append("one replicate: no intervals (--replicates N, N >= 2)")
+        notes.append("one replicate: no intervals (--replicates N, N >= 3)")
+    from specsim.study.report.tables import few_replicates_warning
+
+    few = few_replicates_warning(reps)
+    if few:
+        notes.append(few)
     if "async" in names:
         notes.append("async off = the point run synchronously (colocated) on its total GPUs")
     return Explanation(sc.name, {**parse_point(point)}, k, tau, reps, sc.pipeline.steps, batch, ladder, shap, at,
@@ -448,6 +461,16 @@ def explanation_markdown(e: Explanation) -> str:
     return "\n".join(L) + "\n"
 
 
+#: each rung as a reader names it on the waterfall's axis (ladder.csv keeps the code name in `rung`)
+RUNG_NAMES = {"ceiling": "acceptance ceiling\n(τ tokens per step)", "draft": "+ drafting cost",
+              "verify": "+ verifying cost", "verify_rest": "+ verifying cost\n(dense part)",
+              "coverage": "+ experts the\nverify wakes (MoE)", "spread": "+ acceptance varies\nby sequence",
+              "staleness": "+ drafter goes\nstale", "batch_tail": "+ real batch sizes\nand the long tail",
+              "async": "+ async overlap\nand drain", "trainer": "+ trainer bound\n= realised gain"}
+#: the gains the waterfall's log axis labels (those inside its range)
+GAIN_TICKS = (0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50)
+
+
 def waterfall(stem: Path, e: Explanation) -> str:
     """The ladder as a waterfall on a log axis: the ceiling, one floating bar per rung (dark where it
     lowers the gain, hatched where it raises it), the realised gain; whiskers: the rung gains' 95 %
@@ -458,6 +481,7 @@ def waterfall(stem: Path, e: Explanation) -> str:
     from matplotlib.ticker import FuncFormatter
 
     from specsim import atomic
+    from specsim.study.report.tables import few_replicates_warning
 
     data = pd.DataFrame(ladder_rows(e))
     fig = Figure(figsize=(1.6 + 1.05 * len(data), 4.8), layout="constrained")
@@ -483,14 +507,18 @@ def waterfall(stem: Path, e: Explanation) -> str:
         prev = g
     ax.axhline(1.0, color="0.6", lw=0.8)
     ax.set_yscale("log")
+    lo_y, hi_y = ax.get_ylim()
+    ax.set_yticks([t for t in GAIN_TICKS if lo_y <= t <= hi_y])
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}×"))
-    ax.yaxis.set_minor_formatter(FuncFormatter(        # 2× and 3× (and 0.2×, 0.3×, …) only
-        lambda y, _: f"{y:g}×" if round(y / 10 ** np.floor(np.log10(y))) in (2, 3) else ""))
-    ax.set_xticks(range(len(data)), [str(x) for x in data["rung"]], rotation=30, ha="right")
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: ""))
+    ax.set_xticks(range(len(data)), [RUNG_NAMES.get(str(x), str(x)) for x in data["rung"]], rotation=30, ha="right",
+                  fontsize=8)
     ax.set_ylabel("SD gain: baseline step ÷ SD step (×, log)")
     pt = ", ".join(f"{k}={v}" for k, v in e.point.items())
     ax.set_title(f"{e.scenario}{' (' + pt + ')' if pt else ''}: from the acceptance ceiling to the realised gain\n"
-                 f"k = {e.k}, τ = {e.tau:.2f}, {e.replicates} replicate(s); dark: a rung that costs gain", fontsize=9)
+                 f"k = {e.k}, τ = {e.tau:.2f}, {e.replicates} replicate(s)"
+                 + ("; few replicates: wide intervals" if few_replicates_warning(e.replicates) else "")
+                 + "; dark: a rung that costs gain", fontsize=9)
     stem.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_csv(stem.with_suffix(".csv"), data)
     atomic.save_figure(stem.with_suffix(".png"), fig, dpi=110, bbox_inches="tight")

@@ -112,7 +112,9 @@ class RolloutSection(Strict):
     ep: int = Field(default=1, ge=1, le=4096,
                     description="expert-parallel degree (MoE only; 1 or a multiple of tp; ep > tp runs attention "
                                 "data-parallel)")
-    weight_dtype: DType = Field(default="bf16", description="weight dtype (fp8 runs fp8 GEMMs; 4-bit runs W4A16)")
+    weight_dtype: DType | None = Field(default=None, description="weight dtype (fp8 runs fp8 GEMMs; 4-bit runs W4A16); "
+                                                                 "null: what the model's config.json "
+                                                                 "quantization_config names, else bf16")
     kv_dtype: DType = Field(default="bf16", description="KV-cache dtype")
     max_batch: int | None = Field(default=None, ge=1, le=65536,
                                   description="most sequences an engine runs at once (vLLM `max_num_seqs`); null: "

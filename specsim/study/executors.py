@@ -28,7 +28,8 @@ runs see no hook.
 Ray: with `address` (a running cluster: ``host:port`` of its head, or ``auto``; ``ray://`` Ray Client
 addresses are refused, and a host:port where something other than a Ray head listens is refused
 within seconds: it must answer an HTTP/2 preface as a gRPC server does) it
-connects; without, it always starts a private local instance of `jobs` CPUs
+connects, sending Ray's auth token when one is available and RAY_AUTH_MODE is unset
+(`use_ray_token_auth`), and a cluster that refuses is one error naming `--address` (`ray_refused`); without, it always starts a private local instance of `jobs` CPUs
 (``ray.init(address="local")``), also when a Ray head already runs on this machine, and shuts it
 down afterwards.
 """
@@ -91,6 +92,8 @@ def check_backend(backend: str, jobs: int, address: str | None = None, *, probe:
         raise SpecError("--address", address, "given only with --backend ray (the address of a Ray cluster)",
                         where="command line")
     if backend == "ray":
+        if address is not None:
+            use_ray_token_auth()   # before Ray is imported: it reads the mode once
         _ray()
         if address is not None and probe:
             _probe_address(address)
@@ -453,12 +456,54 @@ def json_copy(doc: dict) -> dict:
 
 
 
+#: Ray's token authentication (Ray >= 2.52; on by default for a head Ray 2.59+ starts): the mode
+#: variable, the token's variables and its default file, as Ray reads them
+RAY_AUTH_MODE, RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH = "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"
+
+
+def ray_token_source() -> str | None:
+    """Where a Ray auth token is available to this process (Ray's own order: RAY_AUTH_TOKEN,
+    RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token), or None."""
+    if os.environ.get(RAY_AUTH_TOKEN):
+        return RAY_AUTH_TOKEN
+    if os.environ.get(RAY_AUTH_TOKEN_PATH):
+        return f"{RAY_AUTH_TOKEN_PATH} ({os.environ[RAY_AUTH_TOKEN_PATH]})"
+    default = Path.home() / ".ray" / "auth_token"
+    return str(default) if default.is_file() else None
+
+
+def use_ray_token_auth() -> None:
+    """Send the token to an explicit --address when one is available and RAY_AUTH_MODE is unset.
+    Ray does this itself only for address 'auto' (ray._private.worker: an explicit address "never
+    does"), so a head started with token authentication -- the default from Ray 2.59 once
+    ~/.ray/auth_token exists, which any local ray.init() writes -- refused `--address host:port`
+    after ~20 s of InvalidAuthToken retries. An explicit RAY_AUTH_MODE is respected."""
+    if os.environ.get(RAY_AUTH_MODE) is None and ray_token_source() is not None:
+        os.environ[RAY_AUTH_MODE] = "token"
+
+
+def ray_refused(address: str, exc: BaseException) -> SpecError:
+    """The error when a Ray cluster refuses this process: what Ray said, and what to set."""
+    mode, token = os.environ.get(RAY_AUTH_MODE), ray_token_source()
+    here = (f"here {RAY_AUTH_MODE}={mode}" if mode is not None else f"here {RAY_AUTH_MODE} is unset") + \
+        (f" and the token comes from {token}" if token else " and no token is available")
+    return SpecError("--address", address, "a running Ray cluster this process can connect to and authenticate "
+                     f"with; Ray says: {exc}. A head started with token authentication (Ray >= 2.52; the default "
+                     f"from 2.59) refuses a client without its token: set {RAY_AUTH_MODE}=token and give the "
+                     f"head's token as {RAY_AUTH_TOKEN}, {RAY_AUTH_TOKEN_PATH} or ~/.ray/auth_token "
+                     f"(`ray get-auth-token` on the head prints it); {here}", where="command line")
+
+
 def _run_ray(ray: Any, tasks: list[RunTask], on_result, jobs: int, address: str | None) -> None:
     started = False
     if not ray.is_initialized():
         kwargs = {"ignore_reinit_error": True, "log_to_driver": False, "include_dashboard": False}
         if address:
-            ray.init(address=address, **kwargs)
+            use_ray_token_auth()
+            try:
+                ray.init(address=address, **kwargs)
+            except (ConnectionError, RuntimeError, ValueError) as exc:   # refused: one error paragraph
+                raise ray_refused(address, exc) from None
         else:   # a private local instance, even when a Ray head already runs on this machine
             ray.init(address="local", num_cpus=jobs, **kwargs)
             started = True

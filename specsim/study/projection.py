@@ -10,15 +10,18 @@ generation runs continuously across steps — and the same run with `speculation
 
 Totals per replicate: wall-clock = end of the last step; GPU-hours = wall-clock × GPUs held (sync:
 the colocated pool; async: rollout + training pools) / 3600. Across replicates: mean and 95 %
-Student-t interval (the replicates differ in every drawn length and acceptance).
+interval in each quantity's domain (`interval`: durations and GPU-hours cut at 0, the run speedup
+on the log scale, the time saved signed; none with one replicate).
 
 Money: with a price for the scenario's GPU type (`output.gpu_hour_usd`, $ per GPU-hour, the field
 `specsim plan` reads too) the projection also carries `ar_usd`, `sd_usd` and `saved_usd`: each
 GPU-hour interval (mean, low, high) times the price, so the dollars are the GPU-hours exactly
 scaled and their intervals scale with them. Without a price there are no dollar keys.
 
-:func:`project_run` computes the projection (a dict of totals, each a (mean, low, high) interval),
-:func:`format_projection` turns it into the text `specsim project` (specsim/cli/project.py) prints.
+:func:`simulate_runs` runs them, :func:`projection_totals` reduces them to the projection (a dict
+of totals, each a (mean, low, high) interval), :func:`format_projection` turns that into the text
+`specsim project` (specsim/cli/project.py) prints; study/project_folder.py writes the results
+folder with the per-step table, its plot and the report.
 """
 
 from __future__ import annotations
@@ -26,9 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-import numpy as np
 import pandas as pd
-from scipy import stats
 
 from specsim.errors import LayoutError
 from specsim.scenario import Scenario, apply_overrides
@@ -40,8 +41,15 @@ from specsim.world.resolve import resolve
 AR = {"speculation.policy": "off"}
 
 
-def _gpus(world) -> int:
+def gpus_of(world) -> int:
+    """GPUs the run holds: sync, the colocated pool; async, the rollout and training pools."""
     return world.rollout.gpus + (world.trainer.layout.gpus if world.pipeline.mode == "async" else 0)
+
+
+def variants(sc: Scenario) -> dict[str, tuple[Scenario, object]]:
+    """{"sd": (scenario, world), "ar": (its AR twin, world)}: the two runs a projection compares."""
+    ar = apply_overrides(sc, AR)
+    return {"sd": (sc, resolve(sc)), "ar": (ar, resolve(ar))}
 
 
 def run_totals(steps: list[dict], gpus: int) -> dict[str, float]:
@@ -59,56 +67,90 @@ def run_totals(steps: list[dict], gpus: int) -> dict[str, float]:
             "tokens": float(df["tokens"].sum())}
 
 
-def interval(values) -> tuple[float, float, float]:
-    """(mean, low, high): 95 % Student-t interval of the mean (a point when n = 1)."""
-    x = np.asarray(values, dtype=float)
-    m = float(x.mean())
-    if len(x) < 2:
-        return m, m, m
-    half = float(stats.t.ppf(0.975, len(x) - 1)) * float(x.std(ddof=1)) / math.sqrt(len(x))
-    return m, m - half, m + half
+def interval(values, domain: str = "positive") -> tuple[float, float | None, float | None]:
+    """(mean, low, high): the 95 % interval of the mean over replicates, in the quantity's domain.
+
+    domain "positive" (durations, GPU-hours, τ, tokens): the Student-t interval cut at 0, as every
+    summary interval is (tables.mean_ci); "ratio" (a speedup): the t-interval of the log, so it is
+    positive and multiplicative (tables.ratio_ci); "signed" (a difference: SD may save a negative
+    time): the plain t-interval. One replicate: (mean, None, None) — no interval, never a
+    zero-width one."""
+    from specsim.study.report.tables import mean_ci, ratio_ci
+
+    vals = [float(v) for v in values]
+    m = ratio_ci(vals) if domain == "ratio" else mean_ci(vals, floor=None if domain == "signed" else 0.0)
+    if m["mean"] is None:
+        return math.nan, None, None
+    lo, hi = m["ci95"] or (None, None)
+    return m["mean"], lo, hi
 
 
-def project_run(sc: Scenario, *, replicates: int = 2, engine: str = "fast", jobs: int = 1,
-                on_run: Callable[[int], None] | None = None,
-                on_progress: Callable[[tuple[str, int], RunProgress | None], None] | None = None) -> dict:
-    """The scenario's whole run with SD and its AR twin, `replicates` paired replicates each: the
-    2 × replicates runs go to `jobs` worker processes (study/executors.run_tasks; 1: this process),
-    each handing back only its step records. `on_run(replicate)` is called as each run ends (2 per
-    replicate: a progress bar); `on_progress(run, p)` inside each run (sim/progress.py), then
-    `on_progress(run, None)` when it ends, `run` = ("sd" or "ar", replicate)."""
-    w_sd, w_ar = resolve(sc), resolve(apply_overrides(sc, AR))
-    variants = {"sd": (sc, w_sd), "ar": (apply_overrides(sc, AR), w_ar)}
-    tasks = [RunTask.of(variants[kind][0], r, f"projection_{kind}", engine)
+def simulate_runs(sc: Scenario, *, replicates: int = 2, engine: str = "fast", jobs: int = 1,
+                  on_run: Callable[[int], None] | None = None,
+                  on_progress: Callable[[tuple[str, int], RunProgress | None], None] | None = None,
+                  stored: dict[str, dict] | None = None,
+                  on_stored: Callable[[str, dict], None] | None = None) -> dict[str, list[dict]]:
+    """The scenario's whole run with SD and its AR twin, `replicates` paired replicates each:
+    {"sd": [result per replicate], "ar": [...]}, each result as study/executors.execute returns it.
+    The runs go to `jobs` worker processes (study/executors.run_tasks; 1: this process). `stored`:
+    results already on disk by run key (a resumed results folder), reused as they are;
+    `on_stored(key, result)` is called for each run computed here (to store it). `on_run(replicate)`
+    is called as each run ends (2 per replicate: a progress bar); `on_progress(run, p)` inside each
+    run (sim/progress.py), then `on_progress(run, None)` when it ends, `run` = ("sd" or "ar", replicate)."""
+    both = variants(sc)
+    tasks = [RunTask.of(both[kind][0], r, f"projection_{kind}", engine)
              for r in range(replicates) for kind in ("sd", "ar")]
     run_of = {t.key: (t.role.removeprefix("projection_"), t.replicate) for t in tasks}
     per: dict[str, list] = {"sd": [None] * replicates, "ar": [None] * replicates}
+    stored = stored or {}
 
     def on_result(task: RunTask, result: dict) -> None:
         kind, r = run_of[task.key]
         if "error" in result:        # a scenario that cannot run (does not fit, bad layout)
             raise LayoutError(f"{sc.name}: the {kind.upper()} run of replicate {r} cannot run: {result['error']}")
-        per[kind][r] = run_totals(result["steps"], _gpus(variants[kind][1]))
+        if task.key not in stored and on_stored is not None:
+            on_stored(task.key, result)
+        per[kind][r] = result
         if on_run is not None:
             on_run(r)
 
+    for t in tasks:
+        if t.key in stored:
+            on_result(t, stored[t.key])
     inside = None if on_progress is None else (lambda task, p: on_progress(run_of[task.key], p))
-    run_tasks(tasks, on_result, jobs=jobs, on_progress=inside)
-    out = {"scenario": sc.name, "steps": w_sd.pipeline.steps, "replicates": replicates, "gpus": _gpus(w_sd)}
+    run_tasks([t for t in tasks if t.key not in stored], on_result, jobs=jobs, on_progress=inside)
+    return per
+
+
+def projection_totals(sc: Scenario, results: dict[str, list[dict]]) -> dict:
+    """The projection's totals from simulate_runs' results: each an interval (interval())."""
+    both = variants(sc)
+    per = {kind: [run_totals(res["steps"], gpus_of(both[kind][1])) for res in rows] for kind, rows in results.items()}
+    replicates = len(per["sd"])
+    out = {"scenario": sc.name, "steps": both["sd"][1].pipeline.steps, "replicates": replicates,
+           "gpus": gpus_of(both["sd"][1])}
     for kind, rows in per.items():
         for key in rows[0]:
             out[f"{kind}_{key}"] = interval([row[key] for row in rows])
     saved = [a["wall_h"] - s["wall_h"] for a, s in zip(per["ar"], per["sd"])]
-    ratio = [a["wall_h"] / s["wall_h"] for a, s in zip(per["ar"], per["sd"])]
-    out["saved_wall_h"] = interval(saved)
-    out["saved_gpu_h"] = interval([h * out["gpus"] for h in saved])
-    out["run_speedup"] = interval(ratio)
+    out["saved_wall_h"] = interval(saved, "signed")
+    out["saved_gpu_h"] = interval([h * out["gpus"] for h in saved], "signed")
+    out["run_speedup"] = interval([a["wall_h"] / s["wall_h"] for a, s in zip(per["ar"], per["sd"])], "ratio")
     price = gpu_hour_usd(sc)
     if price is not None:
         out["gpu_hour_usd"] = price
         for kind in ("ar", "sd", "saved"):
-            out[f"{kind}_usd"] = tuple(v * price for v in out[f"{kind}_gpu_h"])
+            out[f"{kind}_usd"] = tuple(None if v is None else v * price for v in out[f"{kind}_gpu_h"])
     return out
+
+
+def project_run(sc: Scenario, *, replicates: int = 2, engine: str = "fast", jobs: int = 1,
+                on_run: Callable[[int], None] | None = None,
+                on_progress: Callable[[tuple[str, int], RunProgress | None], None] | None = None) -> dict:
+    """The projection's totals of the scenario's whole run (simulate_runs, then projection_totals),
+    without a results folder (study/project_folder.py writes one)."""
+    return projection_totals(sc, simulate_runs(sc, replicates=replicates, engine=engine, jobs=jobs, on_run=on_run,
+                                               on_progress=on_progress))
 
 
 def gpu_hour_usd(sc: Scenario) -> float | None:
@@ -118,12 +160,16 @@ def gpu_hour_usd(sc: Scenario) -> float | None:
 
 def format_projection(p: dict) -> str:
     """The projection as four lines of text: the run, AR, SD, and what SD saves (with a price,
-    each GPU-hour figure is followed by its dollars)."""
-    f = lambda t, d=1: f"{t[0]:,.{d}f} [{t[1]:,.{d}f}, {t[2]:,.{d}f}]"
+    each GPU-hour figure is followed by its dollars); with one replicate, means only."""
+    def f(t, d=1):
+        if t[1] is None:
+            return f"{t[0]:,.{d}f}"
+        return f"{t[0]:,.{d}f} [{t[1]:,.{d}f}, {t[2]:,.{d}f}]"
     usd = (lambda kind: f" = ${f(p[f'{kind}_usd'], 0)}") if "gpu_hour_usd" in p else (lambda kind: "")
     price = f" at ${p['gpu_hour_usd']:,.2f} per GPU-hour" if "gpu_hour_usd" in p else ""
-    lines = [(f"{p['scenario']}: {p['steps']} RL steps on {p['gpus']} GPUs, {p['replicates']} replicates "
-              f"(mean [95 % interval]){price}"),
+    what = "(mean [95 % interval])" if p["replicates"] >= 2 else "(one replicate: means, no interval)"
+    lines = [(f"{p['scenario']}: {p['steps']} RL steps on {p['gpus']} GPUs, {p['replicates']} replicate"
+              f"{'s' if p['replicates'] != 1 else ''} {what}{price}"),
              (f"  AR : wall-clock {f(p['ar_wall_h'], 2)} h, {f(p['ar_gpu_h'], 0)} GPU-h{usd('ar')}, step "
               f"{f(p['ar_first_step_s'])} s (first tenth) -> {f(p['ar_last_step_s'])} s (last tenth)"),
              (f"  SD : wall-clock {f(p['sd_wall_h'], 2)} h, {f(p['sd_gpu_h'], 0)} GPU-h{usd('sd')}, step "
@@ -131,4 +177,3 @@ def format_projection(p: dict) -> str:
              (f"  SD saves {f(p['saved_wall_h'], 2)} h = {f(p['saved_gpu_h'], 0)} GPU-h{usd('saved')}; run speedup "
               f"{f(p['run_speedup'], 3)}x")]
     return "\n".join(lines)
-

@@ -16,8 +16,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -28,14 +30,16 @@ from specsim.inputs import read_json, read_text
 from specsim.scenario import ScenarioError, to_yaml, validate_doc
 from specsim.study.plan import PointRuns
 
-__all__ = ["ResultsConflict", "inputs_changes", "load_points", "load_runs", "owned", "point_problem", "prepare",
+__all__ = ["ResultsConflict", "inputs_changes", "load_points", "load_runs", "locked", "owned", "point_problem", "prepare",
            "run_problem", "sha"]
 
 #: Top-level files a run writes.
 TOP_FILES = (atomic.MARKER, atomic.LOCK, "resolved.yaml", "inputs.json", "points.csv", "points.parquet", "steps.csv",
-             "runs.csv", "timeline.csv", "summary.json", "summary.md", "report.html")
+             "runs.csv", "timeline.csv", "summary.json", "summary.md", "report.html",
+             "per_step.csv")   # `specsim project`'s per-step table (study/project_folder.py)
 #: Plot stems (each written as .png and .csv under plots/).
-PLOT_STEMS = ("heatmap_e2e_speedup", "speedup_vs_k", "rollout_timeline", "step_breakdown", "capacity_plan")
+PLOT_STEMS = ("heatmap_e2e_speedup", "speedup_vs_k", "rollout_timeline", "step_breakdown", "capacity_plan",
+              "sd_gain_by_lag", "speedup_vs_scale", "heatmap_k_tau", "projection_steps")
 _OWNED = {
     "points": re.compile(r"^[0-9a-f]{12}\.json$"),
     "runs": re.compile(r"^[0-9a-f]{16}\.json$"),
@@ -109,6 +113,22 @@ def _without_presentation(doc: dict) -> dict:
     if isinstance(out.get("output"), dict):
         out["output"] = {k: v for k, v in out["output"].items() if k not in PRESENTATION_FIELDS}
     return out
+
+
+@contextlib.contextmanager
+def locked(out: str | Path, force: bool) -> Iterator[Path]:
+    """The results folder `out`, created under the output-path rule (atomic.output_path, option
+    `--out`) and held under its lock (atomic.FolderLock) while the block runs; either refusal is a
+    ResultsConflict naming --out. `specsim run` and `specsim project` open their folders with it."""
+    try:
+        out_dir = atomic.output_path(out, "--out", folder=True, force=force)
+        lock = atomic.FolderLock(out_dir, "--out").__enter__()
+    except SpecError as exc:
+        raise ResultsConflict(None, exc.field, exc.value, exc.allowed) from None
+    try:
+        yield out_dir
+    finally:
+        lock.__exit__(None, None, None)
 
 
 def same_scenario(old_text: str, resolved_text: str) -> bool:

@@ -45,7 +45,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specsim import atomic
-from specsim.errors import SpecError
 from specsim.inputs import read_csv_frame
 from specsim.scenario import (
     MAX_SWEEP_ROWS,
@@ -209,17 +208,9 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
         _refuse_too_much(sc, plan)
         warnings += [f"{_where(values)}: {text}" for values, text in plan.notes] + ignored_fields(sc)
         resolved_text = to_yaml(sc)
-        try:
-            out_dir = atomic.output_path(out if out is not None else default_out(sc), "--out", folder=True,
-                                         force=force)
-            lock = atomic.FolderLock(out_dir, "--out").__enter__()
-        except SpecError as exc:   # the output-path rule and the lock: a ResultsConflict naming --out
-            raise ResultsConflict(None, exc.field, exc.value, exc.allowed) from None
-        try:
+        with results_dir.locked(out if out is not None else default_out(sc), force) as out_dir:
             return _run_locked(sc, plan, out_dir, resolved_text, warnings, workers, t0, force, fresh, progress, backend,
                                address, engine, plots, tuple(overrides), pool)
-        finally:
-            lock.__exit__(None, None, None)
 
 
 def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings: list[str], workers: int, t0: float,

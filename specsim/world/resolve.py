@@ -193,6 +193,43 @@ def vllm_default_max_num_seqs(hw: HardwareSpec) -> int:
     return 1024 if hw.hbm_bytes >= 70 * GIB_BYTES and "a100" not in hw.name.lower() else 256
 
 
+@dataclasses.dataclass(frozen=True)
+class WeightDtypes:
+    """The rollout's weight dtypes and which input set them (`source`: the words a summary prints)."""
+
+    weight_dtype: str
+    expert_weight_dtype: str | None
+    source: str
+
+
+def rollout_weight_dtypes(chosen: str | None, model) -> WeightDtypes:
+    """Which weight dtype the rollout engines run: `rollout.weight_dtype` (`--set` or the scenario)
+    when set, overriding the checkpoint's; else the model's config.json `quantization_config`
+    (hf_config.quantization_from_config: fp8 for DeepSeek-V3 and Kimi-K2, mxfp4 experts with bf16
+    attention, router, embeddings and LM head for gpt-oss); else bf16."""
+    q = model.quantization
+    if chosen is not None:
+        over = f", overriding the config's {q.method} ({q.weight_dtype})" if q and q.weight_dtype != chosen else ""
+        return WeightDtypes(chosen, None, f"{chosen} from rollout.weight_dtype{over}")
+    if q is None:
+        return WeightDtypes("bf16", None, "bf16: rollout.weight_dtype unset and the model's config has no "
+                                          "quantization_config")
+    if q.scope == "experts":
+        return WeightDtypes("bf16", q.weight_dtype, f"{q.weight_dtype} routed experts, bf16 elsewhere, from the "
+                                                    f"config's quantization_config ({q.method}; left in bf16: "
+                                                    f"{', '.join(q.excluded)})")
+    kept = f"; listed as left in bf16, priced {q.weight_dtype}: {', '.join(q.excluded)}" if q.excluded else ""
+    return WeightDtypes(q.weight_dtype, None, f"{q.weight_dtype} from the config's quantization_config "
+                                              f"({q.method}{kept})")
+
+
+def weight_dtypes_of(sc: Scenario) -> WeightDtypes:
+    """rollout_weight_dtypes of a scenario's rollout and model (what its summary reports)."""
+    file = source_file(sc)
+    model = load_model(sc.model, Path(file).parent if file else None)
+    return rollout_weight_dtypes(sc.rollout.weight_dtype, model)
+
+
 def resolve(sc: Scenario) -> World:
     """Resolve a scenario; raises ScenarioError (with the file) for anything that cannot run."""
     file = source_file(sc)
@@ -201,7 +238,9 @@ def resolve(sc: Scenario) -> World:
         hw = load_hardware(sc.hardware)
         model = load_model(sc.model, base_dir)
         r = sc.rollout
-        layout = ParallelLayout(tp=r.tp, pp=r.pp, ep=r.ep, weight_dtype=r.weight_dtype, kv_dtype=r.kv_dtype)
+        dtypes = rollout_weight_dtypes(r.weight_dtype, model)
+        layout = ParallelLayout(tp=r.tp, pp=r.pp, ep=r.ep, weight_dtype=dtypes.weight_dtype,
+                                expert_weight_dtype=dtypes.expert_weight_dtype, kv_dtype=r.kv_dtype)
         layout.check_fits_model(model, "rollout")
         if r.gpus % layout.gpus:
             raise SpecError("rollout.gpus", r.gpus, f"a multiple of the {layout.gpus} GPUs of one engine ({layout.describe()})")

@@ -65,7 +65,9 @@ def _brute(tiny, reps: int) -> dict:
 
 
 def test_search_keeps_the_brute_force_best(tiny, planned):
-    res, _ = planned
+    res, out = planned
+    assert any("2 replicates (Student t = 12.7)" in w for w in res.warnings)       # few replicates: said
+    assert "2 replicates (Student t = 12.7)" in (out / "report.html").read_text(encoding="utf-8")
     brute = _brute(tiny, 2)
     assert len(brute) == 24
     for arm in ("ar", "sd"):
@@ -106,6 +108,7 @@ def test_rerun_reuses_every_finished_run(tiny, planned):
     assert again.answer["best_sd"]["candidate"] == res.answer["best_sd"]["candidate"]
     g = again.answer["sd_gain_at_optima"]
     assert g["n"] == 2 and g["ci95"] is not None
+    assert g["scale"] == "log" and 0 < g["ci95"][0] <= g["ci95"][1]        # a ratio: a positive, log-scale interval
 
 
 def test_the_plan_writes_its_report_page(planned):

@@ -41,10 +41,16 @@ def test_inverse_answers_from_a_frame():
     assert g["gpus_with_sd"] == pytest.approx(768) and g["gpus_without_sd"] == pytest.approx(1536)
 
 
-def test_interval():
+def test_interval_respects_each_quantitys_domain():
+    """Durations are cut at 0, a ratio's interval is taken on the log scale (positive, ×/÷ the same
+    factor around the geometric mean), a saving is signed, and one replicate has no interval."""
     m, lo, hi = interval([1.0, 2.0, 3.0])
     assert m == 2.0 and lo < 2.0 < hi
-    assert interval([5.0]) == (5.0, 5.0, 5.0)
+    assert interval([0.1, 1.9])[1] == 0.0                     # a plain t-interval reaches ≈ −10.5
+    r, rlo, rhi = interval([0.5, 2.0], "ratio")
+    assert r == 1.25 and 0 < rlo < 1 < rhi and rlo * rhi == pytest.approx(1.0)   # geometric mean 1
+    assert interval([-1.0, 1.0], "signed")[1] < -1
+    assert interval([5.0]) == (5.0, None, None) and interval([5.0], "ratio") == (5.0, None, None)
 
 
 def test_project_run_totals_are_consistent():
@@ -88,7 +94,7 @@ SMALL_RUN = ["--set", "workload.prompts=16", "--set", "rollout.gpus=4", "--set",
              "--set", "pipeline.warmup_steps=1"]
 
 
-def test_project_command_prints_the_projection_and_its_json():
+def test_project_command_prints_the_projection_and_its_json(tmp_path):
     """`specsim project SCENARIO` prints format_projection's four lines; --format json is the
     project_run dict (every total a [mean, low, high] interval)."""
     import json
@@ -98,23 +104,27 @@ def test_project_command_prints_the_projection_and_its_json():
     from specsim.cli.app import app
 
     scen = str(ROOT / "scenarios" / "8b_rl_think_sync.yaml")
-    r = CliRunner().invoke(app, ["project", scen, *SMALL_RUN, "--replicates", "2"])
+    r = CliRunner().invoke(app, ["project", scen, *SMALL_RUN, "--replicates", "2", "--out", str(tmp_path / "a")])
     assert r.exit_code == 0, r.output
     lines = r.stdout.strip().splitlines()
-    assert len(lines) == 4, r.stdout
+    assert len(lines) == 6, r.stdout
+    assert lines[4].startswith("note: intervals rest on 2 replicates (Student t = 12.7)")
+    assert lines[5].startswith(f"results: {tmp_path / 'a'} (4 runs simulated, 0 reused)")
     assert lines[0].startswith("8b_rl_think_sync: 3 RL steps on 4 GPUs, 2 replicates (mean [95 % interval])")
     assert lines[1].startswith("  AR : wall-clock ") and lines[2].startswith("  SD : wall-clock ")
     assert lines[3].startswith("  SD saves ") and "run speedup" in lines[3]
-    r = CliRunner().invoke(app, ["project", scen, *SMALL_RUN, "--replicates", "1", "--format", "json"])
+    r = CliRunner().invoke(app, ["project", scen, *SMALL_RUN, "--replicates", "1", "--format", "json",
+                                 "--out", str(tmp_path / "b")])
     assert r.exit_code == 0, r.output
     p = json.loads(r.stdout)
     assert (p["scenario"], p["steps"], p["replicates"], p["gpus"]) == ("8b_rl_think_sync", 3, 1, 4)
     m, lo, hi = p["sd_wall_h"]
-    assert m == lo == hi > 0 and len(p["run_speedup"]) == 3   # one replicate: a point
+    assert m > 0 and lo is None and hi is None and len(p["run_speedup"]) == 3   # one replicate: no interval
+    assert p["out_dir"] == str(tmp_path / "b")
     assert p["saved_wall_h"][0] == pytest.approx(p["ar_wall_h"][0] - p["sd_wall_h"][0])
 
 
-def test_project_command_json_carries_the_dollars():
+def test_project_command_json_carries_the_dollars(tmp_path):
     import json
 
     from typer.testing import CliRunner
@@ -122,12 +132,14 @@ def test_project_command_json_carries_the_dollars():
     from specsim.cli.app import app
 
     scen = str(ROOT / "scenarios" / "8b_rl_think_sync.yaml")
-    r = CliRunner().invoke(app, ["project", scen, *SMALL_RUN, "--replicates", "1", "--format", "json",
+    r = CliRunner().invoke(app, ["project", scen, *SMALL_RUN, "--replicates", "1", "--format", "json", "--out",
+                                 str(tmp_path),
                                  "--set", "output.gpu_hour_usd={gb200: 4}"])
     assert r.exit_code == 0, r.output
     p = json.loads(r.stdout)
     assert p["gpu_hour_usd"] == 4.0
-    assert [v * 4.0 for v in p["sd_gpu_h"]] == p["sd_usd"] and [v * 4.0 for v in p["saved_gpu_h"]] == p["saved_usd"]
+    assert p["sd_usd"][0] == p["sd_gpu_h"][0] * 4.0 and p["saved_usd"][0] == p["saved_gpu_h"][0] * 4.0
+    assert p["sd_usd"][1:] == [None, None]
 
 
 @pytest.mark.parametrize("args, needle", [(["--replicates", "0"], "--replicates: must be >= 1"),
@@ -135,16 +147,16 @@ def test_project_command_json_carries_the_dollars():
                                           (["--set", "output.gpu_hour_usd={gb200: -1}"], "output.gpu_hour_usd.gb200"),
                                           (["--set", "output.gpu_hour_usd={gb200: .nan}"], "output.gpu_hour_usd.gb200"),
                                           (["--set", "output.gpu_hour_usd={gb300: 5}"], "output.gpu_hour_usd.gb300")])
-def test_project_command_bad_input_is_one_error(args, needle):
+def test_project_command_bad_input_is_one_error(args, needle, tmp_path):
     from typer.testing import CliRunner
 
     from specsim.cli.app import app
 
-    r = CliRunner().invoke(app, ["project", str(ROOT / "scenarios" / "235b_run.yaml"), *args])
+    r = CliRunner().invoke(app, ["project", str(ROOT / "scenarios" / "235b_run.yaml"), *args, "--out", str(tmp_path / "p")])
     assert r.exit_code == 2, r.output
     err = r.stderr.strip()
     assert err.startswith("error: ") and "\n" not in err and needle in err, err
-    assert "Traceback" not in r.output
+    assert "Traceback" not in r.output and not (tmp_path / "p").exists()
 
 
 def test_speedup_vs_scale_bars_are_the_summary_interval_cut_at_zero(tmp_path):

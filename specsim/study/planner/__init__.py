@@ -85,8 +85,10 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
     t0 = time.perf_counter()
     sc = load_scenario(path, list(overrides))
     workers = check_backend(backend, jobs, address)
-    warnings: list[str] = []
     plan = sc.plan
+    from specsim.study.report.tables import few_replicates_warning
+
+    warnings: list[str] = [w for w in [few_replicates_warning(plan.search.replicates)] if w]
     if sc.pipeline.mode == "sync" and plan.rollout_shares is not None:
         raise ScenarioError(None, "plan.rollout_shares", plan.rollout_shares,
                             "omitted for a sync (colocated) scenario: it has no rollout:training split")

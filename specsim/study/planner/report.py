@@ -122,7 +122,9 @@ def answer(evs, plan, replicates: int, usd: dict[str, float]) -> dict:
         a, s = best["ar"], best["sd"]
         common = sorted(set(a.steady) & set(s.steady))
         ratios = [a.steady[r]["step_s"] / s.steady[r]["step_s"] for r in common]
-        out["sd_gain_at_optima"] = _ci(ratios)
+        from specsim.study.report.tables import ratio_ci
+
+        out["sd_gain_at_optima"] = ratio_ci(ratios)   # a ratio: its interval on the log scale
         out["sd_gain_at_optima"]["paired_replicates"] = common
         if plan.objective != "min_step_time":
             out["sd_resource_ratio"] = _score(a, plan.objective)[0] / _score(s, plan.objective)[0]

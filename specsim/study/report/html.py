@@ -39,8 +39,12 @@ LONG_DRAFT_K = 5
 
 #: what each plot shows (plots.py, projection.py); a plot without an entry is captioned by its name
 PLOT_CAPTIONS = {
-    "heatmap_e2e_speedup": "Steady end-to-end speedup over sync AR by draft length k and policy lag (best cell boxed)",
-    "speedup_vs_k": "Speedup against draft length k, one line per policy lag, with replicate intervals",
+    "heatmap_e2e_speedup": "Steady end-to-end speedup over sync AR by draft length k and policy lag: the best cell "
+                           "boxed, cells statistically tied with it dashed (legend below the plot)",
+    "speedup_vs_k": "Speedup against draft length k at the best SD point's policy lag, over AR in the same "
+                    "configuration and over sync AR, and τ in its own panel; bars: replicate intervals",
+    "sd_gain_by_lag": "SD's gain over the best AR configuration at each policy lag (the best SD point per lag), "
+                      "with paired replicate intervals",
     "step_breakdown": "Where a step's time goes: sync AR, the best AR and the best SD configuration",
     "rollout_timeline": "Active sequences per engine over one step's generation, AR vs SD",
     "capacity_plan": "Step time and GPU-hours per 1,000 steps against rollout GPUs, with and without SD",
@@ -83,7 +87,8 @@ def caveats(resolved: dict, summary: dict) -> list[str]:
     out += [f"Review: {w}" for w in summary.get("warnings") or [] if "sequences on average" not in w]
     out += [f"Run warning: {w}" for w in (summary.get("run") or {}).get("warnings", [])]
     out.append("Every speedup is a paired comparison on common random draws; intervals are 95 % t-intervals over "
-               "paired replicates (a single replicate gives no interval).")
+               "paired replicates, cut at 0 (a share also at 1), a ratio of two points' on the log scale (a single "
+               "replicate gives no interval).")
     return out
 
 

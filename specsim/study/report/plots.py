@@ -1,8 +1,11 @@
 """The capacity-planning plots of a results folder. Each is a PNG plus the CSV it was drawn from
 (same stem), both written atomically.
 
-    heatmap_e2e_speedup    (a) E2E speedup vs sync AR over k × policy lag, annotated cells
-    speedup_vs_k           (b) generation and E2E speedup vs k, τ on a second axis
+    heatmap_e2e_speedup    (a) E2E speedup vs sync AR over k × policy lag, annotated cells; the best boxed,
+                           cells tied with it dashed, both in a legend
+    speedup_vs_k           (b) at the best SD point's lag: speedup over AR (k = 0) and over sync AR vs k,
+                           τ in its own panel (every panel one y-axis)
+    sd_gain_by_lag         (f) SD's gain over the best AR configuration at each policy lag, with intervals
     rollout_timeline       (c) active batch and tokens/s over one step's generation, slowest engine, AR vs SD
                            (from timeline.csv, which the run persisted: plots never simulate)
     step_breakdown         (d) stacked stage times, sync AR vs best AR vs best SD, exposed generation marked
@@ -74,7 +77,7 @@ def heatmap_e2e_speedup(stem: Path, sc, frame: pd.DataFrame, analysis: dict) -> 
     grid = np.full((len(ys), len(xs)), np.nan)
     for _, r in data.iterrows():
         grid[ys.index(r[yp]), xs.index(r[xp])] = r[f"{metric}_mean"]
-    fig, ax = _fig(1.2 + 1.0 * len(xs), 1.6 + 0.7 * len(ys))
+    fig, ax = _fig(max(6.0, 1.2 + 1.0 * len(xs)), 2.2 + 0.7 * len(ys))
     im = ax.imshow(grid, cmap="cividis", origin="lower", aspect="auto")
     lo, hi = np.nanmin(grid), np.nanmax(grid)
     for i in range(len(ys)):
@@ -84,17 +87,26 @@ def heatmap_e2e_speedup(stem: Path, sc, frame: pd.DataFrame, analysis: dict) -> 
                 continue
             light = (v - lo) / (hi - lo) if hi > lo else 0.5
             ax.text(j, i, f"{v:.3f}×", ha="center", va="center", fontsize=9,
-                    color="black" if light > 0.55 else "white", fontweight="bold" if v == hi else "normal")
+                    color="black" if light > 0.55 else "white")
     bi, bj = ys.index(best["values"].get(yp, ys[0])), xs.index(best["values"].get(xp, xs[0]))
-    ax.add_patch(Rectangle((bj - 0.5, bi - 0.5), 1, 1, fill=False, lw=2.5, ec="black", ls="-"))
-    ax.add_patch(Rectangle((bj - 0.44, bi - 0.44), 0.88, 0.88, fill=False, lw=1.5, ec="white", ls="--"))
+    # one marking for the best: a black box with a white inner line (visible on any cell colour)
+    ax.add_patch(Rectangle((bj - 0.5, bi - 0.5), 1, 1, fill=False, lw=3, ec="black", ls="-"))
+    ax.add_patch(Rectangle((bj - 0.43, bi - 0.43), 0.86, 0.86, fill=False, lw=1.2, ec="white", ls="-"))
     tied = tied_with_best(sub, metric, [yp, xp], best["values"].get(yp), best["values"].get(xp))
     data["tied_with_best"] = [bool(tied.get((r[yp], r[xp]), False)) for _, r in data.iterrows()]
+    data["best"] = [bool(r[yp] == ys[bi] and r[xp] == xs[bj]) for _, r in data.iterrows()]
+    any_tied = False
     for (yv, xv), is_tied in tied.items():
         if is_tied and (yv, xv) != (ys[bi], xs[bj]):
+            any_tied = True
             i, j = ys.index(yv), xs.index(xv)
-            ax.add_patch(Rectangle((j - 0.47, i - 0.47), 0.94, 0.94, fill=False, lw=1.2, ec="0.5", ls=":"))
-            ax.text(j, i - 0.32, "tied", ha="center", va="center", fontsize=7, color="0.5")
+            ax.add_patch(Rectangle((j - 0.46, i - 0.46), 0.92, 0.92, fill=False, lw=1.6, ec="black", ls=(0, (2, 2))))
+            ax.add_patch(Rectangle((j - 0.46, i - 0.46), 0.92, 0.92, fill=False, lw=1.6, ec="white", ls=(2, (2, 2))))
+    handles = [Patch(facecolor="white", edgecolor="black", lw=3, label=f"best (ranked by {metric})")]
+    if any_tied:
+        handles.append(Patch(facecolor="white", edgecolor="black", lw=1.6, ls=(0, (2, 2)),
+                             label="tied with the best (the paired 95 %\ninterval of cell ÷ best contains 1)"))
+    fig.legend(handles=handles, loc="outside lower center", fontsize=8, frameon=False)
     edge = [n for n, vals, v in ((_axis_label(xp), xs, xs[bj]), (_axis_label(yp), ys, ys[bi]))
             if len(vals) > 1 and v in (vals[0], vals[-1]) and not (n.startswith("draft length") and v == 0)]
     ax.set_xticks(range(len(xs)), [str(x) for x in xs])
@@ -105,9 +117,8 @@ def heatmap_e2e_speedup(stem: Path, sc, frame: pd.DataFrame, analysis: dict) -> 
     extra = ("; " + ", ".join(f"{k}={v}" for k, v in fixed.items())) if fixed else ""
     reps = int(data["replicates"].max()) if len(data) else 1
     mean = f"mean of {reps} replicates; " if reps > 1 else ""
-    tie_note = "; dotted 'tied': paired 95 % interval of cell ÷ best contains 1" if any(tied.values()) else ""
     edge_note = f"\nbest on the grid's edge ({', '.join(edge)}): the optimum may lie beyond it" if edge else ""
-    ax.set_title(_title(sc, f"steady E2E speedup vs {ref} (×){extra}\n{mean}boxed: best{tie_note}{edge_note}"),
+    ax.set_title(_title(sc, f"steady E2E speedup vs {ref} (×){extra}\n{mean.rstrip('; ')}{edge_note}"),
                  fontsize=9)
     fig.colorbar(im, ax=ax, label="E2E speedup (×)")
     return _save(fig, stem, data)
@@ -116,14 +127,14 @@ def heatmap_e2e_speedup(stem: Path, sc, frame: pd.DataFrame, analysis: dict) -> 
 def tied_with_best(frame: pd.DataFrame, metric: str, keys: list[str], by, bx) -> dict:
     """Per cell (its `keys` values): is it statistically tied with the best cell (by, bx) — the
     95 % t-interval of cell ÷ best, paired over replicates, contains 1? Needs ≥ 2 common replicates."""
-    from specsim.study.report.tables import mean_ci
+    from specsim.study.report.tables import ratio_ci
 
     best = frame[(frame[keys[0]] == by) & (frame[keys[1]] == bx)].set_index("replicate")[metric]
     out = {}
     for cell, g in frame.groupby(keys, sort=True):
         x = g.set_index("replicate")[metric]
         common = sorted(set(x.index) & set(best.index))
-        m = mean_ci([float(x[r]) / float(best[r]) for r in common], floor=None)
+        m = ratio_ci([float(x[r]) / float(best[r]) for r in common])
         out[tuple(cell)] = bool(m["ci95"] is not None and m["ci95"][0] <= 1.0 <= m["ci95"][1])
     return out
 
@@ -139,21 +150,23 @@ def _axis_label(path: str) -> str:
 
 # ============================================================================ (b) speedup vs k
 def _interval_stats(df: pd.DataFrame, col: str) -> pd.DataFrame:
-    """Per k: mean and the 95 % t-interval half-widths over replicates (NaN with one replicate)."""
-    from specsim.study.report.tables import mean_ci
+    """Per k: mean and the 95 % interval over replicates (NaN with one replicate): log-scale for a
+    speedup (tables.ratio_ci), cut at 0 for τ."""
+    from specsim.study.report.tables import mean_ci, ratio_ci
 
     rows = []
     for k, g in df.groupby("k", sort=True):
-        m = mean_ci(g[col].astype(float), floor=None)
+        m = mean_ci(g[col].astype(float)) if col == "tau" else ratio_ci(g[col].astype(float).tolist())
         lo, hi = (m["ci95"] or [np.nan, np.nan])
         rows.append({"k": k, f"{col}": m["mean"], f"{col}_lo": lo, f"{col}_hi": hi, f"{col}_n": m["n"]})
     return pd.DataFrame(rows)
 
 
 def speedup_vs_k(stem: Path, sc, frame: pd.DataFrame, analysis: dict) -> str | None:
-    """Two panels, one baseline each: (left) generation and E2E speedup over AR (k = 0) in the same
-    configuration, τ on its right axis; (right) E2E speedup over sync AR on the same GPUs. Error
-    bars: 95 % t-intervals over paired replicates (none with one replicate)."""
+    """Three panels at the best SD point's other swept values (its policy lag), each on one y-axis:
+    generation and E2E speedup over AR (k = 0) in the same configuration; E2E speedup over sync AR
+    on the same GPUs; τ. Error bars: 95 % intervals over paired replicates (log-scale for the
+    speedups, tables.ratio_ci; none with one replicate)."""
     if "speculation.k" not in analysis["swept"]:
         return None
     best = analysis["best_sd"] or analysis["best"]
@@ -172,7 +185,7 @@ def speedup_vs_k(stem: Path, sc, frame: pd.DataFrame, analysis: dict) -> str | N
     data = _interval_stats(sub, gen_col).merge(_interval_stats(sub, e2e_col), on="k") \
         .merge(_interval_stats(fr, "e2e_speedup_vs_sync_ar"), on="k", how="left") \
         .merge(_interval_stats(fr, "tau"), on="k", how="left")
-    fig, (ax, axr) = _fig(10.0, 4.8, ncols=2)
+    fig, (ax, axr, axt) = _fig(13.5, 4.6, ncols=3)
 
     def line(a, col, **kw):
         y = data[col].to_numpy(float)
@@ -182,27 +195,29 @@ def speedup_vs_k(stem: Path, sc, frame: pd.DataFrame, analysis: dict) -> str | N
     line(ax, gen_col, ls="-", marker="o", ms=8, mfc="white", color="black", label="generation speedup")
     line(ax, e2e_col, ls="--", marker="s", ms=4, color="0.3", label="E2E speedup")
     ax.axhline(1.0, color="0.6", lw=0.8)
-    ax.set_xlabel("draft length k (0 = AR)")
     ax.set_ylabel(f"speedup over {ref} (×)")
-    ax.set_xticks(list(data["k"]))
-    ax2 = ax.twinx()
-    tau = data[data["k"] > 0]
-    ax2.plot(tau["k"], tau["tau"], ls="-.", marker="D", mfc="white", color="0.5", label="τ: tokens per verify (right)")
-    ax2.set_ylabel("τ, mean tokens per verify step")
-    ax2.set_ylim(bottom=1.0)
-    h1, l1 = ax.get_legend_handles_labels()
-    h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="best", framealpha=0.9)
+    ax.legend(fontsize=8, loc="best", framealpha=0.9)
     ax.set_title(f"baseline: {ref}", fontsize=9)
     if data["e2e_speedup_vs_sync_ar"].notna().any():
         line(axr, "e2e_speedup_vs_sync_ar", ls=":", marker="^", color="black", label="E2E speedup vs sync AR")
         axr.axhline(1.0, color="0.6", lw=0.8)
-        axr.set_xticks(list(data["k"]))
-        axr.set_xlabel("draft length k (0 = AR)")
         axr.set_ylabel("E2E speedup over sync AR, same GPUs (×)")
         axr.set_title("baseline: sync AR on the same GPUs", fontsize=9)
     else:
         axr.set_axis_off()
+    tau = data[data["k"] > 0]
+    yt = tau["tau"].to_numpy(float)
+    et = np.vstack([yt - tau["tau_lo"].to_numpy(float), tau["tau_hi"].to_numpy(float) - yt])
+    axt.errorbar(tau["k"], yt, yerr=None if np.all(np.isnan(et)) else et, capsize=3, ls="-.", marker="D",
+                 mfc="white", color="0.3")
+    axt.plot(tau["k"], tau["k"] + 1, ls=":", color="0.6", lw=0.8, label="k + 1: every draft accepted")
+    axt.set_ylim(bottom=1.0)
+    axt.set_ylabel("τ, mean tokens per verify step")
+    axt.set_title("acceptance length τ (SD points)", fontsize=9)
+    axt.legend(fontsize=8, loc="upper left", framealpha=0.9)
+    for a in (ax, axr, axt):
+        a.set_xticks(list(data["k"]))
+        a.set_xlabel("draft length k (0 = AR)")
     fixed = ", ".join(f"{k}={v}" for k, v in others.items())
     reps = int(data[f"{gen_col}_n"].max()) if len(data) else 1
     bars = "; bars: 95 % intervals over paired replicates" if reps > 1 else "; one replicate: no intervals"
@@ -285,16 +300,25 @@ def step_breakdown(stem: Path, sc, bars: list[dict]) -> str | None:
         ax.bar(x[shown] - 0.33, gen[shown], 0.1, color="white", edgecolor="black", hatch=HATCH["gen_total"], lw=0.8,
                label="generation, total (part may be hidden behind training)")
     data["generation_total_drawn"] = shown
+    marks = "*†‡§"
+    notes = []
     for i, b in enumerate(bars):
-        note = "" if shown[i] else f"\n(generation latency {b['generation_s']:.0f} s overlaps the steps in flight)"
-        ax.text(x[i], bottom[i] * 1.01, f"step {b['step_s']:.0f} s{note}", ha="center", va="bottom", fontsize=8)
-        ax.text(x[i] + 0.27, b["data_s"] + b["exposed_generation_s"] / 2, f"{b['exposed_generation_s']:.0f} s\nexposed",
-                ha="left", va="center", fontsize=7)
+        mark = ""
+        if not shown[i]:
+            mark = marks[len(notes) % len(marks)]
+            notes.append(f"{mark} {b['label'].splitlines()[0]}: generation latency {b['generation_s']:.0f} s, "
+                         "longer than the step: it overlaps the steps in flight (async)")
+        ax.text(x[i], bottom[i] * 1.01, f"step {b['step_s']:.0f} s{mark}", ha="center", va="bottom", fontsize=8)
+        if b["exposed_generation_s"] >= 0.5:   # a trainer that never waits has nothing to label
+            ax.text(x[i] + 0.27, b["data_s"] + b["exposed_generation_s"] / 2,
+                    f"{b['exposed_generation_s']:.0f} s\nexposed", ha="left", va="center", fontsize=7)
     ax.set_xticks(x, [b["label"] for b in bars], fontsize=8)
     ax.set_xlim(-0.7, len(bars) - 0.2)
     ax.set_ylabel("steady-state time per RL step (s)")
     ax.set_ylim(0, max(bottom.max(), float(np.max(gen[shown], initial=0.0))) * 1.45)
     ax.legend(fontsize=7, loc="upper center", ncol=2, framealpha=0.9)
+    if notes:
+        fig.text(0.01, 0.0, "\n".join(notes), ha="left", va="top", fontsize=7.5)
     ax.set_title(_title(sc, "RL step time breakdown"), fontsize=9)
     return _save(fig, stem, data)
 
@@ -365,19 +389,22 @@ def capacity_plan(stem: Path, sc, capacity: dict) -> str | None:
     if target:
         src = " (AR at this size)" if capacity.get("target_source", "").startswith("AR step") else ""
         a1.axhline(target, ls=":", color="0.4", lw=1.2, label=f"target {target:.0f} s{src}")
-        for v, mk in (("ar", "s"), ("sd", "o")):
+        from specsim.study.report.tables import capacity_answer
+
+        ranged = False
+        for v in ("ar", "sd"):
             m = capacity["minimum"].get(v)
             if m and m.get("simulated"):
                 a1.axvline(m["simulated"], ls=(0, (1, 3)) if v == "sd" else (0, (5, 5)), color="0.5", lw=1)
-                at_min = m["simulated"] == min(sizes)
-                lines.append(f"{'with SD' if v == 'sd' else 'without SD'}: "
-                             + (f"<= {m['simulated']} GPUs (smallest simulated)" if at_min else
-                                f"{m['simulated']} GPUs (≈{m['interpolated']} interp.)"))
-            elif m is not None:
-                lines.append(f"{'with SD' if v == 'sd' else 'without SD'}: not reached")
-    if lines:
-        a1.text(0.98, 0.97, "min rollout GPUs for target\n" + "\n".join(lines), transform=a1.transAxes,
-                ha="right", va="top", fontsize=8, bbox={"boxstyle": "round", "fc": "white", "ec": "0.5"})
+            if m is not None:
+                short = capacity_answer(m, sizes, reason=False)
+                ranged |= short != capacity_answer(m, sizes)
+                lines.append(f"{'with SD' if v == 'sd' else 'without SD'}: {short}" + (" *" if short != capacity_answer(m, sizes) else ""))
+        if ranged:
+            lines.append("* a range, not a count: the 95 % step-time\n  intervals straddle the target")
+    if lines:   # below the axes: a box inside them would sit on the curves
+        a1.text(0.0, -0.2, "min rollout GPUs for the target\n" + "\n".join(lines), transform=a1.transAxes,
+                ha="left", va="top", fontsize=8, bbox={"boxstyle": "round", "fc": "white", "ec": "0.5"})
     for ax in (a1, a2):
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [str(s) for s in sizes])
@@ -388,10 +415,70 @@ def capacity_plan(stem: Path, sc, capacity: dict) -> str | None:
     a2.set_ylabel("GPU-hours per 1,000 RL steps (all GPUs)")
     a1.legend(fontsize=8, loc="lower left", framealpha=0.9)
     a2.legend(fontsize=8, loc="best", framealpha=0.9)
-    a1.set_ylim(0, a1.get_ylim()[1] * 1.25)   # headroom for the box above the curves
+    a1.set_ylim(0, a1.get_ylim()[1] * 1.05)
     a2.set_ylim(bottom=0)
     a2.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     fig.suptitle(_title(sc, "capacity plan: rollout cluster size"), fontsize=9)
+    return _save(fig, stem, data)
+
+
+# ============================================================================ (f) SD's gain by lag
+def sd_gain_by_lag(stem: Path, sc, frame: pd.DataFrame, analysis: dict) -> str | None:
+    """What a planner asks first: at each policy lag, how much faster is the best SD configuration
+    at that lag than the best AR configuration of the whole sweep (and than AR at the same lag)?
+    The gain is the AR step ÷ the SD step, paired per replicate, with its log-scale 95 % interval
+    (tables.ratio_ci). Needs a swept policy lag and both AR and SD points."""
+    from specsim.study.report.tables import ratio_ci
+
+    lag = "pipeline.policy_lag"
+    best_ar, rank = analysis.get("best_ar"), analysis["rank_by"]
+    if lag not in analysis["swept"] or best_ar is None or "sd_policy" not in frame:
+        return None
+    is_ar = frame["k"] == 0
+    ar_best = frame[frame["point"] == best_ar["point"]].set_index("replicate")["step_s"]
+    rows = []
+    for L, g in frame.groupby(lag, sort=True):
+        sd, ar = g[~is_ar.loc[g.index]], g[is_ar.loc[g.index]]
+        if sd.empty:
+            continue
+        # the best SD point at this lag by the run's ranking metric (mean over replicates)
+        pt = sd.groupby("point")[rank].mean().idxmax()
+        sd_step = sd[sd["point"] == pt].set_index("replicate")["step_s"]
+        row = {"policy_lag": L, "sd_point": int(pt), "best_ar_point": int(best_ar["point"])}
+        for name, ref in (("vs_best_ar", ar_best), ("vs_ar_same_lag",
+                                                    ar[ar["point"] == ar.groupby("point")[rank].mean().idxmax()]
+                                                    .set_index("replicate")["step_s"] if not ar.empty else None)):
+            if ref is None:
+                row.update({name: np.nan, f"{name}_lo": np.nan, f"{name}_hi": np.nan})
+                continue
+            common = sorted(set(ref.index) & set(sd_step.index))
+            m = ratio_ci([float(ref[r]) / float(sd_step[r]) for r in common])
+            lo, hi = m["ci95"] or (np.nan, np.nan)
+            row.update({name: m["mean"], f"{name}_lo": lo, f"{name}_hi": hi, "replicates": m["n"]})
+        rows.append(row)
+    if not rows:
+        return None
+    data = pd.DataFrame(rows)
+    fig, ax = _fig(6.8, 4.4)
+    for col, dx, kw in (("vs_best_ar", -0.04, {"ls": "-", "marker": "o", "ms": 7, "color": "black",
+                                    "label": f"vs the best AR configuration (point #{best_ar['point']})"}),
+                        ("vs_ar_same_lag", 0.04, {"ls": "--", "marker": "s", "ms": 5, "mfc": "white", "color": "0.4",
+                                                  "label": "vs AR at the same lag"})):
+        y = data[col].to_numpy(float)
+        if np.all(np.isnan(y)):
+            continue
+        err = np.vstack([y - data[f"{col}_lo"].to_numpy(float), data[f"{col}_hi"].to_numpy(float) - y])
+        ax.errorbar(data["policy_lag"] + dx, y, yerr=None if np.all(np.isnan(err)) else err, capsize=3, **kw)
+    ax.axhline(1.0, color="0.6", lw=0.8)
+    ax.text(0.0, 1.0, " no gain", transform=ax.get_yaxis_transform(), ha="left", va="top", fontsize=7, color="0.45")
+    ax.set_xticks(list(data["policy_lag"]))
+    ax.set_xlabel("policy lag (versions)")
+    ax.set_ylabel("SD gain: AR step ÷ SD step (×)")
+    ax.legend(fontsize=8, loc="best", framealpha=0.9)
+    reps = int(data["replicates"].max()) if "replicates" in data else 1
+    bars = f"bars: 95 % intervals (log scale) over {reps} paired replicates" if reps > 1 else "one replicate: no intervals"
+    ax.set_title(_title(sc, f"SD's gain over the best AR at each policy lag (the best SD point per lag)\n{bars}"),
+                 fontsize=9)
     return _save(fig, stem, data)
 
 
@@ -408,6 +495,7 @@ def all_plots(folder: Path, sc, plan, analysis: dict, frame: pd.DataFrame, capac
 
     add("heatmap_e2e_speedup", heatmap_e2e_speedup(folder / "heatmap_e2e_speedup", sc, frame, analysis))
     add("speedup_vs_k", speedup_vs_k(folder / "speedup_vs_k", sc, frame, analysis))
+    add("sd_gain_by_lag", sd_gain_by_lag(folder / "sd_gain_by_lag", sc, frame, analysis))
     add("rollout_timeline", rollout_timeline(folder / "rollout_timeline", sc, timeline))
     add("step_breakdown", step_breakdown(folder / "step_breakdown", sc, breakdown_bars(plan, analysis, frame, runs)))
     add("capacity_plan", capacity_plan(folder / "capacity_plan", sc, capacity))

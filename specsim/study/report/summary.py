@@ -4,10 +4,20 @@ analysis behind them)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
-from specsim.study.report.tables import NO_CI_NOTE, TIE_REL, TRAINER_BOUND_IDLE, bottleneck, fmt_ci, jsonable
+from specsim.study.report.tables import (
+    NO_CI_NOTE,
+    TIE_REL,
+    TRAINER_BOUND_IDLE,
+    bottleneck,
+    capacity_answer,
+    few_replicates_warning,
+    fmt_ci,
+    jsonable,
+)
 
 __all__ = ["EXPLAIN_FACTS", "counterfactual_note", "explain_block", "explain_command", "explain_lines",
            "explain_markdown", "summary_dict", "summary_markdown", "what_ifs_of"]
@@ -92,7 +102,13 @@ def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str
         "plots": {k: Path(v).name for k, v in plots.items()},
         "resolved_scenario": sc.model_dump(mode="json"),
     }
+    from specsim.world.resolve import weight_dtypes_of
+
+    summary["rollout_weight_dtype"] = dataclasses.asdict(weight_dtypes_of(sc))
     summary["warnings"] = review_warnings(sc, best)
+    few = few_replicates_warning(reps)
+    if few:
+        summary["warnings"].insert(0, few)
     if best is not None:
         point_sc = plan.point_scenarios[best["point"]]
         summary["best"]["k"] = best["k"]
@@ -336,6 +352,8 @@ def summary_markdown(s: dict) -> str:
     L.append(f"{s['description']}")
     L.append("")
     L.append(f"- model **{s['model']}** on **{s['hardware']}**; seed {s['seed']}; specsim {s['specsim_version']}")
+    if s.get("rollout_weight_dtype"):
+        L.append(f"- rollout weights: {s['rollout_weight_dtype']['source']}")
     L.append(f"- {s['combinations']} sweep point(s) × {s['replicates']} replicate(s) = {s['rows']} rows")
     swept = ", ".join(f"`{k}` ∈ {yaml_value(v)}" for k, v in s["swept"].items()) or "nothing swept"
     L.append(f"- swept: {swept}")
@@ -420,8 +438,8 @@ def summary_markdown(s: dict) -> str:
             if m.get("simulated") is None:
                 L.append(f"- {label}: {m.get('note', 'target not reached')}")
             else:
-                L.append(f"- minimum rollout GPUs reaching the target {label}: **{m['simulated']}** simulated "
-                         f"(≈ {m['interpolated']} interpolated log-log between simulated sizes)"
+                L.append(f"- minimum rollout GPUs reaching the target {label}: **{capacity_answer(m, cap['sizes'])}** "
+                         "(interpolation: log-log between simulated sizes)"
                          + (f"; {m['note']}" if m.get("note") else ""))
         L.append("")
         for note in cap.get("notes", []):

@@ -131,6 +131,43 @@ def mean_ci(values, floor: float | None = 0.0, ceiling: float | None = None) -> 
     return {"n": n, "mean": mean, "sd": sd, "ci95": [lo, hi]}
 
 
+def ratio_ci(values) -> dict:
+    """mean_ci of a ratio (one point ÷ another, paired per replicate) whose interval is taken on the
+    log scale: the t-interval of log(ratio), exponentiated, so it is positive and multiplicative
+    (×/÷ the same factor around the geometric mean) as a ratio's spread is, instead of a symmetric
+    interval that reaches below 0 at 2-3 replicates. `mean` stays the arithmetic mean of the
+    ratios; `scale` says "log". Non-positive ratios (not ratios of times) give no interval."""
+    from scipy import stats
+
+    m = mean_ci(values, floor=None)
+    x = np.asarray([v for v in values if v is not None and math.isfinite(float(v))], float)
+    m["scale"] = "log"
+    if m["n"] < 2 or np.any(x <= 0):
+        m["ci95"] = None
+        return m
+    lx = np.log(x)
+    half = float(stats.t.ppf(0.975, len(x) - 1)) * float(lx.std(ddof=1)) / math.sqrt(len(x))
+    m["ci95"] = [float(np.exp(lx.mean() - half)), float(np.exp(lx.mean() + half))]
+    return m
+
+
+#: fewer replicates than this: an interval's t-factor (12.7 at 2) makes it too wide and too unstable to act on
+MIN_REPLICATES_FOR_INTERVALS = 3
+
+
+def few_replicates_warning(n: int) -> str | None:
+    """The warning every report gives when its intervals rest on 2 replicates, fewer than
+    MIN_REPLICATES_FOR_INTERVALS (None otherwise: one replicate has no interval to warn about, and
+    says so where it is printed)."""
+    if not 2 <= n < MIN_REPLICATES_FOR_INTERVALS:
+        return None
+    from scipy import stats
+
+    t = float(stats.t.ppf(0.975, n - 1))
+    return (f"intervals rest on {n} replicates (Student t = {t:.1f}): they are wide and move a lot from run to "
+            f"run; run at least {MIN_REPLICATES_FOR_INTERVALS} replicates before acting on them")
+
+
 #: Async: below this share of the step spent waiting for rollouts, the trainer sets the pace.
 TRAINER_BOUND_IDLE = 0.10
 
@@ -207,20 +244,20 @@ def analyse(sc, rows: list[dict], cols: list[str]) -> dict:
     return out
 
 
-def _paired_ratio(df: pd.DataFrame, col: str, a: int, b: int, floor: float | None = 0.0) -> tuple[dict, int]:
-    """mean_ci of point a's `col` ÷ point b's, replicate by replicate (the two see the same draws),
-    and how many replicates both have."""
+def _paired_ratio(df: pd.DataFrame, col: str, a: int, b: int) -> tuple[dict, int]:
+    """ratio_ci of point a's `col` ÷ point b's, replicate by replicate (the two see the same draws;
+    a log-scale interval), and how many replicates both have."""
     x = df[df["point"] == a].set_index("replicate")[col]
     y = df[df["point"] == b].set_index("replicate")[col]
     common = sorted(set(x.index) & set(y.index))
-    return mean_ci([x[r] / y[r] for r in common], floor=floor), len(common)
+    return ratio_ci([x[r] / y[r] for r in common]), len(common)
 
 
 def _paired_margin(df: pd.DataFrame, rank: str, best: int, runner: int) -> dict:
     """How clearly the best point beats the runner-up: the ratio of their ranking metric per
     replicate (_paired_ratio), its mean and 95 % interval. `separated`: the interval lies above 1;
     otherwise the two are within the replicates' spread and this run does not rank them."""
-    ratio, n = _paired_ratio(df, rank, best, runner, floor=None)
+    ratio, n = _paired_ratio(df, rank, best, runner)
     ci = ratio["ci95"]
     return {"runner_up": int(runner), "ratio": ratio, "replicates": n,
             "separated": bool(ci is not None and ci[0] > 1.0)}
@@ -298,9 +335,12 @@ def capacity_table(cap_plan: dict, runs: dict) -> dict:
         target_source = f"AR step time at the scenario's {cap_plan['scenario_rollout_gpus']} rollout GPUs"
     minimum = {}
     for variant in ("ar", "sd"):
-        pts = [(r["rollout_gpus"], r["step_s"]) for r in rows if r["variant"] == variant and r["step_s"] is not None]
-        if pts:
-            minimum[variant] = _min_gpus(sorted(pts), target, cap_plan["gpus_per_engine"])
+        mine = sorted((r for r in rows if r["variant"] == variant and r["step_s"] is not None),
+                      key=lambda r: r["rollout_gpus"])
+        if mine:
+            minimum[variant] = _min_gpus([(r["rollout_gpus"], r["step_s"]) for r in mine], target,
+                                         cap_plan["gpus_per_engine"])
+            minimum[variant].update(_min_range([(r["rollout_gpus"], r.get("step_s_ci95")) for r in mine], target))
     return {"rows": rows, "target_step_s": target, "target_source": target_source, "minimum": minimum,
             "notes": capacity_notes(rows), "replicates": cap_plan.get("replicates", 1),
             "k": cap_plan["k"], "has_sd": cap_plan["has_sd"], "reference_point": cap_plan["reference_point"],
@@ -324,7 +364,7 @@ def capacity_notes(rows: list[dict]) -> list[str]:
         for (n0, s0, b0), (n1, s1, b1) in itertools.pairwise(pts):
             common = sorted(set(b0) & set(b1))
             if len(common) >= 2:
-                m = mean_ci([b1[r] / b0[r] for r in common], floor=None)
+                m = ratio_ci([b1[r] / b0[r] for r in common])
                 rises = m["mean"] > 1 + RISE_REL and m["ci95"][0] > 1
                 detail = f", paired over {len(common)} replicates: ×{m['mean']:.3f} [{m['ci95'][0]:.3f}, {m['ci95'][1]:.3f}]"
             else:
@@ -359,6 +399,42 @@ def _min_gpus(pts: list[tuple[int, float]], target: float | None, per_engine: in
         out["note"] = (f"the smallest simulated size ({n_ok} GPUs) already reaches the target: the minimum is "
                        f"{n_ok} GPUs or fewer (add smaller sizes to output.capacity.rollout_gpus)")
     return out
+
+
+def _min_range(cis: list[tuple[int, list | None]], target: float | None) -> dict:
+    """What the replicates' intervals allow of the minimum size: `may_reach` is the smallest size
+    whose 95 % step-time interval reaches down to the target, `surely_reaches` the smallest whose
+    whole interval lies at or under it (None: none). When they differ the answer is a range, not
+    the count the means give. Empty without a target or without intervals."""
+    if target is None or not any(ci for _, ci in cis):
+        return {}
+    tol = target * (1 + 1e-9)
+    may = [n for n, ci in cis if ci and ci[0] <= tol]
+    sure = [n for n, ci in cis if ci and ci[1] <= tol]
+    return {"may_reach": min(may) if may else None, "surely_reaches": min(sure) if sure else None}
+
+
+def capacity_answer(m: dict, sizes: list[int], *, reason: bool = True) -> str:
+    """The minimum rollout GPUs for the target as a reader should take it: a range when the
+    step-time intervals straddle the target (_min_range), '≤ N' at the smallest simulated size,
+    else the simulated count with its '≈' interpolation; 'not reached' when no size reaches it.
+    `reason=False`: without the clause saying why a range (a plot's box marks it instead)."""
+    if not m or m.get("simulated") is None:
+        return "not reached by any simulated size"
+    n, smallest = m["simulated"], m["simulated"] == min(sizes)
+    may, sure = m.get("may_reach"), m.get("surely_reaches")
+    if may is not None and (may != n or sure != n):
+        low = f"≤ {may:,}" if may == min(sizes) else f"{may:,}"
+        if sure is None:
+            why = "no simulated size's step-time interval lies wholly under the target"
+            text = f"from {low} to more than {max(sizes):,} GPUs (means: {n:,})"
+        else:
+            why = "the step-time intervals straddle the target"
+            text = f"between {low} and {sure:,} GPUs (means: {n:,})"
+        return f"{text}: {why}" if reason else text
+    if smallest:
+        return f"≤ {n:,} GPUs (the smallest size simulated)"
+    return f"{n:,} GPUs simulated (≈ {m['interpolated']:,} interpolated)"
 
 
 def jsonable(obj: Any) -> Any:
