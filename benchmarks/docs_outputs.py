@@ -300,8 +300,6 @@ EXPENSIVE: dict[str, Callable[[], str]] = {
     "main.trainer-cap": lambda: f"{main_job()['best']['trainer_cap']['mean']:.2f}",
     "main.cap-sd-smallest": lambda: f"{_capacity(main_job(), 'sd', min)['step_s']:.1f}",
     "main.cap-ar-own": lambda: f"{_capacity(main_job(), 'ar', max)['step_s']:.1f}",
-    "main.cap-sd-gpuh": lambda: f"{_capacity(main_job(), 'sd', min)['gpu_hours_per_1000_steps'] / 1e3:.0f} k",
-    "main.cap-ar-gpuh": lambda: f"{_capacity(main_job(), 'ar', max)['gpu_hours_per_1000_steps'] / 1e3:.0f} k",
     "main256.sd-gain": lambda: _ci(timed("run", "scenarios/235b_async_256x16.yaml", "--jobs", "2")[0]["summary"]
                                    ["sd_gain_over_best_ar"]),
     "main.summary-table.md": lambda: _summary_table(main_job()),
