@@ -314,7 +314,6 @@ EXPENSIVE: dict[str, Callable[[], str]] = {
     "plan.minutes": lambda: f"{plan()['wall_s'] / 60:.0f}",
     "plan256.sd-gain": lambda: _ci(timed('plan', 'scenarios/235b_plan.yaml', '--jobs', '2', '--set',
                                          'workload.prompts=256')[0]["answer"]["sd_gain_at_optima"], 2),
-    "plan256.minutes": lambda: f"{timed('plan', 'scenarios/235b_plan.yaml', '--jobs', '2', '--set', 'workload.prompts=256')[1] / 60:.1f}",
     "suite.tests": lambda: f"{suite()[0]:,}",
     "suite.minutes": lambda: f"{suite()[1] / 60:.1f}",
 }
