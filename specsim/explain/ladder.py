@@ -422,8 +422,10 @@ def shapley_rows(e: Explanation) -> list[dict]:
 
 def explanation_markdown(e: Explanation) -> str:
     """The ladder and the attribution as Markdown (explain.md)."""
-    pt = ", ".join(f"{k}={v}" for k, v in e.point.items()) or "the scenario as given"
-    L = [f"# {e.scenario}: where the speedup goes ({pt})", "",
+    from specsim.study.report.tables import md_text
+
+    pt = md_text(", ".join(f"{k}={v}" for k, v in e.point.items())) or "the scenario as given"
+    L = [f"# {md_text(e.scenario)}: where the speedup goes ({pt})", "",
          (f"k = {e.k}, τ = {e.tau:.2f}; {e.replicates} paired replicate(s) × {e.steps} steps; mean active batch "
          f"B* = {e.batch:.2f} sequences per engine. Every rung but the last is a counterfactual "
          "(scenario `what_if:`); intervals are 95 % t-intervals over paired replicates."), "",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from specsim.study.report.tables import NO_CI_NOTE, TIE_REL, TRAINER_BOUND_IDLE, bottleneck, fmt_ci, jsonable
+from specsim.study.report.tables import NO_CI_NOTE, TIE_REL, TRAINER_BOUND_IDLE, bottleneck, fmt_ci, jsonable, md_code, md_fence, md_text
 
 __all__ = ["EXPLAIN_FACTS", "counterfactual_note", "explain_block", "explain_command", "explain_lines",
            "explain_markdown", "summary_dict", "summary_markdown", "what_ifs_of"]
@@ -177,7 +177,7 @@ def _ladder_pointer(block: dict, code: str = "`") -> str:
         return ("No ladder: this run is a counterfactual (what_if on), and `specsim explain` explains predictions "
                 "only (it turns the what-ifs on itself).")
     return (f"Where the gain goes, mechanism by mechanism (each switched off and on, on the same draws): "
-            f"{code}{block['command']}{code} (docs/explain.md). Not run here: it costs tens of times this point's runs; "
+            f"{md_code(block['command']) if code == '`' else code + block['command'] + code} (docs/explain.md). Not run here: it costs tens of times this point's runs; "
             "`output.explain: ladder` adds it to this summary.")
 
 
@@ -249,7 +249,7 @@ def explain_markdown(block: dict | None) -> list[str]:
         L += [f"| {r['label']} | {fmt_ci(r['gain'], 2)} | {fmt_ci(r['factor'], 3) if r.get('factor') else '—'} |"
               for r in lad["rungs"]]
         shares = ", ".join(f"{x['label']} {fmt_ci(x['factor_ratio'], 3)}" for x in lad["shapley"])
-        L += ["", f"Shapley shares (×): {shares}.", "", f"Rerun it alone: `{block['command']}`.", ""]
+        L += ["", f"Shapley shares (×): {shares}.", "", f"Rerun it alone: {md_code(block['command'])}.", ""]
     else:
         L += [_ladder_pointer(block), ""]
     return L
@@ -328,14 +328,14 @@ def summary_markdown(s: dict) -> str:
     """summary.md: what a design review reads first."""
     L: list[str] = []
     wi = s.get("what_if") or []
-    L.append(f"# {s['scenario']}: speculative decoding in RL rollouts" + (" — COUNTERFACTUAL" if wi else ""))
+    L.append(f"# {md_text(s['scenario'])}: speculative decoding in RL rollouts" + (" — COUNTERFACTUAL" if wi else ""))
     L.append("")
     if wi:
         L.append(f"**{counterfactual_note(wi)}**")
         L.append("")
-    L.append(f"{s['description']}")
+    L.append(md_text(s['description']))
     L.append("")
-    L.append(f"- model **{s['model']}** on **{s['hardware']}**; seed {s['seed']}; specsim {s['specsim_version']}")
+    L.append(f"- model **{md_text(s['model'])}** on **{md_text(s['hardware'])}**; seed {s['seed']}; specsim {s['specsim_version']}")
     L.append(f"- {s['combinations']} sweep point(s) × {s['replicates']} replicate(s) = {s['rows']} rows")
     swept = ", ".join(f"`{k}` ∈ {yaml_value(v)}" for k, v in s["swept"].items()) or "nothing swept"
     L.append(f"- swept: {swept}")
@@ -448,10 +448,12 @@ def summary_markdown(s: dict) -> str:
         L.append("")
     L.append("## Resolved scenario")
     L.append("")
-    L.append("```yaml")
     import yaml
 
-    L.append(yaml.safe_dump(s["resolved_scenario"], sort_keys=False).rstrip())
-    L.append("```")
+    text = yaml.safe_dump(s["resolved_scenario"], sort_keys=False).rstrip()
+    fence = "`" * max(3, len(md_fence(text)))
+    L.append(f"{fence}yaml")
+    L.append(text)
+    L.append(fence)
     L.append("")
     return "\n".join(L)
