@@ -186,15 +186,14 @@ def validate_cmd(
     """Run each published target's scenario and print measured vs simulated; exit 1 if any row fails."""
     import pandas as pd
 
-    from specsim.atomic import FolderLock, output_path
+    from specsim.atomic import output_folder
     from specsim.validate.run import validate
 
     if tolerance is not None and not tolerance > 0:
         raise _bad_option("--tolerance", tolerance, "a relative tolerance > 0")
-    folder = output_path(out, "--out", folder=True, force=force)   # the one output-path rule, before any work
-    rows = validate(targets, tolerance)
-    frame = pd.DataFrame([r.as_dict() for r in rows])
-    with FolderLock(folder, "--out"):
+    with output_folder(out, "--out", force=force) as folder:   # the one output guard, before any work
+        rows = validate(targets, tolerance)
+        frame = pd.DataFrame([r.as_dict() for r in rows])
         _write_validation(folder, frame, rows)
     failed = int((frame["result"] != "pass").sum())
     _print_validation(frame, rows, failed, folder, fmt)

@@ -103,13 +103,24 @@ def user_errors() -> Iterator[None]:
         typer.echo("interrupted: every finished point is already saved; rerun the same command to resume", err=True)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except USER_ERRORS as exc:
+        if isinstance(exc, OUTPUT_YAML_ERRORS):   # writing YAML failed: a bug, never the user's input
+            _internal(exc)
         _fail(error_message(exc))
     except Exception as exc:  # a bug, not bad input
-        if os.environ.get("SPECSIM_DEBUG"):
-            raise
-        typer.echo(f"internal error: {_one_line(f'{exc.__class__.__name__}: {exc}')} "
-                   "(this is a bug in specsim; rerun with SPECSIM_DEBUG=1 for the traceback)", err=True)
-        raise typer.Exit(EXIT_INTERNAL_ERROR) from None
+        _internal(exc)
+
+
+#: YAML errors of writing (representing, serialising, emitting), as opposed to reading
+OUTPUT_YAML_ERRORS = (yaml.representer.RepresenterError, yaml.serializer.SerializerError, yaml.emitter.EmitterError)
+
+
+def _internal(exc: BaseException) -> None:
+    """Report a bug (`internal error`, exit 1); SPECSIM_DEBUG=1 shows the traceback instead."""
+    if os.environ.get("SPECSIM_DEBUG"):
+        raise exc
+    typer.echo(f"internal error: {_one_line(f'{exc.__class__.__name__}: {exc}')} "
+               "(this is a bug in specsim; rerun with SPECSIM_DEBUG=1 for the traceback)", err=True)
+    raise typer.Exit(EXIT_INTERNAL_ERROR) from None
 
 
 def quiet_closed_stdout() -> None:

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from specsim import inputs
+from specsim.atomic import dump_yaml
 from specsim.errors import SpecError, YamlTooLarge, load_yaml_text, short_repr
 from specsim.scenario.base import SEP, Raw, ScenarioError
 from specsim.scenario.paths import model_for_path
@@ -316,7 +317,7 @@ def apply_overrides(sc: Scenario, changes: dict[str, Any]) -> Scenario:
 
 
 def to_yaml(sc: Scenario) -> str:
-    return yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False)
+    return dump_yaml(sc.model_dump(mode="json"), sort_keys=False)
 
 
 def spec_error_to_scenario(exc: SpecError, file: str | None) -> ScenarioError:

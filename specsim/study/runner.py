@@ -161,7 +161,9 @@ def _refuse_too_much(sc: Scenario, plan) -> None:
 
 def _where(values: dict) -> str:
     """A sweep point named by its swept values (the scenario itself when nothing is swept)."""
-    return ", ".join(f"{k}={v}" for k, v in values.items()) or "the scenario"
+    from specsim.study.report.summary import yaml_value
+
+    return ", ".join(f"{k}={yaml_value(v)}" for k, v in values.items()) or "the scenario"
 
 
 def show_scenario(path: str | Path, overrides: Sequence[str] = ()) -> dict:
@@ -210,16 +212,15 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
         warnings += [f"{_where(values)}: {text}" for values, text in plan.notes] + ignored_fields(sc)
         resolved_text = to_yaml(sc)
         try:
-            out_dir = atomic.output_path(out if out is not None else default_out(sc), "--out", folder=True,
-                                         force=force)
-            lock = atomic.FolderLock(out_dir, "--out").__enter__()
+            guard = atomic.output_folder(out if out is not None else default_out(sc), "--out", force=force)
+            out_dir = guard.__enter__()
         except SpecError as exc:   # the output-path rule and the lock: a ResultsConflict naming --out
             raise ResultsConflict(None, exc.field, exc.value, exc.allowed) from None
         try:
             return _run_locked(sc, plan, out_dir, resolved_text, warnings, workers, t0, force, fresh, progress, backend,
                                address, engine, plots, tuple(overrides), pool)
         finally:
-            lock.__exit__(None, None, None)
+            guard.__exit__(None, None, None)
 
 
 def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings: list[str], workers: int, t0: float,

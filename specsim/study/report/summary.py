@@ -7,7 +7,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from specsim.study.report.tables import NO_CI_NOTE, TIE_REL, TRAINER_BOUND_IDLE, bottleneck, fmt_ci, jsonable, md_code, md_fence, md_text
+from specsim.atomic import dump_yaml
+from specsim.study.report.tables import (
+    NO_CI_NOTE,
+    TIE_REL,
+    TRAINER_BOUND_IDLE,
+    bottleneck,
+    fmt_ci,
+    jsonable,
+    md_code,
+    md_fence,
+    md_text,
+)
 
 __all__ = ["EXPLAIN_FACTS", "counterfactual_note", "explain_block", "explain_command", "explain_lines",
            "explain_markdown", "summary_dict", "summary_markdown", "what_ifs_of"]
@@ -315,9 +326,7 @@ def _source(sc) -> str | None:
 
 def yaml_value(v) -> str:
     """A value as YAML writes it (`null`, `true`, `[0, 3]`), not as Python prints it (`None`, `True`)."""
-    import yaml
-
-    return yaml.safe_dump(v, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
+    return dump_yaml(v, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
 
 
 def _values_text(values: dict) -> str:
@@ -448,9 +457,7 @@ def summary_markdown(s: dict) -> str:
         L.append("")
     L.append("## Resolved scenario")
     L.append("")
-    import yaml
-
-    text = yaml.safe_dump(s["resolved_scenario"], sort_keys=False).rstrip()
+    text = dump_yaml(s["resolved_scenario"], sort_keys=False).rstrip()
     fence = "`" * max(3, len(md_fence(text)))
     L.append(f"{fence}yaml")
     L.append(text)
