@@ -148,6 +148,11 @@ def read_json(path: str | os.PathLike, field: str = "(file)", what: str = "JSON 
     return parse_json(read_text(path, field, what, max_bytes), field, where)
 
 
+class JsonSyntaxError(SpecError):
+    """Text that is not JSON at all (as opposed to JSON with a repeated key or a huge number):
+    a reader that accepts several formats tries the next one."""
+
+
 class _DuplicateJsonKey(ValueError):
     pass
 
@@ -190,8 +195,8 @@ def parse_json(text: str, field: str = "(file)", where: str | None = None, what:
                         "decimals in a double (|x| < 1.8e308)",
                         where) from None
     except json.JSONDecodeError as exc:
-        raise SpecError(field, short_repr(text[max(0, exc.pos - 20): exc.pos + 20]),
-                        f"{what} ({exc.msg} at line {exc.lineno}, column {exc.colno})", where) from None
+        raise JsonSyntaxError(field, short_repr(text[max(0, exc.pos - 20): exc.pos + 20]),
+                              f"{what} ({exc.msg} at line {exc.lineno}, column {exc.colno})", where) from None
     except (RecursionError, ValueError) as exc:   # ValueError: Python's limit on the digits of an int
         raise SpecError(field, "<nested too deep>" if isinstance(exc, RecursionError) else "<huge number>",
                         f"{what} of reasonable depth and size", where) from None
