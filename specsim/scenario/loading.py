@@ -156,7 +156,7 @@ def tau_from_metrics(doc: dict, file: str | None) -> dict:
                                 f"omitted or {m.k} with drafter.tau_from ({src} has {m.k} draft tokens per draft)")
         out["tau_at_k"] = m.k
     elif d.get("tau_at_k") is None:
-        raise ScenarioError(file, "drafter.tau_at_k", None, f"given with drafter.tau_from: {src} holds {m.engine}'s "
+        raise ScenarioError(file, "drafter.tau_at_k", "<not given>", f"given with drafter.tau_from: {src} holds {m.engine}'s "
                                                             "accept length, which carries no draft length")
     return {**doc, "drafter": out}
 

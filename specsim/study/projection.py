@@ -34,6 +34,7 @@ from specsim.errors import LayoutError
 from specsim.scenario import Scenario, apply_overrides
 from specsim.sim.progress import RunProgress
 from specsim.study.executors import run_tasks
+from specsim.study.plan import refuse_over_bound, run_tokens
 from specsim.study.sweep import RunTask
 from specsim.world.resolve import resolve
 
@@ -78,6 +79,7 @@ def project_run(sc: Scenario, *, replicates: int = 2, engine: str = "fast", jobs
     replicate: a progress bar); `on_progress(run, p)` inside each run (sim/progress.py), then
     `on_progress(run, None)` when it ends, `run` = ("sd" or "ar", replicate)."""
     w_sd, w_ar = resolve(sc), resolve(apply_overrides(sc, AR))
+    refuse_over_bound(sc, 2 * replicates, run_tokens(w_sd), "this projection", "--replicates")
     variants = {"sd": (sc, w_sd), "ar": (apply_overrides(sc, AR), w_ar)}
     tasks = [RunTask.of(variants[kind][0], r, f"projection_{kind}", engine)
              for r in range(replicates) for kind in ("sd", "ar")]

@@ -34,6 +34,7 @@ from pathlib import Path
 from specsim import atomic
 from specsim.atomic import dump_yaml
 from specsim.scenario import ScenarioError, load_scenario, to_yaml
+from specsim.study.plan import refuse_over_bound, scenario_run_tokens
 from specsim.study import results_folder as results_dir
 from specsim.study.executors import check_backend
 from specsim.study.planner.bounds import BoundModel
@@ -77,6 +78,21 @@ def _without_plan(sc):
     return sc.model_copy(update={"plan": PlanSection(), "output": sc.output.model_copy(update={"gpu_hour_usd": {}})})
 
 
+def plan_checks(sc) -> tuple[list, list, dict]:
+    """What `plan` refuses before it simulates, for `plan` and for `check`: a rollout split asked
+    of a sync scenario, a plan whose candidates cannot be enumerated, and the cost estimate over
+    output.max_simulated_tokens. Returns the candidates, the layouts rejected and the estimate."""
+    plan = sc.plan
+    if sc.pipeline.mode == "sync" and plan.rollout_shares is not None:
+        raise ScenarioError(None, "plan.rollout_shares", plan.rollout_shares,
+                            "omitted for a sync (colocated) scenario: it has no rollout:training split")
+    cands, rejected = enumerate_candidates(sc, plan)
+    estimate = refuse_over_bound(sc, len(cands) * plan.search.replicates, scenario_run_tokens(sc),
+                                 "this plan, every candidate simulated at full replicates (an upper bound: pruning "
+                                 "saves some)", "candidates: GPU budgets, hardware, k, lags or layouts")
+    return cands, list(rejected), {**estimate, "candidates": len(cands)}
+
+
 def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Path | None = None, jobs: int = 2,
                   backend: str = "local", address: str | None = None, progress: bool = False, force: bool = False,
                   *, engine: str = "fast", min_gpus_for: float | None = None, break_even_tau: bool = False,
@@ -87,12 +103,9 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
     workers = check_backend(backend, jobs, address)
     warnings: list[str] = []
     plan = sc.plan
-    if sc.pipeline.mode == "sync" and plan.rollout_shares is not None:
-        raise ScenarioError(None, "plan.rollout_shares", plan.rollout_shares,
-                            "omitted for a sync (colocated) scenario: it has no rollout:training split")
     if min_gpus_for is not None and not (math.isfinite(min_gpus_for) and min_gpus_for > 0):
         raise ScenarioError(None, "--min-gpus-for", min_gpus_for, "a target step time > 0 s")
-    cands, rejected = enumerate_candidates(sc, plan)
+    cands, rejected, _ = plan_checks(sc)
     out_dir = out if out is not None else Path(sc.output.dir) / f"{sc.name}-plan"
     with atomic.output_folder(out_dir, "--out", force=force) as out_dir:   # resolved, marked, locked
         base_text = to_yaml(_without_plan(sc))
