@@ -5,8 +5,8 @@ The loader is PyYAML's safe loader (libyaml's C parser when available) with two 
 
 * YAML 1.2 booleans: only ``true``/``false`` are booleans. YAML 1.1 also reads ``off``, ``on``,
   ``yes``, ``no`` (and ``y``/``n``) as booleans, which turns ``speculation.policy: off`` into
-  ``False``; here they stay strings, and the schema turns ``yes``/``no``/``on``/``off`` into
-  booleans where it wants a boolean (pydantic accepts those strings for ``bool`` fields).
+  ``False``; here they stay strings, and a field that wants a boolean takes only ``true`` or
+  ``false`` (scenario/base.py: ``yes``, ``on`` or ``1`` there is an error, not a silent true).
 * Duplicate keys are an error: YAML says a mapping's keys are unique, PyYAML keeps the last one
   silently (``k: 2`` then ``k: 5`` ran with 5). Here a repeated key raises :class:`DuplicateKey`
   (a ``yaml.YAMLError``, so every caller's "valid YAML" error names it with its line).

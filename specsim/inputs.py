@@ -204,9 +204,12 @@ def parse_json(text: str, field: str = "(file)", where: str | None = None, what:
 
 # --------------------------------------------------------------------------- strict records
 def content_lines(text: str, comment: str | None = None) -> list[tuple[int, str]]:
-    """(line number, line) for each non-blank line (and, with `comment`, not starting with it)."""
+    """(line number, line) for each non-blank line (and, with `comment`, not starting with it);
+    only a newline ends a line, so a form feed or a vertical tab inside one stays in its cell
+    (and is an error there) instead of splitting one record into two."""
     out = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in enumerate(text.split("\n"), start=1):   # lines end at \n (\r\n too), never at a form
+        line = line.removesuffix("\r")                          # feed or another character splitlines() takes
         s = line.strip()
         if not s or (comment and s.startswith(comment)):
             continue

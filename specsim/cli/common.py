@@ -99,9 +99,12 @@ def user_errors() -> Iterator[None]:
     except BrokenPipeError:
         quiet_closed_stdout()   # the reader went away (`| head -1`): nothing left to say, not an error
         raise typer.Exit(0) from None
-    except KeyboardInterrupt:
-        typer.echo("interrupted: every finished point is already saved; rerun the same command to resume", err=True)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except KeyboardInterrupt as exc:
+        from specsim.study.executors import Terminated
+
+        typer.echo(f"{'terminated' if isinstance(exc, Terminated) else 'interrupted'}: every finished point is "
+                   "already saved; rerun the same command to resume", err=True)
+        raise typer.Exit(143 if isinstance(exc, Terminated) else EXIT_INTERRUPTED) from None
     except USER_ERRORS as exc:
         if isinstance(exc, OUTPUT_YAML_ERRORS):   # writing YAML failed: a bug, never the user's input
             _internal(exc)

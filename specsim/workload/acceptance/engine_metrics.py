@@ -158,7 +158,11 @@ def _prometheus(text: str, fld: str, where: str) -> MeasuredAcceptance | None:
     seen: set[tuple] = set()
     models: set[str] = set()
     for smp in samples:
-        name, labels, value = smp.name, dict(smp.labels), float(smp.value)
+        name, labels = smp.name, dict(smp.labels)
+        try:
+            value = float(smp.value)
+        except OverflowError:   # the parser keeps a 400-digit count an int: no float holds it
+            value = math.inf
         if name.endswith(("_created", "_bucket", "_count", "_sum")):
             continue
         base = _base(name)
