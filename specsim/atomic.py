@@ -179,10 +179,19 @@ def _mixed_as_text(frame):
 
 
 def save_figure(path: str | os.PathLike, fig, **kwargs) -> Path:
-    """A matplotlib figure as PNG (or by the suffix), written atomically."""
+    """A matplotlib figure as PNG (or by the suffix), written atomically. Every text on it is drawn
+    as written, never as TeX: specsim's figures use no math markup, and a scenario name or a
+    catalog name with `$` in it (`a$x^{$`) would otherwise be parsed as mathtext and fail the
+    whole run after its simulations (texts made while drawing, tick labels, inherit the setting)."""
+    import matplotlib
+    from matplotlib.text import Text
+
+    for text in fig.findobj(Text):
+        text.set_parse_math(False)
     buf = io.BytesIO()
     fmt = Path(path).suffix.lstrip(".") or "png"
-    fig.savefig(buf, format=fmt, **kwargs)
+    with matplotlib.rc_context({"text.parse_math": False}):
+        fig.savefig(buf, format=fmt, **kwargs)
     return write_bytes(path, buf.getvalue())
 
 

@@ -131,3 +131,14 @@ def test_a_run_with_a_hostile_name_and_description_writes_an_inert_report(tmp_pa
     prose = re.sub(r"(`+)[^`].*?\1", "", md.split("## Resolved scenario")[0], flags=re.S)   # code is code
     assert "<script>" not in prose and "<img" not in prose and not re.search(r"(?<!\\)\]\(javascript", prose)
     assert "&lt;img src=x onerror=alert(1)&gt;" in md
+
+
+def test_a_name_with_tex_markup_is_drawn_as_text_on_every_plot(tmp_path):
+    from small_sweep import TINY_SYNC
+
+    out = tmp_path / "run"
+    doc = {**TINY_SYNC, "name": "a$x^{$ _b", "output": {"plots": True}}
+    (tmp_path / "s.yaml").write_text(__import__("yaml").safe_dump(doc), encoding="utf-8")
+    res = run_scenario(tmp_path / "s.yaml", [], out=out, jobs=1, progress=False)
+    assert res.out_dir and list((out / "plots").glob("*.png"))
+    assert_inert((out / REPORT_FILE).read_text(encoding="utf-8"))
