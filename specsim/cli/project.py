@@ -45,7 +45,7 @@ def project(
     from specsim.study.report.progress import Progress
 
     if not 1 <= replicates <= 1000:   # as sweep.replicates; the cost bound then weighs the runs
-        raise bad_option("--replicates", replicates, "1 to 1,000 paired replicates")
+        raise bad_option("--replicates", replicates, ">= 1 and <= 1,000 paired replicates")
     with use_catalog(catalog):
         sc = load_scenario_opts(scenario, sets)
     # points: paired replicates done; simulation runs: pipeline runs (SD and AR per replicate)
