@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LOCK", "MARKER", "FolderLock", "atomic_open", "output_path", "save_figure", "write_bytes", "write_csv", "write_json", "write_parquet", "write_text"]
+__all__ = ["LOCK", "MARKER", "FolderLock", "OutputError", "atomic_open", "dump_yaml", "output_folder", "output_path",
+           "plain", "write_yaml", "save_figure", "write_bytes", "write_csv", "write_json", "write_parquet", "write_text"]
 
 
 @contextlib.contextmanager
@@ -24,9 +25,12 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[io.IOBase
     if mode not in ("wb", "w"):
         raise ValueError(f"atomic_open mode must be 'wb' or 'w', got {mode!r}")
     dest = Path(path)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    check_regular_destination(dest)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        check_regular_destination(dest)
+        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    except OSError as exc:   # named by the file the user asked for, not by a temporary name
+        raise _named(exc, dest) from None
     try:
         os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, mode, **({"encoding": "utf-8", "newline": ""} if mode == "w" else {})) as fh:
@@ -34,11 +38,18 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[io.IOBase
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, dest)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename in (None, tmp):   # a full disk while writing dest
+            raise _named(exc, dest) from None
         raise
     _fsync_dir(dest.parent)
+
+
+def _named(exc: OSError, dest: Path) -> OSError:
+    """The same OS error, naming the file specsim was writing."""
+    return type(exc)(exc.errno, exc.strerror or str(exc), str(dest))
 
 
 def current_umask() -> int:
@@ -84,17 +95,53 @@ def write_json(path: str | os.PathLike, obj: Any, *, indent: int | None = 2) -> 
 def _json_default(obj: Any) -> Any:
     import numpy as np
 
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.floating):
-        return float(obj)
-    if isinstance(obj, np.bool_):
-        return bool(obj)
+    if isinstance(obj, (np.generic, np.ndarray, Path, set, frozenset)):
+        return plain(obj)
+    raise OutputError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def plain(obj: Any) -> Any:
+    """`obj` as plain Python types, recursively: numpy scalars and arrays to int/float/bool/str
+    and lists, tuples and sets to lists, paths to strings, mapping keys likewise. Every YAML and
+    JSON specsim writes goes through it, so a value that came through numpy or pandas (a swept
+    true/false read back from a frame is a numpy bool) is written as the YAML/JSON it stands for."""
+    import numpy as np
+
+    if isinstance(obj, dict):
+        return {plain(k): plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [plain(v) for v in (sorted(obj, key=repr) if isinstance(obj, (set, frozenset)) else obj)]
     if isinstance(obj, np.ndarray):
-        return obj.tolist()
+        return plain(obj.tolist())
+    if isinstance(obj, np.generic):
+        return obj.item()
     if isinstance(obj, Path):
         return str(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+    return obj
+
+
+class OutputError(RuntimeError):
+    """specsim could not write what it computed: a bug in specsim, never bad input (the message
+    names the file and what could not be written)."""
+
+
+def dump_yaml(obj: Any, **kwargs: Any) -> str:
+    """YAML text of `obj` made plain first (:func:`plain`; yaml.safe_dump's keyword arguments)."""
+    import yaml
+
+    try:
+        return yaml.safe_dump(plain(obj), **kwargs)
+    except yaml.YAMLError as exc:   # a type plain() does not know: ours to fix, not the user's input
+        raise OutputError(f"YAML output: cannot write {type(exc).__name__}: {exc}") from None
+
+
+def write_yaml(path: str | os.PathLike, obj: Any, *, header: str = "", **kwargs: Any) -> Path:
+    """`header` then `obj` as YAML (:func:`dump_yaml`) into `path`, atomically."""
+    try:
+        text = dump_yaml(obj, **kwargs)
+    except OutputError as exc:
+        raise OutputError(f"{path}: {exc}") from None
+    return write_text(path, header + text)
 
 
 def write_csv(path: str | os.PathLike, frame) -> Path:
@@ -132,10 +179,19 @@ def _mixed_as_text(frame):
 
 
 def save_figure(path: str | os.PathLike, fig, **kwargs) -> Path:
-    """A matplotlib figure as PNG (or by the suffix), written atomically."""
+    """A matplotlib figure as PNG (or by the suffix), written atomically. Every text on it is drawn
+    as written, never as TeX: specsim's figures use no math markup, and a scenario name or a
+    catalog name with `$` in it (`a$x^{$`) would otherwise be parsed as mathtext and fail the
+    whole run after its simulations (texts made while drawing, tick labels, inherit the setting)."""
+    import matplotlib
+    from matplotlib.text import Text
+
+    for text in fig.findobj(Text):
+        text.set_parse_math(False)
     buf = io.BytesIO()
     fmt = Path(path).suffix.lstrip(".") or "png"
-    fig.savefig(buf, format=fmt, **kwargs)
+    with matplotlib.rc_context({"text.parse_math": False}):
+        fig.savefig(buf, format=fmt, **kwargs)
     return write_bytes(path, buf.getvalue())
 
 
@@ -194,10 +250,16 @@ def _inside_package(p: Path) -> bool:
 
 
 def output_path(path: str | os.PathLike | None, option: str = "--out", *, folder: bool, force: bool = False) -> Path:
-    """The one rule every output path of specsim follows (`--out` of run, validate, calibrate
-    traces and calibrate kernels). Returns the path, creating a folder (with its marker).
+    """The one rule every output path of specsim follows (`--out` of run, plan, explain, validate,
+    calibrate traces and calibrate kernels; :func:`output_folder` adds the lock). Returns the
+    resolved path, creating a folder (with its marker).
 
+    * every check is made on the path the writes will reach: the path resolved (symbolic links
+      followed, `..` taken against what is on disk) -- `MISSING/../DIR` is DIR, and DIR is checked;
+      the path returned is that resolved one, so no later write can land elsewhere;
     * an empty path is an error (it would mean the current folder);
+    * a symbolic link to nothing (a dangling link) is refused: what it would create is not what
+      the user named;
     * nothing inside the installed package (the bundled profiles and catalogs) is ever written;
     * a special file -- a device such as /dev/full, a FIFO, a socket -- is never written or replaced;
     * a folder (`folder=True`) is specsim's when it holds the marker file (:data:`MARKER`); a new
@@ -212,7 +274,7 @@ def output_path(path: str | os.PathLike | None, option: str = "--out", *, folder
     what = "folder" if folder else "file"
     if not str(text).strip():
         raise _refuse(option, str(text), f"a {what} path (an empty path would write into the current folder)")
-    p = Path(text)
+    p = _resolved(str(text), option, what)
     if _inside_package(p):
         raise _refuse(option, str(p), f"a {what} outside the installed specsim package ({PACKAGE_DIR}): its "
                       "bundled files are never overwritten; write elsewhere and pass that path")
@@ -261,6 +323,37 @@ def output_path(path: str | os.PathLike | None, option: str = "--out", *, folder
     if parent.exists() and not parent.is_dir():
         raise _refuse(option, str(p), f"a file in a folder ({parent} is not a folder)")
     return p
+
+
+def _resolved(text: str, option: str, what: str) -> Path:
+    """`text` resolved as the writes will reach it (os.path.realpath; relative to the working folder
+    when it lies inside it, so `results/x` stays `results/x` in what is printed); a dangling link
+    refused."""
+    try:
+        if os.path.islink(text) and not os.path.exists(text):
+            raise _refuse(option, text, f"a {what} path that exists or is new; this is a symbolic link to "
+                          f"{os.readlink(text)}, which does not exist: remove the link or pass its target")
+        real = os.path.realpath(text)
+        cwd = os.getcwd()   # a real path: a relative result below it reaches the same place
+        if not os.path.isabs(text) and (real == cwd or real.startswith(cwd.rstrip(os.sep) + os.sep)):
+            return Path(os.path.relpath(real, cwd))   # shown as the user wrote it, where it lands
+        return Path(real)
+    except (OSError, ValueError) as exc:
+        from specsim.errors import os_reason
+
+        why = os_reason(exc) if isinstance(exc, OSError) else str(exc)
+        raise _refuse(option, text, f"a {what} path specsim can resolve ({why})") from None
+
+
+@contextlib.contextmanager
+def output_folder(path: str | os.PathLike | None, option: str = "--out", *, force: bool = False) -> Iterator[Path]:
+    """The results folder of a command that writes one (run, plan, explain, validate, calibrate
+    kernels): :func:`output_path`'s rule on the resolved path (the folder created with its marker),
+    then its :class:`FolderLock` held until the block ends. Yields the resolved folder: every write
+    goes there. Call it before any work, so a refused folder costs nothing."""
+    folder = output_path(path, option, folder=True, force=force)
+    with FolderLock(folder, option):
+        yield folder
 
 
 def check_regular_destination(dest: Path) -> None:

@@ -5,11 +5,14 @@ The loader is PyYAML's safe loader (libyaml's C parser when available) with two 
 
 * YAML 1.2 booleans: only ``true``/``false`` are booleans. YAML 1.1 also reads ``off``, ``on``,
   ``yes``, ``no`` (and ``y``/``n``) as booleans, which turns ``speculation.policy: off`` into
-  ``False``; here they stay strings, and the schema turns ``yes``/``no``/``on``/``off`` into
-  booleans where it wants a boolean (pydantic accepts those strings for ``bool`` fields).
+  ``False``; here they stay strings, and a field that wants a boolean takes only ``true`` or
+  ``false`` (scenario/base.py: ``yes``, ``on`` or ``1`` there is an error, not a silent true).
 * Duplicate keys are an error: YAML says a mapping's keys are unique, PyYAML keeps the last one
   silently (``k: 2`` then ``k: 5`` ran with 5). Here a repeated key raises :class:`DuplicateKey`
   (a ``yaml.YAMLError``, so every caller's "valid YAML" error names it with its line).
+* Bounded integers: an integer literal beyond 64 bits (:data:`MAX_INT`) is an error naming its
+  line. No count, size or seed specsim reads comes near it, and a 400-digit literal would
+  otherwise reach arithmetic that overflows a float far from the file that held it.
 * Bounded aliases: anchors and aliases share objects, so a 600-byte "billion laughs" document
   loads instantly but expands to 10⁹ values the moment anything walks it (validation, repr,
   deepcopy). After loading, the document is walked with a budget of ``MAX_YAML_VALUES`` values
@@ -36,6 +39,10 @@ _BASE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _BOOL_TAG = "tag:yaml.org,2002:bool"
 
 
+#: the largest integer any input may hold (a signed 64-bit integer): YAML, JSON and --set values
+MAX_INT = 2**63 - 1
+
+
 class DuplicateKey(yaml.constructor.ConstructorError):
     """A mapping that names one key twice (YAML requires unique keys)."""
 
@@ -59,7 +66,16 @@ class _Loader(_BASE_LOADER):  # type: ignore[misc, valid-type]
                 seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_int(self, node):
+        value = super().construct_yaml_int(node)
+        if abs(value) > MAX_INT:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"an integer of at most 64 bits (|n| <= {MAX_INT}), got one of {len(str(abs(value)))} "
+                "digits", node.start_mark)
+        return value
 
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 _Loader.yaml_implicit_resolvers = {
     ch: [(tag, rx) for tag, rx in resolvers if tag != _BOOL_TAG]
     for ch, resolvers in _BASE_LOADER.yaml_implicit_resolvers.items()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import stat
 from pathlib import Path
@@ -36,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from specsim.errors import SpecError, load_yaml_text, os_reason, short_repr
+from specsim.errors import MAX_INT, SpecError, load_yaml_text, os_reason, short_repr
 
 __all__ = ["MAX_INPUT_BYTES", "MAX_ROWS", "csv_records", "jsonl_records", "number_column", "read_bytes", "read_json",
            "read_text", "read_yaml", "whole_number"]
@@ -142,22 +143,73 @@ def yaml_problem(exc: Exception) -> str:
 
 def read_json(path: str | os.PathLike, field: str = "(file)", what: str = "JSON file",
               max_bytes: int = MAX_INPUT_BYTES) -> Any:
+    """One JSON document (:func:`parse_json`: unique keys, 64-bit integers, bounded depth)."""
     where = str(path)
-    text = read_text(path, field, what, max_bytes)
+    return parse_json(read_text(path, field, what, max_bytes), field, where)
+
+
+class JsonSyntaxError(SpecError):
+    """Text that is not JSON at all (as opposed to JSON with a repeated key or a huge number):
+    a reader that accepts several formats tries the next one."""
+
+
+class _DuplicateJsonKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateJsonKey(key)
+        out[key] = value
+    return out
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > len(str(MAX_INT)) or abs(int(text)) > MAX_INT:
+        raise OverflowError(text)
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):   # 1e999: a literal too large for a float (NaN and Infinity stay allowed)
+        raise OverflowError(text)
+    return value
+
+
+def parse_json(text: str, field: str = "(file)", where: str | None = None, what: str = "valid JSON") -> Any:
+    """A JSON value from `text`, strictly: a key repeated in one object is an error (JSON parsers
+    keep the last one silently), an integer beyond 64 bits is an error (it would overflow a float
+    far from here), and so is nesting beyond Python's recursion limit; each error names `field`,
+    the key or value and `where`. `what` says what the text must be ("valid JSON", "one JSON
+    value per line (line 4)")."""
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_int=_bounded_int, parse_float=_finite_float)
+    except _DuplicateJsonKey as exc:
+        raise SpecError(field, str(exc), f"{what} whose objects name each key once (key {str(exc)!r} is "
+                        "repeated)", where) from None
+    except OverflowError as exc:
+        raise SpecError(field, short_repr(str(exc)), f"{what} whose numbers fit: integers in 64 bits (|n| <= {MAX_INT}), "
+                        "decimals in a double (|x| < 1.8e308)",
+                        where) from None
     except json.JSONDecodeError as exc:
-        raise SpecError(field, short_repr(text[max(0, exc.pos - 20): exc.pos + 20]),
-                        f"valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})", where) from None
-    except RecursionError:
-        raise SpecError(field, "<nested too deep>", "JSON of reasonable depth", where) from None
+        raise JsonSyntaxError(field, short_repr(text[max(0, exc.pos - 20): exc.pos + 20]),
+                              f"{what} ({exc.msg} at line {exc.lineno}, column {exc.colno})", where) from None
+    except (RecursionError, ValueError) as exc:   # ValueError: Python's limit on the digits of an int
+        raise SpecError(field, "<nested too deep>" if isinstance(exc, RecursionError) else "<huge number>",
+                        f"{what} of reasonable depth and size", where) from None
 
 
 # --------------------------------------------------------------------------- strict records
 def content_lines(text: str, comment: str | None = None) -> list[tuple[int, str]]:
-    """(line number, line) for each non-blank line (and, with `comment`, not starting with it)."""
+    """(line number, line) for each non-blank line (and, with `comment`, not starting with it);
+    only a newline ends a line, so a form feed or a vertical tab inside one stays in its cell
+    (and is an error there) instead of splitting one record into two."""
     out = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in enumerate(text.split("\n"), start=1):   # lines end at \n (\r\n too), never at a form
+        line = line.removesuffix("\r")                          # feed or another character splitlines() takes
         s = line.strip()
         if not s or (comment and s.startswith(comment)):
             continue
@@ -194,17 +246,8 @@ def jsonl_records(lines: list[tuple[int, str]], field: str, where: str | None,
     """Each line one JSON value; an unparseable line is an error naming it."""
     if len(lines) > max_rows:
         raise SpecError(field, f"{len(lines):,} records", f"at most {max_rows:,} records", where)
-    out = []
-    for lineno, line in lines:
-        try:
-            out.append((lineno, json.loads(line)))
-        except json.JSONDecodeError as exc:
-            raise SpecError(field, short_repr(line.strip()), f"one JSON value per line (line {lineno}: {exc.msg})",
-                            where) from None
-        except RecursionError:
-            raise SpecError(field, "<nested too deep>", f"one plain JSON value per line (line {lineno})",
-                            where) from None
-    return out
+    return [(lineno, parse_json(line, field, where, f"one JSON value per line (line {lineno})"))
+            for lineno, line in lines]
 
 
 def whole_number(raw: Any, field: str, where: str | None, label: str, minimum: int = 0) -> int:

@@ -520,3 +520,163 @@ def test_c_locale_without_utf8_mode(tmp_path):
     assert res.returncode == 0 and b"Traceback" not in res.stderr, res.stderr
     res = _specsim("list", "models", env=env)
     assert res.returncode == 0, res.stderr
+
+
+# ============================================================================ issue 46, round four
+# (the high-severity classes have their own files: tests/study/test_report_security.py,
+# tests/cli/test_output_guard.py, tests/catalog/test_hf_config_validation.py,
+# tests/catalog/test_hardware_bounds.py, tests/workload/test_engine_metrics_strict.py,
+# tests/study/test_plain_outputs.py; the medium and low classes are here)
+HUGE = "9" * 400
+
+
+def test_the_cost_bound_holds_in_plan_project_and_explain(tmp_path):
+    path = scenario(tmp_path)
+    low = ["--set", "output.max_simulated_tokens=10"]
+    for args in (["plan", path, "--no-progress", "--out", str(tmp_path / "p")],
+                 ["project", path, "--no-progress"], ["explain", path, "--out", str(tmp_path / "e")]):
+        res, text = cli(*args, *low)
+        clean_error(res, text, "output.max_simulated_tokens", "--set output.max_simulated_tokens=")
+    res, text = cli("project", path, "--replicates", "100000", "--no-progress")
+    clean_error(res, text, "--replicates", "1,000")
+    res, text = cli("project", path, "--replicates", "1000", "--no-progress", "--set", "output.max_simulated_tokens=1e5")
+    clean_error(res, text, "output.max_simulated_tokens", "2,000 pipeline runs")
+
+
+def test_plan_budgets_and_empty_lists_are_refused_where_they_are_written(tmp_path):
+    path = scenario(tmp_path)
+    t0 = time.perf_counter()
+    res, text = cli("plan", path, "--gpus", "8:100000:8", "--no-progress", "--out", str(tmp_path / "p"))
+    clean_error(res, text, "plan.total_gpus", "256")
+    assert time.perf_counter() - t0 < 30
+    for field in ("plan.layouts", "plan.hardware"):
+        res, text = cli("plan", path, "--set", f"{field}=[]", "--no-progress", "--out", str(tmp_path / "p"))
+        clean_error(res, text, field, "non-empty")
+        assert "max_engine_gpus" not in text
+
+
+def test_check_refuses_what_plan_refuses(tmp_path):
+    path = scenario(tmp_path)
+    res, text = cli("check", path, "--set", "plan.rollout_shares=[0.5]")
+    clean_error(res, text, "plan.rollout_shares", "sync")
+    res, text = cli("check", path, "--set", "plan.k=[0, 3]", "--set", "output.max_simulated_tokens=10")
+    clean_error(res, text, "output.max_simulated_tokens")
+
+
+@pytest.mark.parametrize("where", ["scenario", "set", "profile", "lengths_jsonl", "lengths_csv", "metrics_json",
+                                   "metrics_prom", "config"])
+def test_integers_of_400_digits_are_a_clean_error_in_every_reader(tmp_path, where):
+    path = scenario(tmp_path)
+    args = ["check", path]
+    if where == "scenario":
+        text = Path(path).read_text(encoding="utf-8")
+        assert "seed: 0" in text
+        Path(path).write_text(text.replace("seed: 0", f"seed: {HUGE}"), encoding="utf-8")
+    elif where == "set":
+        args += ["--set", f"workload.prompts={HUGE}"]
+    elif where == "profile":
+        prof = tmp_path / "hw.yaml"
+        doc = yaml.safe_load(PROFILE.read_text(encoding="utf-8"))
+        doc["nvlink_domain_gpus"] = 8
+        prof.write_text(yaml.safe_dump(doc).replace("nvlink_domain_gpus: 8", f"nvlink_domain_gpus: {HUGE}"),
+                        encoding="utf-8")
+        args += ["--set", f"hardware={prof}"]
+    elif where.startswith("lengths"):
+        f = tmp_path / ("l.jsonl" if where == "lengths_jsonl" else "l.csv")
+        f.write_text(f'{{"length": {HUGE}}}\n' if where == "lengths_jsonl" else f"length\n5\n{HUGE}\n", encoding="utf-8")
+        args += ["--set", f"workload.response_tokens={{kind: empirical, path: {f}}}"]
+    elif where.startswith("metrics"):
+        f = tmp_path / "m.prom"
+        f.write_text(f'{{"spec_decode_num_drafts": {HUGE}}}' if where == "metrics_json" else
+                     f'vllm:spec_decode_num_drafts_total{{engine="0"}} {HUGE}\n', encoding="utf-8")
+        args += ["--set", f"drafter={{kind: eagle3, tau_from: {f}, tau_at_k: 3}}"]
+    else:
+        d = tmp_path / "m"
+        d.mkdir()
+        (d / "config.json").write_text('{"model_type": "llama", "hidden_size": ' + HUGE + "}", encoding="utf-8")
+        args += ["--set", f"model={d}"]
+    res, text = cli(*args)
+    clean_error(res, text)
+    assert "error:" in text
+
+
+def test_point_names_each_field_once_and_reads_yaml_12(tmp_path):
+    from specsim.explain.ladder import parse_point
+
+    with pytest.raises(SpecError, match="named twice"):
+        parse_point("k=3,k=5")
+    with pytest.raises(SpecError, match="named twice"):
+        parse_point("k=3,speculation.k=5")
+    assert parse_point("k=3,policy=off") == {"speculation.k": 3, "speculation.policy": "off"}
+
+
+@pytest.mark.parametrize("word", ["1", "yes", "on", "0", "no"])
+def test_booleans_take_only_true_or_false(tmp_path, word):
+    res, text = cli("check", scenario(tmp_path), "--set", f"output.plots={word}")
+    clean_error(res, text, "output.plots", "true or false")
+
+
+def test_length_files_keep_their_rows(tmp_path):
+    from specsim.workload.lengths.checks import read_lengths_file
+
+    f = tmp_path / "l.csv"
+    f.write_text("12x\n5\n6\n", encoding="utf-8")
+    with pytest.raises(SpecError, match="line 1"):
+        read_lengths_file(f, "x")
+    f.write_text("5\n6\f7\n8\n", encoding="utf-8")
+    with pytest.raises(SpecError, match="line 2"):
+        read_lengths_file(f, "x")
+    f.write_text("length\n5\n6\n", encoding="utf-8")
+    assert list(read_lengths_file(f, "x")) == [5.0, 6.0]
+
+
+def test_a_headed_ten_million_row_length_file_takes_the_fast_path(tmp_path):
+    from specsim.workload.lengths.checks import read_lengths_file
+
+    f = tmp_path / "l.csv"
+    f.write_text("response_length\n" + "123\n" * 10_000_000, encoding="utf-8")
+    t0 = time.perf_counter()
+    assert read_lengths_file(f, "x").size == 10_000_000
+    assert time.perf_counter() - t0 < 20
+
+
+def test_errors_blame_the_field_that_is_wrong(tmp_path):
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 4, "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 4}),
+        encoding="utf-8")
+    res, text = cli("check", scenario(tmp_path), "--set", f"model={d}")
+    clean_error(res, text, "speculation.k")
+    assert "<= -" not in text
+    metrics = tmp_path / "s.log"
+    metrics.write_text("[2025] Decode batch. accept len: 2.5, gen throughput: 9\n", encoding="utf-8")
+    res, text = cli("check", scenario(tmp_path), "--set", f"drafter={{kind: eagle3, tau_from: {metrics}}}")
+    clean_error(res, text, "drafter.tau_at_k", "not given")
+    assert "got None" not in text
+
+
+def test_a_bogus_mplbackend_does_not_reach_the_plots(tmp_path):
+    env = {**ENV, "MPLBACKEND": "bogus"}
+    path = scenario(tmp_path, output__plots=True)
+    res = _specsim("run", path, "--no-progress", "--out", str(tmp_path / "r"), env=env)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "r" / "report.html").is_file()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
+def test_sigterm_shuts_the_pool_down_without_leaked_semaphores(tmp_path):
+    path = scenario(tmp_path, sweep={"speculation.k": [0, 1, 2, 3, 4, 5, 6, 7], "replicates": 20})
+    proc = subprocess.Popen([sys.executable, "-m", "specsim", "run", path, "--out", str(tmp_path / "out"), "--jobs",
+                             "2", "--no-progress"], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    while len(children.read_text().split()) < 2 if children.exists() else True:
+        assert proc.poll() is None and time.monotonic() < deadline, "the pool never started"
+        time.sleep(0.1)
+    time.sleep(1.0)
+    proc.send_signal(15)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert b"leaked semaphore" not in err and b"Traceback" not in err and b"terminated" in err, err

@@ -52,6 +52,7 @@ import pandas as pd
 from scipy import optimize
 
 from specsim import inputs
+from specsim.atomic import dump_yaml
 from specsim.catalog.hardware import HardwareSpec, MultiTokenAttentionFit
 from specsim.catalog.models import drafter_arch, load_model
 from specsim.cost.forward import draft_cost, pass_cost
@@ -279,8 +280,6 @@ def _residuals_yaml(summary: pd.DataFrame) -> dict:
 def _edit_kernel_fit(profile: str | Path, edit) -> None:
     """Apply `edit` to the profile's `kernel_fit` mapping and write the profile back atomically
     (its header comments kept); the written profile must load."""
-    import yaml
-
     from specsim.atomic import write_text
     from specsim.catalog.hardware import load_hardware
     from specsim.errors import load_yaml_text
@@ -293,7 +292,7 @@ def _edit_kernel_fit(profile: str | Path, edit) -> None:
     if not isinstance(kf, dict):
         raise SpecError("kernel_fit", None, "a kernel_fit block (run specsim calibrate kernels first)", str(p))
     edit(kf)
-    write_text(p, header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120))
+    write_text(p, header + dump_yaml(doc, sort_keys=False, allow_unicode=True, width=120))
     load_hardware(str(p))
 
 

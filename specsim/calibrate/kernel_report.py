@@ -29,6 +29,7 @@ import pandas as pd
 import yaml
 
 from specsim import inputs
+from specsim.atomic import dump_yaml
 from specsim.atomic import write_text
 from specsim.calibrate import engine_overhead as eo
 from specsim.calibrate import kernel_tables as kt
@@ -268,7 +269,7 @@ def write_fitted_profile(fit: SystemFit, cal: KernelCalibration, out_dir: Path, 
         "provenance": prov,
     }
     out = out_dir / f"{name}.yaml"
-    write_text(out, header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120))
+    write_text(out, header + dump_yaml(doc, sort_keys=False, allow_unicode=True, width=120))
     load_hardware(str(out))  # the written profile must load
     return out
 

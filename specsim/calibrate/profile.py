@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from specsim import inputs
+from specsim.atomic import dump_yaml
 from specsim.atomic import write_text as atomic_write_text
 from specsim.calibrate.common import PARAMS, SCALE, YAML_NAME
 from specsim.calibrate.hardware_fit import HardwareFit
@@ -87,7 +88,7 @@ def write_calibrated_profile(
         f"# Calibrated copy of {src} written by specsim calibrate traces on {date}.\n"
         f"# Efficiency factors fitted to: {trace_text}\n"
     )
-    text = header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120)
+    text = header + dump_yaml(doc, sort_keys=False, allow_unicode=True, width=120)
     out = atomic_write_text(out_path, text)
     load_hardware(str(out))  # the written profile must load
     return out

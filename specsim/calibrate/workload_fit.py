@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from scipy.optimize import least_squares
 
 from specsim import inputs
+from specsim.atomic import dump_yaml
 from specsim.errors import SpecError, load_yaml_text
 from specsim.scenario import load_scenario
 from specsim.validate.run import Runs, Target, load_targets, simulate_target
@@ -182,7 +183,7 @@ class Applier:
             section[key] = {"value": v, "source": "specsim.calibrate.workload_fit fit in progress"}
         self._n += 1
         out = self.tmp / f"{hw.name}_fit{self._n}.yaml"
-        out.write_text(yaml.safe_dump(doc, sort_keys=False))
+        out.write_text(dump_yaml(doc, sort_keys=False))
         load_hardware(str(out))   # a key the profile loader does not know fails here, naming it
         return str(out)
 

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from specsim import inputs
+from specsim.atomic import dump_yaml
 from specsim.calibrate.workload_fit import Applier, FitResult, load_fit_block
 from specsim.errors import SpecError
 from specsim.scenario import load_scenario
@@ -114,8 +115,6 @@ def write_profile_values(path: str | Path, result: FitResult, profile: str | Pat
     scenarios run on this profile; None: all) into a profile YAML as
     `{value: V, source: "fitted by <command> to <rows>"}` (the document is loaded, changed and dumped,
     so flow- and block-style profiles both work; a leading comment header is kept). Returns {block.key: value}."""
-    import yaml
-
     from specsim.atomic import write_text
     from specsim.catalog.hardware import load_hardware
     from specsim.errors import load_yaml_text
@@ -138,6 +137,6 @@ def write_profile_values(path: str | Path, result: FitResult, profile: str | Pat
                         "source": f"fitted by `{command}` to {', '.join(rows_of[q.name])}"}
         done[f"{block}.{key}"] = float(f"{vals[q.name]:.4g}")
     if done:
-        write_text(Path(profile), header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120))
+        write_text(Path(profile), header + dump_yaml(doc, sort_keys=False, allow_unicode=True, width=120))
         load_hardware(str(profile))   # the written profile still loads
     return done

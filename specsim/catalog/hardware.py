@@ -273,15 +273,34 @@ def resolve_profile_path(name_or_path: str) -> Path:
 
 #: what a profile may hold at the top level, and the bounds of its numbers (YAML units): each
 #: number is finite and inside (lo, hi] ([lo, hi] where the third element says so). The bounds
-#: are generous physical ranges -- a GPU with 10⁵ TB/s of HBM is a typo, not a forecast.
+#: are plausible physical ranges from datasheets, with room on both sides for GPUs to come and
+#: for old or small ones -- a value outside is a typo (a unit off by 10^3) or a corruption, and
+#: would price steps of 10^300 s or of nothing:
+#:
+#: * peak_dense_tflops [1, 50,000]: a T4 gives 65 (fp16), an H100 SXM 989 (bf16), a B200 9,000
+#:   (dense fp4), GB300 15,000 (dense fp4);
+#: * hbm_gb [4, 4,096]: V100 16 GB to B300 288 GB (HBM4 stacks on announced parts: 1 TB);
+#: * hbm_tbps [0.1, 100]: a T4's GDDR6 0.32 TB/s, V100 0.9, H100 3.35, B200 8 (Rubin Ultra's
+#:   announced 32);
+#: * nvlink_gbps_per_direction [10, 10,000] GB/s: PCIe 3.0 x16 16 GB/s to NVLink 5's 900 GB/s per
+#:   direction (NVLink 6: 1,800);
+#: * nvlink_domain_gpus [1, 4,096]: one GPU to NVL72 (NVL576 announced);
+#: * scaleout_gbit_per_s [1, 100,000] Gbit/s per GPU: 1 GbE up to 1.6 Tb/s NICs (ConnectX-8:
+#:   800 Gb/s), several per GPU;
+#: * collective_latency_us [0.01, 10,000] µs: NVLink all-reduce latencies of 2-8 µs, InfiniBand
+#:   and Ethernet 2-30 µs (measured profiles here: 4-25);
+#: * host_link_gbps_per_direction [1, 5,000] GB/s: PCIe Gen3 x16 16 GB/s to NVLink-C2C's 450 per
+#:   direction per superchip;
+#: * gpus_per_node [1, 4,096]: at most the NVLink domain (GB200 trays: 4, HGX: 8);
+#: * trainer.*_overhead_ms [0, 1,000] ms per layer pass (fitted values: ~5 ms).
 PROFILE_KEYS = ("name", "description", "peak_dense_tflops", "hbm_gb", "hbm_tbps", "nvlink_gbps_per_direction",
                 "nvlink_domain_gpus", "scaleout_gbit_per_s", "collective_latency_us", "efficiency", "kernel_fit",
                 "sd_costs", "calibration", "host_link_gbps_per_direction", "trainer", "gpus_per_node")   # calibration: provenance a calibrated copy records (not read)
 _BOUNDS = {
-    "peak_dense_tflops": (0.0, 1e5, False, "TFLOP/s"), "hbm_gb": (0.0, 1e5, False, "GB"),
-    "hbm_tbps": (0.0, 1e3, False, "TB/s"), "nvlink_gbps_per_direction": (0.0, 1e5, False, "GB/s"),
-    "nvlink_domain_gpus": (1.0, 1e5, True, "GPUs"), "scaleout_gbit_per_s": (0.0, 1e6, False, "Gbit/s"),
-    "collective_latency_us": (0.0, 1e6, False, "µs"),
+    "peak_dense_tflops": (1.0, 5e4, True, "TFLOP/s"), "hbm_gb": (4.0, 4096.0, True, "GB"),
+    "hbm_tbps": (0.1, 100.0, True, "TB/s"), "nvlink_gbps_per_direction": (10.0, 1e4, True, "GB/s"),
+    "nvlink_domain_gpus": (1.0, 4096.0, True, "GPUs"), "scaleout_gbit_per_s": (1.0, 1e5, True, "Gbit/s"),
+    "collective_latency_us": (0.01, 1e4, True, "µs"),
     "efficiency.compute": (1e-3, 1.0, True, ""), "efficiency.memory": (1e-3, 1.0, True, ""),
     "efficiency.comm": (1e-3, 1.0, True, ""), "efficiency.train_mfu": (1e-3, 1.0, True, ""),
     "efficiency.step_overhead_ms": (0.0, 1e4, True, "ms"), "efficiency.per_seq_overhead_us": (0.0, 1e5, True, "µs"),
@@ -289,7 +308,7 @@ _BOUNDS = {
     # GPU <-> host: PCIe Gen3 x16 (16 GB/s) is the least a datacenter GPU has, 5 TB/s is above
     # any chip-to-chip link shipped (NVLink-C2C 900 GB/s)
     "host_link_gbps_per_direction": (1.0, 5000.0, True, "GB/s"),
-    "gpus_per_node": (1.0, 1e5, True, "GPUs"),
+    "gpus_per_node": (1.0, 4096.0, True, "GPUs"),
     "trainer.layer_overhead_ms": (0.0, 1e3, True, "ms"), "trainer.moe_layer_overhead_ms": (0.0, 1e3, True, "ms"),
 }
 #: the optional `trainer:` block: host-side time of one layer pass of the training framework

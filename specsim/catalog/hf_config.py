@@ -33,7 +33,6 @@ Hugging Face ignores.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +50,22 @@ MODEL_TYPES = {
 META_KEYS = ("source", "hf_id", "published_total_params_b", "published_active_params_b",
              "published_active_convention", "published_source")
 CONFIG_NAME = "config.json"
+#: The largest value each count of a config may take. Each bound sits well above the largest
+#: published model (figures from their config.json files) and far below where a count stops
+#: being a model and starts hanging the pricing: hidden_size 16,384 (Llama-3.1-405B), 126 layers
+#: (Llama-3.1-405B), 128 attention heads, head_dim 256 (Gemma), vocabularies of 262,144 (Gemma 3),
+#: FFN widths of 53,248 (Llama-3.1-405B), 384 routed experts (Kimi-K2), 10M positions (Llama 4
+#: Scout), 512-wide MLA latents (DeepSeek-V3). A count without an entry is at most 2**31.
+COUNT_MAX = {
+    "hidden_size": 65_536, "num_hidden_layers": 1_024, "num_attention_heads": 1_024, "num_key_value_heads": 1_024,
+    "head_dim": 1_024, "vocab_size": 4_194_304, "max_position_embeddings": 2**27, "intermediate_size": 1_048_576,
+    "moe_intermediate_size": 1_048_576, "shared_expert_intermediate_size": 1_048_576, "num_experts": 65_536,
+    "n_routed_experts": 65_536, "num_local_experts": 65_536, "num_experts_per_tok": 65_536,
+    "experts_per_token": 65_536, "n_shared_experts": 64, "num_nextn_predict_layers": 64, "qk_nope_head_dim": 1_024,
+    "qk_rope_head_dim": 1_024, "v_head_dim": 1_024, "kv_lora_rank": 65_536, "q_lora_rank": 65_536,
+    "decoder_sparse_step": 1_024, "first_k_dense_replace": 1_024, "sliding_window": 2**27,
+}
+COUNT_DEFAULT_MAX = 2**31
 ACTIVE_CONVENTIONS = ("all", "matmul", "layers")
 
 
@@ -69,8 +84,10 @@ class _Fields:
                 raise self._bad(key, "<missing>", f"an integer >= {minimum} (a required config.json field)")
             return default
         v = self.doc[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v) or v < minimum:
-            raise self._bad(key, v, f"an integer >= {minimum}")
+        top = COUNT_MAX.get(key, COUNT_DEFAULT_MAX)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not -top <= v <= top or v != int(v) \
+                or v < minimum:
+            raise self._bad(key, v, f"an integer >= {minimum} and <= {top:,}")
         return int(v)
 
     def flag(self, key: str, default: bool = False) -> bool:
@@ -104,10 +121,20 @@ def _head_dim(f: _Fields, hidden: int, heads: int) -> int:
 
 
 def _dense_count(f: _Fields, layers: int) -> int:
-    """Qwen MoE: layer i is dense when it is in mlp_only_layers or (i + 1) % decoder_sparse_step != 0."""
+    """Qwen MoE: layer i is dense when it is in mlp_only_layers or (i + 1) % decoder_sparse_step != 0
+    (counted in closed form: floor(layers / step) sparse layers, less those mlp_only_layers names).
+    A layer index past the last layer, or a step longer than the stack, is an error: the engines
+    would ignore it, and the model priced would not be the one the file seems to describe."""
     step = f.integer("decoder_sparse_step", 1)
+    if step > layers:
+        raise f._bad("decoder_sparse_step", step, f"at most num_hidden_layers ({layers}): a longer step leaves no "
+                                                  "MoE layer")
     only = set(f.int_list("mlp_only_layers"))
-    return sum(1 for i in range(layers) if i in only or (i + 1) % step != 0)
+    past = sorted(i for i in only if i >= layers)
+    if past:
+        raise f._bad("mlp_only_layers", past[:5], f"layer indices below num_hidden_layers ({layers})")
+    sparse = layers // step - sum(1 for i in only if (i + 1) % step == 0)
+    return layers - sparse
 
 
 def model_from_config(doc: Any, *, name: str, where: str, meta: dict | None = None) -> ModelSpec:
@@ -200,7 +227,26 @@ def model_from_config(doc: Any, *, name: str, where: str, meta: dict | None = No
     kw["extra_params_per_layer"] = extra
     kw["quantization"] = quantization_from_config(doc, where, moe="moe" in kw)
     kw.update(_meta(meta or {}, where))
+    check_relations(f, kw)
     return ModelSpec(**kw)
+
+
+def check_relations(f: _Fields, kw: dict) -> None:
+    """The relations between a config's fields that its counts alone do not guarantee, each an
+    error naming the file, the field and its value: experts chosen per token no more than there
+    are, dense first layers and MTP layers fewer than the stack, a sliding window no longer than
+    the context, key-value heads no more than query heads."""
+    moe: MoESpec | None = kw.get("moe")
+    if moe is not None and moe.top_k > moe.experts:
+        key = next((k for k in ("num_experts_per_tok", "experts_per_token") if k in f.doc), "num_experts_per_tok")
+        raise f._bad(key, moe.top_k, f"at most the number of routed experts ({moe.experts}): a token cannot be "
+                                     "routed to more experts than the layer has")
+    if kw["kv_heads"] > kw["heads"]:
+        raise f._bad("num_key_value_heads", kw["kv_heads"], f"at most num_attention_heads ({kw['heads']})")
+    if kw.get("mtp_layers", 0) > kw["layers"]:
+        raise f._bad("num_nextn_predict_layers", kw["mtp_layers"], f"at most num_hidden_layers ({kw['layers']})")
+    if kw.get("sliding_window", 0) > kw["max_positions"]:
+        raise f._bad("sliding_window", kw["sliding_window"], f"at most max_position_embeddings ({kw['max_positions']})")
 
 
 # ============================================================================ quantization_config

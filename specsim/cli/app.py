@@ -35,6 +35,7 @@ below the ``@app.command`` line, take ``--set`` via ``SetOpt`` and ``--format`` 
 and print through ``console()`` / ``emit_json()``.
 """
 
+import os
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -125,6 +126,7 @@ def check(
 ) -> None:
     """Load and resolve a scenario (schema, catalog names, layout fit); print a summary and warnings."""
     from specsim.explain.check import check_report
+    from specsim.scenario.plan_section import PlanSection
     from specsim.study.runner import check_points
     from specsim.world.resolve import resolve
 
@@ -134,6 +136,10 @@ def check(
         info = check_report(world, scenario)
         info["sweep_rows"] = sc.rows  # rows the sweep asks for (limit MAX_SWEEP_ROWS)
         info["sweep"] = check_points(sc)  # refuses every point `run` would refuse
+        if sc.plan != PlanSection():    # a plan section: what `plan` refuses before simulating
+            from specsim.study.planner import plan_checks
+
+            info["plan"] = plan_checks(sc)[2]
     w, d = sc.workload, sc.drafter
     info["warnings"] += info["sweep"].pop("warnings")
     if fmt is Format.json:
@@ -189,16 +195,15 @@ def validate_cmd(
     """Run each published target's scenario and print measured vs simulated; exit 1 if any row fails."""
     import pandas as pd
 
-    from specsim.atomic import FolderLock, output_path
+    from specsim.atomic import output_folder
     from specsim.validate.run import error_summary, validate
 
     if tolerance is not None and not tolerance > 0:
         raise _bad_option("--tolerance", tolerance, "a relative tolerance > 0")
-    folder = output_path(out, "--out", folder=True, force=force)   # the one output-path rule, before any work
-    rows = validate(targets, tolerance)
-    frame = pd.DataFrame([r.as_dict() for r in rows])
-    groups = error_summary(rows)
-    with FolderLock(folder, "--out"):
+    with output_folder(out, "--out", force=force) as folder:   # the one output guard, before any work
+        rows = validate(targets, tolerance)
+        frame = pd.DataFrame([r.as_dict() for r in rows])
+        groups = error_summary(rows)
         _write_validation(folder, frame, rows, groups)
     failed = int((frame["result"] != "pass").sum())
     _print_validation(frame, rows, failed, folder, fmt, groups)
@@ -271,8 +276,11 @@ app.add_typer(calibrate_app, name="calibrate")
 # ============================================================================ entry point
 def main() -> None:
     """Console-script entry point (`specsim`, `python -m specsim`): streams made safe first (a
-    closed stdout, a C locale), and a reader that goes away (`| head -1`) ends the command quietly."""
+    closed stdout, a C locale), matplotlib's backend set to Agg (specsim only writes image files,
+    so an inherited MPLBACKEND, valid or not, must not reach it), and a reader that goes away
+    (`| head -1`) ends the command quietly."""
     common.safe_streams()
+    os.environ["MPLBACKEND"] = "agg"   # specsim only draws into files (Agg); a bogus inherited value broke the plots
     try:
         app()
     except BrokenPipeError:

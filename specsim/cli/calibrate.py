@@ -29,6 +29,8 @@ and exits 2.
 
 from __future__ import annotations
 
+import contextlib
+
 import time
 from pathlib import Path
 from typing import Annotated
@@ -115,13 +117,13 @@ def kernels_cmd(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Fit the profiles' kernel laws and engine overheads to measured kernel tables."""
-    from specsim.atomic import output_path
+    from specsim.atomic import output_folder
     from specsim.calibrate.describe import kernel_calibration_info
 
-    if out is not None:
-        out = str(output_path(out, "--out", folder=True, force=force))   # the one output-path rule
-
-    info = kernel_calibration_info(source, system, backend, out)
+    with contextlib.ExitStack() as stack:
+        if out is not None:   # the one output guard (resolved, marked, locked), before any work
+            out = str(stack.enter_context(output_folder(out, "--out", force=force)))
+        info = kernel_calibration_info(source, system, backend, out)
     if fmt is Format.json:
         _emit_json(info)
         return
@@ -267,6 +269,7 @@ def collect_cmd(
     hardware: Annotated[str | None, typer.Option("--hardware", help="Profile name for the trace (default: from the GPU).")] = None,
     tiny: Annotated[bool, typer.Option("--tiny", help="A 2-layer hidden-64 model with small shapes (tests, CPU).")] = False,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random weights.")] = 0,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing --out file.")] = False,
 ) -> None:
     """Time a catalog model's forward passes (random weights, torch) into a kernel trace (needs the collect extra)."""
     from specsim.calibrate.collect.collector import collect_spec, collect_trace
@@ -274,7 +277,7 @@ def collect_cmd(
     spec = collect_spec(out=out, model=model, tiny=tiny, device=device, batches=batches, contexts=contexts, k=k,
                         prompts=prompts, prompt_batches=prompt_batches, layers=layers, repeats=repeats, warmup=warmup,
                         dtype=dtype, no_draft=no_draft, no_cuda_graphs=no_cuda_graphs, budget_s=budget_s,
-                        hardware=hardware, seed=seed)
+                        hardware=hardware, seed=seed, force=force)
     result = collect_trace(spec, log=_say)
     if result.path is None:
         _say("collect: nothing was measured (all shapes skipped or budget too small); no trace written")

@@ -99,17 +99,31 @@ def user_errors() -> Iterator[None]:
     except BrokenPipeError:
         quiet_closed_stdout()   # the reader went away (`| head -1`): nothing left to say, not an error
         raise typer.Exit(0) from None
-    except KeyboardInterrupt:
-        typer.echo("interrupted: every finished point is already saved; rerun the same command to resume", err=True)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except KeyboardInterrupt as exc:
+        from specsim.study.executors import Terminated
+
+        typer.echo(f"{'terminated' if isinstance(exc, Terminated) else 'interrupted'}: every finished point is "
+                   "already saved; rerun the same command to resume", err=True)
+        raise typer.Exit(143 if isinstance(exc, Terminated) else EXIT_INTERRUPTED) from None
     except USER_ERRORS as exc:
+        if isinstance(exc, OUTPUT_YAML_ERRORS):   # writing YAML failed: a bug, never the user's input
+            _internal(exc)
         _fail(error_message(exc))
     except Exception as exc:  # a bug, not bad input
-        if os.environ.get("SPECSIM_DEBUG"):
-            raise
-        typer.echo(f"internal error: {_one_line(f'{exc.__class__.__name__}: {exc}')} "
-                   "(this is a bug in specsim; rerun with SPECSIM_DEBUG=1 for the traceback)", err=True)
-        raise typer.Exit(EXIT_INTERNAL_ERROR) from None
+        _internal(exc)
+
+
+#: YAML errors of writing (representing, serialising, emitting), as opposed to reading
+OUTPUT_YAML_ERRORS = (yaml.representer.RepresenterError, yaml.serializer.SerializerError, yaml.emitter.EmitterError)
+
+
+def _internal(exc: BaseException) -> None:
+    """Report a bug (`internal error`, exit 1); SPECSIM_DEBUG=1 shows the traceback instead."""
+    if os.environ.get("SPECSIM_DEBUG"):
+        raise exc
+    typer.echo(f"internal error: {_one_line(f'{exc.__class__.__name__}: {exc}')} "
+               "(this is a bug in specsim; rerun with SPECSIM_DEBUG=1 for the traceback)", err=True)
+    raise typer.Exit(EXIT_INTERNAL_ERROR) from None
 
 
 def quiet_closed_stdout() -> None:

@@ -23,6 +23,8 @@ def explain(
     out: Annotated[str | None, typer.Option("--out", help="Folder for explain.md/json, ladder.csv, shapley.csv "
                                             "and waterfall.png (default: results/<name>-explain).")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Parallel worker processes.")] = 2,
+    force: Annotated[bool, typer.Option("--force", help="Write into a non-empty --out folder specsim did not "
+                                        "write.")] = False,
     sets: SetOpt = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
@@ -31,9 +33,14 @@ def explain(
     from specsim.explain.ladder import explain as run_explain
     from specsim.explain.ladder import explanation_markdown, write_explanation
 
-    e = run_explain(scenario, list(sets or ()), point=point, replicates=replicates, steps=steps, jobs=jobs)
-    folder = Path(out) if out else Path("results") / f"{e.scenario}-explain"
-    files = write_explanation(folder, e)
+    from specsim.atomic import output_folder
+    from specsim.scenario import load_scenario
+
+    if out is None:
+        out = str(Path("results") / f"{load_scenario(scenario, list(sets or ())).name}-explain")
+    with output_folder(out, "--out", force=force) as folder:   # the one output guard, before any work
+        e = run_explain(scenario, list(sets or ()), point=point, replicates=replicates, steps=steps, jobs=jobs)
+        files = write_explanation(folder, e)
     if fmt is Format.json:
         from specsim.study.report.tables import jsonable
 

@@ -7,7 +7,6 @@ names a plan constraint is a `--set plan.…` override (so resolved plan.yaml re
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -58,7 +57,7 @@ def plan(
                                                  "even (and reaches the target), by bisection.")] = False,
     stops_paying: Annotated[bool, typer.Option("--stops-paying", help="Also: the k and policy lag at which SD "
                                                "stops paying, by bisection.")] = False,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Results folder (default: "
+    out: Annotated[str | None, typer.Option("--out", "-o", help="Results folder (default: "
                                              "<output.dir>/<scenario>-plan/). Rerun to reuse finished runs.")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Parallel worker processes (local) or Ray CPUs.")] = 2,
     backend: Annotated[Backend, typer.Option("--backend", help="local processes, or a Ray cluster.")] = Backend.local,

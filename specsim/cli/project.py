@@ -53,8 +53,8 @@ def project(
     from specsim.study.project_folder import project_scenario
     from specsim.study.projection import format_projection
 
-    if replicates < 1:
-        raise bad_option("--replicates", replicates, ">= 1 replicate")
+    if not 1 <= replicates <= 1000:   # as sweep.replicates; the cost bound then weighs the runs
+        raise bad_option("--replicates", replicates, ">= 1 and <= 1,000 paired replicates")
     with use_catalog(catalog):
         load_scenario_opts(scenario, sets)
         res = project_scenario(scenario, list(sets or ()), out, replicates=replicates, jobs=jobs, force=force,

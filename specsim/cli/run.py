@@ -19,6 +19,7 @@ from typing import Annotated
 
 import typer
 
+from specsim.atomic import dump_yaml
 from specsim.cli.common import (
     CatalogOpt,
     ForceOpt,
@@ -172,7 +173,6 @@ def show_scenario(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """The resolved scenario (after --set) and the points its sweep will run. Simulates nothing."""
-    import yaml
     from rich.table import Table
 
     from specsim.study import runner
@@ -185,7 +185,7 @@ def show_scenario(
     con = console()
     con.print(f"[bold]{info['scenario']}[/bold] ({info['file']}): {info['model']} on {info['hardware']}; "
               f"resolved sha256 {info['resolved_sha256'][:12]}")
-    con.print(yaml.safe_dump(info["resolved"], sort_keys=False).rstrip(), markup=False)
+    con.print(dump_yaml(info["resolved"], sort_keys=False).rstrip(), markup=False)
     b = info["baseline"]
     con.print(f"baseline: {b['overrides']} ({b['mode']}); sync AR is the baseline: {b['sync_ar_is_baseline']}")
     t = Table(title=f"{info['rows']} points ({info['combinations']} combinations × {info['replicates']} replicates), "

@@ -53,6 +53,7 @@ import numpy as np
 
 from specsim.errors import SpecError
 from specsim.scenario import Scenario, apply_overrides, load_scenario
+from specsim.study.plan import refuse_over_bound, run_tokens
 from specsim.study.sweep import POINT_ALIASES, RunTask, baseline_of, k_of
 
 __all__ = ["FACTORS", "POINT_ALIASES", "Explanation", "Factor", "expert_coverage", "explain", "parse_point", "shapley"]
@@ -79,8 +80,12 @@ FACTORS = (
 
 
 def parse_point(text: str | None) -> dict:
-    """`k=5,lag=2` (or dotted paths: `speculation.k=5`) as {dotted path: YAML value}."""
+    """`k=5,lag=2` (or dotted paths: `speculation.k=5`) as {dotted path: YAML value}, each value
+    read by the one YAML loader (YAML 1.2 booleans, bounded integers); a field named twice
+    (`k=3,k=5`, or `k=3,speculation.k=5`) is an error, not the last one silently."""
     import yaml
+
+    from specsim.errors import load_yaml_text
 
     if not text:
         return {}
@@ -91,7 +96,13 @@ def parse_point(text: str | None) -> dict:
         key, value = (s.strip() for s in part.split("=", 1))
         if not key:
             raise SpecError("--point", text, "comma-separated name=value pairs, e.g. k=5,lag=2")
-        out[POINT_ALIASES.get(key, key)] = yaml.safe_load(value) if value else None
+        path = POINT_ALIASES.get(key, key)
+        if path in out:
+            raise SpecError("--point", text, f"each field once ({path} is named twice)")
+        try:
+            out[path] = load_yaml_text(value) if value else None
+        except (yaml.YAMLError, ValueError) as exc:
+            raise SpecError("--point", part, f"name=value with a plain YAML value ({exc.__class__.__name__})") from None
     return out
 
 
@@ -314,6 +325,8 @@ def explain(path: str | Path, overrides: Sequence[str] = (), *, point: str | Non
     # ---- phase 1: the plain run (its batch sets the flat costs) and every coalition
     coalitions = [frozenset(s) for size in range(len(names) + 1) for s in itertools.combinations(names, size)] \
         if len(names) <= SHAPLEY_EXACT_MAX else [frozenset(), everything]
+    refuse_over_bound(sc, 2 * reps * (len(coalitions) + len(names) + 4), run_tokens(world),
+                      "this explanation (an SD and an AR run per variant and replicate)", "--replicates or --steps")
     run.run_all([variant_overrides(sc, s) for s in coalitions])
     batch = float(np.mean(run.steady({}, "mean_active_batch")))
     w = sc.workload
@@ -435,8 +448,10 @@ def shapley_rows(e: Explanation) -> list[dict]:
 
 def explanation_markdown(e: Explanation) -> str:
     """The ladder and the attribution as Markdown (explain.md)."""
-    pt = ", ".join(f"{k}={v}" for k, v in e.point.items()) or "the scenario as given"
-    L = [f"# {e.scenario}: where the speedup goes ({pt})", "",
+    from specsim.study.report.tables import md_text
+
+    pt = md_text(", ".join(f"{k}={v}" for k, v in e.point.items())) or "the scenario as given"
+    L = [f"# {md_text(e.scenario)}: where the speedup goes ({pt})", "",
          (f"k = {e.k}, τ = {e.tau:.2f}; {e.replicates} paired replicate(s) × {e.steps} steps; mean active batch "
          f"B* = {e.batch:.2f} sequences per engine. Every rung but the last is a counterfactual "
          "(scenario `what_if:`); intervals are 95 % t-intervals over paired replicates."), "",

@@ -1,5 +1,6 @@
 """What every scenario section shares: the error type (file, field, value, allowed) and the
-`Strict` base class (unknown keys refused; numbers strict about true/false and NaN)."""
+`Strict` base class (unknown keys refused; numbers strict about true/false and NaN; booleans only
+true or false)."""
 
 from __future__ import annotations
 
@@ -62,15 +63,18 @@ class Strict(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _plain_numbers(cls, data: Any) -> Any:
-        """true/false is not a number (pydantic would read `k: true` as 1), and NaN/inf are refused
-        before any bound is checked (NaN fails every bound with a misleading message)."""
+        """true/false is not a number (pydantic would read `k: true` as 1), a number or a word is not
+        true/false (pydantic would read `plots: 1` or `yes` as true), and NaN/inf are refused before
+        any bound is checked (NaN fails every bound with a misleading message)."""
         if not isinstance(data, dict):
             return data
         for name, fld in cls.model_fields.items():
             if name not in data:
                 continue
-            kind = _number_kind(fld.annotation)
             v = data[name]
+            if fld.annotation is bool and not isinstance(v, bool):
+                raise field_error(name, v, "true or false (YAML's booleans; 1, yes or on are not read as one)")
+            kind = _number_kind(fld.annotation)
             if kind is None or v is None:
                 continue
             if isinstance(v, bool):

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from specsim import inputs
+from specsim.atomic import dump_yaml
 from specsim.errors import SpecError, YamlTooLarge, load_yaml_text, short_repr
 from specsim.scenario.base import SEP, Raw, ScenarioError
 from specsim.scenario.paths import model_for_path
@@ -155,7 +156,7 @@ def tau_from_metrics(doc: dict, file: str | None) -> dict:
                                 f"omitted or {m.k} with drafter.tau_from ({src} has {m.k} draft tokens per draft)")
         out["tau_at_k"] = m.k
     elif d.get("tau_at_k") is None:
-        raise ScenarioError(file, "drafter.tau_at_k", None, f"given with drafter.tau_from: {src} holds {m.engine}'s "
+        raise ScenarioError(file, "drafter.tau_at_k", "<not given>", f"given with drafter.tau_from: {src} holds {m.engine}'s "
                                                             "accept length, which carries no draft length")
     return {**doc, "drafter": out}
 
@@ -316,7 +317,7 @@ def apply_overrides(sc: Scenario, changes: dict[str, Any]) -> Scenario:
 
 
 def to_yaml(sc: Scenario) -> str:
-    return yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False)
+    return dump_yaml(sc.model_dump(mode="json"), sort_keys=False)
 
 
 def spec_error_to_scenario(exc: SpecError, file: str | None) -> ScenarioError:

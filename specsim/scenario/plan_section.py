@@ -52,6 +52,11 @@ class PlanSearchSection(Strict):
         "expected-length terms; 1 prunes hardest)"))
 
 
+#: the most GPU budgets one plan searches (each multiplies the candidates; enumerating 12,500
+#: budgets took minutes before a single run)
+MAX_BUDGETS = 256
+
+
 class PlanSection(Strict):
     """The plan: budget, constraints and objective of `specsim plan`.
 
@@ -96,6 +101,16 @@ class PlanSection(Strict):
         vals = [v] if isinstance(v, int) else v
         if vals is not None and (not vals or any(isinstance(x, bool) or x < 1 or x > 10**6 for x in vals)):
             raise ValueError("a whole number of GPUs >= 1 or a non-empty list of them")
+        if vals is not None and len(set(vals)) > MAX_BUDGETS:
+            raise ValueError(f"at most {MAX_BUDGETS} GPU budgets (each is a plan of its own; this list has "
+                             f"{len(set(vals)):,}): a coarser range, e.g. --gpus 512:8192:512")
+        return v
+
+    @field_validator("hardware", "layouts")
+    @classmethod
+    def _non_empty(cls, v, info):
+        if v is not None and not v:
+            raise ValueError(f"a non-empty list, or null for the default ({info.field_name}: [] allows nothing)")
         return v
 
     @field_validator("k")

@@ -256,7 +256,8 @@ def _kill_pool(pool: ProcessPoolExecutor) -> None:
 @contextlib.contextmanager
 def sigint_latch() -> Iterator[threading.Event]:
     """While the block runs, Ctrl-C (SIGINT) raises KeyboardInterrupt as usual *and* sets the
-    yielded event. Why the event: Python drops an exception raised inside a finalizer (a generator
+    yielded event (SIGTERM, where its default action is in place, raises :class:`Terminated`,
+    a KeyboardInterrupt, so the pool is shut down the same way instead of leaking semaphores). Why the event: Python drops an exception raised inside a finalizer (a generator
     or object collected at that moment -- a simulation discards thousands), printing "Exception
     ignored"; a Ctrl-C that lands there would be lost and the sweep would run to its end. The task
     loop checks the event after every delivered result, the CLI when a command ends
@@ -270,13 +271,23 @@ def sigint_latch() -> Iterator[threading.Event]:
 
     def on_sigint(signum, frame):
         latched.set()
-        raise KeyboardInterrupt
+        raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
     previous = signal.signal(signal.SIGINT, on_sigint)
+    previous_term = signal.signal(signal.SIGTERM, on_sigint) if \
+        signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None) else None
     try:
         yield latched
     finally:
         signal.signal(signal.SIGINT, previous)
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a `timeout`, a scheduler's kill) while a command ran: handled as Ctrl-C is (the
+    worker pool shut down, its semaphores released, every finished point kept), and the command
+    exits 143 as a terminated process does."""
 
 
 class WorkerPool:

@@ -69,14 +69,52 @@ class StudyPlan:
 def work_problem(plan: StudyPlan) -> str | None:
     """Why the plan is over its bound (output.max_simulated_tokens), or None."""
     w = plan.work()
-    total = w["tokens"] + w["capacity_tokens"]
-    if total <= w["max_tokens"]:
+    return bound_problem(w["tokens"] + w["capacity_tokens"], w["max_tokens"], "this sweep",
+                         f"{w['runs']} pipeline runs + about {w['capacity_runs']} capacity-plan runs of "
+                         f"{w['responses_per_step']:,} responses per step", "swept values")
+
+
+def bound_problem(total: float, bound: float, what: str, how: str, less: str) -> str | None:
+    """The text of a cost estimate over output.max_simulated_tokens (None within it): `what`
+    generates about `total` tokens, `how` (its runs), and what to simulate fewer of (`less`)."""
+    if total <= bound:
         return None
-    return (f"at most {w['max_tokens']:.3g} simulated tokens (output.max_simulated_tokens); this sweep generates "
-            f"about {total:.3g}: {w['runs']} pipeline runs + about {w['capacity_runs']} capacity-plan runs of "
-            f"{w['responses_per_step']:,} responses per step. Lift the bound with --set "
-            f"output.max_simulated_tokens={10 ** math.ceil(math.log10(total)):.0e}, or simulate less (fewer "
-            "prompts, steps or swept values)")
+    return (f"at most {bound:.3g} simulated tokens (output.max_simulated_tokens); {what} generates about "
+            f"{total:.3g}: {how}. Lift the bound with --set output.max_simulated_tokens="
+            f"{10 ** math.ceil(math.log10(total)):.0e}, or simulate less (fewer prompts, steps or {less})")
+
+
+def run_tokens(world) -> float:
+    """The expected tokens one pipeline run of a resolved world generates (responses per step ×
+    expected response tokens × steps): the unit of every cost estimate."""
+    w = world.workload
+    return float(w.prompts * w.group_size * world.response_dist.mean_tokens(w.max_response_tokens)
+                 * world.pipeline.steps)
+
+
+def scenario_run_tokens(sc: Scenario) -> float:
+    """:func:`run_tokens` of a scenario without resolving its world (a plan's base scenario need
+    not fit its own layout: the plan searches others)."""
+    from pathlib import Path
+
+    from specsim.world.resolve import length_distribution
+
+    file = source_file(sc)
+    w = sc.workload
+    dist = length_distribution(w.response_tokens, "workload.response_tokens", Path(file).parent if file else None)
+    return float(w.prompts * w.group_size * dist.mean_tokens(w.max_response_tokens) * sc.pipeline.steps)
+
+
+def refuse_over_bound(sc: Scenario, runs: int, tokens_per_run: float, what: str, less: str) -> dict:
+    """The cost estimate of a command that simulates `runs` runs of about `tokens_per_run` tokens
+    each (plan, project, explain); over output.max_simulated_tokens it is a ScenarioError naming
+    that field, before anything runs. Returns the estimate."""
+    total = float(runs) * tokens_per_run
+    problem = bound_problem(total, float(sc.output.max_simulated_tokens), what,
+                            f"{runs:,} pipeline runs of about {tokens_per_run:.3g} tokens", less)
+    if problem:
+        raise ScenarioError(source_file(sc), "output.max_simulated_tokens", sc.output.max_simulated_tokens, problem)
+    return {"runs": int(runs), "tokens": total, "max_tokens": float(sc.output.max_simulated_tokens)}
 
 
 def plan_study(sc: Scenario, engine: str = "fast") -> StudyPlan:
@@ -116,9 +154,7 @@ def plan_study(sc: Scenario, engine: str = "fast") -> StudyPlan:
             same = sync.model_dump() == base.model_dump()
             all_sync_is_base &= same
             per_index[p.index] = (psc, base, None if same else sync)
-            w = world.workload
-            tokens_of_index[p.index] = (w.prompts * w.group_size * world.response_dist.mean_tokens(w.max_response_tokens)
-                                       * psc.pipeline.steps)
+            tokens_of_index[p.index] = run_tokens(world)
             point_sc[p.index] = psc
             if world.pipeline.steady_includes_fill:
                 notes.append((p.values, steady_fill_warning(world.pipeline)))

@@ -35,6 +35,7 @@ from specsim.errors import LayoutError
 from specsim.scenario import Scenario, apply_overrides
 from specsim.sim.progress import RunProgress
 from specsim.study.executors import run_tasks
+from specsim.study.plan import refuse_over_bound, run_tokens
 from specsim.study.sweep import RunTask
 from specsim.world.resolve import resolve
 
@@ -98,6 +99,7 @@ def simulate_runs(sc: Scenario, *, replicates: int = 2, engine: str = "fast", jo
     is called as each run ends (2 per replicate: a progress bar); `on_progress(run, p)` inside each
     run (sim/progress.py), then `on_progress(run, None)` when it ends, `run` = ("sd" or "ar", replicate)."""
     both = variants(sc)
+    refuse_over_bound(sc, 2 * replicates, run_tokens(both["sd"][1]), "this projection", "--replicates")
     tasks = [RunTask.of(both[kind][0], r, f"projection_{kind}", engine)
              for r in range(replicates) for kind in ("sd", "ar")]
     run_of = {t.key: (t.role.removeprefix("projection_"), t.replicate) for t in tasks}

@@ -117,18 +117,19 @@ def _without_presentation(doc: dict) -> dict:
 
 @contextlib.contextmanager
 def locked(out: str | Path, force: bool) -> Iterator[Path]:
-    """The results folder `out`, created under the output-path rule (atomic.output_path, option
-    `--out`) and held under its lock (atomic.FolderLock) while the block runs; either refusal is a
-    ResultsConflict naming --out. `specsim run` and `specsim project` open their folders with it."""
+    """The results folder `out` under the one output guard (atomic.output_folder, option `--out`:
+    the output-path rule on the resolved path, the marker, the lock held while the block runs);
+    either refusal is a ResultsConflict naming --out. `specsim run` and `specsim project` open their
+    folders with it."""
     try:
-        out_dir = atomic.output_path(out, "--out", folder=True, force=force)
-        lock = atomic.FolderLock(out_dir, "--out").__enter__()
+        guard = atomic.output_folder(out, "--out", force=force)
+        out_dir = guard.__enter__()
     except SpecError as exc:
         raise ResultsConflict(None, exc.field, exc.value, exc.allowed) from None
     try:
         yield out_dir
     finally:
-        lock.__exit__(None, None, None)
+        guard.__exit__(None, None, None)
 
 
 def same_scenario(old_text: str, resolved_text: str) -> bool:

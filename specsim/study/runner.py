@@ -160,7 +160,9 @@ def _refuse_too_much(sc: Scenario, plan) -> None:
 
 def _where(values: dict) -> str:
     """A sweep point named by its swept values (the scenario itself when nothing is swept)."""
-    return ", ".join(f"{k}={v}" for k, v in values.items()) or "the scenario"
+    from specsim.study.report.summary import yaml_value
+
+    return ", ".join(f"{k}={yaml_value(v)}" for k, v in values.items()) or "the scenario"
 
 
 def show_scenario(path: str | Path, overrides: Sequence[str] = ()) -> dict:

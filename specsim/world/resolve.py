@@ -254,6 +254,10 @@ def resolve(sc: Scenario) -> World:
         # draft slots a sequence needs in the KV cache: k for a chain, the tree's draft tokens for a tree
         slots = max([*policy.ks, *(t.tokens for t in (policy.tree,) if t is not None)])
         need_tokens = w.max_prompt_tokens + w.max_response_tokens + slots + 1
+        if slots + 3 > model.max_positions:   # not even a 1-token prompt fits: the prompt cap is not the cause
+            raise SpecError("speculation.k" if slots else "model", slots if slots else model.name,
+                            f"a draft length whose {slots} draft slots, a prompt token and a response token fit "
+                            f"{model.name}'s context of {model.max_positions} positions")
         if w.max_prompt_tokens + slots + 2 > model.max_positions:
             raise SpecError("workload.max_prompt_tokens", w.max_prompt_tokens,
                             f"<= {model.max_positions - slots - 2} ({model.name} has {model.max_positions} "

@@ -140,7 +140,10 @@ def test_row03_off_stays_a_policy_name(tmp_path):
     assert (tmp_path / "D" / "points.csv").is_file()
     path.write_text(text.replace("policy: always", "policy: off"))
     assert load_scenario(path).speculation.policy == "off"
-    assert load_scenario(path, ["pipeline.partial_rollouts=yes"]).pipeline.partial_rollouts is True
+    for word in ("yes", "on", "1"):   # issue 46: a boolean field takes true or false only, never a coercion
+        with pytest.raises(ScenarioError, match="true or false"):
+            load_scenario(path, [f"pipeline.partial_rollouts={word}"])
+    assert load_scenario(path, ["pipeline.partial_rollouts=true"]).pipeline.partial_rollouts is True
 
 
 # ============================================================================ row 4

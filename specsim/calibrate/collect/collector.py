@@ -96,13 +96,15 @@ def collect_spec(*, out: str | Path, model: str = "Qwen3-8B", tiny: bool = False
                  prompts: str | None = None, prompt_batches: str | None = None, layers: int | None = None,
                  repeats: int | None = None, warmup: int | None = None, dtype: str = "bf16", no_draft: bool = False,
                  no_cuda_graphs: bool = False, budget_s: float = 600.0, hardware: str | None = None,
-                 seed: int = 0) -> CollectSpec:
+                 seed: int = 0, force: bool = False) -> CollectSpec:
     """A CollectSpec from the command's options (lists as comma-separated text; None: the
     defaults, the tiny ones with `tiny`); a SpecError naming the option for a bad one. `k=""`
-    measures no verify or draft passes."""
+    measures no verify or draft passes. `out` follows the one output-path rule (atomic.output_path:
+    resolved, an existing file replaced only with `force`)."""
+    from specsim.atomic import output_path
+
     d = TINY_DEFAULTS if tiny else FULL_DEFAULTS
-    if not str(out):
-        raise SpecError("--out", out, "a kernel trace file to write (.csv or .jsonl)")
+    out = output_path(out, "--out", folder=False, force=force)
     if dtype not in DTYPES:
         raise SpecError("--dtype", dtype, f"one of {sorted(DTYPES)}")
     k_text = d["k"] if k is None else k

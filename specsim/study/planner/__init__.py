@@ -30,10 +30,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 
 from specsim import atomic
+from specsim.atomic import dump_yaml
 from specsim.scenario import ScenarioError, load_scenario, to_yaml
+from specsim.study.plan import refuse_over_bound, scenario_run_tokens
 from specsim.study import results_folder as results_dir
 from specsim.study.executors import check_backend
 from specsim.study.planner.bounds import BoundModel
@@ -77,6 +78,21 @@ def _without_plan(sc):
     return sc.model_copy(update={"plan": PlanSection(), "output": sc.output.model_copy(update={"gpu_hour_usd": {}})})
 
 
+def plan_checks(sc) -> tuple[list, list, dict]:
+    """What `plan` refuses before it simulates, for `plan` and for `check`: a rollout split asked
+    of a sync scenario, a plan whose candidates cannot be enumerated, and the cost estimate over
+    output.max_simulated_tokens. Returns the candidates, the layouts rejected and the estimate."""
+    plan = sc.plan
+    if sc.pipeline.mode == "sync" and plan.rollout_shares is not None:
+        raise ScenarioError(None, "plan.rollout_shares", plan.rollout_shares,
+                            "omitted for a sync (colocated) scenario: it has no rollout:training split")
+    cands, rejected = enumerate_candidates(sc, plan)
+    estimate = refuse_over_bound(sc, len(cands) * plan.search.replicates, scenario_run_tokens(sc),
+                                 "this plan, every candidate simulated at full replicates (an upper bound: pruning "
+                                 "saves some)", "candidates: GPU budgets, hardware, k, lags or layouts")
+    return cands, list(rejected), {**estimate, "candidates": len(cands)}
+
+
 def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Path | None = None, jobs: int = 2,
                   backend: str = "local", address: str | None = None, progress: bool = False, force: bool = False,
                   *, engine: str = "fast", min_gpus_for: float | None = None, break_even_tau: bool = False,
@@ -89,94 +105,92 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
     from specsim.study.report.tables import few_replicates_warning
 
     warnings: list[str] = [w for w in [few_replicates_warning(plan.search.replicates)] if w]
-    if sc.pipeline.mode == "sync" and plan.rollout_shares is not None:
-        raise ScenarioError(None, "plan.rollout_shares", plan.rollout_shares,
-                            "omitted for a sync (colocated) scenario: it has no rollout:training split")
     if min_gpus_for is not None and not (math.isfinite(min_gpus_for) and min_gpus_for > 0):
         raise ScenarioError(None, "--min-gpus-for", min_gpus_for, "a target step time > 0 s")
-    cands, rejected = enumerate_candidates(sc, plan)
-    out_dir = Path(out) if out is not None else Path(sc.output.dir) / f"{sc.name}-plan"
-    base_text = to_yaml(_without_plan(sc))
-    results_dir.prepare(out_dir, base_text, force)
-    atomic.write_text(out_dir / "plan.yaml", yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False))
-    inputs = inputs_fingerprint(sc)
-    changed = results_dir.inputs_changes(out_dir, inputs)
-    if changed:
-        warnings.append(f"inputs changed since the last plan into this folder ({', '.join(changed)}): runs that "
-                        "depend on them are recomputed")
-    runs_dir = out_dir / "runs"
-    runs = results_dir.load_runs(runs_dir, warnings)
-    bounds = BoundModel(sc)
-    with Progress(progress, 0) as prog:   # runs done and in flight (no points row: candidates halve)
-        state = search(sc, cands, runs, lambda k, r: write_run(runs_dir, k, r), jobs=workers, backend=backend,
-                       address=address, engine=engine, progress=prog, bounds=bounds)
-        evs = state.evaluated
-        reps = plan.search.replicates
-        usd = dict(sc.output.gpu_hour_usd)
-        ans = answer(evs, plan, reps, usd)
-        fr = fronts(evs, usd)
-        queries = []
-        inverse_runs = {"computed": 0, "reused": 0}
-        if min_gpus_for is not None or break_even_tau or stops_paying:
-            from specsim.study.planner import inverse
+    cands, rejected, _ = plan_checks(sc)
+    out_dir = out if out is not None else Path(sc.output.dir) / f"{sc.name}-plan"
+    with atomic.output_folder(out_dir, "--out", force=force) as out_dir:   # resolved, marked, locked
+        base_text = to_yaml(_without_plan(sc))
+        results_dir.prepare(out_dir, base_text, force)
+        atomic.write_text(out_dir / "plan.yaml", dump_yaml(plan.model_dump(mode="json"), sort_keys=False))
+        inputs = inputs_fingerprint(sc)
+        changed = results_dir.inputs_changes(out_dir, inputs)
+        if changed:
+            warnings.append(f"inputs changed since the last plan into this folder ({', '.join(changed)}): runs that "
+                            "depend on them are recomputed")
+        runs_dir = out_dir / "runs"
+        runs = results_dir.load_runs(runs_dir, warnings)
+        bounds = BoundModel(sc)
+        with Progress(progress, 0) as prog:   # runs done and in flight (no points row: candidates halve)
+            state = search(sc, cands, runs, lambda k, r: write_run(runs_dir, k, r), jobs=workers, backend=backend,
+                           address=address, engine=engine, progress=prog, bounds=bounds)
+            evs = state.evaluated
+            reps = plan.search.replicates
+            usd = dict(sc.output.gpu_hour_usd)
+            ans = answer(evs, plan, reps, usd)
+            fr = fronts(evs, usd)
+            queries = []
+            inverse_runs = {"computed": 0, "reused": 0}
+            if min_gpus_for is not None or break_even_tau or stops_paying:
+                from specsim.study.planner import inverse
 
-            layouts: dict[str, list] = {}
-            for c in cands:
-                if c.layout not in layouts.setdefault(c.hardware, []):
-                    layouts[c.hardware].append(c.layout)
-            ctx = inverse.Context(sc, runs, lambda k, r: write_run(runs_dir, k, r), workers, backend, address, engine,
-                                  reps, layouts=layouts, bounds=bounds, progress=prog)
-            if min_gpus_for is not None:
-                queries += inverse.min_gpus_for(ctx, ans, min_gpus_for)
-            if break_even_tau:
-                queries += inverse.break_even_tau(ctx, ans)
-            if stops_paying:
-                queries += inverse.stops_paying(ctx, ans)
-            state.computed_runs += ctx.computed
-            state.reused_runs += ctx.reused
-            inverse_runs = {"computed": ctx.computed, "reused": ctx.reused}
-    pruned: dict[str, int] = {}
-    for e in evs:
-        if e.status == "pruned":
-            pruned[e.pruned_by] = pruned.get(e.pruned_by, 0) + 1
-    wall = time.perf_counter() - t0
-    search_info = {
-        "candidates": len(evs) + sum(1 for _ in rejected), "enumerated": len(evs),
-        "layouts_rejected": [{"hardware": r["hardware"], "layout": list(r["layout"]), "reason": r["reason"]}
-                             for r in rejected],
-        "infeasible": sum(1 for e in evs if e.status == "infeasible") + len(rejected),
-        "pruned_by": pruned, "simulated_candidates": sum(1 for e in evs if e.status == "simulated"),
-        "finalists": sum(1 for e in evs if e.status == "simulated" and len(e.steady) >= reps),
-        "computed_runs": state.computed_runs, "reused_runs": state.reused_runs, "rounds": state.rounds,
-        "inverse_computed_runs": inverse_runs["computed"], "inverse_reused_runs": inverse_runs["reused"],
-        "wall_s": wall, "jobs": workers, "backend": backend,
-    }
-    rows = candidate_rows(evs, usd)
-    files = write_tables(out_dir, rows)
-    plot = plot_fronts(out_dir / "fronts", sc, fr, plan.target_step_s) if sc.output.plots else None
-    if plot:
-        files += ["fronts.png", "fronts.csv"]
-    from specsim.study.report.tables import jsonable
-    from specsim.study.runner import specsim_version
+                layouts: dict[str, list] = {}
+                for c in cands:
+                    if c.layout not in layouts.setdefault(c.hardware, []):
+                        layouts[c.hardware].append(c.layout)
+                ctx = inverse.Context(sc, runs, lambda k, r: write_run(runs_dir, k, r), workers, backend, address, engine,
+                                      reps, layouts=layouts, bounds=bounds, progress=prog)
+                if min_gpus_for is not None:
+                    queries += inverse.min_gpus_for(ctx, ans, min_gpus_for)
+                if break_even_tau:
+                    queries += inverse.break_even_tau(ctx, ans)
+                if stops_paying:
+                    queries += inverse.stops_paying(ctx, ans)
+                state.computed_runs += ctx.computed
+                state.reused_runs += ctx.reused
+                inverse_runs = {"computed": ctx.computed, "reused": ctx.reused}
+        pruned: dict[str, int] = {}
+        for e in evs:
+            if e.status == "pruned":
+                pruned[e.pruned_by] = pruned.get(e.pruned_by, 0) + 1
+        wall = time.perf_counter() - t0
+        search_info = {
+            "candidates": len(evs) + sum(1 for _ in rejected), "enumerated": len(evs),
+            "layouts_rejected": [{"hardware": r["hardware"], "layout": list(r["layout"]), "reason": r["reason"]}
+                                 for r in rejected],
+            "infeasible": sum(1 for e in evs if e.status == "infeasible") + len(rejected),
+            "pruned_by": pruned, "simulated_candidates": sum(1 for e in evs if e.status == "simulated"),
+            "finalists": sum(1 for e in evs if e.status == "simulated" and len(e.steady) >= reps),
+            "computed_runs": state.computed_runs, "reused_runs": state.reused_runs, "rounds": state.rounds,
+            "inverse_computed_runs": inverse_runs["computed"], "inverse_reused_runs": inverse_runs["reused"],
+            "wall_s": wall, "jobs": workers, "backend": backend,
+        }
+        rows = candidate_rows(evs, usd)
+        files = write_tables(out_dir, rows)
+        plot = plot_fronts(out_dir / "fronts", sc, fr, plan.target_step_s) if sc.output.plots else None
+        if plot:
+            files += ["fronts.png", "fronts.csv"]
+        from specsim.study.report.tables import jsonable
+        from specsim.study.runner import specsim_version
 
-    summary = jsonable({
-        "scenario": sc.name, "model": sc.model, "mode": sc.pipeline.mode, "hardware": sorted({c.hardware for c in cands}),
-        "budgets": plan.gpu_counts(sc.total_gpus), "max_policy_lag": plan.max_policy_lag,
-        "plan": plan.model_dump(mode="json"), "gpu_hour_usd": usd, "answer": ans, "fronts": fr, "search": search_info, "queries": queries,
-        "version": specsim_version(), "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "out_dir": str(out_dir), "warnings": warnings, "inputs": inputs,
-    })
-    atomic.write_json(out_dir / "summary.json", summary)
-    md = plan_markdown(summary)
-    atomic.write_text(out_dir / "summary.md", md)
-    _write_page(out_dir, sc, summary, md, warnings)
-    files += ["summary.json", "summary.md", "report.html", "resolved.yaml", "plan.yaml", "inputs.json"]
-    mg = [q for q in queries if q["query"] == "min_gpus_for"]
-    if mg and all(q["gpus"] is None for q in mg):
-        raise ScenarioError(None, "--min-gpus-for", min_gpus_for,
-                            "a step time that some GPU count reaches (" + "; ".join(q["text"] for q in mg)
-                            + f"; the rest of the plan is in {out_dir})")
-    return PlanResult(out_dir, summary, files, warnings)
+        summary = jsonable({
+            "scenario": sc.name, "model": sc.model, "mode": sc.pipeline.mode, "hardware": sorted({c.hardware for c in cands}),
+            "budgets": plan.gpu_counts(sc.total_gpus), "max_policy_lag": plan.max_policy_lag,
+            "plan": plan.model_dump(mode="json"), "gpu_hour_usd": usd, "answer": ans, "fronts": fr, "search": search_info, "queries": queries,
+            "version": specsim_version(), "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            "out_dir": str(out_dir), "warnings": warnings, "inputs": inputs,
+        })
+        atomic.write_json(out_dir / "summary.json", summary)
+        md = plan_markdown(summary)
+        atomic.write_text(out_dir / "summary.md", md)
+        _write_page(out_dir, sc, summary, md, warnings)
+        files += ["summary.json", "summary.md", "report.html", "resolved.yaml", "plan.yaml", "inputs.json"]
+        mg = [q for q in queries if q["query"] == "min_gpus_for"]
+        if mg and all(q["gpus"] is None for q in mg):
+            raise ScenarioError(None, "--min-gpus-for", min_gpus_for,
+                                "a step time that some GPU count reaches (" + "; ".join(q["text"] for q in mg)
+                                + f"; the rest of the plan is in {out_dir})")
+        return PlanResult(out_dir, summary, files, warnings)
 
 
 def _write_page(out_dir: Path, sc, summary: dict, md: str, warnings: list[str]) -> None:

@@ -194,10 +194,12 @@ def plan_markdown(summary: dict) -> str:
     """summary.md of a plan (the printed summary says the same)."""
     a = summary["answer"]
     s = summary["search"]
-    lines = [f"# {summary['scenario']}: plan", "",
-             f"{summary['model']} — objective **{a['objective']}**"
+    from specsim.study.report.tables import md_text
+
+    lines = [f"# {md_text(summary['scenario'])}: plan", "",
+             f"{md_text(summary['model'])} — objective **{a['objective']}**"
              + (f", target {a['target_step_s']:g} s" if a.get("target_step_s") else "")
-             + f"; budgets {summary['budgets']} GPUs of {', '.join(summary['hardware'])}; policy lag ≤ "
+             + f"; budgets {summary['budgets']} GPUs of {md_text(', '.join(summary['hardware']))}; policy lag ≤ "
                f"{summary['max_policy_lag']}.", "",
              "## Answer", ""]
     for arm, name in (("ar", "AR (no SD)"), ("sd", "SD")):
@@ -206,7 +208,7 @@ def plan_markdown(summary: dict) -> str:
             lines.append(f"- best {name}: none meets the constraints")
             continue
         usd = f", ${_fmt(b['usd_per_step'], 2)} per step" if b.get("usd_per_step") else ""
-        lines.append(f"- best {name}: {b['label']} — step {_fmt(b['step_s'])} s, "
+        lines.append(f"- best {name}: {md_text(b['label'])} — step {_fmt(b['step_s'])} s, "
                      f"{_fmt(b['gpu_hours_per_step'], 2)} GPU-h per step{usd} (n={b['replicates']})")
     g = a.get("sd_gain_at_optima")
     if g:

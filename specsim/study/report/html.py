@@ -7,6 +7,13 @@ resolved scenario, the provenance (versions, input hashes, when and how it ran) 
 the folder (nothing is simulated or recomputed), with a Jinja2 template
 (templates/report.html.j2) and Python-Markdown for the summary.
 
+Every string on the page is text, never markup: a scenario's description, a catalog folder's name
+or a file's content can hold anything. Jinja2 escapes every template value; the summary's Markdown
+is rendered with raw HTML off (a tag is shown as the text it is) and links and images limited to
+safe schemes (:func:`safe_markdown`); and the page carries a Content-Security-Policy that allows
+no script but the page's own sorting script (by its hash), no network and no plugins
+(:func:`content_security_policy`), so even markup that slipped through could not run.
+
 Which caveats apply is decided from the resolved scenario and the summary, each by a stated rule
 (:func:`caveats`); the evidence behind each is in the user guide (docs/validation.md).
 """
@@ -14,12 +21,17 @@ Which caveats apply is decided from the resolved scenario and the summary, each 
 from __future__ import annotations
 
 import base64
+import hashlib
 import math
+import re
+import xml.etree.ElementTree as ET
 import platform
 from pathlib import Path
 from typing import Any
 
 import markdown
+import markdown.extensions
+import markdown.treeprocessors
 import pandas as pd
 import yaml
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -27,7 +39,8 @@ from markupsafe import Markup
 
 from specsim import atomic, inputs
 
-__all__ = ["REPORT_FILE", "caveats", "render_page", "render_report", "write_page", "write_report"]
+__all__ = ["REPORT_FILE", "caveats", "content_security_policy", "render_page", "render_report", "safe_markdown",
+           "write_page", "write_report"]
 
 REPORT_FILE = "report.html"
 
@@ -132,10 +145,51 @@ def render_page(*, title: str, lede: str, caveat_list: list[str], summary_md: st
     resolved scenario and the provenance. `specsim run`, `plan` and `explain` write theirs with it."""
     env = Environment(loader=PackageLoader("specsim.study.report", "templates"),
                       autoescape=select_autoescape(["html", "j2"]), trim_blocks=False, keep_trailing_newline=True)
-    summary_html = markdown.markdown(_summary_body(summary_md), extensions=["tables", "fenced_code"], output_format="html")
+    script = env.loader.get_source(env, "sortable.js.j2")[0]
     return env.get_template("report.html.j2").render(
-        title=title, lede=lede, caveats=caveat_list, summary_html=Markup(summary_html), plots=plots,
-        table=_table(table), rows_note=rows_note, resolved_yaml=resolved_yaml, provenance=provenance)
+        title=title, lede=lede, caveats=caveat_list, summary_html=Markup(safe_markdown(_summary_body(summary_md))),
+        plots=plots, table=_table(table), rows_note=rows_note, resolved_yaml=resolved_yaml, provenance=provenance,
+        csp=content_security_policy(script), script=Markup(script))
+
+
+def content_security_policy(script: str) -> str:
+    """The page's policy: nothing is loaded from anywhere (`default-src 'none'`), images only from
+    the page itself (the plots are data: URIs), styles inline (the page's stylesheet, table
+    alignment), and the one script whose SHA-256 is that of `script` (the sorting script); no
+    plugins, no <base>, no form submissions."""
+    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
+    return ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
+            f"script-src 'sha256-{digest}'; object-src 'none'; base-uri 'none'; form-action 'none'")
+
+
+#: link and image targets the summary may carry: same-page anchors, relative paths and web links
+_SAFE_URL = re.compile(r"^(?:#|https?:|mailto:|(?![a-z][a-z0-9+.-]*:)[^\s]*$)", re.IGNORECASE)
+_CONTROL = re.compile(r"[\x00-\x20\x7f]+")
+
+
+class _SafeLinks(markdown.treeprocessors.Treeprocessor):
+    """Drops every link or image target whose scheme is not http(s), mailto or none (javascript:,
+    data:, vbscript: and the like); the link's text stays, as text."""
+
+    def run(self, root: ET.Element) -> None:
+        for el in root.iter():
+            for attr in ("href", "src"):
+                url = el.get(attr)
+                if url is not None and not _SAFE_URL.match(_CONTROL.sub("", url)):
+                    del el.attrib[attr]
+
+
+class _NoRawHtml(markdown.extensions.Extension):
+    def extendMarkdown(self, md: markdown.Markdown) -> None:  # noqa: N802 - Python-Markdown's name
+        md.preprocessors.deregister("html_block")
+        md.inlinePatterns.deregister("html")
+        md.treeprocessors.register(_SafeLinks(md), "safe_links", 0)
+
+
+def safe_markdown(text: str) -> str:
+    """HTML of Markdown `text` whose raw HTML is shown as text (a `<script>` is the words
+    "<script>", escaped) and whose links and images keep only safe targets (:class:`_SafeLinks`)."""
+    return markdown.markdown(text, extensions=["tables", "fenced_code", _NoRawHtml()], output_format="html")
 
 
 def write_page(out_dir: Path, page: str) -> Path:

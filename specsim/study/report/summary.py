@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
+from specsim.atomic import dump_yaml
 from specsim.study.report.tables import (
     NO_CI_NOTE,
     TIE_REL,
@@ -17,6 +18,9 @@ from specsim.study.report.tables import (
     few_replicates_warning,
     fmt_ci,
     jsonable,
+    md_code,
+    md_fence,
+    md_text,
 )
 
 __all__ = ["EXPLAIN_FACTS", "counterfactual_note", "explain_block", "explain_command", "explain_lines",
@@ -193,7 +197,7 @@ def _ladder_pointer(block: dict, code: str = "`") -> str:
         return ("No ladder: this run is a counterfactual (what_if on), and `specsim explain` explains predictions "
                 "only (it turns the what-ifs on itself).")
     return (f"Where the gain goes, mechanism by mechanism (each switched off and on, on the same draws): "
-            f"{code}{block['command']}{code} (docs/explain.md). Not run here: it costs tens of times this point's runs; "
+            f"{md_code(block['command']) if code == '`' else code + block['command'] + code} (docs/explain.md). Not run here: it costs tens of times this point's runs; "
             "`output.explain: ladder` adds it to this summary.")
 
 
@@ -265,7 +269,7 @@ def explain_markdown(block: dict | None) -> list[str]:
         L += [f"| {r['label']} | {fmt_ci(r['gain'], 2)} | {fmt_ci(r['factor'], 3) if r.get('factor') else '—'} |"
               for r in lad["rungs"]]
         shares = ", ".join(f"{x['label']} {fmt_ci(x['factor_ratio'], 3)}" for x in lad["shapley"])
-        L += ["", f"Shapley shares (×): {shares}.", "", f"Rerun it alone: `{block['command']}`.", ""]
+        L += ["", f"Shapley shares (×): {shares}.", "", f"Rerun it alone: {md_code(block['command'])}.", ""]
     else:
         L += [_ladder_pointer(block), ""]
     return L
@@ -331,9 +335,7 @@ def _source(sc) -> str | None:
 
 def yaml_value(v) -> str:
     """A value as YAML writes it (`null`, `true`, `[0, 3]`), not as Python prints it (`None`, `True`)."""
-    import yaml
-
-    return yaml.safe_dump(v, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
+    return dump_yaml(v, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
 
 
 def _values_text(values: dict) -> str:
@@ -344,16 +346,16 @@ def summary_markdown(s: dict) -> str:
     """summary.md: what a design review reads first."""
     L: list[str] = []
     wi = s.get("what_if") or []
-    L.append(f"# {s['scenario']}: speculative decoding in RL rollouts" + (" — COUNTERFACTUAL" if wi else ""))
+    L.append(f"# {md_text(s['scenario'])}: speculative decoding in RL rollouts" + (" — COUNTERFACTUAL" if wi else ""))
     L.append("")
     if wi:
         L.append(f"**{counterfactual_note(wi)}**")
         L.append("")
-    L.append(f"{s['description']}")
+    L.append(md_text(s['description']))
     L.append("")
-    L.append(f"- model **{s['model']}** on **{s['hardware']}**; seed {s['seed']}; specsim {s['specsim_version']}")
+    L.append(f"- model **{md_text(s['model'])}** on **{md_text(s['hardware'])}**; seed {s['seed']}; specsim {s['specsim_version']}")
     if s.get("rollout_weight_dtype"):
-        L.append(f"- rollout weights: {s['rollout_weight_dtype']['source']}")
+        L.append(f"- rollout weights: {md_text(s['rollout_weight_dtype']['source'])}")
     L.append(f"- {s['combinations']} sweep point(s) × {s['replicates']} replicate(s) = {s['rows']} rows")
     swept = ", ".join(f"`{k}` ∈ {yaml_value(v)}" for k, v in s["swept"].items()) or "nothing swept"
     L.append(f"- swept: {swept}")
@@ -466,10 +468,10 @@ def summary_markdown(s: dict) -> str:
         L.append("")
     L.append("## Resolved scenario")
     L.append("")
-    L.append("```yaml")
-    import yaml
-
-    L.append(yaml.safe_dump(s["resolved_scenario"], sort_keys=False).rstrip())
-    L.append("```")
+    text = dump_yaml(s["resolved_scenario"], sort_keys=False).rstrip()
+    fence = "`" * max(3, len(md_fence(text)))
+    L.append(f"{fence}yaml")
+    L.append(text)
+    L.append(fence)
     L.append("")
     return "\n".join(L)

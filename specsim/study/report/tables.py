@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -453,6 +454,33 @@ def jsonable(obj: Any) -> Any:
     if isinstance(obj, (Path, np.str_)):
         return str(obj)
     return _clean(obj)
+
+
+#: Markdown's inline syntax: emphasis, code, links, table cells, strike-through; `_` only at a
+#: word's edge (inside a word, as in qwen3_8b, no Markdown reads it as emphasis)
+_MD_SPECIAL = re.compile(r"([\\`*\[\]|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
+
+
+def md_text(value: Any) -> str:
+    """A string from a scenario, a catalog or a file as Markdown text that reads as itself: HTML's
+    `<`, `>` and `&` as entities (never a tag), Markdown's inline syntax escaped (never a link, an
+    emphasis or a table cell's end), and line breaks as spaces (never a new block)."""
+    text = " ".join(str(value).split())
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def md_fence(text: str) -> str:
+    """A backtick run longer than any in `text`: a code span or fence around it that `text`
+    cannot close (a command line or a YAML value holding backticks stays code)."""
+    return "`" * max(1, max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
+
+
+def md_code(text: str) -> str:
+    """`text` as one Markdown code span, whatever backticks it holds."""
+    fence = md_fence(text)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def fmt_ci(m: dict | None, digits: int = 3, unit: str = "") -> str:

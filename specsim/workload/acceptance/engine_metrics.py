@@ -4,10 +4,13 @@
 tokens a request emits per verify step, the bonus token included, as a ratio of sums over the
 run -- vLLM's "mean acceptance length", τ = 1 + accepted draft tokens / drafts. Read from:
 
-* **vLLM, Prometheus text** (a scrape of ``/metrics``): the counters
-  ``vllm:spec_decode_num_drafts_total``, ``vllm:spec_decode_num_draft_tokens_total`` and
-  ``vllm:spec_decode_num_accepted_tokens_total`` (vLLM V1, vllm/v1/spec_decode/metrics.py),
-  summed over their label sets (engines, models); k = draft tokens / drafts;
+* **vLLM, Prometheus text** (one scrape of ``/metrics``, parsed by prometheus_client's parser of
+  the text exposition format): the counters ``vllm:spec_decode_num_drafts_total``,
+  ``vllm:spec_decode_num_draft_tokens_total`` and ``vllm:spec_decode_num_accepted_tokens_total``
+  (vLLM V1, vllm/v1/spec_decode/metrics.py), checked per engine (label set: accepted <= draft
+  tokens, drafts <= draft tokens) and summed over engines; one model and one scrape per file
+  (a series named twice -- scrapes appended, a counter reset -- is an error, as are +Inf, NaN
+  and negative counts, and a malformed line); k = draft tokens / drafts;
   ``..._num_accepted_tokens_per_pos_total{position="i"}`` gives the per-position rates.
 * **vLLM, JSON**: the same counters by name (with or without the ``vllm:`` prefix and the
   ``_total`` suffix), as an object ``{name: value}`` or as a list of ``{"name", "value"}`` (what
@@ -27,7 +30,6 @@ Every problem is a SpecError naming the file, the field and what is allowed.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from specsim import inputs
-from specsim.errors import SpecError
+from specsim.errors import SpecError, short_repr
 
 VLLM_DRAFTS = "spec_decode_num_drafts"
 VLLM_DRAFT_TOKENS = "spec_decode_num_draft_tokens"
@@ -43,11 +45,9 @@ VLLM_ACCEPTED = "spec_decode_num_accepted_tokens"
 VLLM_PER_POS = "spec_decode_num_accepted_tokens_per_pos"
 SGLANG_ACCEPT = ("spec_accept_length", "avg_spec_accept_length")
 
-_PROM_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)(\s+\d+)?\s*$")
-_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 _VLLM_LOG = re.compile(r"SpecDecoding metrics:.*?Accepted:\s*([0-9]+)\s*tokens.*?Drafted:\s*([0-9]+)\s*tokens"
                        r"(?:.*?Per-position acceptance rate:\s*([0-9.,\s]+))?")
-_SGLANG_LOG = re.compile(r"accept len:\s*([0-9.]+)")
+_SGLANG_LOG = re.compile(r"accept len:\s*([^\s,]*)")
 
 
 @dataclass(frozen=True)
@@ -102,42 +102,118 @@ def _sglang(values: list[float], form: str, fld: str, where: str) -> MeasuredAcc
     return MeasuredAcceptance(sum(vals) / len(vals), None, "sglang", form)
 
 
+#: a line of Prometheus text that names one of the metrics read here (the file is then a scrape,
+#: and a line the parser refuses is an error, not a sign of another format)
+_PROM_OURS = re.compile(r"^\s*(?:#\s*(?:TYPE|HELP)\s+)?(?:vllm:|sglang:)?(?:spec_decode_|spec_accept_length)",
+                        re.MULTILINE)
+_COUNTERS = (VLLM_DRAFTS, VLLM_DRAFT_TOKENS, VLLM_ACCEPTED)
+
+
+def _series_text(name: str, labels: dict) -> str:
+    return name + ("{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}" if labels else "")
+
+
+def _bad_line(text: str) -> tuple[int, str]:
+    """The first line the exposition parser refuses on its own (line number, line)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            list(text_string_to_metric_families(line + "\n"))
+        except (ValueError, TypeError, IndexError, KeyError):
+            return n, line
+    return 0, ""
+
+
+def _prometheus_samples(text: str, fld: str, where: str) -> list | None:
+    """The samples of a Prometheus text scrape, parsed by prometheus_client's exposition parser
+    (label values with `}` or escaped quotes, +Inf, NaN, timestamps as the format defines them);
+    None when the text is not a scrape of the metrics read here (another format: a log)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        return [smp for fam in text_string_to_metric_families(text) for smp in fam.samples]
+    except (ValueError, TypeError, IndexError, KeyError) as exc:
+        if not _PROM_OURS.search(text):
+            return None
+        n, line = _bad_line(text)
+        raise SpecError(fld, short_repr(line.strip()) if line else str(exc)[:80],
+                        f"Prometheus text exposition format, every line a comment or a sample "
+                        f"(line {n}: {exc})" if n else f"Prometheus text exposition format ({exc})", where) from None
+
+
 def _prometheus(text: str, fld: str, where: str) -> MeasuredAcceptance | None:
-    counts: dict[str, float] = {}
+    """τ from one scrape of vLLM's or SGLang's /metrics. One scrape per file: a series named twice
+    (two scrapes appended, or a counter that reset between them) is an error, and so is a scrape
+    of several models (their counters summed would be no model's τ); counters are finite and
+    >= 0; per engine (label set), accepted <= drafted tokens and drafts <= drafted tokens."""
+    samples = _prometheus_samples(text, fld, where)
+    if samples is None:
+        return None
+    per_series: dict[str, dict[tuple, float]] = {c: {} for c in _COUNTERS}
     per_pos: dict[int, float] = {}
     sglang: list[float] = []
-    seen = False
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _PROM_LINE.match(line)
-        if not m:
-            continue
-        name, labels, raw = m.group(1), m.group(2) or "", m.group(3)
-        base = _base(name)
+    seen: set[tuple] = set()
+    models: set[str] = set()
+    for smp in samples:
+        name, labels = smp.name, dict(smp.labels)
         try:
-            value = float(raw)
-        except ValueError:
-            continue
+            value = float(smp.value)
+        except OverflowError:   # the parser keeps a 400-digit count an int: no float holds it
+            value = math.inf
         if name.endswith(("_created", "_bucket", "_count", "_sum")):
             continue
+        base = _base(name)
+        if base not in (*_COUNTERS, VLLM_PER_POS, *SGLANG_ACCEPT):
+            continue
+        key = (name, tuple(sorted(labels.items())))
+        if key in seen:
+            raise SpecError(fld, _series_text(name, labels), "one scrape per file: this series appears twice (two "
+                            "scrapes appended, or a counter reset between them); keep one scrape", where)
+        seen.add(key)
+        if "model_name" in labels:
+            models.add(labels["model_name"])
+        if not (math.isfinite(value) and value >= 0):
+            raise SpecError(fld, f"{_series_text(name, labels)} {smp.value}", "finite values >= 0 (a counter "
+                            "counts; +Inf, NaN or a negative count is no measurement)", where)
         if base == VLLM_PER_POS:
-            pos = dict(_LABEL.findall(labels)).get("position")
-            if pos is not None and pos.isdigit():
-                per_pos[int(pos)] = per_pos.get(int(pos), 0.0) + value
-            seen = True
-        elif base in (VLLM_DRAFTS, VLLM_DRAFT_TOKENS, VLLM_ACCEPTED):
-            counts[base] = counts.get(base, 0.0) + value
-            seen = True
-        elif base in SGLANG_ACCEPT:
+            pos = labels.get("position")
+            if pos is None or not pos.isdigit():
+                raise SpecError(fld, _series_text(name, labels), 'a position="i" label (i = 0, 1, ...)', where)
+            per_pos[int(pos)] = per_pos.get(int(pos), 0.0) + value
+        elif base in _COUNTERS:
+            rest = tuple(sorted(labels.items()))
+            per_series[base][rest] = value
+        else:
             sglang.append(value)
-            seen = True
+    if len(models) > 1:
+        raise SpecError(fld, sorted(models)[:5], "a scrape of one model (model_name): counters of several models "
+                        "summed are no model's acceptance", where)
     if not seen:
         return None
-    if counts:
+    if any(per_series.values()):
+        _per_engine_checks(per_series, fld, where)
+        counts = {c: sum(v.values()) for c, v in per_series.items() if v}
         return _from_vllm(counts, per_pos, "prometheus", fld, where)
     return _sglang(sglang, "prometheus", fld, where)
+
+
+def _per_engine_checks(per_series: dict[str, dict[tuple, float]], fld: str, where: str) -> None:
+    """Each engine's (label set's) three counters present and consistent: accepted <= drafted
+    tokens, drafts <= drafted tokens (a draft proposes one token or more)."""
+    engines = set().union(*(v.keys() for v in per_series.values()))
+    for labels in sorted(engines):
+        where_l = "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
+        missing = [c for c in _COUNTERS if labels not in per_series[c]]
+        if missing:
+            raise SpecError(fld, f"{where_l}: no {['vllm:' + m + '_total' for m in missing]}",
+                            "the three spec-decode counters for every engine (label set) in the scrape", where)
+        drafts, drafted, accepted = (per_series[c][labels] for c in _COUNTERS)
+        if accepted > drafted or drafts > drafted:
+            raise SpecError(fld, {"labels": where_l, "drafts": drafts, "drafted": drafted, "accepted": accepted},
+                            "per engine, accepted <= draft tokens and drafts <= draft tokens", where)
 
 
 def _walk_json(obj: Any, counts: dict, per_pos: dict, sglang: list) -> None:
@@ -200,7 +276,14 @@ def _logs(text: str, fld: str, where: str) -> MeasuredAcceptance | None:
             raise SpecError(fld, sorted(ks), "one draft length k over the log (per-position rates of one length)", where)
         return _from_vllm({VLLM_DRAFTS: drafts, VLLM_DRAFT_TOKENS: drafted, VLLM_ACCEPTED: accepted}, {}, "log", fld,
                           where)
-    vals = [float(v) for v in _SGLANG_LOG.findall(text)]
+    vals = []
+    for m in _SGLANG_LOG.finditer(text):
+        try:
+            vals.append(float(m.group(1)))
+        except ValueError:
+            line = text.count("\n", 0, m.start()) + 1
+            raise SpecError(fld, m.group(0), f"SGLang 'accept len: x' log lines with x a number (line {line})",
+                            where) from None
     return _sglang(vals, "log", fld, where) if vals else None
 
 
@@ -211,11 +294,12 @@ def read_acceptance_metrics(path: Path, fld: str = "drafter.tau_from") -> Measur
     text = inputs.read_text(path, fld, "metrics file (Prometheus text, JSON, or an engine log)")
     stripped = text.lstrip()
     out = None
-    if stripped.startswith(("{", "[")):
+    if stripped.startswith(("{", "[")):   # JSON, or a log whose lines start with "[timestamp]"
         try:
-            out = _json(json.loads(text), fld, where)
-        except json.JSONDecodeError:
-            out = None
+            doc = inputs.parse_json(text, fld, where)
+        except inputs.JsonSyntaxError:
+            doc = None
+        out = _json(doc, fld, where) if doc is not None else None
     if out is None:
         out = _prometheus(text, fld, where) or _logs(text, fld, where)
     if out is None:

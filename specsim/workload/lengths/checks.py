@@ -8,6 +8,7 @@ distribution's ``field_path`` prefix (``workload.response_tokens.median``, ``.co
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,9 @@ LENGTH_COLUMNS = ("length", "response_tokens", "response_length", "response_leng
                   "generation_length")
 #: suffixes of per-step aggregates (veRL's `response_length/mean`, ...): not one response's length
 _AGGREGATES = ("/mean", "/max", "/min", "/std", "/clip_ratio", "_mean", "_max", "_min", "_std")
+#: a one-column header: a name (a letter first), so a malformed first value (`12x`, `1,5`) is an
+#: error naming line 1, never dropped as if it were a header
+_HEADER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_ ./()-]*$")
 #: The most lengths one length file may hold (a 10⁷-row file reads in seconds).
 MAX_LENGTH_ROWS = 10_000_000
 
@@ -133,7 +137,9 @@ def read_lengths_file(path: Path, fld: str, column: str | None = None) -> np.nda
     text = inputs.read_text(path, fld, "length file (CSV or JSONL)")
     json_file = path.suffix.lower() in _JSON_SUFFIXES
     if not json_file and column is None:
-        fast = inputs.fast_number_column(text)   # one bare column of numbers: parsed in C
+        head, _, rest = text.partition("\n")
+        body = rest if _HEADER_NAME.match(head.strip()) and not inputs.is_number(head.strip()) else text
+        fast = inputs.fast_number_column(body)   # one bare column of numbers (after a one-name header): in C
         if fast is not None and 0 < fast.size <= MAX_LENGTH_ROWS and bool(
                 (np.isfinite(fast) & (fast > 0) & (fast == np.floor(fast))).all()):
             return fast
@@ -175,7 +181,7 @@ def read_lengths_file(path: Path, fld: str, column: str | None = None) -> np.nda
     if '"' not in body and "," not in body and column is None:   # one bare column, parsed in C
         cells = [line.strip() for _, line in lines]
         linenos_all = [n for n, _ in lines]
-        if not inputs.is_number(cells[0]):   # a one-column header (any name): the column is the lengths
+        if not inputs.is_number(cells[0]) and _HEADER_NAME.match(cells[0]):   # a one-column header: a name
             cells, linenos_all = cells[1:], linenos_all[1:]
             if not cells:
                 raise SpecError(fld, where, "a non-empty file of response lengths (it has only a header)", where)
