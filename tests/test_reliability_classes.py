@@ -534,12 +534,14 @@ def test_the_cost_bound_holds_in_plan_project_and_explain(tmp_path):
     path = scenario(tmp_path)
     low = ["--set", "output.max_simulated_tokens=10"]
     for args in (["plan", path, "--no-progress", "--out", str(tmp_path / "p")],
-                 ["project", path, "--no-progress"], ["explain", path, "--out", str(tmp_path / "e")]):
+                 ["project", path, "--no-progress", "--out", str(tmp_path / "pr")],
+                 ["explain", path, "--out", str(tmp_path / "e")]):
         res, text = cli(*args, *low)
         clean_error(res, text, "output.max_simulated_tokens", "--set output.max_simulated_tokens=")
-    res, text = cli("project", path, "--replicates", "100000", "--no-progress")
+    res, text = cli("project", path, "--replicates", "100000", "--no-progress", "--out", str(tmp_path / "pr"))
     clean_error(res, text, "--replicates", "1,000")
-    res, text = cli("project", path, "--replicates", "1000", "--no-progress", "--set", "output.max_simulated_tokens=1e5")
+    res, text = cli("project", path, "--replicates", "1000", "--no-progress", "--out", str(tmp_path / "pr"), "--set",
+                    "output.max_simulated_tokens=1e5")
     clean_error(res, text, "output.max_simulated_tokens", "2,000 pipeline runs")
 
 

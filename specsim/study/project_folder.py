@@ -125,9 +125,14 @@ def project_scenario(path: str | Path, overrides: Sequence[str] = (), out: str |
     error and nothing else."""
     from specsim.study.executors import check_backend
 
+    from specsim.study.plan import refuse_over_bound, run_tokens
+    from specsim.world.resolve import resolve
+
     t0 = time.perf_counter()
     sc = load_scenario(path, list(overrides))
     workers = check_backend("local", jobs, None)
+    # the cost bound before the folder: work refused costs nothing, and leaves no folder behind
+    refuse_over_bound(sc, 2 * replicates, run_tokens(resolve(sc)), "this projection", "--replicates")
     with results_dir.locked(out if out is not None else default_project_out(sc), force) as out_dir:
         return _project_locked(sc, out_dir, replicates, workers, engine, force, fresh, progress, t0)
 
