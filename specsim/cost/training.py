@@ -67,7 +67,7 @@ fp32 master weight, momentum and variance (12) = 16 B/param.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -337,15 +337,8 @@ def _pass_cost(model: ModelSpec, hw: HardwareSpec, tl: TrainingLayout, seq_token
 
 # ----------------------------------------------------------------------------- logprob
 def params_bytes_per_gpu(model: ModelSpec, tl: TrainingLayout, dtype: str = TRAIN_DTYPE) -> float:
-    """Weight bytes on the trainer's fullest GPU: its stage's layers (dense parts over tp, experts over
-    ep) plus the larger of the embedding (first stage) and the LM head (last stage) over tp; with
-    pp = 1 both."""
-    par = tl.parallel
-    layers_only = weight_bytes_per_gpu(model, par, dtype, embeddings=False)
-    wb = DTYPE_BYTES[dtype]
-    emb = model.embedding_params * wb / par.tp
-    head = 0.0 if model.tied_embeddings else model.lm_head_params * wb / par.tp
-    return float(layers_only + (emb + head if par.pp == 1 else max(emb, head)))
+    """Weight bytes on the trainer's fullest GPU (_params_per_gpu's dense + expert parameters)."""
+    return float(sum(_params_per_gpu(model, tl)) * DTYPE_BYTES[dtype])
 
 
 def reference_swap_s(model: ModelSpec, tl: TrainingLayout) -> float:

@@ -125,3 +125,6 @@ def test_caveat_rules():
     assert any("async" in c for c in async_) and any("NVLink" in c for c in async_)
     assert any("over-provisioned" in c for c in caveats(_resolved(), {"best": {"mean_active_batch": 1.7}}))
     assert any("Run warning: x" == c for c in caveats(_resolved(), {"run": {"warnings": ["x"]}}))
+    gb200 = [c for c in caveats(_resolved(hardware="gb200"), {}) if "GB200" in c]   # NeMo-RL's measured steps
+    assert len(gb200) == 1 and "optimistic" in gb200[0]
+    assert not any("GB200" in c for c in caveats(_resolved(hardware="h100_sxm"), {}))
