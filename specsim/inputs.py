@@ -202,6 +202,18 @@ def parse_json(text: str, field: str = "(file)", where: str | None = None, what:
                         f"{what} of reasonable depth and size", where) from None
 
 
+def json_lines_values(lines: list[str]) -> list[Any] | None:
+    """Each line's one JSON value, decoded by the same strict rules as :func:`parse_json` (unique
+    keys, 64-bit integers, finite decimals) in one pass without per-line error handling; None if
+    any line breaks a rule or holds more or less than one value, so that the caller's per-line
+    reader (:func:`jsonl_records`) then names the line and the rule."""
+    decoder = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_int=_bounded_int, parse_float=_finite_float)
+    try:
+        return list(map(decoder.decode, lines))
+    except (ValueError, OverflowError, RecursionError):   # JSONDecodeError and _DuplicateJsonKey are ValueErrors
+        return None
+
+
 # --------------------------------------------------------------------------- strict records
 def content_lines(text: str, comment: str | None = None) -> list[tuple[int, str]]:
     """(line number, line) for each non-blank line (and, with `comment`, not starting with it);
@@ -306,6 +318,49 @@ def fast_number_column(text: str) -> np.ndarray | None:
     except (ValueError, TypeError, pd.errors.ParserError):
         return None
     return frame["v"].to_numpy()
+
+
+def fast_csv_column(text: str, names: tuple[str, ...]) -> np.ndarray | None:
+    """The first column of `names` (matched case-insensitively against a header row) of a simple
+    CSV text, parsed by pandas' C reader, as a float array; None whenever the strict line-by-line
+    reader (:func:`csv_records`) might read the text differently or refuse it, so that reader
+    then answers and names the line. Simple means: no quotes, lines ending at ``\n`` only, a
+    header row of distinct names that are not all numbers, every row exactly as wide as the
+    header (a short row leaves a gap, a long one is a parser error: both defer), and a column
+    pandas reads as numbers."""
+    if '"' in text or text.count("\r") != text.count("\r\n"):
+        return None
+    start = 0
+    while True:                                       # the first non-blank line is the header
+        end = text.find("\n", start)
+        line = text[start:] if end < 0 else text[start:end]
+        if line.strip() or end < 0:
+            break
+        start = end + 1
+    header = [c.strip().lower() for c in line.removesuffix("\r").split(",")]
+    if all(_is_float(c) for c in header) or len(set(header)) != len(header):
+        return None
+    col = next((header.index(k) for k in names if k in header), None)
+    if col is None:
+        return None
+    import io
+    import warnings
+
+    import pandas as pd
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            frame = pd.read_csv(io.StringIO(text), header=0, index_col=False, engine="c", skip_blank_lines=True,
+                                sep=",", quoting=3)
+    except (ValueError, TypeError, pd.errors.ParserError, pd.errors.ParserWarning):
+        return None
+    if frame.shape[1] != len(header) or frame.shape[0] == 0 or bool(frame.isna().to_numpy().any()):
+        return None
+    values = frame.iloc[:, col]
+    if values.dtype.kind not in "iuf":
+        return None
+    return values.to_numpy(dtype=np.float64)
 
 
 def _is_float(s: str) -> bool:

@@ -24,3 +24,13 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def pytest_collection_modifyitems(config, items):
     """Queue the tests marked `long` first, keeping the order of the rest."""
     items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_specsim_cache(tmp_path_factory):
+    """Every test (and every process it starts) keeps specsim's machine cache of parsed length
+    files (workload/lengths/parsed_cache.py) in a temporary folder, never in the user's home."""
+    os.environ["SPECSIM_CACHE_DIR"] = str(tmp_path_factory.mktemp("specsim-cache"))

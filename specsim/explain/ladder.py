@@ -316,6 +316,11 @@ def explain(path: str | Path, overrides: Sequence[str] = (), *, point: str | Non
     if k == 0:
         raise SpecError("--point", point, "a point that speculates (k > 0; AR has nothing to explain)")
     world = resolve(sc)
+    ps = world.pipeline
+    if ps.steady_includes_fill:   # a fill step's time can be 0 in an idealised rung: no gain to divide by
+        raise SpecError("--steps" if steps is not None else "pipeline.steps", ps.steps,
+                        f"at least {ps.fill_steps + 1} for `explain` at policy_lag {ps.policy_lag}: its ladder "
+                        f"compares steady steps, and steps 0-{ps.fill_steps - 1} are the async pipeline's fill")
     tau = float(world.acceptance.tau(k))
     factors = applicable_factors(sc)
     names = [f.name for f in factors]

@@ -89,6 +89,10 @@ def test_outputs_and_cli_json(tiny, tmp_path):
     (["--point", "k"], "--point"), (["--point", "k=0"], "--point"), (["--replicates", "0"], "--replicates"),
     (["--steps", "1"], "--steps"), (["--point", "nonsense.field=3"], "nonsense"),
     (["--set", "what_if.free_trainer=true"], "what_if.free_trainer"),
+    (["--set", "pipeline.mode=async", "--set", "training.gpus=1", "--set", "pipeline.policy_lag=2", "--steps", "4"], "at least 5 for `explain`"),
+    (["--set", "pipeline.mode=async", "--set", "training.gpus=1", "--set", "pipeline.policy_lag=1",
+      "--set", "pipeline.steps=3"],
+     "pipeline.steps"),
 ])
 def test_bad_inputs_exit_2(tiny, tmp_path, args, where):
     res = CliRunner().invoke(app, ["explain", tiny, "--out", str(tmp_path / "x"), *args])

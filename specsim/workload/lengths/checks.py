@@ -7,6 +7,7 @@ distribution's ``field_path`` prefix (``workload.response_tokens.median``, ``.co
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from pathlib import Path
@@ -122,6 +123,37 @@ def _check_column(column: str, fld: str, where: str) -> None:
                         "row per response", where)
 
 
+def _all_lengths(values: np.ndarray | None) -> bool:
+    """True when a fast reader's array is a valid length file's whole content: 1 to
+    MAX_LENGTH_ROWS lengths, each a finite whole number > 0 (else the line-by-line reader names
+    the first bad line)."""
+    return values is not None and 0 < values.size <= MAX_LENGTH_ROWS and bool(
+        (np.isfinite(values) & (values > 0) & (values == np.floor(values))).all())
+
+
+def _json_lengths(records: list[Any], names: tuple[str, ...]) -> np.ndarray | None:
+    """The lengths of decoded JSONL records that all have one shape, gathered without a Python
+    branch per record: objects with the same keys, the first of `names` among them
+    (case-insensitive) holding a number or a list of numbers; or bare numbers or lists of them.
+    None for any other file (mixed shapes, a bool, a string): the line-by-line reader then
+    answers, and names the line that breaks a rule."""
+    first = records[0]
+    if isinstance(first, dict):
+        keys = first.keys()
+        lowered = {str(k).lower(): k for k in first}
+        key = next((lowered[k] for k in names if k in lowered), None)
+        if key is None or set(map(type, records)) != {dict} or not all(r.keys() == keys for r in records):
+            return None
+        records = [r[key] for r in records]
+    kinds = set(map(type, records))
+    if kinds == {list}:
+        records = list(itertools.chain.from_iterable(records))
+        kinds = set(map(type, records))
+    if not records or not kinds <= {int, float}:
+        return None
+    return np.asarray(records, dtype=float)
+
+
 def read_lengths_file(path: Path, fld: str, column: str | None = None) -> np.ndarray:
     """The lengths in a CSV or JSONL file, read through the guarded reader (specsim.inputs):
     regular files only, bounded, UTF-8 with a BOM dropped, one record per line, every length a
@@ -136,12 +168,15 @@ def read_lengths_file(path: Path, fld: str, column: str | None = None) -> np.nda
         _check_column(column, fld, where)
     text = inputs.read_text(path, fld, "length file (CSV or JSONL)")
     json_file = path.suffix.lower() in _JSON_SUFFIXES
-    if not json_file and column is None:
-        head, _, rest = text.partition("\n")
-        body = rest if _HEADER_NAME.match(head.strip()) and not inputs.is_number(head.strip()) else text
-        fast = inputs.fast_number_column(body)   # one bare column of numbers (after a one-name header): in C
-        if fast is not None and 0 < fast.size <= MAX_LENGTH_ROWS and bool(
-                (np.isfinite(fast) & (fast > 0) & (fast == np.floor(fast))).all()):
+    if not json_file:
+        fast = None
+        if column is None:
+            head, _, rest = text.partition("\n")
+            body = rest if _HEADER_NAME.match(head.strip()) and not inputs.is_number(head.strip()) else text
+            fast = inputs.fast_number_column(body)   # one bare column of numbers (after a one-name header): in C
+        if fast is None:
+            fast = inputs.fast_csv_column(text, names)   # a headered CSV of several columns: in C
+        if _all_lengths(fast):
             return fast
     lines = inputs.content_lines(text)
     if not lines:
@@ -151,6 +186,10 @@ def read_lengths_file(path: Path, fld: str, column: str | None = None) -> np.nda
                         "(resample it, or fit a lognormal/mixture to it)", where)
     label = "a length in tokens"
     if json_file:
+        values = inputs.json_lines_values([line for _, line in lines])
+        fast = None if values is None else _json_lengths(values, names)
+        if _all_lengths(fast):
+            return fast
         raw: list[Any] = []
         linenos: list[int] = []
         for lineno, obj in inputs.jsonl_records(lines, fld, where):

@@ -23,10 +23,10 @@ from specsim.workload.lengths.checks import (
     finite_real,
     positive_array,
     positive_real,
-    read_lengths_file,
     scalar_out,
     sub_field,
 )
+from specsim.workload.lengths.parsed_cache import parsed_lengths
 
 __all__ = ["DEFAULT_FIELD", "Z_99", "LengthDistribution"]
 
@@ -331,7 +331,8 @@ def _file_identity(path) -> tuple[int, int]:
 
 @lru_cache(maxsize=8)
 def _empirical_file(path: str, field_path: str, column: str | None, mtime_ns: int, size: int) -> LengthDistribution:
-    """A length file's distribution, parsed once per file version (a sweep resolves the same file
-    for every point; a 10⁷-row file costs seconds once, not once per point). Frozen: shareable."""
-    values = read_lengths_file(Path(path), sub_field(field_path, "path"), column)
+    """A length file's distribution, parsed once per file version in a process (a sweep resolves
+    the same file for every point) and once per machine across processes (parsed_cache.py: the
+    workers of a pool load the parent's parse). Frozen: shareable."""
+    values = parsed_lengths(Path(path), sub_field(field_path, "path"), column, mtime_ns, size)
     return LengthDistribution("empirical", values=values, field_path=field_path)
