@@ -12,7 +12,7 @@ from specsim.cost.forward import prefill_batches_s
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.step import step_cost_table
 from specsim.sim.common import EngineConfig, EngineWork
-from specsim.world.speculation import PolicyContext, SDPolicy
+from specsim.policy import PolicyContext, SDPolicy
 
 
 def make_config(policy: SDPolicy, *, model="Qwen3-8B", hardware="h100_sxm", drafter="eagle3", tp=1,

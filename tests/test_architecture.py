@@ -12,7 +12,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "specsim"
 
 #: bottom to top; a module may import its own layer and the layers before it
-LAYERS = ["errors", "atomic", "inputs", "catalog", "cost", "workload", "scenario", "world", "sim", "study", "validate",
+LAYERS = ["errors", "atomic", "inputs", "catalog", "cost", "workload", "policy", "scenario", "world", "sim", "study", "validate",
           "calibrate", "explain", "cli"]
 #: the package face: `python -m specsim` runs the CLI; `specsim/__init__.py` holds the version only
 FACE = {"__init__", "__main__"}

@@ -78,10 +78,10 @@ def doctor_warnings(world, trainer: dict | None = None) -> list[str]:
     warn = trainer_warning(trainer if trainer is not None else trainer_report(world))
     if warn:
         out.append(warn)
-    if world.policy.kind != "off":
-        k_top = max(world.policy.ks)
+    if world.policy.k_top > 0:
+        k_top = world.policy.k_top
         if k_top > DOCTOR_MAX_DRAFT_LENGTH:
-            field = "speculation.k_max" if world.policy.kind == "adaptive" else "speculation.k"
+            field = "speculation." + world.policy.k_field
             out.append(f"{field} = {k_top} is above {DOCTOR_MAX_DRAFT_LENGTH}: acceptance compounds, so longer "
                        "drafts rarely pay for the larger verify pass")
     if sc.pipeline.mode == "async" and sc.pipeline.policy_lag > DOCTOR_MAX_POLICY_LAG:

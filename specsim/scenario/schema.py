@@ -21,6 +21,9 @@ from typing import Any, Literal
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from specsim.catalog.models import drafter_kind_names
+from specsim.errors import SpecError
+from specsim.policy import KINDS
+from specsim.policy.schedule import parse_batch_schedule
 from specsim.scenario.base import Raw, ScenarioError, Strict, field_error  # noqa: F401 (re-exported)
 from specsim.scenario.paths import MAX_SWEEP_ROWS, path_problem, sweep_rows
 from specsim.scenario.plan_section import PlanSection
@@ -341,12 +344,17 @@ class SpeculationSection(Strict):
     toggle); `adaptive` — choose k in 0..`k_max` each step. A draft may be a chain of k tokens or a
     token tree (`tree_branching`, or SGLang's EAGLE beam tree `tree_topk` + `tree_verify_tokens`)."""
 
-    policy: Literal["off", "always", "threshold", "toggle", "adaptive"] = Field(default="always", description=(
+    policy: Literal[KINDS] = Field(default="always", description=(
         "off: plain decoding; always(k); threshold: speculate only while the active batch ≤ `max_batch`; toggle: "
         "speculate at k while the engine's cost model predicts SD at least 1 + `toggle_margin` times faster than "
         "decoding (EfficientRollout's roofline toggle); adaptive: choose k in 0..`k_max` each step from the cost "
-        "model and acceptance"))
-    k: int = Field(default=3, ge=0, le=32, description="draft length for always/threshold/toggle")
+        "model and acceptance; schedule: k by the active batch from `k_per_batch_size` (vLLM's Dynamic SD)"))
+    k: int = Field(default=3, ge=0, le=32, description=(
+        "draft length for always/threshold/toggle; schedule: the largest (vLLM's num_speculative_tokens)"))
+    k_per_batch_size: dict[str, int] | list[list[int]] | None = Field(default=None, description=(
+        "schedule policy: vLLM's `num_speculative_tokens_per_batch_size`, inclusive batch ranges to a draft length "
+        "sorted from batch 1, e.g. {\"1-16\": 3, \"17-128\": 2, \"129-4096\": 0}; a batch in a gap or above the "
+        "last range takes the k before it, clamped to `k` (vLLM PR #32374; specsim/policy/schedule.py)"))
     max_batch: int = Field(default=64, ge=1, description="threshold policy: largest batch that still speculates")
     k_max: int = Field(default=7, ge=1, le=32, description="adaptive policy: largest draft length considered")
     toggle_margin: float = Field(default=0.05, ge=0, le=10,
@@ -357,6 +365,24 @@ class SpeculationSection(Strict):
             "the acceptance toggle / adaptive price with: the drafter's mean α (under a `drafter.context_curve`, at "
             "the batch's mean context), or each engine's acceptance length measured over its SD steps of the "
             "previous RL step (EfficientRollout's engine; sync pipelines only)"))
+    @field_validator("k_per_batch_size", mode="before")
+    @classmethod
+    def _schedule(cls, v):
+        """The table in one canonical form (a list of [first, last, k]), so vLLM's dict and the
+        list form give the same run; its rules are specsim/policy/schedule.py's."""
+        if v is None:
+            return None
+        try:
+            return [list(entry) for entry in parse_batch_schedule(v)]
+        except SpecError as exc:
+            raise field_error("k_per_batch_size", v, exc.allowed) from None
+
+    @model_validator(mode="after")
+    def _schedule_table(self):
+        if self.policy == "schedule" and self.k_per_batch_size is None:
+            raise field_error("k_per_batch_size", None, "a table with policy schedule, e.g. {\"1-16\": 3, \"17-128\": 2}")
+        return self
+
     tree_branching: list[int] | None = Field(default=None, description=(
         "draft a token tree instead of a chain: children per node at depths 1..k (its length must be `k`); e.g. "
         "`[4, 2, 1]` = 4 + 8 + 8 = 20 draft tokens"))

@@ -28,7 +28,7 @@ from specsim.sim.reference import run_reference
 from specsim.workload.acceptance.laws import alpha_from_tau
 from specsim.workload.lengths import growth_factor, sample_group_lengths, sample_prompt_lengths
 from specsim.world.specs import World
-from specsim.world.speculation import PolicyContext, SDPolicy
+from specsim.policy import PolicyContext, SDPolicy
 
 
 @dataclass(frozen=True)

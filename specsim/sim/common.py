@@ -34,7 +34,7 @@ import numpy as np
 from specsim.cost.step import StepCostTable
 from specsim.errors import InvariantError
 from specsim.workload.acceptance.context import ContextAcceptance
-from specsim.world.speculation import PolicyContext, SDPolicy
+from specsim.policy import PolicyContext, SDPolicy
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ import numpy as np
 from specsim.sim.common import EngineConfig, EngineResult, EngineWork, check_result
 from specsim.sim.fast_state import FastState
 from specsim.sim.fastlaw import SCALAR_ADMIT, admissible_scalar, drain
-from specsim.world.speculation import choose_k
+from specsim.policy import choose_k
 
 INF = float("inf")
 

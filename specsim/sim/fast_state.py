@@ -92,7 +92,7 @@ class FastState:
         self.slots_max = max(cfg.policy.ks) + 1
         self.fixed_rows = {kk: cfg.table.fixed_s[cfg.table.index(kk)].tolist() for kk in cfg.policy.ks}
         self.ctx_rows = {kk: cfg.table.per_ctx_s[cfg.table.index(kk)].tolist() for kk in cfg.policy.ks}
-        self.batch_dependent = cfg.policy.kind in ("threshold", "toggle", "adaptive")  # off/always ignore the batch
+        self.batch_dependent = cfg.policy.batch_dependent
         steps = work.step_ids if work.step_ids is not None else np.zeros(n, dtype=np.int64)
         self.step_ids = np.asarray(steps, dtype=np.int64)
         if open_:   # responses left per RL step (a closed rollout never watches a step)
@@ -104,7 +104,7 @@ class FastState:
         # open: work arrives and weights change at scheduled times; prefills are priced as they happen
         self.open = open_
         self.closed = not open_
-        self.drainable = self.closed and cfg.policy.kind in ("off", "always") and cfg.context is None
+        self.drainable = self.closed and not cfg.policy.batch_dependent and cfg.context is None
         self.all_arrived = not open_
         self.arrival = np.full(n, INF if open_ else 0.0)
         self.events: list[tuple[float, int, str, object]] = []

@@ -80,10 +80,10 @@ class Fleet(FleetEvents):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.batch_dependent = self.cfg.policy.kind in ("threshold", "toggle", "adaptive")
-        self.drainable = not self.open and self.cfg.policy.kind in ("off", "always")
-        self.open_drainable = self.open and self.cfg.policy.kind in ("off", "always") and not self.record
-        self.relayable = self.cfg.policy.kind in ("off", "always") and not self.record
+        self.batch_dependent = self.cfg.policy.batch_dependent
+        self.drainable = not self.open and not self.batch_dependent
+        self.open_drainable = self.open and not self.batch_dependent and not self.record
+        self.relayable = not self.batch_dependent and not self.record
         self.relay_paused = 0          # rounds left without the relay (Fleet._relay)
 
     # ---------------------------------------------------------------- the loop

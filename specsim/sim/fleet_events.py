@@ -131,7 +131,7 @@ class FleetEvents(FleetState):
         for k, arrs in self.laws.items():
             for dst, src in zip(arrs, pl.laws[k]):
                 dst[ii] = src[pp]
-        if pl.mean_alpha is not None and self.cfg.policy.kind in ("toggle", "adaptive"):
+        if pl.mean_alpha is not None and self.cfg.policy.priced:
             self.set_alpha_estimate(sub[diff], np.full(int(diff.sum()), float(pl.mean_alpha)))
         # re-key only where a response that had laws changed acceptance: laws given for the first
         # time change no running response (they belong to steps not yet admitted)

@@ -83,23 +83,12 @@ def per_engine(eng: np.ndarray, values, n_engines: int) -> np.ndarray:
     return np.bincount(eng, weights=values, minlength=n_engines)
 
 
-def choose_k_fleet(policy, n: np.ndarray) -> np.ndarray:
-    """world.speculation.choose_k for the policies that do not price the batch (off, always,
-    threshold), for every engine at once; 0 for an empty engine, as choose_k."""
-    if policy.kind == "off":
-        return np.zeros(len(n), dtype=np.int64)
-    on = n > 0
-    if policy.kind == "threshold":
-        on &= n <= policy.max_batch
-    return np.where(on, policy.k, 0).astype(np.int64)
-
-
 def fleet_supports(cfg: EngineConfig) -> bool:
-    """Every policy without a context curve: off, always, threshold (the draft length a function of
-    the active count), toggle and adaptive (priced per engine from its active count and context,
-    FleetState.choose_k). Acceptance falling with the context keys each sequence's rate by its own
-    context (a rate heap per engine): the v1 engine runs it."""
-    return cfg.policy.kind in ("off", "always", "threshold", "toggle", "adaptive") and cfg.context is None
+    """Every policy without a context curve: a policy's choice is a function of the active count
+    or priced per engine from its active count and context (FleetState.choose_k). Acceptance
+    falling with the context keys each sequence's rate by its own context (a rate heap per
+    engine): the v1 engine runs it."""
+    return cfg.context is None
 
 
 #: measured crossover (docs/benchmarks.md): the fleet pays from this many engines whatever the KV
@@ -196,7 +185,7 @@ class FleetState:
                           else np.asarray(alpha_estimates, dtype=float).copy())
         self._tau_of: dict[float, np.ndarray] = {}
         self.tau_est = np.zeros((E, len(self.pol_ks)))
-        if cfg.policy.kind in ("toggle", "adaptive"):
+        if cfg.policy.priced:
             self.set_alpha_estimate(np.arange(E), self.alpha_est)
         # per response
         self.g0 = np.zeros(N)
@@ -295,23 +284,16 @@ class FleetState:
             self.tau_est[e[self.alpha_est[e] == a]] = row
 
     def choose_k(self, e: np.ndarray) -> np.ndarray:
-        """world.speculation.choose_k for every engine in e at its active count n and context
-        A + B·s: off/always/threshold from n (choose_k_fleet); toggle and adaptive price one step at
-        every k of the policy from the cost table (fixed + per_ctx·context) and take the rate
-        τ̂/step time: toggle speculates when its rate clears (1 + margin) × AR's, adaptive takes
-        the best k. 0 for an empty engine."""
+        """The policy's k (policy/base.py) for every engine in e at its active count n and context
+        A + B·s; a priced policy is given each engine's rate τ̂ ÷ step time at every k of the policy,
+        the step priced from the cost table (fixed + per_ctx·context). 0 for an empty engine."""
         pol = self.cfg.policy
         n = self.n[e]
-        if pol.kind not in ("toggle", "adaptive"):
-            return choose_k_fleet(pol, n)
+        if not pol.priced:
+            return pol.choose(n)
         ctx = self.A[e] + self.B[e] * self.s[e]
         step_s = self.fixed[self.pol_rows[:, None], n] + self.per_ctx[self.pol_rows[:, None], n] * ctx   # (K, e)
-        rate = self.tau_est[e].T / step_s
-        if pol.kind == "toggle":
-            k = np.where(rate[1] >= (1.0 + pol.margin) * rate[0], pol.k, 0)
-        else:
-            k = self.pol_ks[np.argmax(rate, axis=0)]
-        return np.where(n > 0, k, 0).astype(np.int64)
+        return pol.choose(n, self.tau_est[e].T / step_s)
 
     # ---------------------------------------------------------------- keying
     def rate_and_need(self, idx: np.ndarray, kk: np.ndarray, left: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -16,7 +16,7 @@ import numpy as np
 
 from specsim.sim.common import EngineConfig, EngineResult, EngineWork, PrefillLog, Timeline, check_result
 from specsim.workload.acceptance.drafter import sample_tokens_per_verify
-from specsim.world.speculation import choose_k
+from specsim.policy import choose_k
 
 
 def _blocks(tokens, block: int):

@@ -40,6 +40,7 @@ from typing import Any
 
 from specsim import inputs
 from specsim.errors import SpecError
+from specsim.policy import POLICY_FIELDS, policy_class
 from specsim.scenario import Scenario, ScenarioError, apply_overrides, source_file
 
 RESERVED = ("replicates", "zip")
@@ -154,20 +155,12 @@ def run_doc(sc: Scenario) -> dict:
         doc.pop(key, None)
     doc["pipeline"].pop("baseline", None)
     spec = doc["speculation"]
-    if spec["policy"] == "off" or (spec["policy"] == "always" and spec["k"] == 0):
-        doc["speculation"] = {"policy": "off"}
-    elif spec["policy"] == "always":
-        spec.pop("max_batch", None)
-        spec.pop("k_max", None)
-    elif spec["policy"] == "adaptive":
-        spec.pop("k", None)
-        spec.pop("max_batch", None)
-    elif spec["policy"] in ("threshold", "toggle"):
-        spec.pop("k_max", None)
-        if spec["policy"] == "toggle":
-            spec.pop("max_batch", None)
-    if spec.get("policy") != "toggle":   # only the toggle reads it (keeps every other run key as before)
-        spec.pop("toggle_margin", None)
+    policy = policy_class(spec["policy"])
+    if not policy.speculates(spec):
+        doc["speculation"] = spec = {"policy": "off"}
+    for name in POLICY_FIELDS:                  # the other policies' fields cannot change this run
+        if name not in policy.fields:
+            spec.pop(name, None)
     if spec.get("acceptance_estimate", "drafter") == "drafter":   # the default: run keys as before
         spec.pop("acceptance_estimate", None)
     if doc["pipeline"]["mode"] == "sync":
@@ -257,13 +250,12 @@ class RunTask:
 
 # ============================================================================ baselines
 def is_sync_ar(sc: Scenario) -> bool:
-    sp = sc.speculation
-    return sc.pipeline.mode == "sync" and (sp.policy == "off" or (sp.policy == "always" and sp.k == 0))
+    return sc.pipeline.mode == "sync" and is_ar(sc)
 
 
 def is_ar(sc: Scenario) -> bool:
-    sp = sc.speculation
-    return sp.policy == "off" or (sp.policy == "always" and sp.k == 0)
+    """The point never drafts (policy off, or a policy whose fields draft nothing: always at k 0)."""
+    return not policy_class(sc.speculation.policy).speculates(sc.speculation.model_dump())
 
 
 def baseline_of(sc: Scenario) -> Scenario:
@@ -290,11 +282,10 @@ def sync_ar_of(sc: Scenario) -> Scenario:
 
 # ============================================================================ rows
 def k_of(sc: Scenario) -> int:
-    """The draft length in use: 0 for AR, k_max for adaptive, k otherwise."""
-    sp = sc.speculation
+    """The draft length in use: 0 for AR, else the largest the policy drafts (k_max for adaptive)."""
     if is_ar(sc):
         return 0
-    return sp.k_max if sp.policy == "adaptive" else sp.k
+    return getattr(sc.speculation, policy_class(sc.speculation.policy).k_field)
 
 
 def _ratio(num: float | None, den: float | None) -> float:

@@ -53,7 +53,7 @@ from specsim.validate.targets import (
     target_files,
 )
 from specsim.world.resolve import resolve
-from specsim.world.speculation import SDPolicy
+from specsim.policy import Off, SDPolicy, policy_class
 
 __all__ = ["DEFAULT_TARGET_DIR", "METRICS", "ErrorGroup", "Target", "ValidationRow", "error_summary", "load_targets",
            "simulate_target", "validate"]
@@ -208,7 +208,7 @@ def fixed_batch_runs(world, batch: int, prompt: int, tokens: int):
     alphas = sequence_alphas(mean_alpha, world.acceptance.concentration, u)
     work = EngineWork(np.arange(n), np.arange(n), np.full(n, prompt, dtype=np.int64),
                       np.full(n, tokens, dtype=np.int64), alphas)
-    ar = run_fast(engine_config(world, "ar", mean_alpha, SDPolicy("off"), record_timeline=False),
+    ar = run_fast(engine_config(world, "ar", mean_alpha, Off(), record_timeline=False),
                   work, np.random.default_rng(0))
     sd = run_fast(engine_config(world, "sd", mean_alpha, world.policy, record_timeline=False),
                   work, np.random.default_rng(0))
@@ -308,7 +308,7 @@ def simulate_target(t: Target, runs: Runs) -> tuple[float, float | None, float |
     m = row.metric
     if m == "tau":
         sc = load_scenario(scen, ov)
-        k = sc.speculation.k if sc.speculation.policy != "adaptive" else sc.speculation.k_max
+        k = getattr(sc.speculation, policy_class(sc.speculation.policy).k_field)
         return float(resolve(sc).acceptance.tau(k, p.step)), None, None, None
     if m in ("engine_speedup_at_batch", "engine_tpot_s"):
         world = resolve(load_scenario(scen, ov + [f"rollout.max_batch={p.batch}"]))

@@ -28,7 +28,7 @@ from specsim.workload.acceptance.spread import effective_concentration, length_b
 from specsim.workload.lengths import LengthDistribution
 from specsim.world.fields import scenario_field
 from specsim.world.specs import PipelineSpec, RolloutSpec, TrainerSpec, WorkloadSpec, World
-from specsim.world.speculation import from_section
+from specsim.policy import from_section
 from specsim.world.trainer import training_layout
 
 __all__ = ["World", "acceptance_model", "length_distribution", "resolve", "spread_concentration", "step_what_if",

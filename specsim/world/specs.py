@@ -21,7 +21,7 @@ from specsim.cost.training import TrainingLayout
 from specsim.workload.acceptance.context import ContextAcceptance
 from specsim.workload.acceptance.drafter import DrafterAcceptance
 from specsim.workload.lengths import LengthDistribution
-from specsim.world.speculation import SDPolicy
+from specsim.policy import SDPolicy
 
 
 @dataclass(frozen=True)

@@ -26,13 +26,13 @@ from specsim.sim.common import EngineConfig
 from specsim.sim.engine import run_fast
 from specsim.sim.reference import run_reference
 from specsim.workload.acceptance.drafter import DrafterAcceptance, expected_tokens_per_verify
-from specsim.world.speculation import PolicyContext, SDPolicy
+from specsim.policy import Always, PolicyContext, SDPolicy
 
 ALPHA, K = 0.6, 3
 
 
 def _cfg(p: float, drafter: str = "ngram", policy=None, kv: int = 10**7) -> EngineConfig:
-    policy = policy or SDPolicy("always", k=K)
+    policy = policy or Always(k=K)
     m, hw, layout = load_model("Qwen3-8B"), load_hardware("h100_sxm"), ParallelLayout(tp=1)
     table = step_cost_table(m, drafter_arch(drafter, m), hw, layout, 64, policy.ks, proposal_rate=p)
     return EngineConfig("t", table, policy, PolicyContext(table, ALPHA, 1.0, p), 64, kv, 16,
@@ -68,7 +68,7 @@ def test_effective_tokens_closed_form(engine, p):
 @pytest.mark.parametrize("engine", ["fast", "reference"])
 def test_p_one_reproduces_previous_behaviour(engine):
     """p = 1 (explicit) is bit-identical to the default config: same table, same rng use, same result."""
-    policy = SDPolicy("always", k=K)
+    policy = Always(k=K)
     base = make_config(policy, drafter="eagle3", mean_alpha=ALPHA)
     m, hw = load_model("Qwen3-8B"), load_hardware("h100_sxm")
     table1 = step_cost_table(m, drafter_arch("eagle3", m), hw, ParallelLayout(tp=1), 64, policy.ks, proposal_rate=1.0)

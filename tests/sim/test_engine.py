@@ -13,29 +13,31 @@ from specsim.sim.engine import run_fast
 from specsim.sim.reference import run_reference
 from specsim.workload.acceptance.context import ContextAcceptance, ContextCurve
 from specsim.workload.acceptance.drafter import expected_tokens_per_verify
-from specsim.world.speculation import SDPolicy
+from specsim.policy import Adaptive, Always, Off, Schedule, SDPolicy, Threshold, Toggle
 
 GRID = [
-    ("AR ample", SDPolicy("off"), 10**7),
-    ("AR tight", SDPolicy("off"), 16_000),
-    ("k=1 ample", SDPolicy("always", k=1), 10**7),
-    ("k=3 ample", SDPolicy("always", k=3), 10**7),
-    ("k=7 ample", SDPolicy("always", k=7), 10**7),
-    ("k=3 tight", SDPolicy("always", k=3), 16_000),
-    ("k=7 tight", SDPolicy("always", k=7), 16_000),
-    ("threshold", SDPolicy("threshold", k=3, max_batch=24), 10**7),
-    ("threshold tight", SDPolicy("threshold", k=5, max_batch=24), 16_000),
-    ("toggle", SDPolicy("toggle", k=5, margin=0.05), 10**7),
-    ("toggle tight", SDPolicy("toggle", k=5, margin=0.05), 16_000),
-    ("adaptive", SDPolicy("adaptive", k_max=7), 10**7),
-    ("adaptive tight", SDPolicy("adaptive", k_max=7), 16_000),
+    ("AR ample", Off(), 10**7),
+    ("AR tight", Off(), 16_000),
+    ("k=1 ample", Always(k=1), 10**7),
+    ("k=3 ample", Always(k=3), 10**7),
+    ("k=7 ample", Always(k=7), 10**7),
+    ("k=3 tight", Always(k=3), 16_000),
+    ("k=7 tight", Always(k=7), 16_000),
+    ("threshold", Threshold(k=3, max_batch=24), 10**7),
+    ("threshold tight", Threshold(k=5, max_batch=24), 16_000),
+    ("toggle", Toggle(k=5, margin=0.05), 10**7),
+    ("toggle tight", Toggle(k=5, margin=0.05), 16_000),
+    ("adaptive", Adaptive(k_max=7), 10**7),
+    ("adaptive tight", Adaptive(k_max=7), 16_000),
+    ("schedule", Schedule(k=5, table=((1, 8, 5), (9, 24, 3), (40, 4096, 0))), 10**7),
+    ("schedule tight", Schedule(k=5, table=((1, 8, 5), (9, 24, 3), (40, 4096, 0))), 16_000),
 ]
 # the A100 profile's verify attention steps with the batch (ceil(blocks / SMs) waves): a step cost
 # per context token that jumps with n, with the self-drafter's one-token passes
 A100_SELF = {"hardware": "a100_sxm", "model": "Qwen2.5-7B", "drafter": "self_quant"}
 GRID += [
-    ("A100 self-drafter k=5", SDPolicy("always", k=5), 10**7, A100_SELF),
-    ("A100 self-drafter toggle tight", SDPolicy("toggle", k=5, margin=0.05), 16_000, A100_SELF),
+    ("A100 self-drafter k=5", Always(k=5), 10**7, A100_SELF),
+    ("A100 self-drafter toggle tight", Toggle(k=5, margin=0.05), 16_000, A100_SELF),
 ]
 # acceptance falling with the context across the responses' lengths (prompt 128, median 500, cap
 # 1200): the reference samples every step at alpha_i(c); the fast engine keys each response by its
@@ -45,7 +47,7 @@ GRID += [
 # falling with the context")
 FALLING = {"context": ContextAcceptance(ContextCurve((200.0, 700.0, 1300.0), (1.0, 0.55, 0.2)), 1.1)}
 GRID += [   # ample KV and mid-life re-keying (in-flight switches) with a falling curve: tests/workload/test_context_acceptance.py
-    ("k=5 tight, falling with context", SDPolicy("always", k=5), 24_000, FALLING),
+    ("k=5 tight, falling with context", Always(k=5), 24_000, FALLING),
 ]
 
 
@@ -92,7 +94,7 @@ def test_fast_matches_reference(label, policy, kv, setup):
 
 
 def test_fast_matches_reference_tau():
-    cfg = make_config(SDPolicy("always", k=3), mean_alpha=0.7)
+    cfg = make_config(Always(k=3), mean_alpha=0.7)
     work = make_work(0, groups=16, group_size=8)
     f = run_fast(cfg, work, np.random.default_rng(1))
     r = run_reference(cfg, work, np.random.default_rng(2))
@@ -109,7 +111,7 @@ def test_invariants_tokens_and_lengths(seed, k, alpha, groups, size, engine):
     lengths); every response is admitted before it finishes; time is monotone."""
     run = run_fast if engine == "fast" else run_reference
     work = make_work(seed, groups, size, median=60, cap=400, alpha=alpha)
-    for pol in (SDPolicy("off"), SDPolicy("always", k=k)):
+    for pol in (Off(), Always(k=k)):
         res = run(make_config(pol, max_batch=8, kv_capacity_tokens=4_000), work, np.random.default_rng(seed))
         assert np.array_equal(res.tokens, work.response_tokens)
         assert res.total_tokens == int(work.response_tokens.sum())
@@ -125,8 +127,8 @@ def test_alpha_zero_free_drafting_never_faster(seed, k, engine, batch):
     but verifies k+1 slots: it is never faster."""
     run = run_fast if engine == "fast" else run_reference
     work = make_work(seed, 2, batch, median=80, cap=500, alpha=0.0)
-    ar = run(make_config(SDPolicy("off"), drafter="ngram", mean_alpha=0.0), work, np.random.default_rng(seed))
-    sd = run(make_config(SDPolicy("always", k=k), drafter="ngram", mean_alpha=0.0), work, np.random.default_rng(seed))
+    ar = run(make_config(Off(), drafter="ngram", mean_alpha=0.0), work, np.random.default_rng(seed))
+    sd = run(make_config(Always(k=k), drafter="ngram", mean_alpha=0.0), work, np.random.default_rng(seed))
     assert sd.rollout_s >= ar.rollout_s * (1 - 1e-12)
 
 
@@ -141,8 +143,8 @@ def test_batch_one_matches_leviathan(drafter, alpha, k, engine):
     # response wanders ~1 % around its mean; eight of them bring that noise under 0.5 %.
     work = make_work(0, 8, 1, median=length, sigma=1e-9, cap=length, prompt=prompt, alpha=alpha)
     run = run_fast if engine == "fast" else run_reference
-    ar_cfg = make_config(SDPolicy("off"), drafter=drafter, mean_alpha=alpha, max_batch=1)
-    sd_cfg = make_config(SDPolicy("always", k=k), drafter=drafter, mean_alpha=alpha, max_batch=1)
+    ar_cfg = make_config(Off(), drafter=drafter, mean_alpha=alpha, max_batch=1)
+    sd_cfg = make_config(Always(k=k), drafter=drafter, mean_alpha=alpha, max_batch=1)
     t_ar = run(ar_cfg, work, np.random.default_rng(0)).rollout_s
     t_sd = run(sd_cfg, work, np.random.default_rng(0)).rollout_s
     ctx = prompt + length / 2
@@ -156,8 +158,8 @@ def _fixed_batch_speedup(batch: int, k: int, alpha: float) -> float:
     """SD vs AR throughput for a fixed batch of `batch` short-context sequences (MT-Bench-like)."""
     work = make_work(0, 1, batch, median=400, sigma=1e-9, cap=400, prompt=128, alpha=alpha)
     kw = {"model": "Qwen2.5-7B", "hardware": "h100_sxm", "drafter": "eagle3", "mean_alpha": alpha, "max_batch": batch}
-    ar = run_fast(make_config(SDPolicy("off"), **kw), work, np.random.default_rng(0)).rollout_s
-    sd = run_fast(make_config(SDPolicy("always", k=k), **kw), work, np.random.default_rng(0)).rollout_s
+    ar = run_fast(make_config(Off(), **kw), work, np.random.default_rng(0)).rollout_s
+    sd = run_fast(make_config(Always(k=k), **kw), work, np.random.default_rng(0)).rollout_s
     return ar / sd
 
 
@@ -178,16 +180,16 @@ def test_long_tail_and_threshold_beats_always():
     below a batch size beats always-on SD when the batch starts large and compute-bound."""
     work = make_work(3, 32, 16, median=500, sigma=1.0, cap=8000, alpha=0.65)
     kw = {"model": "Qwen3-8B", "hardware": "h100_sxm", "max_batch": 512, "mean_alpha": 0.65}
-    ar = run_fast(make_config(SDPolicy("off"), **kw), work, np.random.default_rng(0))
-    always = run_fast(make_config(SDPolicy("always", k=7), **kw), work, np.random.default_rng(0))
+    ar = run_fast(make_config(Off(), **kw), work, np.random.default_rng(0))
+    always = run_fast(make_config(Always(k=7), **kw), work, np.random.default_rng(0))
     # the premise: at the full batch a k = 7 step costs more per expected token than a decode step
-    table = make_config(SDPolicy("always", k=7), **kw).table
+    table = make_config(Always(k=7), **kw).table
     tau7 = (1 - 0.65 ** 8) / (1 - 0.65)
     assert table.step_s(7, 512, 1500.0) / tau7 > table.step_s(0, 512, 1500.0)
     assert table.step_s(7, 8, 1500.0) / tau7 < table.step_s(0, 8, 1500.0)
     # the crossover moves with the context, so the policy is tried at a few thresholds: the best
     # one must beat always-on (it skips the compute-bound start) and AR (it keeps the tail)
-    runs = {b: run_fast(make_config(SDPolicy("threshold", k=7, max_batch=b), **kw), work, np.random.default_rng(0))
+    runs = {b: run_fast(make_config(Threshold(k=7, max_batch=b), **kw), work, np.random.default_rng(0))
             for b in (64, 128, 256, 384)}
     thresh = min(runs.values(), key=lambda r: r.rollout_s)
     active = ar.timeline["active"]
@@ -208,7 +210,7 @@ def test_invariant_violations_raise_named_errors():
     from specsim.errors import InvariantError
     from specsim.sim.common import check_result
 
-    cfg = make_config(SDPolicy("always", k=3), kv_capacity_tokens=20_000)
+    cfg = make_config(Always(k=3), kv_capacity_tokens=20_000)
     work = make_work(0, 4, 4)
     good = run_fast(cfg, work, np.random.default_rng(0))
     check_result(good, work, cfg)
@@ -235,7 +237,7 @@ def test_broken_accounting_fails_the_checks():
     from specsim.sim.common import check_result
     from specsim.sim.engine import FastEngine
 
-    cfg = make_config(SPD := SDPolicy("always", k=3), kv_capacity_tokens=20_000)
+    cfg = make_config(SPD := Always(k=3), kv_capacity_tokens=20_000)
     work = make_work(0, 4, 4, median=200, cap=800)
 
     class LosesTokens(FastEngine):       # the last stint of every response loses one token
@@ -266,7 +268,7 @@ def test_broken_accounting_fails_the_checks():
             check_result(eng.result(), work, cfg)
 
 
-@pytest.mark.parametrize("policy", [SDPolicy("off"), SDPolicy("always", k=3)], ids=["AR", "k=3"])
+@pytest.mark.parametrize("policy", [Off(), Always(k=3)], ids=["AR", "k=3"])
 def test_arrivals_fast_matches_reference(policy):
     """Work that appears mid-rollout: half the groups are released at time 0, the rest when the
     first half is ~40 % done. Both engines admit it at the first step boundary after its arrival;
@@ -298,9 +300,9 @@ def test_toggle_speculates_exactly_when_the_predicted_speedup_clears_the_margin(
     """EfficientRollout's toggle: k where τ(α̂, k)·step(0)/step(k) >= 1 + margin, else 0, from the
     engine's own cost table; with an unreachable margin it never speculates (the AR rollout, to the
     step), with margin 0 it is argmax over {0, k}."""
-    from specsim.world.speculation import choose_k
+    from specsim.policy import Adaptive, Always, Off, Threshold, Toggle, choose_k
 
-    cfg = make_config(SDPolicy("toggle", k=5, margin=0.05), mean_alpha=0.55, max_batch=512)
+    cfg = make_config(Toggle(k=5, margin=0.05), mean_alpha=0.55, max_batch=512)
     t, ctx = cfg.policy_ctx.table, cfg.policy_ctx
     tau5 = float(expected_tokens_per_verify(np.array([0.55]), np.array([5]), 1.0)[0])
     seen = set()
@@ -309,12 +311,12 @@ def test_toggle_speculates_exactly_when_the_predicted_speedup_clears_the_margin(
         speedup = tau5 * t.step_s(0, n, c) / t.step_s(5, n, c)
         want = 5 if speedup >= 1.05 else 0
         assert choose_k(cfg.policy, ctx, n, c) == want
-        assert choose_k(SDPolicy("toggle", k=5, margin=0.0), ctx, n, c) == (5 if speedup >= 1.0 else 0)
+        assert choose_k(Toggle(k=5, margin=0.0), ctx, n, c) == (5 if speedup >= 1.0 else 0)
         seen.add(want)
     assert seen == {0, 5}, "the grid must cross the toggle's switch point"
     work = make_work(0, groups=8, group_size=8, median=400, cap=1200, concentration=10.0)
-    never = run_fast(make_config(SDPolicy("toggle", k=5, margin=1e3), mean_alpha=0.8), work, np.random.default_rng(1))
-    ar = run_fast(make_config(SDPolicy("off"), mean_alpha=0.8), work, np.random.default_rng(1))
+    never = run_fast(make_config(Toggle(k=5, margin=1e3), mean_alpha=0.8), work, np.random.default_rng(1))
+    ar = run_fast(make_config(Off(), mean_alpha=0.8), work, np.random.default_rng(1))
     assert never.sd_steps == 0 and never.rollout_s == pytest.approx(ar.rollout_s, rel=1e-12)
 
 
@@ -326,9 +328,9 @@ def test_toggle_prices_the_acceptance_at_the_batch_context_under_a_context_curve
     from dataclasses import replace
 
     from specsim.workload.acceptance.context import ContextAcceptance, ContextCurve
-    from specsim.world.speculation import choose_k
+    from specsim.policy import Adaptive, Always, Off, Threshold, Toggle, choose_k
 
-    cfg = make_config(SDPolicy("toggle", k=3, margin=0.05), mean_alpha=0.8, max_batch=64)
+    cfg = make_config(Toggle(k=3, margin=0.05), mean_alpha=0.8, max_batch=64)
     curve = ContextAcceptance(ContextCurve((1000.0, 4000.0), (1.0, 0.1)))
     ctx = replace(cfg.policy_ctx, context=curve)
     n = 4

@@ -17,7 +17,7 @@ from specsim.sim.fastlaw import step_law
 from specsim.sim.fleet import Fleet, SwitchPayload
 from specsim.sim.fleet_state import INF
 from specsim.sim.reference import ReferenceEngine
-from specsim.world.speculation import SDPolicy
+from specsim.policy import Always, Off, Schedule, SDPolicy, Threshold
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,11 +37,12 @@ def _pool(cfg, works, zs, open_=False, step_ids=None, group_stride=10_000):
 
 
 POOL_GRID = [
-    ("AR ample", SDPolicy("off"), 10**7),
-    ("k=3 ample", SDPolicy("always", k=3), 10**7),
-    ("AR tight", SDPolicy("off"), 16_000),
-    ("k=3 tight", SDPolicy("always", k=3), 16_000),
-    ("threshold tight", SDPolicy("threshold", k=5, max_batch=24), 16_000),
+    ("AR ample", Off(), 10**7),
+    ("k=3 ample", Always(k=3), 10**7),
+    ("AR tight", Off(), 16_000),
+    ("k=3 tight", Always(k=3), 16_000),
+    ("threshold tight", Threshold(k=5, max_batch=24), 16_000),
+    ("schedule tight", Schedule(k=5, table=((1, 8, 5), (9, 24, 3), (40, 4096, 0))), 16_000),
 ]
 
 
@@ -89,7 +90,7 @@ def test_fleet_arrivals_and_switches_match_reference(in_flight):
     """Open pools: half of each engine's work at 0, the rest released mid-rollout, and a weight
     switch (acceptance 0.7 -> 0.5) between, in flight or gated (admission stops until the batch
     drains). The fleet equals the v1 engines to rounding and the reference within 1 %."""
-    policy = SDPolicy("always", k=3)
+    policy = Always(k=3)
     cfg = make_config(policy, max_batch=48, kv_capacity_tokens=40_000)
     fl_t, v1_t, ref_t = [], [], []
     for seed in range(6):
@@ -251,7 +252,7 @@ def test_keying_a_response_without_laws_raises():
     InvariantError naming the engine and the response, never a silent finish boundary."""
     from specsim.errors import InvariantError
 
-    cfg = make_config(SDPolicy("always", k=3), max_batch=64, kv_capacity_tokens=10**7)
+    cfg = make_config(Always(k=3), max_batch=64, kv_capacity_tokens=10**7)
     works = [make_work(e, groups=4, group_size=4, median=300, cap=800, concentration=10.0) for e in range(2)]
     zs = [np.zeros(len(w)) for w in works]
     fl = _pool(cfg, works, zs)
@@ -285,7 +286,7 @@ def test_open_drain_equals_the_round_by_round_loop(in_flight, kv, monkeypatch):
     `run(until_s=..., watch_step=...)` calls as the async stream makes them."""
     from specsim.sim.fleet_drain import tail_fits
 
-    policy = SDPolicy("always", k=3)
+    policy = Always(k=3)
     cfg = make_config(policy, max_batch=48, kv_capacity_tokens=kv)
     calls, kv_bound, preempted = [], [], 0
     real = fleet_module.drain
@@ -355,7 +356,7 @@ def test_grid_position_is_the_searchsorted_cell():
 def test_single_prompt_prefills_read_from_the_table_are_the_cost_function():
     """A one-prompt prefill pass is read from FleetState.single_prefill_s: every entry must be the
     number the cost function returns for that pass alone (n = 1, Σq = q, Σq² = q², nothing cached)."""
-    cfg = make_config(SDPolicy("always", k=3), max_batch=64, kv_capacity_tokens=10**7)
+    cfg = make_config(Always(k=3), max_batch=64, kv_capacity_tokens=10**7)
     works = [make_work(e, groups=4, group_size=4, median=300, cap=800, concentration=10.0) for e in range(2)]
     fl = _pool(cfg, works, [np.zeros(len(w)) for w in works])
     table = fl.single_prefill_s()
@@ -371,7 +372,7 @@ def test_group_numbering_does_not_change_the_fleet(kv):
     """The fleet numbers (engine, group) pairs from the groups themselves when every group is on one
     engine, else by a sort; both numberings give bit-identical rollouts (tight KV: preemption
     re-queues responses, and admission then looks for a group's members apart)."""
-    cfg = make_config(SDPolicy("always", k=3), max_batch=64, kv_capacity_tokens=kv)
+    cfg = make_config(Always(k=3), max_batch=64, kv_capacity_tokens=kv)
     works = [make_work(50 + e, groups=8, group_size=8, median=500, cap=1200, concentration=10.0) for e in range(4)]
     zs = [np.random.default_rng(e).standard_normal(len(w)) for e, w in enumerate(works)]
     sparse = _pool(cfg, works, zs)                                     # groups 10,000 apart: the sort
@@ -428,7 +429,7 @@ def test_a_rewindow_never_lets_an_unfinished_response_go_and_results_refuse_afte
     from specsim.errors import InvariantError
     from specsim.sim.fleet_window import rewindow
 
-    cfg = make_config(SDPolicy("always", k=3), max_batch=64, kv_capacity_tokens=10**7)
+    cfg = make_config(Always(k=3), max_batch=64, kv_capacity_tokens=10**7)
     works = [make_work(e, groups=4, group_size=4, median=300, cap=800, concentration=10.0) for e in range(2)]
     fl = _pool(cfg, works, [np.zeros(len(w)) for w in works])
     none = {name: np.zeros(0, dtype=int) for name in ("eng_of", "ids", "groups", "P", "L", "z", "step_ids")}
@@ -448,7 +449,7 @@ def test_closed_drain_of_a_kv_bound_batch_equals_the_loop_and_records_its_kv():
     (time, active count, KV in use: the drain records the KV of its segments too) agree."""
     from specsim.sim.fleet_drain import tail_fits
 
-    cfg = make_config(SDPolicy("always", k=3), max_batch=48, kv_capacity_tokens=15_000)
+    cfg = make_config(Always(k=3), max_batch=48, kv_capacity_tokens=15_000)
     works = [make_work(70 + e, groups=12, group_size=8, median=500, cap=1200, alpha=0.7) for e in range(4)]
     zs = [np.random.default_rng(e).standard_normal(len(w)) for e, w in enumerate(works)]
     kv_bound = []
@@ -483,7 +484,7 @@ def test_an_engine_takes_only_the_events_due_at_its_own_time():
     due must step past it alone, not also take the next event (a later release) that another
     engine, further on in time, takes in the same pass: it would lose that release as a segment
     cut and admit the released work a whole segment late."""
-    cfg = make_config(SDPolicy("always", k=3), max_batch=16, kv_capacity_tokens=10**7)
+    cfg = make_config(Always(k=3), max_batch=16, kv_capacity_tokens=10**7)
     works = [make_work(e, groups=2, group_size=4, median=300, cap=800) for e in range(2)]
     fl = _pool(cfg, works, [np.zeros(len(w)) for w in works], open_=True)
     a = np.full(fl.N, 0.5)
@@ -514,7 +515,7 @@ def test_relay_equals_the_round_by_round_loop(kv, k, monkeypatch):
     and preempt."""
     import dataclasses
 
-    policy = SDPolicy("always", k=k) if k else SDPolicy("off")
+    policy = Always(k=k) if k else Off()
     kept, calls, preempted = [], [], 0
     real = fleet_module.relay
 

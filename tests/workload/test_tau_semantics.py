@@ -22,7 +22,7 @@ from specsim.sim.common import EngineWork
 from specsim.sim.reference import run_reference
 from specsim.workload.acceptance.drafter import DrafterAcceptance, alpha_from_tau, expected_tokens_per_verify
 from specsim.workload.acceptance.population import mean_alpha_from_tau, plain_mean_tau, reported_tau
-from specsim.world.speculation import SDPolicy
+from specsim.policy import Always, SDPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,7 +33,7 @@ def _measured_tau(acc: DrafterAcceptance, k: int, n: int = 3000, seed: int = 7) 
     alphas = sequence_alphas(acc.alpha0, acc.concentration, u)  # the cluster's own sampler
     lengths = np.clip(np.rint(600 * np.exp(0.8 * rng.standard_normal(n))), 20, 6000).astype(np.int64)
     work = EngineWork(np.arange(n), np.arange(n) // 8, np.full(n, 128, dtype=np.int64), lengths, alphas)
-    cfg = replace(make_config(SDPolicy("always", k=k), max_batch=256), position_decay=acc.decay,
+    cfg = replace(make_config(Always(k=k), max_batch=256), position_decay=acc.decay,
                   record_timeline=False)
     res = run_reference(cfg, work, np.random.default_rng(seed + 1))
     return res.sd_tokens / res.sd_seq_steps

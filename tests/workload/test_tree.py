@@ -25,7 +25,7 @@ from specsim.workload.acceptance.drafter import (
 )
 from specsim.workload.acceptance.shapes import TreeShape, tree_summary
 from specsim.world.resolve import resolve
-from specsim.world.speculation import SDPolicy
+from specsim.policy import Always, SDPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = str(ROOT / "scenarios" / "8b_rl_think_sync.yaml")
@@ -91,7 +91,7 @@ def test_reference_engine_reports_the_tree_tau():
     alphas = acc.sample_alphas(rng, n)
     lengths = np.clip(np.rint(500 * np.exp(0.7 * rng.standard_normal(n))), 20, 5000).astype(np.int64)
     work = EngineWork(np.arange(n), np.arange(n) // 8, np.full(n, 128, dtype=np.int64), lengths, alphas)
-    cfg = replace(make_config(SDPolicy("always", k=3, tree=tree), max_batch=256), record_timeline=False)
+    cfg = replace(make_config(Always(k=3, tree=tree), max_batch=256), record_timeline=False)
     res = run_reference(cfg, work, np.random.default_rng(6))
     assert res.sd_tokens / res.sd_seq_steps == pytest.approx(want, rel=0.01)
 
