@@ -155,7 +155,7 @@ def price_rows(df: pd.DataFrame, hw: HardwareSpec, generated_tokens: int = 50,
             m = ((df["mode"] == mode) & (df["model"] == name)).to_numpy()
             if not m.any():
                 continue
-            if mode == "drafter_decode":
+            if mode == "drafter_decode":   # runs piecewise CUDA graphs at every batch (the source's proposer)
                 q, attn_model = 1.0, drafter.model
                 cost = draft_cost(drafter, hw, lay, b[m], 1.0, first=False, logits_per_seq=0.0)
             else:
@@ -163,7 +163,8 @@ def price_rows(df: pd.DataFrame, hw: HardwareSpec, generated_tokens: int = 50,
                 attn_model = model
                 cost = pass_cost(model, hw, lay, b[m], q, 0.0)
             if shared_prefix:
-                out[m] = cost.fixed_s + shared_prefix_attention_s(attn_model, hw, lay, b[m], q, seq[m], suffix)
+                out[m] = cost.fixed_s + shared_prefix_attention_s(attn_model, hw, lay, b[m], q, seq[m], suffix,
+                                                                  full_graph=mode != "drafter_decode")
             else:
                 out[m] = cost.time_s(ctx[m])
     return out

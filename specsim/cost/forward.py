@@ -291,7 +291,7 @@ def uses_cascade_attention(n_seqs, q_per_seq, prefix_tokens, q_heads: float, kv_
 
 
 def shared_prefix_attention_s(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs, q_per_seq,
-                              prefix_tokens, suffix_tokens, sms: int | None = None):
+                              prefix_tokens, suffix_tokens, sms: int | None = None, full_graph: bool = True):
     """Time of the attention over the cache (all layers) of one pass of `n_seqs` sequences that
     share a cached prefix of `prefix_tokens` (prefix caching: one copy of its KV blocks) and each
     hold `suffix_tokens` of their own, q_per_seq new tokens each; elementwise. What a sweep that
@@ -307,7 +307,9 @@ def shared_prefix_attention_s(model: ModelSpec, hw: HardwareSpec, layout: Parall
       attended once, as one sequence whose n·q query rows share it (FA2 over block_table[:1]):
       max(P·s·w(heads · ceil(n·q / tile_rows)), P·kv_t, n·P·fl_t(q)); then each sequence over its
       suffix, max(S·s·w(n · heads · ceil(q / tile_rows)) [q > 1], n·S·kv_t, n·S·fl_t(q)); plus
-      the fit's piecewise_attention_s (the step leaves its full CUDA graph);
+      the fit's piecewise_attention_s (the step leaves its full CUDA graph; not added when
+      `full_graph` is False: a pass that runs piecewise graphs anyway, as EfficientRollout's
+      self-drafter does, changes no graph mode);
     * otherwise each sequence over its whole context c = P + S, as `pass_cost` prices it:
       max(c·s·w(n · heads · ceil(q / tile_rows)) [q > 1], n·c·kv_t, n·c·fl_t(q)).
     """
@@ -330,7 +332,7 @@ def shared_prefix_attention_s(model: ModelSpec, hw: HardwareSpec, layout: Parall
     # the prefix call brings n·q > 1 query rows as one sequence: never the flash-decoding split
     prefix = np.maximum(np.maximum(mtl(1.0, n * q, p, True), p * kv_t), n * p * fl_t)
     suffix = np.maximum(np.maximum(mtl(n, q, s, multi), n * s * kv_t), n * s * fl_t)
-    piecewise = mt.piecewise_attention_s if mt is not None else 0.0
+    piecewise = mt.piecewise_attention_s if mt is not None and full_graph else 0.0
     c = p + s
     whole = np.maximum(np.maximum(mtl(n, q, c, multi), n * c * kv_t), n * c * fl_t)
     out = model.kv_layers * np.where(casc, prefix + suffix + piecewise, whole)
