@@ -6,11 +6,16 @@ forward-pass sweeps (`specsim calibrate a100-sweep`; this module computes, the c
     specsim calibrate a100-sweep --write-profile  # also write both into the a100_sxm profile
                                                   # (specsim/catalog/hardware_profiles/a100_sxm.yaml)
 
-Two fits, in order: β on the batch-1 decode rows (q = 1: the multi-token term never prices them),
+Three fits, in order: β on the batch-1 decode rows (q = 1: the multi-token term never prices them),
 then the cache attention of a pass with q > 1 (hardware.MultiTokenAttentionFit: FlashAttention-2
 runs a verify unsplit, one block per sequence and query head) on the verify rows at batch < 8,
-priced at that β. The A100 SXM4 has 108 SMs (NVIDIA A100 Tensor Core GPU Architecture
-whitepaper, 2020).
+priced at that β, then the per-layer time of attention run outside a full CUDA graph
+(MultiTokenAttentionFit.piecewise_attention_s) on the decode rows that run cascade attention. Every
+row is priced as the sweep runs it: one prompt shared by the batch (prefix caching; cascade
+attention where vLLM V1 picks it: cost/forward.shared_prefix_attention_s). Then the comparison
+issue #49 set: verify ÷ decode at batch 1/8/32/64 × prompt 1024/4096 × γ 3/7/15 (46 points with
+rows; `ratios`) and decode's growth from batch 1 to 64 (`growth`), fit rows marked. The A100
+SXM4 has 108 SMs (NVIDIA A100 Tensor Core GPU Architecture whitepaper, 2020).
 
 Run it after `specsim calibrate kernels --system a100_sxm` (which fits the kernel laws and, with
 no A100 TPOT rows in the data package, transfers the engine overheads and β from h200_sxm's vLLM
@@ -28,12 +33,18 @@ import pandas as pd
 
 from specsim.calibrate.forward_sweep import (
     MultiTokenFit,
+    PiecewiseFit,
     SweepFit,
+    decode_growth,
     fit_multi_token_attention,
+    fit_piecewise_attention,
     fit_stream_factor,
     read_sweeps,
+    residual_summary,
+    verify_decode_ratios,
     with_multi_token_attention,
     write_multi_token_attention,
+    write_piecewise_attention,
     write_stream_factor,
 )
 from specsim.catalog.hardware import PROFILE_DIR, load_hardware
@@ -46,6 +57,8 @@ FIT_SWEEP = PUBLISHED + "efficientrollout_a100_qwen25_7b.csv"
 HELD_OUT = (PUBLISHED + "efficientrollout_a100_llama31_8b_instruct.csv",
             PUBLISHED + "efficientrollout_a100_qwen25_14b.csv")
 FIT_MODEL = "Qwen2.5-7B"
+#: the two models of issue #49's verify ÷ decode comparison (the Qwen2.5-14B file holds gamma 7 only)
+RATIO_MODELS = (FIT_MODEL, "Llama-3.1-8B-Instruct")
 PROFILE = PROFILE_DIR / "a100_sxm.yaml"
 COMMAND = "specsim calibrate a100-sweep --write-profile"
 A100_SMS = 108
@@ -68,10 +81,18 @@ class A100SweepFit:
 
     stream: SweepFit            # β: stream.beta, stream.beta_before, stream.fit_rows
     multi_token: MultiTokenFit  # multi_token.term (s_per_kv_token, coresident_speedup, sms, tile_rows)
+    piecewise: PiecewiseFit     # piecewise.piecewise_attention_s (per layer), piecewise.fit_rows
     fit_model: str
-    summary: pd.DataFrame       # every row at both fits (before: verify cache attention priced as a decode's)
+    rows: pd.DataFrame          # every row at the three fits; role 'fit' where the row fitted any of them
+    summary: pd.DataFrame       # residual_summary(rows)
     grids: tuple[ResidualGrid, ...]
+    ratios: pd.DataFrame        # verify_decode_ratios(rows): the 46 verify ÷ decode points
+    growth: pd.DataFrame        # decode_growth(rows): decode at batch 64 ÷ batch 1 per model and prompt
     written: Path | None = None
+
+    def ratios_within(self) -> int:
+        """How many verify ÷ decode points are within forward_sweep.RATIO_TOLERANCE."""
+        return int(self.ratios["within"].sum())
 
 
 def residual_grids(rows: pd.DataFrame) -> tuple[ResidualGrid, ...]:
@@ -92,14 +113,46 @@ def fit_a100_sweep(*, write_profile: bool = False, profile: str | Path = PROFILE
     df = read_sweeps([root / f for f in (FIT_SWEEP, *HELD_OUT)])
     hw = with_multi_token_attention(load_hardware(str(profile)), None)
     stream = fit_stream_factor(df, hw, fit_model=FIT_MODEL)
-    mt = fit_multi_token_attention(df, hw.with_insitu_stream_factor(stream.beta), A100_SMS, fit_model=FIT_MODEL)
+    at_beta = hw.with_insitu_stream_factor(stream.beta)
+    mt = fit_multi_token_attention(df, at_beta, A100_SMS, fit_model=FIT_MODEL)
+    pw = fit_piecewise_attention(df, with_multi_token_attention(at_beta, mt.term), fit_model=FIT_MODEL)
+    fitted = (stream.rows["role"] == "fit") | (mt.rows["role"] == "fit") | (pw.rows["role"] == "fit")
+    rows = pw.rows.assign(role=pw.rows["role"].where(~fitted, "fit"))
     written = None
     if write_profile:
         write_stream_factor(profile, stream, FIT_SWEEP, COMMAND)
         write_multi_token_attention(profile, mt, FIT_SWEEP, COMMAND)
+        write_piecewise_attention(profile, pw, FIT_SWEEP, COMMAND)
         written = Path(profile)
-    return A100SweepFit(stream, mt, FIT_MODEL, mt.summary(), residual_grids(mt.rows), written)
+    pair = rows[rows["model"].isin(RATIO_MODELS)]
+    return A100SweepFit(stream, mt, pw, FIT_MODEL, rows, residual_summary(rows), residual_grids(rows),
+                        verify_decode_ratios(pair), decode_growth(pair), written)
 
 
-__all__ = ["A100_SMS", "COMMAND", "FIT_MODEL", "FIT_SWEEP", "GRID_MODES", "HELD_OUT", "PROFILE", "ROOT",
-           "A100SweepFit", "ResidualGrid", "fit_a100_sweep", "residual_grids"]
+def sweep_comparison(profile: str | Path = PROFILE, root: Path = ROOT) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(verify ÷ decode points, decode growth) of the Qwen2.5-7B and Llama-3.1-8B sweeps priced
+    with `profile` as it stands (no fitting): what `specsim validate` reports and the test checks.
+    Role 'fit' marks the rows the profile's terms were fitted on (FIT_MODEL's batch-1 decode,
+    verify at batch < 8, decode with cascade attention), 'held-out' every row of the other model."""
+    from specsim.calibrate.forward_sweep import CASCADE_MIN_REQUESTS, cascade_rows, price_rows
+
+    df = read_sweeps([root / f for f in (FIT_SWEEP, HELD_OUT[0])])
+    hw = load_hardware(str(profile))
+    priced = price_rows(df, hw)
+    own = (df["model"] == FIT_MODEL).to_numpy()
+    mt = hw.kernel_fit.multi_token_attention if hw.kernel_fit is not None else None
+    casc = cascade_rows(df, mt.sms) if mt is not None else (df["batch"] < 0).to_numpy()
+    dec, ver = (df["mode"] == "target_decode").to_numpy(), (df["mode"] == "target_verify").to_numpy()
+    fit = own & ((dec & (df["batch"] == 1).to_numpy()) | (ver & (df["batch"] < CASCADE_MIN_REQUESTS).to_numpy())
+                 | (dec & casc))
+    meas = df["median_ms"].to_numpy(float)
+    rows = pd.DataFrame({"model": df["model"], "mode": df["mode"], "batch": df["batch"].astype(int),
+                         "seq": df["seq"].astype(int), "gamma": df["gamma"].astype(int),
+                         "role": pd.Series(fit).map({True: "fit", False: "check"}).where(own | fit, "held-out"),
+                         "measured_ms": meas, "priced_ms": priced * 1e3, "rel_error": priced * 1e3 / meas - 1.0})
+    return verify_decode_ratios(rows), decode_growth(rows)
+
+
+__all__ = ["A100_SMS", "COMMAND", "FIT_MODEL", "FIT_SWEEP", "GRID_MODES", "HELD_OUT", "PROFILE", "RATIO_MODELS",
+           "ROOT",
+           "A100SweepFit", "ResidualGrid", "fit_a100_sweep", "residual_grids", "sweep_comparison"]

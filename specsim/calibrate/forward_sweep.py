@@ -55,7 +55,13 @@ from specsim import inputs
 from specsim.atomic import dump_yaml
 from specsim.catalog.hardware import HardwareSpec, MultiTokenAttentionFit
 from specsim.catalog.models import drafter_arch, load_model
-from specsim.cost.forward import draft_cost, pass_cost
+from specsim.cost.forward import (
+    CASCADE_MIN_REQUESTS,
+    draft_cost,
+    pass_cost,
+    shared_prefix_attention_s,
+    uses_cascade_attention,
+)
 from specsim.cost.layout import ParallelLayout
 from specsim.errors import SpecError
 
@@ -126,11 +132,18 @@ def read_sweeps(paths) -> pd.DataFrame:
 
 
 def price_rows(df: pd.DataFrame, hw: HardwareSpec, generated_tokens: int = 50,
-               drafter_kind: str = "self_quant") -> np.ndarray:
-    """Forward time (s) of every row (module docstring), each at its model (TP 1)."""
+               drafter_kind: str = "self_quant", shared_prefix: bool = True) -> np.ndarray:
+    """Forward time (s) of every row (module docstring), each at its model (TP 1).
+
+    `shared_prefix` (default): as the sweep runs, every request of a row holding the same
+    `seq`-token prompt (prefix caching, cascade attention where vLLM picks it), each with its own
+    (generated + 1) / 2 tokens on top: cost/forward.shared_prefix_attention_s. False: as `batch`
+    distinct sequences of seq + (generated + 1) / 2 tokens (what an RL batch of distinct prompts runs)."""
     lay = ParallelLayout(tp=1)
     b = df["batch"].to_numpy(float)
-    ctx = b * (df["seq"].to_numpy(float) + (generated_tokens + 1) / 2.0)
+    seq = df["seq"].to_numpy(float)
+    suffix = (generated_tokens + 1) / 2.0
+    ctx = b * (seq + suffix)
     out = np.empty(len(df))
     for name in df["model"].unique():
         try:
@@ -142,12 +155,18 @@ def price_rows(df: pd.DataFrame, hw: HardwareSpec, generated_tokens: int = 50,
             m = ((df["mode"] == mode) & (df["model"] == name)).to_numpy()
             if not m.any():
                 continue
-            if mode == "drafter_decode":
+            if mode == "drafter_decode":   # runs piecewise CUDA graphs at every batch (the source's proposer)
+                q, attn_model = 1.0, drafter.model
                 cost = draft_cost(drafter, hw, lay, b[m], 1.0, first=False, logits_per_seq=0.0)
             else:
                 q = 1.0 if mode == "target_decode" else df.loc[m, "gamma"].to_numpy(float) + 1.0
+                attn_model = model
                 cost = pass_cost(model, hw, lay, b[m], q, 0.0)
-            out[m] = cost.time_s(ctx[m])
+            if shared_prefix:
+                out[m] = cost.fixed_s + shared_prefix_attention_s(attn_model, hw, lay, b[m], q, seq[m], suffix,
+                                                                  full_graph=mode != "drafter_decode")
+            else:
+                out[m] = cost.time_s(ctx[m])
     return out
 
 
@@ -183,9 +202,6 @@ def fit_stream_factor(df: pd.DataFrame, hw: HardwareSpec, generated_tokens: int 
     return SweepFit(hw.name, beta, float(hw.kernel_fit.insitu_stream_factor), int(fit.sum()), rows)
 
 
-#: vLLM V1 attends a prefix shared by >= 8 requests once for all of them (cascade attention); the
-#: sweep repeats one prompt, so its rows at this batch and above are not an RL batch's attention
-CASCADE_MIN_REQUESTS = 8
 #: FlashAttention-2's split-KV kernel (forced for paged KV) tiles 64 query rows per block
 #: (flash_fwd_launch_template.h, run_mha_fwd_splitkv_dispatch: kBlockM = 64)
 FA2_SPLITKV_TILE_ROWS = 64
@@ -310,5 +326,126 @@ def write_stream_factor(profile: str | Path, fit: SweepFit, source: str, command
         eo = kf["provenance"].get("engine_overhead")
         if isinstance(eo, dict):
             eo["insitu_stream_factor"] = how
+
+    _edit_kernel_fit(profile, edit)
+
+
+def cascade_rows(df: pd.DataFrame, sms: int) -> np.ndarray:
+    """Which rows of a sweep that repeats one prompt run cascade attention in vLLM V1
+    (cost/forward.uses_cascade_attention at each row's model, batch, q and prompt)."""
+    out = np.zeros(len(df), dtype=bool)
+    q = np.where(df["mode"] == "target_verify", df["gamma"].to_numpy(float) + 1.0, 1.0)
+    for name in df["model"].unique():
+        m = (df["model"] == name).to_numpy()
+        model = load_model(CATALOG_OF.get(str(name), str(name)))
+        out[m] = uses_cascade_attention(df.loc[m, "batch"].to_numpy(float), q[m], df.loc[m, "seq"].to_numpy(float),
+                                        model.heads, model.kv_heads, sms)
+    return out
+
+
+@dataclass(frozen=True)
+class PiecewiseFit:
+    """Result of :func:`fit_piecewise_attention`: the fitted per-layer time, its fit rows, every row."""
+
+    hardware: str
+    piecewise_attention_s: float
+    fit_rows: int
+    rows: pd.DataFrame   # as SweepFit.rows
+
+
+#: search interval of the piecewise-graph attention time, s per layer
+PIECEWISE_BOUNDS_S = (0.0, 1e-3)
+
+
+def fit_piecewise_attention(df: pd.DataFrame, hw: HardwareSpec, generated_tokens: int = 50,
+                            fit_model: str | None = None) -> PiecewiseFit:
+    """Fit MultiTokenAttentionFit.piecewise_attention_s (per layer, the attention op launched
+    outside a full CUDA graph) on the target_decode rows that run cascade attention (of
+    `fit_model` only, when given), every other term as `hw` prices it (β and the multi-token term
+    fitted before); the bounded scalar minimum of Σ ln(priced / measured)² (scipy). Only those rows
+    depend on the term, so only they fit it; verify rows stay checks (a verify at batch >= 8 always
+    runs cascade: the term is predicted there, not fitted)."""
+    mt = hw.kernel_fit.multi_token_attention if hw.kernel_fit is not None else None
+    if mt is None:
+        raise SpecError("hardware", hw.name, "a profile with a multi-token attention term (fit it first)")
+    own = np.ones(len(df), dtype=bool) if fit_model is None else (df["model"] == fit_model).to_numpy()
+    fit = (df["mode"] == "target_decode").to_numpy() & own & cascade_rows(df, mt.sms)
+    if fit.sum() < 2:
+        raise SpecError("rows", int(fit.sum()), "at least two target_decode rows that run cascade attention "
+                        f"(>= {CASCADE_MIN_REQUESTS} requests sharing a prompt of >= 256 tokens)")
+    meas = df["median_ms"].to_numpy(float) * 1e-3
+
+    def at(v: float) -> HardwareSpec:
+        return with_multi_token_attention(hw, replace(mt, piecewise_attention_s=float(v)))
+
+    def cost(v: float) -> float:
+        r = np.log(price_rows(df[fit], at(v), generated_tokens) / meas[fit])
+        return float(r @ r)
+
+    res = optimize.minimize_scalar(cost, bounds=PIECEWISE_BOUNDS_S, method="bounded", options={"xatol": 1e-8})
+    v = float(res.x)
+    before = price_rows(df, hw, generated_tokens)
+    after = price_rows(df, at(v), generated_tokens)
+    rows = pd.DataFrame({
+        "model": df["model"], "mode": df["mode"], "batch": df["batch"].astype(int), "seq": df["seq"].astype(int),
+        "gamma": df["gamma"].astype(int), "role": np.where(fit, "fit", np.where(own, "check", "held-out")),
+        "measured_ms": meas * 1e3, "priced_ms": after * 1e3,
+        "rel_error": after / meas - 1.0, "before_rel_error": before / meas - 1.0})
+    return PiecewiseFit(hw.name, v, int(fit.sum()), rows)
+
+
+#: the verify ÷ decode comparison points of issue #49: batch x prompt x gamma (46 where the sweep has rows)
+RATIO_BATCHES = (1, 8, 32, 64)
+RATIO_SEQS = (1024, 4096)
+RATIO_GAMMAS = (3, 7, 15)
+#: a ratio counts as reproduced within this relative error
+RATIO_TOLERANCE = 0.20
+
+
+def verify_decode_ratios(rows: pd.DataFrame, batches=RATIO_BATCHES, seqs=RATIO_SEQS,
+                         gammas=RATIO_GAMMAS) -> pd.DataFrame:
+    """Verify ÷ decode, measured and priced, of every (model, batch, prompt, gamma) point where the
+    rows (SweepFit.rows-like: model, mode, batch, seq, gamma, role, measured_ms, priced_ms) hold
+    both; role 'fit' where either row fitted some term, else the verify row's role."""
+    v = rows[(rows["mode"] == "target_verify") & rows["batch"].isin(batches) & rows["seq"].isin(seqs)
+             & rows["gamma"].isin(gammas)]
+    d = rows[rows["mode"] == "target_decode"][["model", "batch", "seq", "measured_ms", "priced_ms", "role"]]
+    j = v.merge(d, on=["model", "batch", "seq"], suffixes=("", "_decode"))
+    measured = j["measured_ms"] / j["measured_ms_decode"]
+    priced = j["priced_ms"] / j["priced_ms_decode"]
+    fit = (j["role"] == "fit") | (j["role_decode"] == "fit")
+    out = pd.DataFrame({"model": j["model"], "batch": j["batch"], "seq": j["seq"], "gamma": j["gamma"],
+                        "role": np.where(fit, "fit", j["role"].str.replace(" (cascade)", "", regex=False)),
+                        "measured_ratio": measured, "priced_ratio": priced, "rel_error": priced / measured - 1.0})
+    out["within"] = out["rel_error"].abs() <= RATIO_TOLERANCE
+    return out.sort_values(["model", "gamma", "seq", "batch"]).reset_index(drop=True)
+
+
+def decode_growth(rows: pd.DataFrame, batch: int = 64) -> pd.DataFrame:
+    """Decode time at `batch` ÷ at batch 1, measured and priced, per model and prompt length."""
+    d = rows[rows["mode"] == "target_decode"]
+    one = d[d["batch"] == 1].set_index(["model", "seq"])
+    big = d[d["batch"] == batch].set_index(["model", "seq"])
+    out = pd.DataFrame({"measured_growth": big["measured_ms"] / one["measured_ms"],
+                        "priced_growth": big["priced_ms"] / one["priced_ms"]}).dropna()
+    out["rel_error"] = out["priced_growth"] / out["measured_growth"] - 1.0
+    return out.reset_index()
+
+
+def write_piecewise_attention(profile: str | Path, fit: PiecewiseFit, source: str, command: str) -> None:
+    """Write the fitted per-layer time into the profile's `kernel_fit.multi_token_attention`
+    (`piecewise_attention_us`), with its provenance inside the multi-token term's
+    (`kernel_fit.provenance.multi_token_attention_fit.piecewise_attention`, which `specsim calibrate
+    kernels` keeps with the block), atomically; the written profile must load. Run after
+    write_multi_token_attention."""
+    def edit(kf: dict) -> None:
+        kf["multi_token_attention"]["piecewise_attention_us"] = round(fit.piecewise_attention_s * 1e6, 3)
+        kf.setdefault("provenance", {}).setdefault("multi_token_attention_fit", {})["piecewise_attention"] = {
+            "how": (f"fitted by `{command}` to the {fit.fit_rows} target_decode rows of {source} that run cascade "
+                    "attention (vLLM V1's use_cascade_attention at the row's batch and prompt; the sweep repeats one "
+                    "prompt): with cascade attention vLLM's CUDA-graph dispatcher bypasses the full graphs "
+                    "(vllm/v1/cudagraph_dispatcher.py) and the attention op runs eagerly between piecewise graphs"),
+            "fit_rows": fit.fit_rows}
+        kf["provenance"] = kf.pop("provenance")
 
     _edit_kernel_fit(profile, edit)

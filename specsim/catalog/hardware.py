@@ -103,12 +103,24 @@ class MultiTokenAttentionFit:
     (calibrate/forward_sweep.fit_multi_token_attention); None: the decode law prices every pass
     (the other profiles' engines pack a KV head's query heads into one tile for any q: an
     assumption, with no q > 1 timings of those GPUs to test it).
+
+    piecewise_attention_s: per layer, the time the attention op adds when a step cannot replay a
+    full CUDA graph and runs piecewise graphs with attention launched eagerly between them: vLLM's
+    CUDA-graph dispatcher bypasses the full graphs for a batch that uses cascade attention
+    (vllm/v1/cudagraph_dispatcher.py, `dispatch(..., use_cascade_attn)`: "if a batch use cascade
+    attention, bypass checking full cudagraphs"), and cascade attention runs three kernels per
+    layer (prefix, suffix, merge_attn_states; vllm/v1/attention/backends/flash_attn.py
+    `cascade_attention`). Fitted on decode timings that run cascade attention
+    (calibrate/forward_sweep.fit_piecewise_attention); 0 where not fitted. Priced by
+    cost/forward.shared_prefix_attention_s only: the simulator's RL batches hold many prompts, so
+    their common prefix is below vLLM's 256-token cascade threshold.
     """
 
     sms: int
     tile_rows: int
     s_per_kv_token: float
     coresident_speedup: float
+    piecewise_attention_s: float = 0.0
 
     def wave_factor(self, n_cta):
         """w above, elementwise."""
@@ -478,7 +490,9 @@ _ATTN_BOUNDS = {"latency_us": (0.0, 1e4, True, "µs"), "per_seq_us": (0.0, 1e3, 
 _INSITU_BOUNDS = (0.0, 10.0, False, "(in-situ over isolated HBM streaming rate; 1: as timed alone)")
 _MTA_BOUNDS = {"sms": (1.0, 1e5, True, "multiprocessors"), "tile_rows": (1.0, 4096.0, True, "query rows"),
                "s_per_kv_token_ns": (0.0, 1e6, False, "ns per cached token per block"),
-               "coresident_speedup": (1.0, 2.0, True, "(an SM's throughput with two resident blocks over one)")}
+               "coresident_speedup": (1.0, 2.0, True, "(an SM's throughput with two resident blocks over one)"),
+               "piecewise_attention_us": (0.0, 1e4, True, "us per layer (optional, default 0)")}
+_MTA_OPTIONAL = {"piecewise_attention_us": 0.0}
 _SHAPE_KEY = re.compile(r"h\d+_i\d+_e\d+_k\d+")
 
 
@@ -554,12 +568,15 @@ def _multi_token_attention(block, where: str) -> MultiTokenAttentionFit | None:
     if block is None:
         return None
     p = "kernel_fit.multi_token_attention"
-    block = _block(block, p, list(_MTA_BOUNDS), "sms, tile_rows, s_per_kv_token_ns, coresident_speedup", where)
-    v = {key: _fit_num(block, key, b, f"{p}.{key}", where, whole=key in ("sms", "tile_rows"))
+    block = _block(block, p, list(_MTA_BOUNDS), "sms, tile_rows, s_per_kv_token_ns, coresident_speedup and "
+                   "optionally piecewise_attention_us", where)
+    v = {key: _fit_num(block, key, b, f"{p}.{key}", where, whole=key in ("sms", "tile_rows"),
+                       default=_MTA_OPTIONAL.get(key))
          for key, b in _MTA_BOUNDS.items()}
     return MultiTokenAttentionFit(sms=int(v["sms"]), tile_rows=int(v["tile_rows"]),
                                   s_per_kv_token=v["s_per_kv_token_ns"] * 1e-9,
-                                  coresident_speedup=v["coresident_speedup"])
+                                  coresident_speedup=v["coresident_speedup"],
+                                  piecewise_attention_s=v["piecewise_attention_us"] * 1e-6)
 
 
 def _moe_shapes(block, where: str) -> dict[str, dict[str, GemmFit]]:

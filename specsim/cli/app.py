@@ -200,13 +200,16 @@ def validate_cmd(
 
     if tolerance is not None and not tolerance > 0:
         raise _bad_option("--tolerance", tolerance, "a relative tolerance > 0")
+    from specsim.calibrate.a100_sweep import sweep_comparison
+
     with output_folder(out, "--out", force=force) as folder:   # the one output guard, before any work
         rows = validate(targets, tolerance)
         frame = pd.DataFrame([r.as_dict() for r in rows])
         groups = error_summary(rows)
-        _write_validation(folder, frame, rows, groups)
+        sweep = sweep_comparison()   # the A100 forward sweep, priced as it runs (a kernel-level section)
+        _write_validation(folder, frame, rows, groups, sweep)
     failed = int((frame["result"] != "pass").sum())
-    _print_validation(frame, rows, failed, folder, fmt, groups)
+    _print_validation(frame, rows, failed, folder, fmt, groups, sweep)
     if failed:
         raise typer.Exit(1)
 
@@ -225,12 +228,38 @@ def _group_cells(g) -> list[str]:
             for c in _GROUP_COLS]
 
 
-def _write_validation(folder: Path, frame, rows, groups) -> None:
+def _sweep_line(sweep) -> str:
+    ratios, growth = sweep
+    within = int(ratios["within"].sum())
+    fit = ratios["role"] == "fit"
+    g = growth["rel_error"].abs()
+    return (f"A100 forward sweep (EfficientRollout, Qwen2.5-7B and Llama-3.1-8B): verify / decode within 20 % at "
+            f"{within} of {len(ratios)} points ({int(ratios.loc[fit, 'within'].sum())} / {int(fit.sum())} with a fit "
+            f"row, {int(ratios.loc[~fit, 'within'].sum())} / {int((~fit).sum())} predictions); decode growth from "
+            f"batch 1 to 64 within 10 % at {int((g <= 0.10).sum())} of {len(growth)} (model, prompt) pairs")
+
+
+def _sweep_md(sweep) -> list[str]:
+    ratios, growth = sweep
+    md = ["", "## A100 forward sweep: verify ÷ decode and decode growth", "", _sweep_line(sweep) + ".",
+          "Priced as the sweep runs (one prompt shared by the batch: specsim/calibrate/forward_sweep.py); "
+          "role `fit`: a row of the pair fitted an a100_sxm term (`specsim calibrate a100-sweep`).", "",
+          "| model | batch | prompt | gamma | role | measured | specsim | error % |", "|---|---|---|---|---|---|---|---|"]
+    md += [f"| {r.model} | {r.batch} | {r.seq} | {r.gamma} | {r.role} | {r.measured_ratio:.3f} | "
+           f"{r.priced_ratio:.3f} | {100 * r.rel_error:+.1f} |" for r in ratios.itertuples()]
+    md += ["", "| model | prompt | decode(64) ÷ decode(1) measured | specsim | error % |", "|---|---|---|---|---|"]
+    md += [f"| {r.model} | {r.seq} | {r.measured_growth:.3f} | {r.priced_growth:.3f} | {100 * r.rel_error:+.1f} |"
+           for r in growth.itertuples()]
+    return md
+
+
+def _write_validation(folder: Path, frame, rows, groups, sweep) -> None:
     import pandas as pd
 
     from specsim.atomic import write_csv, write_text
 
     write_csv(folder / "validation.csv", frame)
+    write_csv(folder / "validation_sweep.csv", sweep[0])
     write_csv(folder / "validation_groups.csv", pd.DataFrame([g.as_dict() for g in groups], columns=_GROUP_COLS))
     cols = _VALIDATION_COLS
     md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -238,15 +267,17 @@ def _write_validation(folder: Path, frame, rows, groups) -> None:
     md += ["| " + " | ".join(r[c] for c in cols) + " |" for r in shown]
     md += ["", "## Error by GPU and model", "", "| " + " | ".join(_GROUP_COLS) + " |", "|" + "---|" * len(_GROUP_COLS)]
     md += ["| " + " | ".join(_group_cells(g)) + " |" for g in groups]
+    md += _sweep_md(sweep)
     write_text(folder / "validation.md", "# specsim validate\n\n" + "\n".join(md) + "\n")
 
 
-def _print_validation(frame, rows, failed: int, folder: Path, fmt, groups) -> None:
+def _print_validation(frame, rows, failed: int, folder: Path, fmt, groups, sweep) -> None:
     cols = _VALIDATION_COLS
     shown = [r.display() for r in rows]
     if fmt is Format.json:
         _emit_json({"rows": [r.as_dict() for r in rows], "groups": [g.as_dict() for g in groups], "failed": failed,
-                    "out": str(folder)})
+                    "out": str(folder), "sweep": {"ratios": sweep[0].to_dict(orient="records"),
+                                                  "decode_growth": sweep[1].to_dict(orient="records")}})
     else:
         t = _table("measured vs simulated", *cols, right_from=4)
         for r in shown:
@@ -259,8 +290,9 @@ def _print_validation(frame, rows, failed: int, folder: Path, fmt, groups) -> No
         con.print(gt)
         by_role = ", ".join(f"{role} {int((g['result'] == 'pass').sum())} / {len(g)}"
                             for role, g in frame.groupby("role", sort=True))
+        con.print(_sweep_line(sweep) + " (every point: validation.md, validation_sweep.csv)")
         con.print(f"{len(frame) - failed} of {len(frame)} rows within tolerance ({by_role}); "
-                  f"written to {folder}/validation.csv, validation_groups.csv, .md")
+                  f"written to {folder}/validation.csv, validation_groups.csv, validation_sweep.csv, .md")
 
 
 # `specsim run` and `specsim show scenario` live in cli/run.py, `specsim project` in cli/project.py,

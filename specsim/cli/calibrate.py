@@ -185,7 +185,7 @@ def workload_cmd(
 @handle_errors
 def a100_sweep_cmd(
     write_profile: Annotated[bool, typer.Option(
-        "--write-profile", help="Write β and the multi-token attention term into the a100_sxm profile.")] = False,
+        "--write-profile", help="Write β, the multi-token and the piecewise-graph attention terms into the a100_sxm profile.")] = False,
 ) -> None:
     """Fit a100_sxm's in-situ streaming factor and multi-token attention to EfficientRollout's A100 sweeps."""
     from specsim.calibrate.a100_sweep import fit_a100_sweep
@@ -197,12 +197,18 @@ def a100_sweep_cmd(
     t = mt.term
     _say(f"a100_sxm multi-token attention: {t.s_per_kv_token * 1e9:.2f} ns per cached token per block, "
          f"co-resident speedup {t.coresident_speedup:.3f} ({mt.fit_rows} verify rows of {fit.fit_model} at "
-         f"batch < 8; {t.sms} SMs, {t.tile_rows}-row tiles)\n")
-    _say("every row at both fits (before: at the fitted beta, verify cache attention priced as a decode's):")
+         f"batch < 8; {t.sms} SMs, {t.tile_rows}-row tiles)")
+    _say(f"a100_sxm piecewise-graph attention: {fit.piecewise.piecewise_attention_s * 1e6:.1f} us per layer "
+         f"({fit.piecewise.fit_rows} decode rows of {fit.fit_model} that run cascade attention)\n")
+    _say("every row at the three fits (before: without the piecewise term):")
     _say(fit.summary.to_string(index=False, float_format=lambda v: f"{v:+.3f}"))
     for g in fit.grids:
         _say(f"\n{g.model} {g.mode}: priced / measured - 1 (rows: batch, columns: prompt tokens)")
         _say(g.table.to_string(float_format=lambda v: f"{v:+.3f}"))
+    _say(f"\nverify / decode, measured and priced: {fit.ratios_within()} of {len(fit.ratios)} within 20 %")
+    _say(fit.ratios.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    _say("\ndecode at batch 64 / batch 1, measured and priced:")
+    _say(fit.growth.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if fit.written is not None:
         _say(f"\nwrote {_shown(fit.written)}")
 

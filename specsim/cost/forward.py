@@ -253,6 +253,92 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
                     _ctx_compute=ctx_c * ones, _ctx_memory=ctx_m * ones)
 
 
+#: vLLM V1's cascade-attention rule (vllm/v1/attention/backends/flash_attn.py, `use_cascade_attention`):
+#: a common prefix of at least this many cached tokens, shared by at least this many requests
+CASCADE_MIN_PREFIX_TOKENS = 256
+CASCADE_MIN_REQUESTS = 8
+#: the q and kv tile sizes of that rule's performance model (its "default tile sizes")
+CASCADE_MODEL_TILE = 128
+
+
+def _cdiv(a, b):
+    return np.ceil(np.asarray(a, dtype=float) / b)
+
+
+def uses_cascade_attention(n_seqs, q_per_seq, prefix_tokens, q_heads: float, kv_heads: float, sms: int):
+    """Whether vLLM V1 runs cascade attention for a pass of `n_seqs` requests sharing a cached
+    prefix of `prefix_tokens` (elementwise; heads per GPU). Its rule
+    (vllm/v1/attention/backends/flash_attn.py, `use_cascade_attention`): never below 256 prefix
+    tokens or 8 requests; always when the normal kernel would not run flash decoding (some request
+    brings q > 1 tokens, or one query head per KV head); otherwise (a decode) when its performance
+    model says cascade is faster:
+
+        cascade_time = ceil(q_heads · ceil(n / 128) / sms) · ceil(P / 128)
+        flash_decoding_time = ceil(n · kv_heads · ceil(q_heads / kv_heads / 128) · ceil(P / 128) / sms)
+
+    Cascade attends the shared prefix once for all requests (`shared_prefix_attention_s`)."""
+    n = np.asarray(n_seqs, dtype=float)
+    q = np.asarray(q_per_seq, dtype=float)
+    p = np.asarray(prefix_tokens, dtype=float)
+    group = float(q_heads // kv_heads) if kv_heads > 0 else 1.0
+    base = (p >= CASCADE_MIN_PREFIX_TOKENS) & (n >= CASCADE_MIN_REQUESTS)
+    flash_decoding = (group > 1) & (q <= 1.0)
+    tiles = _cdiv(p, CASCADE_MODEL_TILE)
+    cascade_t = _cdiv(q_heads * _cdiv(n, CASCADE_MODEL_TILE), sms) * tiles
+    fd_t = _cdiv(n * kv_heads * np.ceil(group / CASCADE_MODEL_TILE) * tiles, sms)
+    out = base & (~flash_decoding | (cascade_t < fd_t))
+    return bool(out) if np.ndim(out) == 0 else out
+
+
+def shared_prefix_attention_s(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs, q_per_seq,
+                              prefix_tokens, suffix_tokens, sms: int | None = None, full_graph: bool = True):
+    """Time of the attention over the cache (all layers) of one pass of `n_seqs` sequences that
+    share a cached prefix of `prefix_tokens` (prefix caching: one copy of its KV blocks) and each
+    hold `suffix_tokens` of their own, q_per_seq new tokens each; elementwise. What a sweep that
+    repeats one prompt runs (calibrate/forward_sweep.py); the RL batches the simulator runs hold
+    many prompts, whose common prefix is below the cascade threshold, and are priced by
+    `pass_cost` over their whole contexts.
+
+    Per layer (L = layers reading the whole cache; s, w: hardware.MultiTokenAttentionFit's
+    per-token time and wave factor, its term 0 without that fit; kv_t, fl_t(q): the decode law's
+    KV-streaming and math time per cached token and sequence):
+
+    * cascade (`uses_cascade_attention`, with `sms` = the fit's multiprocessors): the prefix is
+      attended once, as one sequence whose n·q query rows share it (FA2 over block_table[:1]):
+      max(P·s·w(heads · ceil(n·q / tile_rows)), P·kv_t, n·P·fl_t(q)); then each sequence over its
+      suffix, max(S·s·w(n · heads · ceil(q / tile_rows)) [q > 1], n·S·kv_t, n·S·fl_t(q)); plus
+      the fit's piecewise_attention_s (the step leaves its full CUDA graph; not added when
+      `full_graph` is False: a pass that runs piecewise graphs anyway, as EfficientRollout's
+      self-drafter does, changes no graph mode);
+    * otherwise each sequence over its whole context c = P + S, as `pass_cost` prices it:
+      max(c·s·w(n · heads · ceil(q / tile_rows)) [q > 1], n·c·kv_t, n·c·fl_t(q)).
+    """
+    n = np.asarray(n_seqs, dtype=float) / layout.attn_dp
+    q = np.asarray(q_per_seq, dtype=float)
+    p = np.asarray(prefix_tokens, dtype=float)
+    s = np.asarray(suffix_tokens, dtype=float)
+    kf = hw.kernel_fit
+    mt = kf.multi_token_attention if kf is not None else None
+    heads = model.heads / layout.tp
+    kv_heads = max(model.kv_heads / layout.tp, 1.0)
+    kv_t = memory_time_s(model.kv_bytes_per_token_layer(layout.tp, layout.kv_bytes), hw, stream="kv")
+    fl_t = compute_time_s(4 * heads * model.attn_head_dim * q, hw, "bf16")
+    def mtl(seqs, rows, ctx_tokens, on):   # the multi-token law: ctx_tokens per sequence, all sequences
+        per = multi_token_attention_per_ctx_s(hw, seqs, rows, heads, on)
+        return per * seqs * ctx_tokens
+    multi = q > 1.0
+    n_sms = int(sms if sms is not None else (mt.sms if mt is not None else 0))
+    casc = uses_cascade_attention(n, q, p, heads, kv_heads, n_sms) if n_sms > 0 else False
+    # the prefix call brings n·q > 1 query rows as one sequence: never the flash-decoding split
+    prefix = np.maximum(np.maximum(mtl(1.0, n * q, p, True), p * kv_t), n * p * fl_t)
+    suffix = np.maximum(np.maximum(mtl(n, q, s, multi), n * s * kv_t), n * s * fl_t)
+    piecewise = mt.piecewise_attention_s if mt is not None and full_graph else 0.0
+    c = p + s
+    whole = np.maximum(np.maximum(mtl(n, q, c, multi), n * c * kv_t), n * c * fl_t)
+    out = model.kv_layers * np.where(casc, prefix + suffix + piecewise, whole)
+    return float(out) if np.ndim(out) == 0 else out
+
+
 def decode_cost(model, hw, layout, n_seqs) -> PassCost:
     """One decode pass (q=1) of the policy."""
     return pass_cost(model, hw, layout, n_seqs, 1, 1)

@@ -54,7 +54,10 @@ def test_stream_factor_recovered_and_every_row_reported():
     assert set(fit.rows.loc[fit.rows["role"] == "fit", "batch"]) == {1}
     assert (fit.rows.loc[fit.rows["role"] == "fit", "mode"] == "target_decode").all()
     assert fit.rows["rel_error"].abs().max() < 0.02          # every row, fitted or not
-    assert fit.rows["before_rel_error"].median() < -0.03     # a too-fast β prices every row too fast
+    # a too-fast β prices the rows too fast: clearly the batch-1 decodes, where weights stream; barely
+    # where the block time of multi-token or cascade attention (no streaming) dominates a row
+    assert fit.rows.loc[fit.rows["role"] == "fit", "before_rel_error"].max() < -0.03
+    assert fit.rows["before_rel_error"].median() < 0.0
     s = fit.summary()
     assert set(s["mode"]) == {"target_decode", "target_verify", "drafter_decode"}
 
@@ -75,7 +78,10 @@ def test_other_models_are_held_out_never_fitted():
 
 def test_bundled_sweep_reads_and_the_profile_write_keeps_it_loadable(tmp_path):
     df = read_sweep(ROOT / "calibration" / "published" / "efficientrollout_a100_qwen25_7b.csv")
-    assert len(df) == 135 and set(df["mode"]) == {"target_decode", "target_verify", "drafter_decode"}
+    # every decode, verify and draft row at batch >= 1, all gammas (the source lacks two verify rows)
+    assert len(df) == 45 + 4 * 45 + 4 * 45 - 2
+    assert set(df["mode"]) == {"target_decode", "target_verify", "drafter_decode"}
+    assert set(df["gamma"]) == {0, 3, 7, 11, 15}
     fit = fit_stream_factor(df, A100)
     assert fit.beta == pytest.approx(A100.kernel_fit.insitu_stream_factor, abs=2e-3)   # the bundled fit
     prof = tmp_path / "a100_sxm.yaml"

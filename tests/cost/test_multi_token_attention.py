@@ -36,7 +36,7 @@ def test_the_bundled_a100_profile_carries_the_fitted_term_and_the_others_do_not(
     mt = A100.kernel_fit.multi_token_attention
     assert mt is not None and mt.sms == 108 and mt.tile_rows == 64
     assert 5e-9 < mt.s_per_kv_token < 60e-9 and 1.0 <= mt.coresident_speedup <= 2.0
-    assert A100.kernel_fit.provenance["multi_token_attention_fit"]["fit_rows"] == 15
+    assert A100.kernel_fit.provenance["multi_token_attention_fit"]["fit_rows"] == 60   # batch 1, 2, 4 x 5 prompts x 4 gammas
     for name in ("h100_sxm", "h200_sxm", "b200", "gb200"):   # their engines split the cache for any q
         assert load_hardware(name).kernel_fit.multi_token_attention is None, name
 

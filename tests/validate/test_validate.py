@@ -156,8 +156,15 @@ def test_json_keeps_params_as_objects_and_full_precision(tmp_path):
     finally:
         os.chdir(cwd)
     assert r.exit_code in (0, 1), r.output
-    row = json.loads(r.stdout)["rows"][0]
+    doc = json.loads(r.stdout)
+    row = doc["rows"][0]
     assert row["params"] == {"step": 37}
+    # the A100 forward sweep's section rides along: every verify ÷ decode point and decode growth
+    assert len(doc["sweep"]["ratios"]) == 46 and len(doc["sweep"]["decode_growth"]) == 10
+    assert {"measured_ratio", "priced_ratio", "rel_error", "role"} <= set(doc["sweep"]["ratios"][0])
+    md = (tmp_path / "o" / "validation.md").read_text()
+    assert "## A100 forward sweep: verify ÷ decode and decode growth" in md and md.count("| held-out |") == 23
+    assert (tmp_path / "o" / "validation_sweep.csv").is_file()
     exact = validate([f])[0].simulated          # the library's value, bit for bit
     assert row["simulated"] == exact and round(exact, 4) != exact
     assert row["error_pct"] == pytest.approx(100 * (exact - 3.0) / 3.0, rel=1e-12)
