@@ -463,7 +463,7 @@ def _gpus_per_node(doc: dict, where: str, num) -> int:
 
 #: `kernel_fit:` (written by `specsim calibrate kernels`, YAML units): what each block may hold
 #: and the bounds of its numbers, as _BOUNDS (lo, hi, lower end closed, unit). Generous physical
-#: ranges around what the calibration fits (calibrate/kernel_fit.py: latencies within 1 ms, m_half
+#: ranges around what the calibration fits (calibrate/kernels/terms.py: latencies within 1 ms, m_half
 #: within 10^5 tokens): a 10-second GEMM launch or a 200 % efficiency is a typo, not a GPU.
 KERNEL_FIT_KEYS = ("gemm", "decode_attention", "moe", "moe_shapes", "insitu_stream_factor", "multi_token_attention",
                    "provenance")

@@ -23,9 +23,9 @@ Commands (``specsim --help``, ``specsim COMMAND --help``):
 What the commands report is computed by library functions that return data: :mod:`specsim.explain.show`
 (show model/drafter/lengths), :mod:`specsim.explain.check` (check), :mod:`specsim.study.runner` (run, show
 scenario), :mod:`specsim.study.projection` (project), :mod:`specsim.validate.run` (validate),
-:mod:`specsim.calibrate` (calibrate traces; kernels: :mod:`specsim.calibrate.describe`; workload:
-:mod:`specsim.calibrate.workload_run`; a100-sweep: :mod:`specsim.calibrate.a100_sweep`;
-acceptance-shape: :mod:`specsim.calibrate.acceptance_shape`). Errors, shared options and output
+:mod:`specsim.calibrate` (calibrate traces; kernels: :mod:`specsim.calibrate.kernels.describe`; workload:
+:mod:`specsim.calibrate.workload.run`; a100-sweep: :mod:`specsim.calibrate.a100_sweep`;
+acceptance-shape: :mod:`specsim.calibrate.acceptance.shape`). Errors, shared options and output
 helpers are in :mod:`specsim.cli.common`: bad input prints one ``error: ...`` paragraph to stderr
 and exits 2 — never a traceback; a bug prints ``internal error: ...`` and exits 1.
 

@@ -3,13 +3,13 @@ options, call the calibration library (which computes and returns data) and prin
 
     specsim calibrate traces TRACES... --hardware H [--model M] [--drafter K] [--out FILE]
         a profile's efficiency factors (and acceptance, lengths) fitted to traces
-        (:func:`specsim.calibrate.calibrate`)
+        (:func:`specsim.calibrate.traces.calibrate`)
     specsim calibrate kernels [--source aiconfigurator] [--system S] [--backend B] [--out DIR]
         the profiles' kernel laws and engine overheads fitted to measured kernel tables
-        (:func:`specsim.calibrate.describe.kernel_calibration_info`)
+        (:func:`specsim.calibrate.kernels.describe.kernel_calibration_info`)
     specsim calibrate workload [--targets F] [--dry-run] [--write-profile] [--max-nfev N]
         a target file's `fit:` block (default: the 8B workloads and trainer efficiencies) fitted to
-        the published stage times (:func:`specsim.calibrate.workload_run.run_workload_fit`)
+        the published stage times (:func:`specsim.calibrate.workload.run.run_workload_fit`)
     specsim calibrate a100-sweep [--write-profile]
         a100_sxm's in-situ streaming factor and multi-token attention fitted to EfficientRollout's
         forward-pass sweeps (:func:`specsim.calibrate.a100_sweep.fit_a100_sweep`)
@@ -18,7 +18,7 @@ options, call the calibration library (which computes and returns data) and prin
         (:func:`specsim.workload.acceptance.engine_metrics.read_acceptance_metrics`)
     specsim calibrate acceptance-shape [--write] [--sensitivity]
         the EAGLE-3 acceptance shape fitted to published acceptance curves
-        (:func:`specsim.calibrate.acceptance_shape.fit_acceptance_shape`)
+        (:func:`specsim.calibrate.acceptance.shape.fit_acceptance_shape`)
     specsim calibrate collect --out TRACE [--model M] [--device cuda] [--batches ...] [--tiny] ...
         a kernel trace measured on this machine's GPU (torch; :func:`specsim.calibrate.collect.collector.collect_trace`)
 
@@ -81,7 +81,7 @@ def traces_cmd(
 ) -> None:
     """Fit a hardware profile's efficiency factors (and acceptance, lengths) to traces."""
     from specsim.atomic import output_path
-    from specsim.calibrate import calibrate
+    from specsim.calibrate.traces import calibrate
 
     if not traces:
         raise _bad_option("traces", [], "one or more trace files (CSV or JSONL)")
@@ -118,7 +118,7 @@ def kernels_cmd(
 ) -> None:
     """Fit the profiles' kernel laws and engine overheads to measured kernel tables."""
     from specsim.atomic import output_folder
-    from specsim.calibrate.describe import kernel_calibration_info
+    from specsim.calibrate.kernels.describe import kernel_calibration_info
 
     with contextlib.ExitStack() as stack:
         if out is not None:   # the one output guard (resolved, marked, locked), before any work
@@ -156,7 +156,7 @@ def workload_cmd(
     max_nfev: Annotated[int, typer.Option("--max-nfev", help="Simulations per stage at most (least_squares).")] = 40,
 ) -> None:
     """Fit a workload's unknowns and trainer efficiencies to published stage times; write them back."""
-    from specsim.calibrate.workload_run import DEFAULT_TARGETS, run_workload_fit
+    from specsim.calibrate.workload.run import DEFAULT_TARGETS, run_workload_fit
 
     if max_nfev < 1:
         raise _bad_option("--max-nfev", max_nfev, ">= 1 simulation per stage")
@@ -209,7 +209,7 @@ def a100_sweep_cmd(
 
 # ============================================================================ calibrate acceptance-shape
 def _fmt_c(c: float | None) -> str:
-    from specsim.calibrate.acceptance_shape import C_MAX
+    from specsim.calibrate.acceptance.shape import C_MAX
 
     if c is None:
         return "inf"
@@ -223,7 +223,7 @@ def acceptance_shape_cmd(
     sensitivity: Annotated[bool, typer.Option("--sensitivity", help="Refit leaving out one source at a time.")] = False,
 ) -> None:
     """Fit one EAGLE-3 acceptance shape (heterogeneity c, position decay d) to published acceptance curves."""
-    from specsim.calibrate.acceptance_shape import fit_acceptance_shape
+    from specsim.calibrate.acceptance.shape import fit_acceptance_shape
 
     rep = fit_acceptance_shape(with_sensitivity=sensitivity, write=write)
     best = rep.best

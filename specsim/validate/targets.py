@@ -177,7 +177,7 @@ class TargetFile(_Strict):
     source: str = Field(min_length=1)
     hardware: str = Field(min_length=1)
     targets: list[TargetRow] = Field(min_length=1)
-    fit: dict[str, Any] | None = None   # the workload fit's parameter block (specsim.calibrate.workload_fit)
+    fit: dict[str, Any] | None = None   # the workload fit's parameter block (specsim.calibrate.workload.fit)
 
 
 def _pydantic_to_spec(exc: ValidationError, path: Path, doc: Any) -> SpecError:

@@ -1,7 +1,7 @@
 """`specsim calibrate` is one typer sub-app: traces, kernels, workload, a100-sweep, acceptance-shape.
 
 The commands parse and print; the library functions they call return data
-(specsim/calibrate/workload_run.py, a100_sweep.py, acceptance_shape.py). The workload fit of the
+(specsim/calibrate/workload/run.py, a100_sweep.py, acceptance_shape.py). The workload fit of the
 bundled 8B targets takes minutes, so `calibrate workload` is run here on a one-parameter synthetic
 target file whose scenario is a copy in a temporary folder (a real run would rewrite the bundled
 scenarios). Bad input exits 2 with one `error: ...` paragraph and no traceback.
@@ -103,7 +103,7 @@ def test_calibrate_workload_dry_run_prints_the_fit_and_writes_nothing(tmp_path):
 
 
 def test_run_workload_fit_writes_the_fitted_field_with_the_command(tmp_path):
-    from specsim.calibrate.workload_run import COMMAND, fit_command, run_workload_fit
+    from specsim.calibrate.workload.run import COMMAND, fit_command, run_workload_fit
     from specsim.scenario import load_scenario
 
     targets, scen = _fit_targets(tmp_path)

@@ -1,4 +1,4 @@
-"""`specsim validate` and its target schema; the workload fit (specsim/calibrate/workload_fit.py).
+"""`specsim validate` and its target schema; the workload fit (specsim/calibrate/workload/fit.py).
 
 Bad target files and options exit 2 with one error naming file, field and value (issue 15 row 13);
 defaults are found from the package, not the cwd; JSON keeps params as objects and values at full
@@ -14,8 +14,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from specsim.calibrate.workload_fit import fit_file
-from specsim.calibrate.write_back import rewrite_yaml_fields, scenario_updates
+from specsim.calibrate.workload.fit import fit_file
+from specsim.calibrate.workload.write_back import rewrite_yaml_fields, scenario_updates
 from specsim.cli.app import app
 from specsim.errors import SpecError
 from specsim.scenario import load_scenario
@@ -303,8 +303,8 @@ def test_sd_overhead_parameters_go_through_a_profile_copy_and_back(tmp_path):
     (a different value changes the SD run) and --write-profile writes it into the profile's block."""
     import shutil
 
-    from specsim.calibrate.workload_fit import Applier, FitParameter, FitResult, StageResult
-    from specsim.calibrate.write_back import write_profile_values
+    from specsim.calibrate.workload.fit import Applier, FitParameter, FitResult, StageResult
+    from specsim.calibrate.workload.write_back import write_profile_values
     from specsim.catalog.hardware import load_hardware
 
     prof = tmp_path / "gb200_copy.yaml"
@@ -318,7 +318,7 @@ def test_sd_overhead_parameters_go_through_a_profile_copy_and_back(tmp_path):
              "source": "[S] synthetic"}]
     f = _fit_doc(tmp_path, [p], rows)
     ap = Applier([FitParameter(**p)], Path(f), tmp_path)
-    from specsim.calibrate.workload_fit import simulate_rows
+    from specsim.calibrate.workload.fit import simulate_rows
     from specsim.validate.run import load_targets as lt
 
     t = lt([f])
@@ -335,7 +335,7 @@ def test_sd_overhead_parameters_go_through_a_profile_copy_and_back(tmp_path):
 def test_bundled_8b_fit_block_is_determined_and_every_parameter_pinned():
     """The 8B fit's parameters (without running it): each pinned by fit rows that are AR stage
     rows (or the k=3 SD generation rows for stage `sd`), never more parameters than rows."""
-    from specsim.calibrate.workload_fit import load_fit_block
+    from specsim.calibrate.workload.fit import load_fit_block
 
     f = DEFAULT_TARGET_DIR / "nemo_rl_8b.yaml"
     block = load_fit_block(f)
@@ -381,7 +381,7 @@ def test_engine_speedup_metric_reports_the_configured_tau_under_heterogeneity():
 def test_vllm_bs1_sweep_fits_the_short_drafts_and_predicts_the_long_ones():
     """calibration/targets/vllm_eagle3_bs1.yaml: the two h100 SD overheads are pinned by the
     K = 2, 3, 4 rows only, K = 5, 6, 7 are predictions, and the fit block is determined."""
-    from specsim.calibrate.workload_fit import load_fit_block
+    from specsim.calibrate.workload.fit import load_fit_block
 
     f = DEFAULT_TARGET_DIR / "vllm_eagle3_bs1.yaml"
     block = load_fit_block(f)
@@ -402,7 +402,7 @@ def test_vllm_bs1_sweep_fits_the_short_drafts_and_predicts_the_long_ones():
 def test_show_hardware_reports_which_sd_costs_are_fitted():
     """`specsim show hardware` lists the SD-cost block with sources: h100_sxm's two SD overheads are
     fitted (vLLM #20780), a GPU without SD timings (h200_sxm) still lists both as priors."""
-    from specsim.calibrate.describe import hardware_info
+    from specsim.calibrate.kernels.describe import hardware_info
 
     h100 = hardware_info("h100_sxm")
     step = next(r for r in h100["sd_costs"] if r["parameter"] == "sd_step_overhead_ms")

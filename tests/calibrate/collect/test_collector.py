@@ -15,7 +15,7 @@ from specsim.calibrate.traces.io import read_kernel_trace
 from specsim.cli.app import app
 from specsim.errors import SpecError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_importing_specsim_and_the_collector_imports_no_torch():

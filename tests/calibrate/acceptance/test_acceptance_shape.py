@@ -1,6 +1,6 @@
 """The EAGLE-3 acceptance shape: per-position rates, and its fit on published curves.
 
-specsim/calibrate/acceptance_shape.py (`specsim calibrate acceptance-shape`) fits one Beta
+specsim/calibrate/acceptance/shape.py (`specsim calibrate acceptance-shape`) fits one Beta
 concentration c and position decay d on published per-position / tau-by-k curves with the
 simulator's own acceptance math (specsim/workload/acceptance/population.py). These tests hold the
 math to its identities, check that the fit recovers a known shape from synthetic curves, that the
@@ -16,12 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specsim.calibrate import acceptance_shape as FIT
+from specsim.calibrate.acceptance import shape as FIT
 from specsim.errors import SpecError
 from specsim.workload.acceptance.drafter import DrafterAcceptance
 from specsim.workload.acceptance.population import beta_nodes, reported_position_rates, reported_tau, reported_taus
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @settings(max_examples=40, deadline=None)

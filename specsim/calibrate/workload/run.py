@@ -8,8 +8,8 @@ write the fitted values back (`specsim calibrate workload`; this module computes
 
 One command, reproducible (deterministic simulator, fixed seeds, starts from the priors in the
 target file's `fit:` block, caches nothing). What is fitted to what, and why: calibration/README.md,
-"Calibration discipline". The fit itself is :mod:`specsim.calibrate.workload_fit`, the write-back
-:mod:`specsim.calibrate.write_back`; this module runs one after the other (:func:`run_workload_fit`).
+"Calibration discipline". The fit itself is :mod:`specsim.calibrate.workload.fit`, the write-back
+:mod:`specsim.calibrate.workload.write_back`; this module runs one after the other (:func:`run_workload_fit`).
 Fitted `hardware.*` parameters (the SD overheads) are written into the scenarios' hardware profile
 only with `write_profile`, and never on a dry run.
 """
@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specsim.calibrate.workload_fit import FitResult, fit_file
-from specsim.calibrate.write_back import field_comments, write_profile_values, write_scenarios
+from specsim.calibrate.workload.fit import FitResult, fit_file
+from specsim.calibrate.workload.write_back import field_comments, write_profile_values, write_scenarios
 from specsim.validate.targets import REPO_ROOT
 
-#: the repository root (specsim/calibrate/workload_run.py -> ../..): the target files live there
+#: the repository root (specsim/calibrate/workload/run.py -> ../..): the target files live there
 ROOT = REPO_ROOT   # a source checkout: calibration/ and scenarios/ beside the package
 DEFAULT_TARGETS = ROOT / "calibration" / "targets" / "nemo_rl_8b.yaml"
 COMMAND = "specsim calibrate workload"

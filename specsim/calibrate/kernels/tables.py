@@ -13,7 +13,7 @@ Gotchas handled here (each named where it is handled):
 * `moe_perf` rows come at several token `distribution`s; `balanced` spreads the T·topk routed
   tokens evenly over the experts (every expert busy once T·topk >= E: the h100/h200 tables are
   flat in T from T = E/topk on, where uniform random routing would still hit more experts), so
-  the MoE fit counts the experts it touches as min(E, T·topk) (kernel_fit.fit_moe).
+  the MoE fit counts the experts it touches as min(E, T·topk) (terms.fit_moe).
 * a TPOT row measured on engine version v is priced with the kernel tables of the same backend
   at the version nearest v (`table_path(..., near=v)`), per family: MoE kernels differ by version.
 * gb200 collective tables stop at 4 GPUs.

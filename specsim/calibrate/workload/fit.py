@@ -180,7 +180,7 @@ class Applier:
             doc[block] = section
             if block == "efficiency" and key not in section:
                 raise SpecError(f"fit parameter hardware.{dotted}", key, f"an efficiency key of {hw.path} ({sorted(section)})")
-            section[key] = {"value": v, "source": "specsim.calibrate.workload_fit fit in progress"}
+            section[key] = {"value": v, "source": "specsim.calibrate.workload.fit fit in progress"}
         self._n += 1
         out = self.tmp / f"{hw.name}_fit{self._n}.yaml"
         out.write_text(dump_yaml(doc, sort_keys=False))

@@ -31,9 +31,9 @@ import yaml
 from specsim import inputs
 from specsim.atomic import dump_yaml
 from specsim.atomic import write_text
-from specsim.calibrate import engine_overhead as eo
-from specsim.calibrate import kernel_tables as kt
-from specsim.calibrate.kernels import SystemFit, fit_system, provenance
+from specsim.calibrate.kernels import engine_overhead as eo
+from specsim.calibrate.kernels import tables as kt
+from specsim.calibrate.kernels.system import SystemFit, fit_system, provenance
 from specsim.catalog.hardware import PROFILE_DIR, load_hardware
 from specsim.errors import SpecError
 
@@ -252,7 +252,7 @@ def write_fitted_profile(fit: SystemFit, cal: KernelCalibration, out_dir: Path, 
                                    "fit_rows": int((ov.rows["role"] == "fit").sum()),
                                    "held_out_rows": int((ov.rows["role"] == "held-out").sum()),
                                    "fit_excluded_rows": int((ov.rows["role"] == "fit-excluded").sum()),
-                                   "prefill": "priced as closed-loop mixed steps (calibrate/tpot_model.py), not fitted",
+                                   "prefill": "priced as closed-loop mixed steps (calibrate/kernels/tpot_model.py), not fitted",
                                    "insitu_stream_factor": kept["how"] if "insitu_stream_fit" in prov else (
                                        f"fitted with the overheads ({how}): every fitted streaming efficiency "
                                        "(GEMM weights, MoE experts, decode-attention KV) times this factor, "

@@ -1,6 +1,6 @@
 """`specsim calibrate kernels`: fit a profile's roofline terms to measured kernels.
 
-One call per system fits (kernel_fit.py): GEMM efficiency vs m and weight-streaming bandwidth for
+One call per system fits (terms.py): GEMM efficiency vs m and weight-streaming bandwidth for
 bf16 and fp8 math, decode-attention KV bandwidth vs KV length and batch, MoE grouped-GEMM
 efficiency vs tokens per expert (the cross-shape law, plus a per-shape fit on the rows of each
 catalog MoE shape the table measured: one law across every shape of a table misprices a given
@@ -18,8 +18,8 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specsim.calibrate import kernel_fit as kf
-from specsim.calibrate import kernel_tables as kt
+from specsim.calibrate.kernels import terms as kf
+from specsim.calibrate.kernels import tables as kt
 from specsim.catalog.hardware import GemmFit, HardwareSpec, KernelFit, load_hardware, moe_shape_key
 from specsim.catalog.models import list_models, load_model
 from specsim.errors import SpecError

@@ -53,7 +53,7 @@ from specsim.workload.acceptance.population import (
     reported_taus,
 )
 
-#: the repository root (specsim/calibrate/acceptance_shape.py -> ../..): the curve table and the
+#: the repository root (specsim/calibrate/acceptance/shape.py -> ../..): the curve table and the
 #: scenarios are read from and written into the checkout, as the calibration always has been
 ROOT = REPO_ROOT   # a source checkout: calibration/ and scenarios/ beside the package
 CURVES_CSV = ROOT / "calibration/published/acceptance_curves.csv"
