@@ -12,20 +12,18 @@ Commands (``specsim --help``, ``specsim COMMAND --help``):
     specsim run SCENARIO          [--set path=value ...] [--out DIR] [--jobs N]        (cli/run.py)
     specsim project SCENARIO      [--set path=value ...] [--replicates N] [--format table|json]
                                                                                       (cli/project.py)
-    specsim validate [TARGETS...] [--tolerance T] [--out DIR] [--format table|json]
+    specsim validate [TARGETS...] [--calibration DIR] [--tolerance T] [--out DIR] [--format table|json]
     specsim calibrate traces TRACES... --hardware H [--model M] [--drafter K] [--out FILE]
     specsim calibrate kernels     [--source aiconfigurator] [--system S] [--backend B] [--out DIR]
-    specsim calibrate workload    [--targets F] [--dry-run] [--write-profile] [--max-nfev N]
-    specsim calibrate a100-sweep  [--write-profile]
+    specsim calibrate workload    [--targets F] [--calibration DIR] [--dry-run] [--write-profile] [--max-nfev N]
+    specsim calibrate a100-sweep  [--calibration DIR] [--write-profile]
     specsim calibrate acceptance METRICS [--format json]
-    specsim calibrate acceptance-shape [--write] [--sensitivity]                      (cli/calibrate.py)
 
 What the commands report is computed by library functions that return data: :mod:`specsim.explain.show`
 (show model/drafter/lengths), :mod:`specsim.explain.check` (check), :mod:`specsim.study.runner` (run, show
 scenario), :mod:`specsim.study.projection` (project), :mod:`specsim.validate.run` (validate),
 :mod:`specsim.calibrate` (calibrate traces; kernels: :mod:`specsim.calibrate.kernels.describe`; workload:
-:mod:`specsim.calibrate.workload.run`; a100-sweep: :mod:`specsim.calibrate.a100_sweep`;
-acceptance-shape: :mod:`specsim.calibrate.acceptance.shape`). Errors, shared options and output
+:mod:`specsim.calibrate.workload.run`; a100-sweep: :mod:`specsim.calibrate.a100_sweep`). Errors, shared options and output
 helpers are in :mod:`specsim.cli.common`: bad input prints one ``error: ...`` paragraph to stderr
 and exits 2 — never a traceback; a bug prints ``internal error: ...`` and exits 1.
 
@@ -49,7 +47,7 @@ from specsim.cli import plan as cli_plan
 from specsim.cli import project as cli_project
 from specsim.cli import run as cli_run
 from specsim.cli.calibrate import calibrate_app
-from specsim.cli.common import CatalogOpt, Format, FormatOpt, SetOpt, handle_errors, use_catalog
+from specsim.cli.common import CalibrationOpt, CatalogOpt, Format, FormatOpt, SetOpt, handle_errors, use_catalog
 from specsim.cli.show import show_app
 
 # the command bodies' short names for the shared helpers
@@ -185,8 +183,10 @@ def check(
 @app.command("validate")
 @handle_errors
 def validate_cmd(
-    targets: Annotated[list[str] | None, typer.Argument(help="Target YAML files (default: calibration/targets/*.yaml).")] = None,
+    targets: Annotated[list[str] | None, typer.Argument(help="Target YAML files or folders (default: the targets/*.yaml "
+                                                             "of the calibration folder).")] = None,
     tolerance: Annotated[float | None, typer.Option("--tolerance", help="Override every row's relative tolerance.")] = None,
+    calibration: CalibrationOpt = None,
     out: Annotated[str, typer.Option("--out", help="Folder for validation.csv and validation.md (new, empty or "
                                                    "written by specsim; others only with --force).")] = "results/validation",
     force: Annotated[bool, typer.Option("--force", help="Write into a non-empty --out folder specsim did not write.")] = False,
@@ -197,11 +197,13 @@ def validate_cmd(
 
     from specsim.atomic import output_folder
     from specsim.validate.run import error_summary, validate
+    from specsim.validate.targets import target_files
 
     if tolerance is not None and not tolerance > 0:
         raise _bad_option("--tolerance", tolerance, "a relative tolerance > 0")
+    files = [str(f) for f in target_files(targets, calibration)]   # the default found before any folder is written
     with output_folder(out, "--out", force=force) as folder:   # the one output guard, before any work
-        rows = validate(targets, tolerance)
+        rows = validate(files, tolerance)
         frame = pd.DataFrame([r.as_dict() for r in rows])
         groups = error_summary(rows)
         _write_validation(folder, frame, rows, groups)

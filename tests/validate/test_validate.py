@@ -20,9 +20,10 @@ from specsim.cli.app import app
 from specsim.errors import SpecError
 from specsim.scenario import load_scenario
 from specsim.validate.run import load_targets, validate
-from specsim.validate.targets import DEFAULT_TARGET_DIR
+from specsim.validate.targets import find_calibration_dir
 
 ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_TARGET_DIR = ROOT / "calibration" / "targets"
 S7B = str(ROOT / "scenarios" / "7b_h100_sync.yaml")
 S8B = str(ROOT / "scenarios" / "8b_rl_zero_sync.yaml")
 # a small 8B workload: a few hundred sequences, short responses (each pipeline run well under a second)
@@ -111,13 +112,32 @@ def test_tolerance_override_must_be_finite_and_bounded(tmp_path, tol):
 
 
 # ----------------------------------------------------------------------------- defaults and output
-def test_defaults_found_from_another_directory(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_defaults_found_from_the_working_directory_up(monkeypatch):
+    """The default targets are the calibration folder's, found walking up from the working directory
+    (here a subfolder of the checkout), never from where the package is installed."""
+    monkeypatch.chdir(ROOT / "scenarios")
+    assert find_calibration_dir() == DEFAULT_TARGET_DIR.parent
     targets = load_targets()
     assert DEFAULT_TARGET_DIR.is_dir() and {Path(t.file).parent for t in targets} == {DEFAULT_TARGET_DIR}
     assert all(Path(t.scenario_path).is_file() for t in targets)
     ids = [t.id for t in targets]
     assert len(ids) == len(set(ids))
+
+
+def test_no_calibration_folder_is_one_error_and_writes_nothing(tmp_path, monkeypatch):
+    """From a folder with no calibration/ above it: exit 2, one error naming --calibration and the
+    folder searched, and no --out folder created; --calibration (or the files) makes it work."""
+    monkeypatch.chdir(tmp_path)
+    err = bad("validate", "--out", str(tmp_path / "o"))
+    assert "--calibration" in err and "no calibration/ folder" in err and str(tmp_path) in err
+    assert not (tmp_path / "o").exists()
+    err = bad("validate", "--calibration", str(tmp_path / "missing"), "--out", str(tmp_path / "o"))
+    assert "--calibration" in err and "missing" in err
+    assert {t.file for t in load_targets(calibration=ROOT / "calibration")} == \
+        {str(f) for f in DEFAULT_TARGET_DIR.glob("*.yaml")}
+    (tmp_path / "calibration" / "targets").mkdir(parents=True)   # found, but empty: says so
+    with pytest.raises(SpecError, match="a folder holding target YAML files"):
+        load_targets()
 
 
 def test_bundled_targets_have_roles_and_fit_rows_name_their_parameters():
