@@ -115,7 +115,8 @@ def traces_cmd(
 @handle_errors
 def kernels_cmd(
     source: Annotated[str, typer.Option("--source", help="Kernel tables fitted: aiconfigurator (aiconfigurator-core).")] = "aiconfigurator",
-    system: Annotated[str, typer.Option("--system", help="h100_sxm, h200_sxm, b200_sxm, gb200, a100_sxm or all.")] = "all",
+    system: Annotated[str, typer.Option("--system", help="A profile's kernel-table system (its `kernel_tables.system`, "
+                                                      "e.g. h200_sxm) or all.")] = "all",
     backend: Annotated[str, typer.Option("--backend", help="Engine whose kernel tables are fitted.")] = "vllm",
     out: Annotated[str | None, typer.Option("--out", help="Write the fitted profiles into this folder (new, empty "
                                                          "or written by specsim; others only with --force).")] = None,

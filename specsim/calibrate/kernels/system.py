@@ -150,10 +150,9 @@ def fit_system(system: str, backend: str = "vllm", hw: HardwareSpec | None = Non
     (TPOT rows measured on that version). `moe.fp8` is the block-scaled kernel (per-tensor where
     no block rows exist); `moe.fp8_tensor` and `gemm.fp8_block`, fitted where both variants exist,
     price TPOT rows whose engine ran that variant (`for_quant`); not written into a profile."""
-    if system not in kt.SYSTEMS:
-        raise SpecError("--system", system, f"one of {list(kt.SYSTEMS)} or 'all'")
+    kt.check_system(system)
     data = kt.data_root(root)
-    hw = hw or load_hardware(kt.PROFILE_OF[system])
+    hw = hw or load_hardware(kt.systems()[system])
     terms: dict[str, kf.TermFit] = {}
     notes: list[str] = []
     gemm, src = kt.read_table(data, system, "gemm", backend, "gemm_perf", version)

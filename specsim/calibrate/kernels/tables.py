@@ -27,14 +27,38 @@ from pathlib import Path
 import pandas as pd
 
 from specsim import inputs
+from specsim.catalog.hardware import list_hardware, load_hardware
 from specsim.errors import SpecError
 
 PACKAGE = "aiconfigurator-core"
 PACKAGE_VERSION = "0.12.0"
-SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm", "gb200", "a100_sxm")
-#: specsim profile name of each system
-PROFILE_OF = {"h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm", "b200_sxm": "b200", "gb200": "gb200", "a100_sxm": "a100_sxm"}
 _ELEM_BYTES = {"half": 2, "bfloat16": 2, "float16": 2, "fp16": 2, "int8": 1, "fp8": 1, "float32": 4}
+
+
+def systems() -> dict[str, str]:
+    """The package's system folder -> bundled profile name, for each bundled profile whose
+    `kernel_tables.system` names one (catalog/hardware.KernelTables), in profile-name order."""
+    out = {}
+    for name in list_hardware():
+        tables = load_hardware(name).kernel_tables
+        if tables is not None:
+            out[tables.system] = name
+    return out
+
+
+def check_system(system: str) -> str:
+    """`system` if a bundled profile names it (`--system`), else a SpecError listing those that do."""
+    if system not in systems():
+        raise SpecError("--system", system, f"one of {list(systems())} or 'all'")
+    return system
+
+
+def system_of(profile: str | None) -> str | None:
+    """The system folder of a bundled profile (None: none, or no `kernel_tables:` block)."""
+    if profile is None:
+        return None
+    tables = load_hardware(profile).kernel_tables
+    return None if tables is None else tables.system
 
 
 def data_root(root: str | Path | None = None) -> Path:
