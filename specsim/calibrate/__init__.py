@@ -1,53 +1,22 @@
-"""Calibration: fit hardware efficiencies, drafter acceptance and response lengths to traces.
+"""Calibration: fit the simulator's free terms to measurements, one pipeline per folder.
 
-Nothing here knows any published number. A hardware profile's efficiency factors are *fitted*
-to measured traces (calibration/README.md, "Fit procedure"); published results are validation
-targets (calibration/targets/) that a fitted profile must reproduce, never inputs.
+Nothing here knows any published number or any dataset's location: every pipeline takes the files
+it fits as arguments (the CLI discovers the defaults from the working directory's `calibration/`
+folder, specsim.validate.targets.find_calibration_dir). Published results are validation targets
+(calibration/targets/) that a fit must reproduce, never inputs. The recipes that know one
+published dataset live beside their data, in calibration/recipes/ (docs/calibration.md).
 
-Hardware (:func:`fit_hardware`). Unknowns, with bounds:
-    compute, memory, comm in [0.05, 1]          achieved fraction of peak (roofline, collectives)
-    step_overhead_s, per_seq_overhead_s,         fixed engine-step time, per running sequence,
-    draft_overhead_s >= 0                        per draft pass
-Each kernel-trace row (one measured forward pass) is predicted by the cost model,
-`pass_cost(model, hw', layout, batch, q, logits)` at total context batch*ctx_per_seq -- decode and
-verify with logits for every new token, prefill with one logit per sequence (for uniform prompts
-this equals `prefill_time_s` exactly), draft rows by `draft_cost` of the drafter -- and carries no
-scheduler overhead. Each engine-trace row (one engine step) is predicted by
-`step_cost(model, drafter, hw', layout, active_batch, k).time_s(total_context_tokens)`, which adds
-the three overheads. The residual of a row is ln(predicted / measured); scipy's bounded
-`least_squares` (trust-region reflective, soft-L1 loss with a 10 % scale so a few outlier steps do
-not drag the fit) minimises them jointly over every row. A parameter the data cannot determine
-keeps its prior and is reported "not fitted", with the reason:
-    comm               no row with tp, ep or pp > 1, or collectives too small to matter
-    step_overhead_s    no engine rows (kernel rows have no scheduler overhead)
-    per_seq_overhead_s engine rows at fewer than two batch sizes
-    draft_overhead_s   no engine rows with k > 0 (or only n-gram drafting)
-    compute / memory   no row's time depends on it (e.g. every op memory-bound)
-    train_mfu          never (kernel and engine traces do not time training)
-Standard errors come from the Jacobian at the optimum; relative residuals are pred/meas - 1.
+    traces/      the trace fit (`specsim calibrate traces`): efficiency factors, acceptance and
+                 lengths fitted to kernel / engine / lengths / stage traces; the trace formats
+    kernels/     the kernel-table fit (`specsim calibrate kernels`): roofline terms fitted to
+                 measured kernel tables, engine overheads to measured TPOT rows; `show hardware`
+    workload/    the workload fit (`specsim calibrate workload`): a target file's `fit:` block
+                 fitted to published stage times by simulating, and written back
+    acceptance/  the acceptance-shape fit: one Beta concentration and position decay fitted to
+                 published acceptance curves (run by calibration/recipes/acceptance_shape.py)
+    collect/     the collector (`specsim calibrate collect`): kernel traces timed on this GPU
+    forward_sweep.py, a100_sweep.py   in-engine forward-pass sweeps (`specsim calibrate a100-sweep`)
 
-Acceptance (:func:`fit_acceptance`): per speculative step tau = tokens_emitted / active_batch;
-tau(alpha, k, decay) = 1 + sum_j alpha^j decay^(j(j-1)/2) (workload.acceptance) is fitted by
-weighted least squares (weight = active_batch) across all k; the position decay is fitted only
-when at least two k values are present. With an `rl_step` column spanning >= 3 steps, staleness
-alpha(v) = floor + (alpha0 - floor) exp(-rate v) (v = rl_step) is fitted jointly.
-
-Lengths (:func:`fit_lengths`): a thin wrapper over :func:`specsim.workload.lengths.fit`.
+The pipelines share no code beyond the trace formats (traces/schema.py, io.py), which the
+collector writes and the trace fit reads.
 """
-from specsim.calibrate.acceptance_fit import AcceptanceFit, fit_acceptance, fit_lengths
-from specsim.calibrate.common import PARAMS
-from specsim.calibrate.hardware_fit import HardwareFit, drop_confounded, fit_hardware  # noqa: F401 (tests)
-from specsim.calibrate.profile import write_calibrated_profile
-from specsim.calibrate.reporting import CalibrationReport, calibrate
-
-__all__ = [
-    "PARAMS",
-    "AcceptanceFit",
-    "CalibrationReport",
-    "HardwareFit",
-    "calibrate",
-    "fit_acceptance",
-    "fit_hardware",
-    "fit_lengths",
-    "write_calibrated_profile",
-]

@@ -100,7 +100,7 @@ class MultiTokenAttentionFit:
     coresident_speedup: an SM's throughput with two blocks resident over one (fitted; the kernel's
     80 KB of shared memory per block fits two on an A100 SM). The pass takes the larger of this and
     the KV-streaming time of the decode law. Fitted on measured verify timings
-    (calibrate/forward_sweep.fit_multi_token_attention); None: the decode law prices every pass
+    (calibrate/kernels/forward_sweep.fit_multi_token_attention); None: the decode law prices every pass
     (the other profiles' engines pack a KV head's query heads into one tile for any q: an
     assumption, with no q > 1 timings of those GPUs to test it).
 
@@ -111,7 +111,7 @@ class MultiTokenAttentionFit:
     attention, bypass checking full cudagraphs"), and cascade attention runs three kernels per
     layer (prefix, suffix, merge_attn_states; vllm/v1/attention/backends/flash_attn.py
     `cascade_attention`). Fitted on decode timings that run cascade attention
-    (calibrate/forward_sweep.fit_piecewise_attention); 0 where not fitted. Priced by
+    (calibrate/kernels/forward_sweep.fit_piecewise_attention); 0 where not fitted. Priced by
     cost/forward.shared_prefix_attention_s only: the simulator's RL batches hold many prompts, so
     their common prefix is below vLLM's 256-token cascade threshold.
     """
@@ -195,6 +195,23 @@ class KernelFit:
 
 
 @dataclass(frozen=True)
+class KernelTables:
+    """Where a GPU's measured kernel tables are and whose engine fit it borrows: a profile's
+    `kernel_tables:` block, read by `specsim calibrate kernels` (calibrate/kernels/report.py).
+
+    system: aiconfigurator-core's folder of this GPU's tables (`systems/data/<system>/`).
+    sibling: the profile of the same chip in another package (b200 <-> gb200, h100 <-> h200): its
+      same-backend overheads predict this GPU's held-out TPOT rows when it has no fit rows.
+    overhead_donors: profiles whose vLLM overhead fit this GPU's profile takes, first that
+      determines the step overhead, when it has no vLLM TPOT fit of its own.
+    """
+
+    system: str
+    sibling: str | None = None
+    overhead_donors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class HardwareSpec:
     """One GPU type and its interconnect. Bandwidths are per GPU; NVLink per direction."""
 
@@ -224,6 +241,11 @@ class HardwareSpec:
     # the trainer's host time of one layer pass, and the extra of an MoE layer's (`trainer:` block)
     train_layer_overhead_s: float = 0.0
     train_moe_layer_overhead_s: float = 0.0
+    # how a CUDA device name names this GPU (`device_names`: substrings, e.g. "H100"; `specsim
+    # calibrate collect` picks the profile whose longest name the device's contains), and where its
+    # measured kernel tables are (`kernel_tables:`, KernelTables); neither enters any cost
+    device_names: tuple[str, ...] = field(default=(), compare=False)
+    kernel_tables: KernelTables | None = field(default=None, compare=False)
 
     def flops_per_s(self, dtype: str) -> float:
         """Peak dense FLOP/s for a math dtype; 4-bit weights run W4A16 at the bf16 rate."""
@@ -307,7 +329,8 @@ def resolve_profile_path(name_or_path: str) -> Path:
 #: * trainer.*_overhead_ms [0, 1,000] ms per layer pass (fitted values: ~5 ms).
 PROFILE_KEYS = ("name", "description", "peak_dense_tflops", "hbm_gb", "hbm_tbps", "nvlink_gbps_per_direction",
                 "nvlink_domain_gpus", "scaleout_gbit_per_s", "collective_latency_us", "efficiency", "kernel_fit",
-                "sd_costs", "calibration", "host_link_gbps_per_direction", "trainer", "gpus_per_node")   # calibration: provenance a calibrated copy records (not read)
+                "sd_costs", "calibration", "host_link_gbps_per_direction", "trainer", "gpus_per_node",
+                "device_names", "kernel_tables")   # calibration: provenance a calibrated copy records (not read)
 _BOUNDS = {
     "peak_dense_tflops": (1.0, 5e4, True, "TFLOP/s"), "hbm_gb": (4.0, 4096.0, True, "GB"),
     "hbm_tbps": (0.1, 100.0, True, "TB/s"), "nvlink_gbps_per_direction": (10.0, 1e4, True, "GB/s"),
@@ -326,6 +349,9 @@ _BOUNDS = {
 #: the optional `trainer:` block: host-side time of one layer pass of the training framework
 TRAINER_KEYS = ("layer_overhead_ms", "moe_layer_overhead_ms")
 _LATENCY_KEYS = ("nvlink", "scaleout", "nvlink_oneshot")
+#: the optional `kernel_tables:` block (KernelTables)
+KERNEL_TABLES_KEYS = ("system", "sibling", "overhead_donors")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _ENTRY_KEYS = ("value", "source")
 
 
@@ -462,7 +488,32 @@ def _parse_profile(where: str, data: bytes) -> HardwareSpec:
         gpus_per_node=_gpus_per_node(doc, where, num) if "gpus_per_node" in doc else None,
         train_layer_overhead_s=trainer["layer_overhead_ms"],
         train_moe_layer_overhead_s=trainer["moe_layer_overhead_ms"],
+        device_names=_names(doc.get("device_names", []), "device_names", where),
+        kernel_tables=_kernel_tables(doc["kernel_tables"], where) if "kernel_tables" in doc else None,
     )
+
+
+def _name(value, field_name: str, where: str) -> str:
+    """A short name: letters, digits, `_ . -` (a profile, a GPU, a table folder)."""
+    if not isinstance(value, str) or not _NAME_RE.match(value):
+        raise SpecError(field_name, value, "a name of letters, digits, '_', '.' or '-' (1-64 characters)", where)
+    return value
+
+
+def _names(value, field_name: str, where: str) -> tuple[str, ...]:
+    """A list of short names, e.g. `device_names: [H100]`."""
+    if not isinstance(value, list):
+        raise SpecError(field_name, value, "a list of names of letters, digits, '_', '.' or '-'", where)
+    return tuple(_name(v, f"{field_name}[{i}]", where) for i, v in enumerate(value))
+
+
+def _kernel_tables(block, where: str) -> KernelTables:
+    """`kernel_tables: {system, sibling?, overhead_donors?}` (KernelTables)."""
+    block = _block(block, "kernel_tables", KERNEL_TABLES_KEYS, "system, sibling, overhead_donors", where)
+    sibling = block.get("sibling")
+    return KernelTables(_name(block.get("system"), "kernel_tables.system", where),
+                        None if sibling is None else _name(sibling, "kernel_tables.sibling", where),
+                        _names(block.get("overhead_donors", []), "kernel_tables.overhead_donors", where))
 
 
 def _gpus_per_node(doc: dict, where: str, num) -> int:
@@ -475,7 +526,7 @@ def _gpus_per_node(doc: dict, where: str, num) -> int:
 
 #: `kernel_fit:` (written by `specsim calibrate kernels`, YAML units): what each block may hold
 #: and the bounds of its numbers, as _BOUNDS (lo, hi, lower end closed, unit). Generous physical
-#: ranges around what the calibration fits (calibrate/kernel_fit.py: latencies within 1 ms, m_half
+#: ranges around what the calibration fits (calibrate/kernels/terms.py: latencies within 1 ms, m_half
 #: within 10^5 tokens): a 10-second GEMM launch or a 200 % efficiency is a typo, not a GPU.
 KERNEL_FIT_KEYS = ("gemm", "decode_attention", "moe", "moe_shapes", "insitu_stream_factor", "multi_token_attention",
                    "provenance")

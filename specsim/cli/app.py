@@ -12,20 +12,18 @@ Commands (``specsim --help``, ``specsim COMMAND --help``):
     specsim run SCENARIO          [--set path=value ...] [--out DIR] [--jobs N]        (cli/run.py)
     specsim project SCENARIO      [--set path=value ...] [--replicates N] [--format table|json]
                                                                                       (cli/project.py)
-    specsim validate [TARGETS...] [--tolerance T] [--out DIR] [--format table|json]
+    specsim validate [TARGETS...] [--calibration DIR] [--tolerance T] [--out DIR] [--format table|json]
     specsim calibrate traces TRACES... --hardware H [--model M] [--drafter K] [--out FILE]
     specsim calibrate kernels     [--source aiconfigurator] [--system S] [--backend B] [--out DIR]
-    specsim calibrate workload    [--targets F] [--dry-run] [--write-profile] [--max-nfev N]
-    specsim calibrate a100-sweep  [--write-profile]
+    specsim calibrate workload    [--targets F] [--calibration DIR] [--dry-run] [--write-profile] [--max-nfev N]
+    specsim calibrate a100-sweep  [--calibration DIR] [--write-profile]
     specsim calibrate acceptance METRICS [--format json]
-    specsim calibrate acceptance-shape [--write] [--sensitivity]                      (cli/calibrate.py)
 
 What the commands report is computed by library functions that return data: :mod:`specsim.explain.show`
 (show model/drafter/lengths), :mod:`specsim.explain.check` (check), :mod:`specsim.study.runner` (run, show
 scenario), :mod:`specsim.study.projection` (project), :mod:`specsim.validate.run` (validate),
-:mod:`specsim.calibrate` (calibrate traces; kernels: :mod:`specsim.calibrate.describe`; workload:
-:mod:`specsim.calibrate.workload_run`; a100-sweep: :mod:`specsim.calibrate.a100_sweep`;
-acceptance-shape: :mod:`specsim.calibrate.acceptance_shape`). Errors, shared options and output
+:mod:`specsim.calibrate` (calibrate traces; kernels: :mod:`specsim.calibrate.kernels.describe`; workload:
+:mod:`specsim.calibrate.workload.run`; a100-sweep: :mod:`specsim.calibrate.kernels.a100_sweep`). Errors, shared options and output
 helpers are in :mod:`specsim.cli.common`: bad input prints one ``error: ...`` paragraph to stderr
 and exits 2 — never a traceback; a bug prints ``internal error: ...`` and exits 1.
 
@@ -49,7 +47,7 @@ from specsim.cli import plan as cli_plan
 from specsim.cli import project as cli_project
 from specsim.cli import run as cli_run
 from specsim.cli.calibrate import calibrate_app
-from specsim.cli.common import CatalogOpt, Format, FormatOpt, SetOpt, handle_errors, use_catalog
+from specsim.cli.common import CalibrationOpt, CatalogOpt, Format, FormatOpt, SetOpt, handle_errors, use_catalog
 from specsim.cli.show import show_app
 
 # the command bodies' short names for the shared helpers
@@ -185,8 +183,10 @@ def check(
 @app.command("validate")
 @handle_errors
 def validate_cmd(
-    targets: Annotated[list[str] | None, typer.Argument(help="Target YAML files (default: calibration/targets/*.yaml).")] = None,
+    targets: Annotated[list[str] | None, typer.Argument(help="Target YAML files or folders (default: the targets/*.yaml "
+                                                             "of the calibration folder).")] = None,
     tolerance: Annotated[float | None, typer.Option("--tolerance", help="Override every row's relative tolerance.")] = None,
+    calibration: CalibrationOpt = None,
     out: Annotated[str, typer.Option("--out", help="Folder for validation.csv and validation.md (new, empty or "
                                                    "written by specsim; others only with --force).")] = "results/validation",
     force: Annotated[bool, typer.Option("--force", help="Write into a non-empty --out folder specsim did not write.")] = False,
@@ -197,16 +197,20 @@ def validate_cmd(
 
     from specsim.atomic import output_folder
     from specsim.validate.run import error_summary, validate
+    from specsim.calibrate.kernels.a100_sweep import sweep_comparison
+    from specsim.validate.targets import calibration_dir_if_any, find_calibration_dir, target_files
 
     if tolerance is not None and not tolerance > 0:
         raise _bad_option("--tolerance", tolerance, "a relative tolerance > 0")
-    from specsim.calibrate.a100_sweep import sweep_comparison
-
+    files = [str(f) for f in target_files(targets, calibration)]   # the default found before any folder is written
+    # the A100 forward sweep (a kernel-level section) needs the calibration folder's published sweeps: skipped
+    # when the user's own target files are validated outside a checkout
+    cal_dir = find_calibration_dir(calibration) if not targets or calibration else calibration_dir_if_any()
     with output_folder(out, "--out", force=force) as folder:   # the one output guard, before any work
-        rows = validate(targets, tolerance)
+        rows = validate(files, tolerance)
         frame = pd.DataFrame([r.as_dict() for r in rows])
         groups = error_summary(rows)
-        sweep = sweep_comparison()   # the A100 forward sweep, priced as it runs (a kernel-level section)
+        sweep = None if cal_dir is None else sweep_comparison(root=cal_dir.parent)
         _write_validation(folder, frame, rows, groups, sweep)
     failed = int((frame["result"] != "pass").sum())
     _print_validation(frame, rows, failed, folder, fmt, groups, sweep)
@@ -242,7 +246,7 @@ def _sweep_line(sweep) -> str:
 def _sweep_md(sweep) -> list[str]:
     ratios, growth = sweep
     md = ["", "## A100 forward sweep: verify ÷ decode and decode growth", "", _sweep_line(sweep) + ".",
-          "Priced as the sweep runs (one prompt shared by the batch: specsim/calibrate/forward_sweep.py); "
+          "Priced as the sweep runs (one prompt shared by the batch: specsim/calibrate/kernels/forward_sweep.py); "
           "role `fit`: a row of the pair fitted an a100_sxm term (`specsim calibrate a100-sweep`).", "",
           "| model | batch | prompt | gamma | role | measured | specsim | error % |", "|---|---|---|---|---|---|---|---|"]
     md += [f"| {r.model} | {r.batch} | {r.seq} | {r.gamma} | {r.role} | {r.measured_ratio:.3f} | "
@@ -259,7 +263,8 @@ def _write_validation(folder: Path, frame, rows, groups, sweep) -> None:
     from specsim.atomic import write_csv, write_text
 
     write_csv(folder / "validation.csv", frame)
-    write_csv(folder / "validation_sweep.csv", sweep[0])
+    if sweep is not None:
+        write_csv(folder / "validation_sweep.csv", sweep[0])
     write_csv(folder / "validation_groups.csv", pd.DataFrame([g.as_dict() for g in groups], columns=_GROUP_COLS))
     cols = _VALIDATION_COLS
     md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -267,7 +272,7 @@ def _write_validation(folder: Path, frame, rows, groups, sweep) -> None:
     md += ["| " + " | ".join(r[c] for c in cols) + " |" for r in shown]
     md += ["", "## Error by GPU and model", "", "| " + " | ".join(_GROUP_COLS) + " |", "|" + "---|" * len(_GROUP_COLS)]
     md += ["| " + " | ".join(_group_cells(g)) + " |" for g in groups]
-    md += _sweep_md(sweep)
+    md += _sweep_md(sweep) if sweep is not None else []
     write_text(folder / "validation.md", "# specsim validate\n\n" + "\n".join(md) + "\n")
 
 
@@ -276,8 +281,9 @@ def _print_validation(frame, rows, failed: int, folder: Path, fmt, groups, sweep
     shown = [r.display() for r in rows]
     if fmt is Format.json:
         _emit_json({"rows": [r.as_dict() for r in rows], "groups": [g.as_dict() for g in groups], "failed": failed,
-                    "out": str(folder), "sweep": {"ratios": sweep[0].to_dict(orient="records"),
-                                                  "decode_growth": sweep[1].to_dict(orient="records")}})
+                    "out": str(folder), "sweep": None if sweep is None else {
+                        "ratios": sweep[0].to_dict(orient="records"),
+                        "decode_growth": sweep[1].to_dict(orient="records")}})
     else:
         t = _table("measured vs simulated", *cols, right_from=4)
         for r in shown:
@@ -290,7 +296,8 @@ def _print_validation(frame, rows, failed: int, folder: Path, fmt, groups, sweep
         con.print(gt)
         by_role = ", ".join(f"{role} {int((g['result'] == 'pass').sum())} / {len(g)}"
                             for role, g in frame.groupby("role", sort=True))
-        con.print(_sweep_line(sweep) + " (every point: validation.md, validation_sweep.csv)")
+        if sweep is not None:
+            con.print(_sweep_line(sweep) + " (every point: validation.md, validation_sweep.csv)")
         con.print(f"{len(frame) - failed} of {len(frame)} rows within tolerance ({by_role}); "
                   f"written to {folder}/validation.csv, validation_groups.csv, validation_sweep.csv, .md")
 

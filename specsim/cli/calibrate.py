@@ -1,30 +1,30 @@
-"""`specsim calibrate traces|kernels|workload|a100-sweep|acceptance|acceptance-shape|collect`: typer commands that parse
+"""`specsim calibrate traces|kernels|workload|a100-sweep|acceptance|collect`: typer commands that parse
 options, call the calibration library (which computes and returns data) and print.
 
     specsim calibrate traces TRACES... --hardware H [--model M] [--drafter K] [--out FILE]
         a profile's efficiency factors (and acceptance, lengths) fitted to traces
-        (:func:`specsim.calibrate.calibrate`)
+        (:func:`specsim.calibrate.traces.calibrate`)
     specsim calibrate kernels [--source aiconfigurator] [--system S] [--backend B] [--out DIR]
         the profiles' kernel laws and engine overheads fitted to measured kernel tables
-        (:func:`specsim.calibrate.describe.kernel_calibration_info`)
-    specsim calibrate workload [--targets F] [--dry-run] [--write-profile] [--max-nfev N]
-        a target file's `fit:` block (default: the 8B workloads and trainer efficiencies) fitted to
-        the published stage times (:func:`specsim.calibrate.workload_run.run_workload_fit`)
-    specsim calibrate a100-sweep [--write-profile]
+        (:func:`specsim.calibrate.kernels.describe.kernel_calibration_info`)
+    specsim calibrate workload [--targets F] [--calibration DIR] [--dry-run] [--write-profile] [--max-nfev N]
+        a target file's `fit:` block (default: the calibration folder's 8B workloads and trainer
+        efficiencies) fitted to the published stage times (:func:`specsim.calibrate.workload.run.run_workload_fit`)
+    specsim calibrate a100-sweep [--calibration DIR] [--write-profile]
         a100_sxm's in-situ streaming factor and multi-token attention fitted to EfficientRollout's
-        forward-pass sweeps (:func:`specsim.calibrate.a100_sweep.fit_a100_sweep`)
+        forward-pass sweeps (:func:`specsim.calibrate.kernels.a100_sweep.fit_a100_sweep`)
     specsim calibrate acceptance METRICS [--format json]
         τ and k from a vLLM / SGLang spec-decode metrics file (Prometheus, JSON, log)
         (:func:`specsim.workload.acceptance.engine_metrics.read_acceptance_metrics`)
-    specsim calibrate acceptance-shape [--write] [--sensitivity]
-        the EAGLE-3 acceptance shape fitted to published acceptance curves
-        (:func:`specsim.calibrate.acceptance_shape.fit_acceptance_shape`)
     specsim calibrate collect --out TRACE [--model M] [--device cuda] [--batches ...] [--tiny] ...
         a kernel trace measured on this machine's GPU (torch; :func:`specsim.calibrate.collect.collector.collect_trace`)
 
 :mod:`specsim.cli.app` adds :data:`calibrate_app` to its app as ``specsim calibrate``. Errors and
 shared options come from :mod:`specsim.cli.common`: bad input prints one ``error: ...`` paragraph
-and exits 2.
+and exits 2. The data files a command reads by default are found in the calibration folder of the
+working directory or a folder above it (--calibration names another;
+:func:`specsim.validate.targets.find_calibration_dir`). The EAGLE-3 acceptance-shape fit is a recipe
+beside its data: ``python calibration/recipes/acceptance_shape.py`` (docs/calibration.md).
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ from typing import Annotated
 import typer
 
 from specsim.cli import common
-from specsim.cli.common import Format, FormatOpt, handle_errors
-from specsim.validate.targets import REPO_ROOT
+from specsim.cli.common import CalibrationOpt, Format, FormatOpt, handle_errors
+from specsim.errors import SpecError
+from specsim.validate.targets import find_calibration_dir
 
 # the command bodies' short names for the shared helpers
 _bad_option, _console, _emit_json, _table = common.bad_option, common.console, common.emit_json, common.table
@@ -47,8 +48,8 @@ _bad_option, _console, _emit_json, _table = common.bad_option, common.console, c
 __all__ = ["calibrate_app"]
 
 calibrate_app = typer.Typer(
-    help="Fit the hardware profiles, workloads and acceptance shape to measurements (traces, kernel tables, "
-         "published stage times, forward-pass sweeps, acceptance curves).",
+    help="Fit the hardware profiles and workloads to measurements (traces, kernel tables, published stage "
+         "times, forward-pass sweeps).",
     no_args_is_help=True, rich_markup_mode=None)
 
 
@@ -57,13 +58,18 @@ def _say(text: str = "") -> None:
     _console().print(text, markup=False, highlight=False, soft_wrap=True)
 
 
-_REPO = REPO_ROOT
-
-
 def _shown(path: str | Path) -> str:
-    """`path` relative to the repository root when it lies below it (calibration/..., scenarios/...)."""
-    p = Path(path).resolve()
-    return str(p.relative_to(_REPO)) if p.is_relative_to(_REPO) else str(path)
+    """`path` relative to the working directory when it lies below it (calibration/..., specsim/...)."""
+    p, here = Path(path).resolve(), Path.cwd().resolve()
+    return str(p.relative_to(here)) if p.is_relative_to(here) else str(path)
+
+
+def _found_calibration() -> Path | None:
+    """The calibration folder found from the working directory, or None (it is optional there)."""
+    try:
+        return find_calibration_dir()
+    except SpecError:
+        return None
 
 
 # ============================================================================ calibrate traces
@@ -81,7 +87,7 @@ def traces_cmd(
 ) -> None:
     """Fit a hardware profile's efficiency factors (and acceptance, lengths) to traces."""
     from specsim.atomic import output_path
-    from specsim.calibrate import calibrate
+    from specsim.calibrate.traces import calibrate
 
     if not traces:
         raise _bad_option("traces", [], "one or more trace files (CSV or JSONL)")
@@ -109,7 +115,8 @@ def traces_cmd(
 @handle_errors
 def kernels_cmd(
     source: Annotated[str, typer.Option("--source", help="Kernel tables fitted: aiconfigurator (aiconfigurator-core).")] = "aiconfigurator",
-    system: Annotated[str, typer.Option("--system", help="h100_sxm, h200_sxm, b200_sxm, gb200, a100_sxm or all.")] = "all",
+    system: Annotated[str, typer.Option("--system", help="A profile's kernel-table system (its `kernel_tables.system`, "
+                                                      "e.g. h200_sxm) or all.")] = "all",
     backend: Annotated[str, typer.Option("--backend", help="Engine whose kernel tables are fitted.")] = "vllm",
     out: Annotated[str | None, typer.Option("--out", help="Write the fitted profiles into this folder (new, empty "
                                                          "or written by specsim; others only with --force).")] = None,
@@ -118,7 +125,7 @@ def kernels_cmd(
 ) -> None:
     """Fit the profiles' kernel laws and engine overheads to measured kernel tables."""
     from specsim.atomic import output_folder
-    from specsim.calibrate.describe import kernel_calibration_info
+    from specsim.calibrate.kernels.describe import kernel_calibration_info
 
     with contextlib.ExitStack() as stack:
         if out is not None:   # the one output guard (resolved, marked, locked), before any work
@@ -149,19 +156,24 @@ def kernels_cmd(
 @handle_errors
 def workload_cmd(
     targets: Annotated[str | None, typer.Option(
-        "--targets", help="Target file with a `fit:` block (default: calibration/targets/nemo_rl_8b.yaml).")] = None,
+        "--targets", help="Target file with a `fit:` block (default: the calibration folder's "
+                          "targets/nemo_rl_8b.yaml).")] = None,
+    calibration: CalibrationOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Fit and print only; write no scenario.")] = False,
     write_profile: Annotated[bool, typer.Option(
         "--write-profile", help="Also write fitted hardware.* parameters (the SD overheads) into the scenarios' profile.")] = False,
     max_nfev: Annotated[int, typer.Option("--max-nfev", help="Simulations per stage at most (least_squares).")] = 40,
 ) -> None:
     """Fit a workload's unknowns and trainer efficiencies to published stage times; write them back."""
-    from specsim.calibrate.workload_run import DEFAULT_TARGETS, run_workload_fit
+    from specsim.calibrate.workload.run import DEFAULT_TARGETS, run_workload_fit
 
     if max_nfev < 1:
         raise _bad_option("--max-nfev", max_nfev, ">= 1 simulation per stage")
+    # the folder of the defaults: needed without --targets, used to shorten the written command with it
+    cal = find_calibration_dir(calibration) if targets is None or calibration is not None else _found_calibration()
     t0 = time.perf_counter()
-    run = run_workload_fit(targets or DEFAULT_TARGETS, dry_run=dry_run, write_profile=write_profile, max_nfev=max_nfev)
+    run = run_workload_fit(targets or cal / DEFAULT_TARGETS, calibration=cal, dry_run=dry_run,
+                           write_profile=write_profile, max_nfev=max_nfev)
     for s in run.result.stages:
         _say(f"\nstage {s.name}: " + (s.skipped or f"{len(s.params)} parameters, {len(s.rows)} rows, "
                                       f"Jacobian rank {s.rank}, {s.nfev} evaluations"))
@@ -186,11 +198,14 @@ def workload_cmd(
 def a100_sweep_cmd(
     write_profile: Annotated[bool, typer.Option(
         "--write-profile", help="Write β, the multi-token and the piecewise-graph attention terms into the a100_sxm profile.")] = False,
+    calibration: CalibrationOpt = None,
 ) -> None:
-    """Fit a100_sxm's in-situ streaming factor and multi-token attention to EfficientRollout's A100 sweeps."""
-    from specsim.calibrate.a100_sweep import fit_a100_sweep
+    """Fit a100_sxm's in-situ streaming factor and multi-token attention to EfficientRollout's A100 sweeps
+    (the calibration folder's published/efficientrollout_a100_*.csv)."""
+    from specsim.calibrate.kernels.a100_sweep import fit_a100_sweep
 
-    fit = fit_a100_sweep(write_profile=write_profile)
+    root = find_calibration_dir(calibration).parent   # the sweeps are read as <root>/calibration/published/...
+    fit = fit_a100_sweep(write_profile=write_profile, root=root)
     st, mt = fit.stream, fit.multi_token
     _say(f"a100_sxm in-situ streaming factor: {st.beta:.4f} (before: {st.beta_before:.4f}; "
          f"{st.fit_rows} fit rows of {fit.fit_model}; the other models' rows held out)")
@@ -211,46 +226,6 @@ def a100_sweep_cmd(
     _say(fit.growth.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if fit.written is not None:
         _say(f"\nwrote {_shown(fit.written)}")
-
-
-# ============================================================================ calibrate acceptance-shape
-def _fmt_c(c: float | None) -> str:
-    from specsim.calibrate.acceptance_shape import C_MAX
-
-    if c is None:
-        return "inf"
-    return f"{c:.4g}" if c < 0.99 * C_MAX else f">={C_MAX:.0e}"
-
-
-@calibrate_app.command("acceptance-shape")
-@handle_errors
-def acceptance_shape_cmd(
-    write: Annotated[bool, typer.Option("--write", help="Write the fitted shape into the EAGLE-3 scenarios.")] = False,
-    sensitivity: Annotated[bool, typer.Option("--sensitivity", help="Refit leaving out one source at a time.")] = False,
-) -> None:
-    """Fit one EAGLE-3 acceptance shape (heterogeneity c, position decay d) to published acceptance curves."""
-    from specsim.calibrate.acceptance_shape import fit_acceptance_shape
-
-    rep = fit_acceptance_shape(with_sensitivity=sensitivity, write=write)
-    best = rep.best
-    _say(f"{len(rep.curves)} curves, {best.n_points} points ({_shown(rep.curves_path)})\n")
-    _say(f"{'variant':36s} {'c':>8s} {'d':>7s} {'SSE':>9s} {'RMS':>7s} {'BIC':>8s}")
-    for f in rep.fits:
-        _say(f"{f.variant:36s} {_fmt_c(f.c):>8s} {f.d:7.4f} {f.sse:9.5f} {f.rms:7.4f} {f.bic:8.1f}")
-    _say(f"\nchosen (lowest BIC among shaped variants): {best.variant}: c = {_fmt_c(best.c)}, d = {best.d:.4f}\n")
-    _say("per-curve residuals (model - published), chosen shape:")
-    for cv, m, r in zip(rep.curves, best.means, best.residuals):
-        _say(f"  {cv.name:28s} {cv.metric:13s} m={m:.4f}  " + " ".join(f"{x:+.3f}" for x in r))
-    _say("\ntau(k), k = 1..8, for the configured 8B taus at k = 3 (old: c = 8, d = 1):")
-    for row in rep.tau_rows:
-        _say(f"  {row.label} {row.shape}: " + " ".join(f"{t:.3f}" for t in row.taus)
-             + f"   tau5/tau3 {row.tau5_over_tau3:.3f}  tau7/tau3 {row.tau7_over_tau3:.3f}")
-    if sensitivity:
-        _say("\nleave one source out (chosen variant):")
-        for s in rep.sensitivity:
-            _say(f"  without {s.url}: c = {_fmt_c(s.c)}, d = {s.d:.4f}, Think tau5/tau3 {s.think_tau5_over_tau3:.3f}")
-    for p in rep.written:
-        _say(f"wrote {_shown(p)}")
 
 
 # ============================================================================ calibrate collect

@@ -189,6 +189,10 @@ SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", "-s", metavar="PATH=VALUE",
     help="Override a scenario field, e.g. --set speculation.k=5 or --set 'sweep.speculation.k=[0,3]' (repeatable).")]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+CalibrationOpt = Annotated[str | None, typer.Option(
+    "--calibration", metavar="DIR",
+    help="The calibration data folder (targets/, published/) whose files are the defaults (default: the first "
+         "calibration/ folder in the working directory or a folder above it).")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Write into a non-empty --out folder specsim did not write "
                                                        "(or one holding another scenario's results, which are "
                                                        "discarded).")]

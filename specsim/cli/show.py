@@ -127,7 +127,7 @@ def show_hardware(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Peaks, fitted terms with their fit quality, and what is still a prior."""
-    from specsim.calibrate.describe import hardware_info
+    from specsim.calibrate.kernels.describe import hardware_info
 
     info = hardware_info(name)
     if fmt is Format.json:

@@ -295,7 +295,7 @@ def shared_prefix_attention_s(model: ModelSpec, hw: HardwareSpec, layout: Parall
     """Time of the attention over the cache (all layers) of one pass of `n_seqs` sequences that
     share a cached prefix of `prefix_tokens` (prefix caching: one copy of its KV blocks) and each
     hold `suffix_tokens` of their own, q_per_seq new tokens each; elementwise. What a sweep that
-    repeats one prompt runs (calibrate/forward_sweep.py); the RL batches the simulator runs hold
+    repeats one prompt runs (calibrate/kernels/forward_sweep.py); the RL batches the simulator runs hold
     many prompts, whose common prefix is below the cascade threshold, and are priced by
     `pass_cost` over their whole contexts.
 

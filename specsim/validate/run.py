@@ -44,7 +44,6 @@ from specsim.sim.common import EngineWork
 from specsim.sim.engine import run_fast
 from specsim.sim.pipeline import run_pipeline
 from specsim.validate.targets import (
-    DEFAULT_TARGET_DIR,
     METRICS,
     TargetRow,
     check_tolerance,
@@ -55,7 +54,7 @@ from specsim.validate.targets import (
 from specsim.world.resolve import resolve
 from specsim.policy import Off, SDPolicy, policy_class
 
-__all__ = ["DEFAULT_TARGET_DIR", "METRICS", "ErrorGroup", "Target", "ValidationRow", "error_summary", "load_targets",
+__all__ = ["METRICS", "ErrorGroup", "Target", "ValidationRow", "error_summary", "load_targets",
            "simulate_target", "validate"]
 
 STAGE_FIELD = {"data": "data_s", "generation": "generation_s", "logprob": "logprob_s", "training": "train_s",
@@ -164,11 +163,12 @@ def _ov(arm: dict) -> str:
     return "(" + ", ".join(f"{k}={v}" for k, v in ov.items()) + ")" if ov else ""
 
 
-def load_targets(paths: list[str] | None = None) -> list[Target]:
-    """Read target files (default: the bundled calibration/targets/*.yaml); ids must be unique."""
+def load_targets(paths: list[str] | None = None, calibration: str | Path | None = None) -> list[Target]:
+    """Read target files (default: the calibration folder's targets/*.yaml, targets.target_files);
+    ids must be unique."""
     out: list[Target] = []
     seen: dict[str, str] = {}
-    for f in target_files(paths):
+    for f in target_files(paths, calibration):
         doc = load_target_file(f)
         for i, row in enumerate(doc.targets):
             if row.id in seen:
@@ -350,10 +350,11 @@ def simulate_target(t: Target, runs: Runs) -> tuple[float, float | None, float |
 
 
 def validate(paths: list[str] | None = None, tolerance: float | None = None,
-             only: list[str] | None = None) -> list[ValidationRow]:
-    """Simulate every target (or those whose id is in `only`); `tolerance` overrides every row's."""
+             only: list[str] | None = None, calibration: str | Path | None = None) -> list[ValidationRow]:
+    """Simulate every target (or those whose id is in `only`); `tolerance` overrides every row's.
+    No `paths`: the targets of the calibration folder (`calibration`, or found from the working directory)."""
     tol = check_tolerance(tolerance)
-    targets = load_targets(paths)
+    targets = load_targets(paths, calibration)
     if only is not None:
         unknown = sorted(set(only) - {t.id for t in targets})
         if unknown:

@@ -34,9 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from specsim import inputs
 from specsim.errors import SpecError
 
-# Where the bundled targets live: <repo>/calibration/targets (found from the package, not the cwd).
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_TARGET_DIR = REPO_ROOT / "calibration" / "targets"
+#: the data folder `specsim validate` and `specsim calibrate` look for, from the working directory up
+CALIBRATION_FOLDER = "calibration"
 MAX_TOLERANCE = 10.0   # a relative tolerance above 1000 % checks nothing
 
 
@@ -177,7 +176,7 @@ class TargetFile(_Strict):
     source: str = Field(min_length=1)
     hardware: str = Field(min_length=1)
     targets: list[TargetRow] = Field(min_length=1)
-    fit: dict[str, Any] | None = None   # the workload fit's parameter block (specsim.calibrate.workload_fit)
+    fit: dict[str, Any] | None = None   # the workload fit's parameter block (specsim.calibrate.workload.fit)
 
 
 def _pydantic_to_spec(exc: ValidationError, path: Path, doc: Any) -> SpecError:
@@ -222,12 +221,45 @@ def resolve_scenario_path(scenario: str, target_file: Path) -> Path:
                     str(target_file))
 
 
-def target_files(paths: list[str] | None) -> list[Path]:
-    """The given files (a folder means its *.yaml), or the bundled calibration/targets/*.yaml."""
+def find_calibration_dir(given: str | Path | None = None, start: str | Path | None = None) -> Path:
+    """The calibration data folder (targets/, published/, traces/ of a specsim checkout).
+
+    `given` (the commands' --calibration option) must be an existing folder. Otherwise the first
+    `calibration/` folder in `start` (default: the working directory) or a folder above it: the data
+    belongs to the checkout or project the command runs in, never to where the package is installed
+    (an installed wheel carries no calibration data). Neither: a SpecError naming the folder searched.
+    """
+    if given is not None:
+        p = Path(given)
+        if not p.is_dir():
+            raise SpecError("--calibration", str(given), "an existing calibration folder (holding targets/, "
+                            "published/)", "the command line")
+        return p.resolve()
+    here = Path(start if start is not None else Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / CALIBRATION_FOLDER).is_dir():
+            return folder / CALIBRATION_FOLDER
+    raise SpecError("--calibration", str(here), f"a calibration folder: there is no {CALIBRATION_FOLDER}/ folder in "
+                    "the working directory or any folder above it; run from a specsim checkout, or pass "
+                    "--calibration DIR (or the input files themselves)", "the command line")
+
+
+def calibration_dir_if_any(start: str | Path | None = None) -> Path | None:
+    """The calibration folder found from `start` (find_calibration_dir's search), or None."""
+    try:
+        return find_calibration_dir(None, start)
+    except SpecError:
+        return None
+
+
+def target_files(paths: list[str] | None, calibration: str | Path | None = None) -> list[Path]:
+    """The given files (a folder means its *.yaml), or else the targets/*.yaml of the calibration
+    folder (`calibration`, or the one found from the working directory: find_calibration_dir)."""
     if not paths:
-        files = sorted(DEFAULT_TARGET_DIR.glob("*.yaml"))
+        folder = find_calibration_dir(calibration) / "targets"
+        files = sorted(folder.glob("*.yaml"))
         if not files:
-            raise SpecError("targets", str(DEFAULT_TARGET_DIR), "a folder holding target YAML files")
+            raise SpecError("targets", str(folder), "a folder holding target YAML files")
         return files
     out: list[Path] = []
     for p in map(Path, paths):

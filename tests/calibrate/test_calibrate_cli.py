@@ -1,7 +1,8 @@
-"""`specsim calibrate` is one typer sub-app: traces, kernels, workload, a100-sweep, acceptance-shape.
+"""`specsim calibrate` is one typer sub-app: traces, kernels, workload, a100-sweep (and collect, acceptance).
 
 The commands parse and print; the library functions they call return data
-(specsim/calibrate/workload_run.py, a100_sweep.py, acceptance_shape.py). The workload fit of the
+(specsim/calibrate/workload/run.py, a100_sweep.py). The data they read by default is found in the
+calibration folder of the working directory or above it (--calibration names another). The workload fit of the
 bundled 8B targets takes minutes, so `calibrate workload` is run here on a one-parameter synthetic
 target file whose scenario is a copy in a temporary folder (a real run would rewrite the bundled
 scenarios). Bad input exits 2 with one `error: ...` paragraph and no traceback.
@@ -19,7 +20,7 @@ from specsim.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
-SUBCOMMANDS = ("traces", "kernels", "workload", "a100-sweep", "acceptance-shape")
+SUBCOMMANDS = ("traces", "kernels", "workload", "a100-sweep")
 # a small 8B workload: a few hundred sequences, short responses (each pipeline run well under a second)
 SMALL = {"workload.prompts": 16, "workload.group_size": 4, "pipeline.steps": 2, "pipeline.warmup_steps": 1,
          "rollout.gpus": 4, "workload.max_response_tokens": 2048,
@@ -52,6 +53,27 @@ def test_the_old_forms_are_gone():
     assert not (ROOT / "calibration" / "fit_8b.py").exists()
     assert not (ROOT / "calibration" / "fit_a100_sweep.py").exists()
     assert not (ROOT / "calibration" / "fit_acceptance_shape.py").exists()
+    # the acceptance-shape fit is a recipe beside its data now (calibration/recipes/acceptance_shape.py)
+    r = runner.invoke(app, ["calibrate", "acceptance-shape"])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("args", [["calibrate", "workload", "--dry-run"], ["calibrate", "a100-sweep"]])
+def test_commands_with_bundled_defaults_need_a_calibration_folder(tmp_path, monkeypatch, args):
+    """Run where no calibration/ folder is (here or above): one error naming --calibration, exit 2;
+    --calibration pointing at a missing folder: the same."""
+    monkeypatch.chdir(tmp_path)
+    err = _bad(*args)
+    assert "--calibration" in err and "no calibration/ folder" in err and str(tmp_path) in err
+    err = _bad(*args, "--calibration", str(tmp_path / "nope"))
+    assert "--calibration" in err and "nope" in err
+
+
+def test_a100_sweep_finds_the_checkout_from_a_subfolder(monkeypatch):
+    """The default data is found walking up from the working directory (here: tests/)."""
+    monkeypatch.chdir(ROOT / "tests")
+    r = runner.invoke(app, ["calibrate", "a100-sweep"])
+    assert r.exit_code == 0 and "5 fit rows of Qwen2.5-7B" in r.output, r.output
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -103,14 +125,17 @@ def test_calibrate_workload_dry_run_prints_the_fit_and_writes_nothing(tmp_path):
 
 
 def test_run_workload_fit_writes_the_fitted_field_with_the_command(tmp_path):
-    from specsim.calibrate.workload_run import COMMAND, fit_command, run_workload_fit
+    from specsim.calibrate.workload.run import COMMAND, fit_command, run_workload_fit
     from specsim.scenario import load_scenario
 
     targets, scen = _fit_targets(tmp_path)
     run = run_workload_fit(targets, max_nfev=30)
     assert run.written_scenarios == [str(scen)] and run.hardware_params == [] and run.written_profiles == {}
     assert run.command == fit_command(targets) == f"{COMMAND} --targets {targets}"
-    assert fit_command(ROOT / "calibration" / "targets" / "nemo_rl_8b.yaml") == "specsim calibrate workload"
+    cal = ROOT / "calibration"
+    assert fit_command(cal / "targets" / "nemo_rl_8b.yaml", cal) == "specsim calibrate workload"
+    assert fit_command(cal / "targets" / "vllm_eagle3_bs1.yaml", cal) == \
+        "specsim calibrate workload --targets calibration/targets/vllm_eagle3_bs1.yaml"
     assert load_scenario(scen).training.mfu == pytest.approx(0.3, rel=0.01)
     assert f"fitted by `{COMMAND} --targets {targets}` to train" in scen.read_text()
 
@@ -132,12 +157,12 @@ def test_calibrate_a100_sweep_prints_the_three_fits_every_grid_and_the_compariso
 
 
 def test_fit_a100_sweep_writes_a_loadable_profile_copy(tmp_path):
-    from specsim.calibrate.a100_sweep import COMMAND, PROFILE, fit_a100_sweep
+    from specsim.calibrate.kernels.a100_sweep import COMMAND, PROFILE, fit_a100_sweep
 
     assert PROFILE == Path(load_hardware("a100_sxm").path)
     copy = tmp_path / "a100_sxm.yaml"
     shutil.copy(PROFILE, copy)
-    fit = fit_a100_sweep(write_profile=True, profile=copy)
+    fit = fit_a100_sweep(write_profile=True, profile=copy, root=ROOT)
     assert fit.written == copy
     kf = load_hardware(str(copy)).kernel_fit
     assert kf.insitu_stream_factor == pytest.approx(round(fit.stream.beta, 4))

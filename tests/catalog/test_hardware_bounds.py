@@ -57,3 +57,28 @@ def test_the_235b_run_with_a_1e_300_network_is_an_error_not_a_speedup(tmp_path):
 def test_every_bundled_profile_is_inside_the_ranges():
     for name in list_hardware():
         load_hardware(name)
+
+
+def test_kernel_tables_and_device_names_are_profile_keys_checked_on_load(tmp_path):
+    """`kernel_tables:` and `device_names:` (what calibrate kernels / collect read about a GPU) are
+    optional, checked, and never enter a cost (compare=False)."""
+    from specsim.catalog.hardware import KernelTables
+
+    b200 = load_hardware("b200")
+    assert b200.kernel_tables == KernelTables("b200_sxm", "gb200", ("gb200", "h200_sxm", "h100_sxm"))
+    doc = yaml.safe_load(open(b200.path).read())
+    for key in ("kernel_tables", "device_names"):
+        doc.pop(key)
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(yaml.safe_dump(doc))
+    bare = load_hardware(str(plain))
+    assert bare.kernel_tables is None and bare.device_names == () and bare == b200
+    for bad, field in (({"kernel_tables": {"system": "b200_sxm", "sibbling": "gb200"}}, "kernel_tables.sibbling"),
+                       ({"kernel_tables": {"sibling": "gb200"}}, "kernel_tables.system"),
+                       ({"device_names": "B200"}, "device_names"),
+                       ({"device_names": ["B 200"]}, "device_names[0]")):
+        f = tmp_path / "bad.yaml"
+        f.write_text(yaml.safe_dump({**doc, **bad}))
+        with pytest.raises(SpecError) as exc:
+            load_hardware(str(f))
+        assert exc.value.field == field, (bad, exc.value)

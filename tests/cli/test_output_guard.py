@@ -21,7 +21,7 @@ FOLDER_COMMANDS = {
     "run": lambda s: ["run", s, "--no-progress"],
     "plan": lambda s: ["plan", s, "--no-progress"],
     "explain": lambda s: ["explain", s],
-    "validate": lambda s: ["validate"],
+    "validate": lambda s: ["validate", "--calibration", str(Path(__file__).resolve().parents[2] / "calibration")],
     "calibrate kernels": lambda s: ["calibrate", "kernels"],
 }
 #: every command that writes one file

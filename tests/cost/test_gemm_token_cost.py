@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from specsim.calibrate import kernel_fit as kf
+from specsim.calibrate.kernels import terms as kf
 from specsim.catalog.hardware import GemmFit, load_hardware
 from specsim.cost.roofline import gemm_op_s
 from specsim.errors import SpecError

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specsim.calibrate.forward_sweep import (
+from specsim.calibrate.kernels.forward_sweep import (
     CASCADE_MIN_REQUESTS,
     fit_multi_token_attention,
     price_rows,

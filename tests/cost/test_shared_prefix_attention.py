@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specsim.calibrate.forward_sweep import with_multi_token_attention
+from specsim.calibrate.kernels.forward_sweep import with_multi_token_attention
 from specsim.catalog.hardware import load_hardware
 from specsim.catalog.models import load_model
 from specsim.cost.forward import pass_cost, shared_prefix_attention_s, uses_cascade_attention

@@ -1,12 +1,11 @@
-"""`specsim validate` and its target schema; the workload fit (specsim/calibrate/workload_fit.py).
+"""`specsim validate` and its target schema (the workload fit: tests/calibrate/workload/).
 
 Bad target files and options exit 2 with one error naming file, field and value (issue 15 row 13);
-defaults are found from the package, not the cwd; JSON keeps params as objects and values at full
-precision; ordinal rows report both simulated values; the fit recovers a known parameter and
-refuses an under-determined stage."""
+the default targets are the calibration folder's, found from the working directory up (none: one
+error); JSON keeps params as objects and values at full precision; ordinal rows report both
+simulated values."""
 
 import json
-import math
 import os
 from pathlib import Path
 
@@ -14,15 +13,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from specsim.calibrate.workload_fit import fit_file
-from specsim.calibrate.write_back import rewrite_yaml_fields, scenario_updates
 from specsim.cli.app import app
 from specsim.errors import SpecError
 from specsim.scenario import load_scenario
 from specsim.validate.run import load_targets, validate
-from specsim.validate.targets import DEFAULT_TARGET_DIR
+from specsim.validate.targets import find_calibration_dir
 
 ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_TARGET_DIR = ROOT / "calibration" / "targets"
 S7B = str(ROOT / "scenarios" / "7b_h100_sync.yaml")
 S8B = str(ROOT / "scenarios" / "8b_rl_zero_sync.yaml")
 # a small 8B workload: a few hundred sequences, short responses (each pipeline run well under a second)
@@ -111,13 +109,32 @@ def test_tolerance_override_must_be_finite_and_bounded(tmp_path, tol):
 
 
 # ----------------------------------------------------------------------------- defaults and output
-def test_defaults_found_from_another_directory(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_defaults_found_from_the_working_directory_up(monkeypatch):
+    """The default targets are the calibration folder's, found walking up from the working directory
+    (here a subfolder of the checkout), never from where the package is installed."""
+    monkeypatch.chdir(ROOT / "scenarios")
+    assert find_calibration_dir() == DEFAULT_TARGET_DIR.parent
     targets = load_targets()
     assert DEFAULT_TARGET_DIR.is_dir() and {Path(t.file).parent for t in targets} == {DEFAULT_TARGET_DIR}
     assert all(Path(t.scenario_path).is_file() for t in targets)
     ids = [t.id for t in targets]
     assert len(ids) == len(set(ids))
+
+
+def test_no_calibration_folder_is_one_error_and_writes_nothing(tmp_path, monkeypatch):
+    """From a folder with no calibration/ above it: exit 2, one error naming --calibration and the
+    folder searched, and no --out folder created; --calibration (or the files) makes it work."""
+    monkeypatch.chdir(tmp_path)
+    err = bad("validate", "--out", str(tmp_path / "o"))
+    assert "--calibration" in err and "no calibration/ folder" in err and str(tmp_path) in err
+    assert not (tmp_path / "o").exists()
+    err = bad("validate", "--calibration", str(tmp_path / "missing"), "--out", str(tmp_path / "o"))
+    assert "--calibration" in err and "missing" in err
+    assert {t.file for t in load_targets(calibration=ROOT / "calibration")} == \
+        {str(f) for f in DEFAULT_TARGET_DIR.glob("*.yaml")}
+    (tmp_path / "calibration" / "targets").mkdir(parents=True)   # found, but empty: says so
+    with pytest.raises(SpecError, match="a folder holding target YAML files"):
+        load_targets()
 
 
 def test_bundled_targets_have_roles_and_fit_rows_name_their_parameters():
@@ -152,10 +169,15 @@ def test_json_keeps_params_as_objects_and_full_precision(tmp_path):
     cwd = os.getcwd()
     os.chdir(tmp_path.parent)
     try:
-        r = runner.invoke(app, ["validate", f, "--format", "json", "--out", str(tmp_path / "o")])
+        r = runner.invoke(app, ["validate", f, "--format", "json", "--out", str(tmp_path / "o"),
+                                "--calibration", str(ROOT / "calibration")])
+        bare = runner.invoke(app, ["validate", f, "--format", "json", "--out", str(tmp_path / "bare")])
     finally:
         os.chdir(cwd)
     assert r.exit_code in (0, 1), r.output
+    # outside a checkout, the user's own targets validate without the A100 sweep (its data is the checkout's)
+    assert bare.exit_code in (0, 1) and json.loads(bare.stdout)["sweep"] is None
+    assert not (tmp_path / "bare" / "validation_sweep.csv").exists()
     doc = json.loads(r.stdout)
     row = doc["rows"][0]
     assert row["params"] == {"step": 37}
@@ -238,129 +260,6 @@ def test_stage_rows_report_the_standard_error_of_their_steady_steps(tmp_path):
     assert gen.as_dict()["simulated_se_pct"] == pytest.approx(100 * gen.simulated_se)
 
 
-# ----------------------------------------------------------------------------- the workload fit
-def _fit_doc(tmp_path, params, rows):
-    return write(tmp_path, rows, "fit.yaml", fit={"stages": [{"name": "s", "parameters": params}]})
-
-
-def test_fit_recovers_a_known_trainer_efficiency(tmp_path):
-    from specsim.validate.run import Runs, Target, simulate_target
-    from specsim.validate.targets import TargetRow
-
-    true_ov = {**SMALL, "training.mfu": 0.3}
-    row = TargetRow(id="x", scenario=S8B, overrides=true_ov, metric="stage_s", params={"stage": "training", "run": "ar"},
-                    measured=1.0, role="prediction", source="[S] synthetic")
-    truth = simulate_target(Target(row, "", "", "gb200", S8B, 0.1), Runs())[0]
-    rows = [{"id": "train", "scenario": S8B, "overrides": SMALL, "metric": "stage_s",
-             "params": {"stage": "training", "run": "ar"}, "measured": truth, "role": "fit", "pins": ["mfu"],
-             "source": "[S] synthetic: simulated with training.mfu = 0.3"}]
-    params = [{"name": "mfu", "path": "training.mfu", "scenarios": [S8B], "prior": 0.5, "bounds": [0.05, 0.9],
-               "log": True}]
-    f = _fit_doc(tmp_path, params, rows)
-    res = fit_file(f, max_nfev=30)
-    assert res.values()["mfu"] == pytest.approx(0.3, rel=0.01)
-    st = res.stages[0]
-    assert st.rank == 1 and not st.at_bound["mfu"] and abs(st.rows[0]["residual_pct"]) < 1
-    assert scenario_updates(f, res)[S8B] == {"training.mfu": res.values()["mfu"]}
-
-
-def test_fit_refuses_under_determined_and_unpinned_stages(tmp_path):
-    rows = [{"id": "train", "scenario": S8B, "overrides": SMALL, "metric": "stage_s",
-             "params": {"stage": "training", "run": "ar"}, "measured": 3.0, "role": "fit", "pins": ["mfu", "lp"],
-             "source": "[S] synthetic"}]
-    params = [{"name": "mfu", "path": "training.mfu", "scenarios": [S8B], "prior": 0.5, "bounds": [0.05, 0.9]},
-              {"name": "lp", "path": "training.logprob_efficiency", "scenarios": [S8B], "prior": 0.5, "bounds": [0.05, 1]}]
-    with pytest.raises(SpecError, match="at least as many fit rows as parameters"):
-        fit_file(_fit_doc(tmp_path, params, rows))
-    rows[0]["pins"] = ["mfu"]
-    with pytest.raises(SpecError, match="pinned by at least one fit row"):
-        fit_file(_fit_doc(tmp_path, params, rows))
-    bad_prior = [dict(params[0], prior=2.0)]
-    with pytest.raises(SpecError, match="bounds"):
-        fit_file(_fit_doc(tmp_path, bad_prior, rows))
-
-
-def test_fit_refuses_a_rank_deficient_stage(tmp_path):
-    """Two rows, two parameters, but logprob time does not depend on train_mfu and the two rows are
-    the same quantity: the Jacobian has rank 1, and the fit says so instead of returning a value."""
-    rows = [{"id": f"lp{i}", "scenario": S8B, "overrides": SMALL, "metric": "stage_s",
-             "params": {"stage": "logprob", "run": "ar"}, "measured": 2.0, "role": "fit", "pins": ["mfu", "lp"],
-             "source": "[S] synthetic"} for i in range(2)]
-    params = [{"name": "mfu", "path": "training.mfu", "scenarios": [S8B], "prior": 0.5, "bounds": [0.05, 0.9]},
-              {"name": "lp", "path": "training.logprob_efficiency", "scenarios": [S8B], "prior": 0.5, "bounds": [0.05, 1]}]
-    with pytest.raises(SpecError, match="rank"):
-        fit_file(_fit_doc(tmp_path, params, rows), max_nfev=10)
-
-
-def test_rewrite_yaml_fields_changes_only_the_addressed_lines():
-    text = ("# head\ntraining:\n  tp: 1\n  mfu: 0.35   # prior\nworkload:\n  response_tokens:\n    kind: lognormal\n"
-            "    median: 4500\n    p99: 19962\n  prompt_tokens: {kind: fixed, tokens: 5}\n")
-    out = rewrite_yaml_fields(text, {"training.mfu": 0.21789, "workload.response_tokens.median": 930.4},
-                              {"training.mfu": "fitted"})
-    assert "  mfu: 0.2179   # fitted\n" in out and "    median: 930\n" in out
-    assert out.replace("  mfu: 0.2179   # fitted\n", "  mfu: 0.35   # prior\n").replace(
-        "    median: 930\n", "    median: 4500\n") == text
-    with pytest.raises(SpecError):
-        rewrite_yaml_fields(text, {"workload.prompt_tokens.tokens": 3}, "x")
-    assert math.isfinite(yaml.safe_load(out)["training"]["mfu"])
-
-
-def test_sd_overhead_parameters_go_through_a_profile_copy_and_back(tmp_path):
-    """A `hardware.efficiency.*` fit parameter is applied through a temporary copy of the profile
-    (a different value changes the SD run) and --write-profile writes it into the profile's block."""
-    import shutil
-
-    from specsim.calibrate.workload_fit import Applier, FitParameter, FitResult, StageResult
-    from specsim.calibrate.write_back import write_profile_values
-    from specsim.catalog.hardware import load_hardware
-
-    prof = tmp_path / "gb200_copy.yaml"
-    shutil.copy(load_hardware("gb200").path, prof)
-    scen = tmp_path / "s.yaml"
-    scen.write_text(Path(S8B).read_text().replace("hardware: gb200", f"hardware: {prof}"))
-    p = {"name": "draft_ms", "path": "hardware.efficiency.draft_overhead_ms", "scenarios": [str(scen)],
-         "prior": 1.0, "bounds": [0.0, 20.0]}
-    rows = [{"id": "sdgen", "scenario": str(scen), "overrides": SMALL, "metric": "stage_s",
-             "params": {"stage": "generation", "run": "sd"}, "measured": 5.0, "role": "fit", "pins": ["draft_ms"],
-             "source": "[S] synthetic"}]
-    f = _fit_doc(tmp_path, [p], rows)
-    ap = Applier([FitParameter(**p)], Path(f), tmp_path)
-    from specsim.calibrate.workload_fit import simulate_rows
-    from specsim.validate.run import load_targets as lt
-
-    t = lt([f])
-    slow, fast = (simulate_rows(t, ap.overrides({"draft_ms": v}))[0] for v in (10.0, 0.0))
-    assert slow > fast
-    res = FitResult(f, [StageResult("s", [FitParameter(**p)], {"draft_ms": 2.5}, {}, {},
-                                    [{"target": "sdgen", "pins": "draft_ms"}], 1, 1)])
-    done = write_profile_values(f, res, prof, "cmd")
-    assert done == {"efficiency.draft_overhead_ms": 2.5}
-    assert load_hardware(str(prof)).efficiency.draft_overhead_s == pytest.approx(2.5e-3)
-    assert "fitted by `cmd` to sdgen" in prof.read_text()
-
-
-def test_bundled_8b_fit_block_is_determined_and_every_parameter_pinned():
-    """The 8B fit's parameters (without running it): each pinned by fit rows that are AR stage
-    rows (or the k=3 SD generation rows for stage `sd`), never more parameters than rows."""
-    from specsim.calibrate.workload_fit import load_fit_block
-
-    f = DEFAULT_TARGET_DIR / "nemo_rl_8b.yaml"
-    block = load_fit_block(f)
-    targets = load_targets([str(f)])
-    assert [st.name for st in block.stages][-1] == "sd" and len(block.stages[-1].parameters) <= 2
-    for stage in block.stages:
-        names = {p.name for p in stage.parameters}
-        rows = [t for t in targets if t.role == "fit" and names & set(t.row.pins)]
-        assert len(rows) >= len(names)
-        assert names <= {n for t in rows for n in t.row.pins}
-        for t in rows:
-            run = t.row.params["run"]
-            assert t.metric == "stage_s" and (run == "ar" if stage.name != "sd" else
-                                              (run == "sd" and t.row.params["stage"] == "generation"))
-            if stage.name == "engine_prepare":   # the wake-up time is pinned by the AR prepare rows only
-                assert t.row.params["stage"] == "prepare", t.id
-
-
 def test_engine_speedup_metric_reports_the_configured_tau_under_heterogeneity():
     """The fixed-batch engine metric serves the drafter's whole acceptance population (Beta
     heterogeneity at evenly spaced quantiles): its SD run's ratio-of-sums τ is the configured τ
@@ -385,31 +284,10 @@ def test_engine_speedup_metric_reports_the_configured_tau_under_heterogeneity():
             assert np.isfinite(ar.rollout_s / sd.rollout_s)
 
 
-def test_vllm_bs1_sweep_fits_the_short_drafts_and_predicts_the_long_ones():
-    """calibration/targets/vllm_eagle3_bs1.yaml: the two h100 SD overheads are pinned by the
-    K = 2, 3, 4 rows only, K = 5, 6, 7 are predictions, and the fit block is determined."""
-    from specsim.calibrate.workload_fit import load_fit_block
-
-    f = DEFAULT_TARGET_DIR / "vllm_eagle3_bs1.yaml"
-    block = load_fit_block(f)
-    params = {p.name: p.path for st in block.stages for p in st.parameters}
-    assert set(params.values()) == {"hardware.efficiency.draft_overhead_ms", "hardware.sd_costs.sd_step_overhead_ms"}
-    targets = load_targets([str(f)])
-    sweep = [t for t in targets if t.metric == "engine_speedup_at_batch"]
-    ks = {t.id: t.row.overrides["speculation.k"] for t in sweep}
-    assert {ks[t.id] for t in sweep if t.role == "fit"} == {2, 3, 4}
-    assert {ks[t.id] for t in sweep if t.role == "prediction"} == {5, 6, 7}
-    for t in sweep:
-        assert t.row.overrides["drafter.tau_at_k"] == t.row.overrides["speculation.k"]
-        assert t.row.params["batch"] == 1
-    (vanilla,) = [t for t in targets if t.metric == "engine_tpot_s"]
-    assert vanilla.role == "prediction" and vanilla.row.params["run"] == "ar"
-
-
 def test_show_hardware_reports_which_sd_costs_are_fitted():
     """`specsim show hardware` lists the SD-cost block with sources: h100_sxm's two SD overheads are
     fitted (vLLM #20780), a GPU without SD timings (h200_sxm) still lists both as priors."""
-    from specsim.calibrate.describe import hardware_info
+    from specsim.calibrate.kernels.describe import hardware_info
 
     h100 = hardware_info("h100_sxm")
     step = next(r for r in h100["sd_costs"] if r["parameter"] == "sd_step_overhead_ms")

@@ -101,7 +101,7 @@ def test_tau_after_and_general_tau_mean_the_reported_tau_too():
 @pytest.mark.parametrize("scenario", ["8b_rl_think_sync.yaml", "8b_rl_zero_sync.yaml"])
 @pytest.mark.parametrize("k_off", [0, 2])
 def test_fitted_eagle3_shape_keeps_configured_tau(scenario, k_off):
-    """Under the shape fitted by `specsim calibrate acceptance-shape` (heterogeneity and position
+    """Under the shape fitted by `python calibration/recipes/acceptance_shape.py` (heterogeneity and position
     decay as the scenario carries them), the reference engine's ratio-of-sums tau equals the
     configured tau at tau_at_k, and the model's tau at k = tau_at_k + 2, within 1 %."""
     from specsim.scenario import load_scenario

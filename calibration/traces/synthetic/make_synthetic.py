@@ -9,7 +9,7 @@ tested end to end: fitting them must give back the parameters below. Each file's
     python calibration/traces/synthetic/make_synthetic.py          # rewrite the files here
     python calibration/traces/synthetic/make_synthetic.py --check  # regenerate in memory, compare
 
-The functions are imported by tests/test_calibrate.py to build in-memory traces.
+The functions are imported by tests/calibrate/traces/test_trace_fit.py to build in-memory traces.
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsim.calibrate.collect.timing import Runner, Shape, time_fn
+from specsim.catalog.hardware import list_hardware, load_hardware
 from specsim.errors import SpecError
 
 TINY = {"name": "tiny", "hidden": 64, "layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 16, "vocab": 512, "ffn": 128}
@@ -51,7 +52,6 @@ FULL_DEFAULTS = {"batches": "1,2,4,8,16,32,64,128,256", "contexts": "512,2048,81
 TINY_DEFAULTS = {"batches": "1,2,4", "contexts": "16,64", "k": "1,3", "prompts": "32", "prompt_batches": "1",
                  "repeats": 3, "warmup": 1}
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
-HARDWARE_GUESS = (("GB200", "gb200"), ("B200", "b200"), ("H200", "h200_sxm"), ("H100", "h100_sxm"))
 
 
 def _ints(text: str, name: str) -> tuple[int, ...]:
@@ -159,11 +159,12 @@ def plan(args: CollectSpec) -> list[Shape]:
 
 
 def guess_hardware(device_name: str) -> str:
+    """The bundled profile whose `device_names` entry the CUDA device name contains, the longest
+    entry winning ("GB200" over "B200"); "" when none does (the trace then names no profile)."""
     name = device_name.upper()
-    for key, profile in HARDWARE_GUESS:
-        if key in name:
-            return profile
-    return ""
+    hits = [(len(key), profile) for profile in list_hardware() for key in load_hardware(profile).device_names
+            if key.upper() in name]
+    return max(hits)[1] if hits else ""
 
 
 def collect(args: CollectSpec, log: Callable[[str], None] = print) -> tuple[list[dict], dict]:

@@ -1,4 +1,4 @@
-"""Trace formats, readers and writers: what calibration (`specsim calibrate traces`) consumes.
+"""Trace formats, readers and writers: what calibration (`specsim calibrate traces`, this folder's hardware_fit.py) consumes.
 
 Four kinds of trace, each a CSV (header row, one record per row) or JSONL (one JSON object per
 line, same keys). A block of `#` comment lines may precede the data; `# key: value` lines there

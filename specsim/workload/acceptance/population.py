@@ -122,7 +122,7 @@ def reported_position_rates(m: float, k: int, d: float = 1.0, c: float | None = 
     and 1 + sum_j r_j = 1 / E[1 / tau] = reported_tau(m, k, d, c). Heterogeneity (finite c) makes
     r_(j+1) / r_j rise with j (the sequences still accepting at depth j are the good ones);
     position decay d < 1 makes it fall: the shape of a published curve tells them apart
-    (specsim calibrate acceptance-shape).
+    (python calibration/recipes/acceptance_shape.py).
     """
     if k <= 0:
         return np.zeros(0)

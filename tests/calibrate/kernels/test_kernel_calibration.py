@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from specsim.calibrate import engine_overhead as eo
-from specsim.calibrate import kernel_fit as kf
-from specsim.calibrate import kernel_tables as kt
-from specsim.calibrate.describe import hardware_info
-from specsim.calibrate.kernel_report import calibrate_from_kernels
+from specsim.calibrate.kernels import engine_overhead as eo
+from specsim.calibrate.kernels import terms as kf
+from specsim.calibrate.kernels import tables as kt
+from specsim.calibrate.kernels.describe import hardware_info
+from specsim.calibrate.kernels.report import calibrate_from_kernels
 from specsim.catalog.hardware import load_hardware
 from specsim.errors import SpecError
 
@@ -109,7 +109,7 @@ def test_readers_apply_the_schema_gotchas(root):
 
 
 def test_fits_recover_known_parameters(root):
-    from specsim.calibrate.kernels import fit_system
+    from specsim.calibrate.kernels.system import fit_system
 
     fit = fit_system("h200_sxm", "vllm", root=root)
     for term, true in (("gemm.bf16", TRUE_GEMM), ("decode_attention", TRUE_ATTN), ("moe.bf16", TRUE_MOE),
@@ -129,7 +129,7 @@ def test_allreduce_fit_finds_the_one_shot_branch_and_beats_the_ring_law():
     """#11: small all-reduces take the same time on 2, 4 and 8 GPUs (one-shot kernel); the fit must
     find that branch (the min() has a second optimum without it) and describe the rows far better
     than the ring law alone."""
-    from specsim.calibrate import kernel_fit as kf
+    from specsim.calibrate.kernels import terms as kf
 
     rng = np.random.default_rng(3)
     rows = kt.allreduce_rows(pd.DataFrame(), nccl_table(rng).assign(time_s=lambda d: d["latency"] * 1e-3))
@@ -176,7 +176,7 @@ def _silicon(hw_fit, rng, s0=3e-3, s1=10e-6):
 
 
 def test_tpot_overheads_recovered_from_the_fit_split_and_profiles_written(root, tmp_path):
-    from specsim.calibrate.kernels import fit_system
+    from specsim.calibrate.kernels.system import fit_system
 
     fit = fit_system("h200_sxm", "vllm", root=root)
     _silicon(fit.hw, np.random.default_rng(3)).to_csv(root.parent / "silicon_sample.csv", index=False)
@@ -208,7 +208,7 @@ def test_insitu_stream_factor_recovered_from_rows_across_tp_and_written_to_the_p
     """TPOT rows generated with every stream 1.25x faster than the tables (and overheads 3 ms,
     10 µs): the overhead fit finds the factor from the rows' TP spread, and the written profile
     carries it, so the simulator prices streaming at the in-situ rate."""
-    from specsim.calibrate.kernels import fit_system
+    from specsim.calibrate.kernels.system import fit_system
 
     fit = fit_system("h200_sxm", "vllm", root=root)
     truth = fit.hw.with_insitu_stream_factor(1.25)
@@ -262,7 +262,7 @@ def test_w4a16_law_is_fitted_from_another_backends_table_when_the_engines_has_no
     backend's table of the same system (A100: TensorRT-LLM), labelled; it recovers the known terms."""
     import shutil
 
-    from specsim.calibrate.kernels import fit_system
+    from specsim.calibrate.kernels.system import fit_system
 
     data = tmp_path / "data"
     shutil.copytree(root, data)
@@ -295,7 +295,7 @@ def test_bundled_profiles_carry_kernel_fits_with_provenance():
 
 
 def test_prior_label_is_not_stacked_by_a_refit():
-    from specsim.calibrate.kernel_report import _label_prior
+    from specsim.calibrate.kernels.report import _label_prior
 
     entry = {"source": "prior: vLLM overhead, order of magnitude"}
     for _ in range(3):
@@ -310,7 +310,7 @@ def test_recalibration_keeps_a_beta_fitted_on_the_gpus_own_sweep_and_replaces_a_
     the β fitted with them."""
     import shutil
 
-    from specsim.calibrate.kernels import fit_system
+    from specsim.calibrate.kernels.system import fit_system
 
     data = tmp_path / "data"
     shutil.copytree(root, data)

@@ -15,7 +15,7 @@ from specsim.calibrate.traces.io import read_kernel_trace
 from specsim.cli.app import app
 from specsim.errors import SpecError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_importing_specsim_and_the_collector_imports_no_torch():
@@ -94,3 +94,12 @@ def test_tiny_cpu_layer_scaling_and_budget(tmp_path):
     none = tmp_path / "none.csv"
     result = col.collect_trace(col.collect_spec(out=none, tiny=True, device="cpu", budget_s=1e-9), log=lambda _: None)
     assert result.path is None and result.rows == 0 and not none.exists()
+
+
+def test_guess_hardware_reads_the_profiles_device_names(tmp_path, monkeypatch):
+    """The names live in the profiles (`device_names`), not in code: B200 is b200, GB200 gb200
+    (the longer name wins although the device name contains both)."""
+    from specsim.catalog.hardware import load_hardware
+
+    assert load_hardware("b200").device_names == ("B200",) and load_hardware("gb200").device_names == ("GB200",)
+    assert col.guess_hardware("NVIDIA B200") == "b200" and col.guess_hardware("nvidia gb200") == "gb200"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
-from specsim.calibrate import PARAMS, calibrate, fit_acceptance, fit_hardware, fit_lengths, write_calibrated_profile
+from specsim.calibrate.traces import PARAMS, calibrate, fit_acceptance, fit_hardware, fit_lengths, write_calibrated_profile
 from specsim.calibrate.traces.io import read_trace, write_engine_trace, write_kernel_trace
 from specsim.catalog.hardware import load_hardware
 from specsim.catalog.models import load_model
@@ -19,7 +19,7 @@ from specsim.cost.forward import pass_cost, prefill_time_s
 from specsim.cost.layout import ParallelLayout
 from specsim.errors import SpecError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SYN = ROOT / "calibration" / "traces" / "synthetic"
 
 
@@ -109,7 +109,7 @@ def test_weakly_determined_parameters_keep_prior():
 
 
 def test_confounded_directions_are_dropped():
-    from specsim.calibrate.hardware_fit import drop_confounded as _drop_confounded
+    from specsim.calibrate.traces.hardware_fit import drop_confounded as _drop_confounded
 
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=50), rng.normal(size=50)

@@ -11,8 +11,8 @@ import yaml
 from specsim import inputs
 from specsim.atomic import dump_yaml
 from specsim.atomic import write_text as atomic_write_text
-from specsim.calibrate.common import PARAMS, SCALE, YAML_NAME
-from specsim.calibrate.hardware_fit import HardwareFit
+from specsim.calibrate.traces.common import PARAMS, SCALE, YAML_NAME
+from specsim.calibrate.traces.hardware_fit import HardwareFit
 from specsim.catalog.hardware import HardwareSpec, efficiency_to_yaml_dict, load_hardware
 from specsim.errors import SpecError, load_yaml_text
 

@@ -34,7 +34,7 @@ import pandas as pd
 from scipy import optimize
 
 from specsim import inputs
-from specsim.calibrate import tpot_model as tm
+from specsim.calibrate.kernels import tpot_model as tm
 from specsim.catalog.hardware import HardwareSpec
 from specsim.catalog.models import load_model
 from specsim.errors import SpecError

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
-from specsim.calibrate.common import LOWER, PARAMS, SCALE, SENS_MIN, UPPER, YAML_NAME, as_list, rms
-from specsim.calibrate.groups import Group, engine_groups, kernel_groups
+from specsim.calibrate.traces.common import LOWER, PARAMS, SCALE, SENS_MIN, UPPER, YAML_NAME, as_list, rms
+from specsim.calibrate.traces.groups import Group, engine_groups, kernel_groups
 from specsim.catalog.hardware import Efficiency, HardwareSpec
 from specsim.errors import SpecError
 

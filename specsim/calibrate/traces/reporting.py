@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from specsim.calibrate.acceptance_fit import detect_cap, fit_acceptance, fit_lengths
-from specsim.calibrate.common import where_of
-from specsim.calibrate.hardware_fit import HardwareFit, fit_hardware
-from specsim.calibrate.profile import write_calibrated_profile
+from specsim.calibrate.traces.acceptance_fit import detect_cap, fit_acceptance, fit_lengths
+from specsim.calibrate.traces.common import where_of
+from specsim.calibrate.traces.hardware_fit import HardwareFit, fit_hardware
+from specsim.calibrate.traces.profile import write_calibrated_profile
 from specsim.calibrate.traces.io import read_trace
 from specsim.catalog.hardware import HardwareSpec, load_hardware
 from specsim.errors import SpecError

@@ -405,7 +405,7 @@ def test_readme_documents_every_column_and_its_examples_parse(tmp_path):
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "calibration" / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[3] / "calibration" / "README.md").read_text()
     for kind, cols in FORMATS.items():
         assert f"`kind: {kind}`" in readme
         for c in cols:

@@ -1,10 +1,11 @@
 """The EAGLE-3 acceptance shape: per-position rates, and its fit on published curves.
 
-specsim/calibrate/acceptance_shape.py (`specsim calibrate acceptance-shape`) fits one Beta
-concentration c and position decay d on published per-position / tau-by-k curves with the
-simulator's own acceptance math (specsim/workload/acceptance/population.py). These tests hold the
-math to its identities, check that the fit recovers a known shape from synthetic curves, that the
-scenario writer edits only the drafter's shape lines, and that the command prints the fit.
+specsim/calibrate/acceptance/shape.py fits one Beta concentration c and position decay d on
+published per-position / tau-by-k curves with the simulator's own acceptance math
+(specsim/workload/acceptance/population.py); calibration/recipes/acceptance_shape.py runs it on the
+bundled curves for the EAGLE-3 scenarios. These tests hold the math to its identities, check that
+the fit recovers a known shape from synthetic curves, that the scenario writer edits only the
+drafter's shape lines, and that the recipe prints the fit the scenarios carry.
 """
 
 import math
@@ -16,12 +17,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specsim.calibrate import acceptance_shape as FIT
+from specsim.calibrate.acceptance import shape as FIT
 from specsim.errors import SpecError
 from specsim.workload.acceptance.drafter import DrafterAcceptance
 from specsim.workload.acceptance.population import beta_nodes, reported_position_rates, reported_tau, reported_taus
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
+CURVES = ROOT / "calibration" / "published" / "acceptance_curves.csv"
+
+
+def _recipe():
+    """calibration/recipes/acceptance_shape.py, loaded as a module (a script, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("acceptance_shape_recipe",
+                                                  ROOT / "calibration" / "recipes" / "acceptance_shape.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 @settings(max_examples=40, deadline=None)
@@ -90,7 +103,7 @@ def test_fit_with_noise_stays_near_the_shape_and_homogeneous_data_picks_no_heter
 
 
 def test_published_curves_load_with_sources():
-    curves = FIT.load_curves()
+    curves = FIT.load_curves(CURVES)
     assert len(curves) >= 10
     assert {c.metric for c in curves} == {"position_rate", "tau_by_k"}
     for c in curves:
@@ -114,7 +127,7 @@ def test_write_scenarios_edits_only_the_shape_lines(tmp_path):
     before = (tmp_path / "scenarios" / name).read_text().splitlines()
     fit = FIT.Fit("c and d free", 5.5, 0.925, (), (), 2)
     for _ in range(2):  # idempotent
-        FIT.write_scenarios(fit, (name,), tmp_path)
+        FIT.write_scenarios(fit, (tmp_path / "scenarios" / name,), "fitted by a test")
     after = (tmp_path / "scenarios" / name).read_text().splitlines()
     assert sum(ln.strip().startswith("heterogeneity: 5.5  # ") for ln in after) == 1
     assert sum(ln.strip().startswith("position_decay: 0.925  # ") for ln in after) == 1
@@ -128,11 +141,12 @@ def test_write_scenarios_edits_only_the_shape_lines(tmp_path):
 
 
 def test_fitted_shape_is_what_the_eagle3_scenarios_carry():
-    """The written shape is the fit's (rounded as written); rerun --write after changing the data."""
+    """The written shape is the fit's (rounded as written); rerun the recipe with --write after
+    changing the data."""
     from specsim.scenario import load_scenario
     from specsim.world.resolve import acceptance_model
-    _, best = FIT.fit_all(FIT.load_curves())
-    for name in FIT.SCENARIOS:
+    _, best = FIT.fit_all(FIT.load_curves(CURVES))
+    for name in _recipe().SCENARIOS:
         acc = acceptance_model(load_scenario(ROOT / "scenarios" / name))
         assert acc.concentration == pytest.approx(best.c, rel=5e-3), name
         assert acc.decay == pytest.approx(best.d, abs=5e-4), name
@@ -140,53 +154,64 @@ def test_fitted_shape_is_what_the_eagle3_scenarios_carry():
                                                         concentration=acc.concentration).alpha0)
 
 
-def test_calibrate_acceptance_shape_command_prints_the_fit_and_writes_nothing():
-    """`specsim calibrate acceptance-shape` (no --write) prints every variant, the chosen shape (the
-    one the EAGLE-3 scenarios carry), the per-curve residuals and the tau(k) tables, and leaves the
-    scenarios as they are."""
+def test_acceptance_shape_recipe_prints_the_fit_and_writes_nothing(capsys, monkeypatch):
+    """`python calibration/recipes/acceptance_shape.py` (no --write) prints every variant, the chosen
+    shape (the one the EAGLE-3 scenarios carry), the per-curve residuals and the tau(k) tables, and
+    leaves the scenarios as they are -- from any working directory."""
     import re
 
-    from typer.testing import CliRunner
-
-    from specsim.cli.app import app
     from specsim.scenario import load_scenario
     from specsim.world.resolve import acceptance_model
 
-    before = {n: (ROOT / "scenarios" / n).read_text() for n in FIT.SCENARIOS}
-    r = CliRunner().invoke(app, ["calibrate", "acceptance-shape"])
-    assert r.exit_code == 0, r.output
-    out = r.output
-    curves = FIT.load_curves()
+    recipe = _recipe()
+    monkeypatch.chdir(ROOT / "tests")
+    before = {n: (ROOT / "scenarios" / n).read_text() for n in recipe.SCENARIOS}
+    assert recipe.main([]) == 0
+    out = capsys.readouterr().out
+    curves = FIT.load_curves(CURVES)
     assert out.startswith(f"{len(curves)} curves, ") and "points (calibration/published/acceptance_curves.csv)" in out
     for variant in ("homogeneous, d = 1 (no shape)", "c free, d = 1", "d free, homogeneous (c = inf)", "c and d free"):
         assert variant in out
     m = re.search(r"chosen \(lowest BIC among shaped variants\): c and d free: c = ([\d.]+), d = ([\d.]+)\n", out)
     assert m, out
-    acc = acceptance_model(load_scenario(ROOT / "scenarios" / FIT.SCENARIOS[0]))
+    acc = acceptance_model(load_scenario(ROOT / "scenarios" / recipe.SCENARIOS[0]))
     assert float(m.group(1)) == pytest.approx(acc.concentration, rel=5e-3)
     assert float(m.group(2)) == pytest.approx(acc.decay, abs=5e-4)
     assert "per-curve residuals (model - published), chosen shape:" in out
     assert all(cv.name in out for cv in curves)
     assert "Think 2.77 new:" in out and "Zero 3.32 old:" in out and "tau5/tau3" in out
     assert "leave one source out" not in out and "wrote" not in out
-    assert {n: (ROOT / "scenarios" / n).read_text() for n in FIT.SCENARIOS} == before
+    assert {n: (ROOT / "scenarios" / n).read_text() for n in recipe.SCENARIOS} == before
 
 
-def test_fit_acceptance_shape_writes_into_the_given_root(tmp_path):
-    """With write=True the chosen shape goes into <root>/scenarios, the comment naming the command
-    (synthetic curves of a known shape: a fast fit)."""
+def test_fit_acceptance_shape_writes_into_the_given_scenarios(tmp_path):
+    """With write_to the chosen shape goes into those scenario files, the comment the recipe's
+    source naming its command (synthetic curves of a known shape: a fast fit)."""
+    recipe = _recipe()
     curves = _synthetic(5.0, 0.93)
     table = tmp_path / "curves.csv"
     table.write_text("curve,metric,k_first,values,model,temperature,url\n" + "".join(
         f"{c.name},{c.metric},{c.k_first},{' '.join(f'{v:.6f}' for v in c.values)},m,0,https://example.org/{c.name}\n"
         for c in curves))
     (tmp_path / "scenarios").mkdir()
-    for n in FIT.SCENARIOS:
+    paths = [tmp_path / "scenarios" / n for n in recipe.SCENARIOS]
+    for n in recipe.SCENARIOS:
         shutil.copy(ROOT / "scenarios" / n, tmp_path / "scenarios" / n)
-    rep = FIT.fit_acceptance_shape(table, write=True, root=tmp_path)
+    rep = FIT.fit_acceptance_shape(table, examples=recipe.TAU_EXAMPLES, write_to=paths, source=recipe.SOURCE)
     assert rep.best.c == pytest.approx(5.0, rel=0.03) and rep.best.d == pytest.approx(0.93, abs=0.003)
-    assert rep.written == [tmp_path / "scenarios" / n for n in FIT.SCENARIOS]
-    text = (tmp_path / "scenarios" / FIT.SCENARIOS[0]).read_text()
-    assert f"position_decay: {rep.best.d:.3f}  # position decay d: fitted by `specsim calibrate acceptance-shape`" in text
+    assert rep.written == paths
+    text = paths[0].read_text()
+    assert (f"position_decay: {rep.best.d:.3f}  # position decay d: fitted by "
+            f"`python calibration/recipes/acceptance_shape.py`") in text
     assert [row.label for row in rep.tau_rows] == ["Think 2.77"] * 2 + ["Zero 3.32"] * 2
     assert rep.tau_rows[1].taus[2] == pytest.approx(2.77, abs=1e-6) and rep.sensitivity == []
+
+
+def test_acceptance_shape_recipe_bad_data_is_one_error_line(tmp_path, capsys, monkeypatch):
+    recipe = _recipe()
+    bad = tmp_path / "curves.csv"
+    bad.write_text("curve,metric,k_first,values,model,temperature,url\nx,per_token,1,0.5,m,0,https://e.org\n")
+    monkeypatch.setattr(recipe, "CURVES", bad)
+    assert recipe.main([]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: metric must be ") and "curves.csv:2" in err and "\n" not in err

@@ -1,6 +1,6 @@
 """`specsim calibrate kernels`: fit a profile's roofline terms to measured kernels.
 
-One call per system fits (kernel_fit.py): GEMM efficiency vs m and weight-streaming bandwidth for
+One call per system fits (terms.py): GEMM efficiency vs m and weight-streaming bandwidth for
 bf16 and fp8 math, decode-attention KV bandwidth vs KV length and batch, MoE grouped-GEMM
 efficiency vs tokens per expert (the cross-shape law, plus a per-shape fit on the rows of each
 catalog MoE shape the table measured: one law across every shape of a table misprices a given
@@ -18,8 +18,8 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specsim.calibrate import kernel_fit as kf
-from specsim.calibrate import kernel_tables as kt
+from specsim.calibrate.kernels import terms as kf
+from specsim.calibrate.kernels import tables as kt
 from specsim.catalog.hardware import GemmFit, HardwareSpec, KernelFit, load_hardware, moe_shape_key
 from specsim.catalog.models import list_models, load_model
 from specsim.errors import SpecError
@@ -150,10 +150,9 @@ def fit_system(system: str, backend: str = "vllm", hw: HardwareSpec | None = Non
     (TPOT rows measured on that version). `moe.fp8` is the block-scaled kernel (per-tensor where
     no block rows exist); `moe.fp8_tensor` and `gemm.fp8_block`, fitted where both variants exist,
     price TPOT rows whose engine ran that variant (`for_quant`); not written into a profile."""
-    if system not in kt.SYSTEMS:
-        raise SpecError("--system", system, f"one of {list(kt.SYSTEMS)} or 'all'")
+    kt.check_system(system)
     data = kt.data_root(root)
-    hw = hw or load_hardware(kt.PROFILE_OF[system])
+    hw = hw or load_hardware(kt.systems()[system])
     terms: dict[str, kf.TermFit] = {}
     notes: list[str] = []
     gemm, src = kt.read_table(data, system, "gemm", backend, "gemm_perf", version)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specsim.calibrate.common import DEFAULT_DRAFTER, drafter_cached, model_cached, optional_column, where_of
+from specsim.calibrate.traces.common import DEFAULT_DRAFTER, drafter_cached, model_cached, optional_column, where_of
 from specsim.calibrate.traces.io import validate_trace
 from specsim.catalog.hardware import HardwareSpec
 from specsim.catalog.models import ModelSpec

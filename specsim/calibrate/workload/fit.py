@@ -43,7 +43,7 @@ from specsim.atomic import dump_yaml
 from specsim.errors import SpecError, load_yaml_text
 from specsim.scenario import load_scenario
 from specsim.validate.run import Runs, Target, load_targets, simulate_target
-from specsim.validate.targets import REPO_ROOT, load_target_file, resolve_scenario_path
+from specsim.validate.targets import load_target_file, resolve_scenario_path
 
 Z99 = 2.3263478740408408   # standard normal 99th percentile
 MEASUREMENT_REL_NOISE = 0.01   # floor of the residual scale used for standard errors (see _fit_stage)
@@ -180,7 +180,7 @@ class Applier:
             doc[block] = section
             if block == "efficiency" and key not in section:
                 raise SpecError(f"fit parameter hardware.{dotted}", key, f"an efficiency key of {hw.path} ({sorted(section)})")
-            section[key] = {"value": v, "source": "specsim.calibrate.workload_fit fit in progress"}
+            section[key] = {"value": v, "source": "specsim.calibrate.workload.fit fit in progress"}
         self._n += 1
         out = self.tmp / f"{hw.name}_fit{self._n}.yaml"
         out.write_text(dump_yaml(doc, sort_keys=False))
@@ -294,7 +294,6 @@ def fit_file(path: str | Path, *, max_nfev: int = 40) -> FitResult:
 
 
 __all__ = [
-    "REPO_ROOT",
     "Z99",
     "FitBlock",
     "FitParameter",

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
-from specsim.calibrate.common import as_list, where_of
-from specsim.calibrate.hardware_fit import standard_errors
+from specsim.calibrate.traces.common import as_list, where_of
+from specsim.calibrate.traces.hardware_fit import standard_errors
 from specsim.calibrate.traces.io import validate_trace
 from specsim.errors import SpecError
 

@@ -1,5 +1,5 @@
-"""Fit ONE acceptance shape for the EAGLE-3 family on published acceptance curves
-(`specsim calibrate acceptance-shape`; this module computes, the command prints).
+"""Fit ONE acceptance shape for a drafter family on published acceptance curves (this module
+computes; calibration/recipes/acceptance_shape.py runs it for the EAGLE-3 scenarios and prints).
 
 The acceptance model (specsim/workload/acceptance/laws.py, population.py): sequence i accepts
 draft position j with probability alpha_i d^(j-1), alpha_i ~ Beta(m c, (1 - m) c). The shape is
@@ -22,12 +22,12 @@ shape is shared. Least squares over every point, in acceptance-rate units. Three
 compared by BIC (n ln(SSE / n) + p ln n, p counting the per-curve means): c with d = 1, d with
 homogeneous sequences, and c and d together; the lowest BIC is the fitted shape.
 
-    specsim calibrate acceptance-shape                 # fit and print
-    specsim calibrate acceptance-shape --write         # also update the EAGLE-3 scenarios
-    specsim calibrate acceptance-shape --sensitivity   # refit leaving out one source at a time
+    python calibration/recipes/acceptance_shape.py                 # fit and print
+    python calibration/recipes/acceptance_shape.py --write         # also update the EAGLE-3 scenarios
+    python calibration/recipes/acceptance_shape.py --sensitivity   # refit leaving out one source at a time
 
-Data: calibration/published/acceptance_curves.csv, resolved from the repository root (sources in
-calibration/published/README.md). Deterministic (bounded scalar searches and a fixed-start
+Data: a curve table such as calibration/published/acceptance_curves.csv (sources in
+calibration/published/README.md), given by the caller with the scenarios to write. Deterministic (bounded scalar searches and a fixed-start
 Nelder-Mead); a few seconds. Entry point: :func:`fit_acceptance_shape` (returns a
 :class:`ShapeReport`); :func:`write_scenarios` writes a fitted shape into the scenarios.
 """
@@ -45,7 +45,6 @@ from scipy import optimize
 
 from specsim import inputs
 from specsim.errors import SpecError
-from specsim.validate.targets import REPO_ROOT
 from specsim.workload.acceptance.population import (
     mean_alpha_from_tau,
     reported_position_rates,
@@ -53,25 +52,12 @@ from specsim.workload.acceptance.population import (
     reported_taus,
 )
 
-#: the repository root (specsim/calibrate/acceptance_shape.py -> ../..): the curve table and the
-#: scenarios are read from and written into the checkout, as the calibration always has been
-ROOT = REPO_ROOT   # a source checkout: calibration/ and scenarios/ beside the package
-CURVES_CSV = ROOT / "calibration/published/acceptance_curves.csv"
-#: EAGLE-3 scenarios whose shape was an assumption, the 235B projections included (their tau 4 at
-#: k = 5, the paper's projection point, is reachable under the fitted decay; 235b_acceptance's tau
-#: sweep stops at 4.9 for that reason). Not here: 7b_h100_sync.yaml (ReSpec's rows, whose
-#: staleness is derived from two published taus under its own shape).
-SCENARIOS = ("8b_rl_think_sync.yaml", "8b_rl_zero_sync.yaml", "8b_rl_think_async.yaml",
-             "30b_a3b_h100_async.yaml", "235b_async.yaml", "235b_acceptance.yaml", "235b_run.yaml",
-             "235b_scale.yaml", "235b_sync.yaml")
 METRICS = ("position_rate", "tau_by_k")
 LOG_C_BOUNDS = (math.log(0.5), math.log(1e4))
 #: the largest concentration the fit searches; a fitted c at (99 % of) it means "no heterogeneity found"
 C_MAX = math.exp(LOG_C_BOUNDS[1])
 D_BOUNDS = (0.5, 1.0)
-#: the configured 8B taus at k = 3 whose tau(k) the report tabulates, and the shape they had
-#: before the fit (c = 8, d = 1)
-TAU_EXAMPLES = (("Think 2.77", 2.77), ("Zero 3.32", 3.32))
+#: a shape with no heterogeneity fitted and no decay: c = 8 (mild), d = 1, what a report compares to
 OLD_SHAPE = (8.0, 1.0)
 
 
@@ -151,18 +137,19 @@ class TauRow:
 
 @dataclass(frozen=True)
 class LeaveOneOut:
-    """The chosen variant refitted without one source (URL)."""
+    """The chosen variant refitted without one source (URL); tau(5) / tau(3) under it, for the
+    first example tau of the report (fit_acceptance_shape's `examples`)."""
 
     url: str
     c: float | None
     d: float
-    think_tau5_over_tau3: float
+    tau5_over_tau3: float
 
 
 @dataclass
 class ShapeReport:
-    """What `specsim calibrate acceptance-shape` prints: every variant, the chosen one, the tau(k)
-    tables at the configured 8B taus, and (on request) the leave-one-source-out refits."""
+    """What a fit reports: every variant, the chosen one, the tau(k) tables at the example taus,
+    and (on request) the leave-one-source-out refits."""
 
     curves_path: Path
     curves: list[Curve]
@@ -173,9 +160,10 @@ class ShapeReport:
     written: list[Path] = field(default_factory=list)
 
 
-def load_curves(path: Path = CURVES_CSV) -> list[Curve]:
+def load_curves(path: str | Path) -> list[Curve]:
     """Read the curve table; a bad row raises SpecError naming file and row (`where`), field and value."""
     out = []
+    path = Path(path)
     text = inputs.read_text(path, "(file)", "acceptance curve table (CSV)")
     if True:
         for i, row in enumerate(csv.DictReader(text.splitlines()), start=2):
@@ -249,42 +237,36 @@ def tau_table(tau: float, c: float | None, d: float, ks=range(1, 9), tau_k: int 
     return [reported_tau(m, k, d, c) for k in ks]
 
 
-def tau_rows(best: Fit) -> list[TauRow]:
-    """tau(k), k = 1..8, for the configured 8B taus at k = 3, under the old and the fitted shape."""
+def tau_rows(best: Fit, examples, old_shape: tuple[float | None, float] = OLD_SHAPE) -> list[TauRow]:
+    """tau(k), k = 1..8, for each (label, tau at k = 3) of `examples`, under `old_shape` and the fitted shape."""
     rows = []
-    for label, tau in TAU_EXAMPLES:
-        for name, c, d in (("old", *OLD_SHAPE), ("new", best.c, best.d)):
+    for label, tau in examples:
+        for name, c, d in (("old", *old_shape), ("new", best.c, best.d)):
             rows.append(TauRow(label, name, c, d, tuple(tau_table(tau, c, d))))
     return rows
 
 
-def sensitivity(curves: list[Curve], best: Fit) -> list[LeaveOneOut]:
-    """Refit the chosen variant leaving out one source (URL) at a time."""
+def sensitivity(curves: list[Curve], best: Fit, tau: float) -> list[LeaveOneOut]:
+    """Refit the chosen variant leaving out one source (URL) at a time; tau(5)/tau(3) at `tau` (k = 3)."""
     free_c, free_d = best.c is not None, best.n_shape_params == 2 or best.c is None
     out = []
     for url in sorted({cv.url for cv in curves}):
         f = fit_shape([cv for cv in curves if cv.url != url], free_c, free_d)
-        row = tau_table(TAU_EXAMPLES[0][1], f.c, f.d)
+        row = tau_table(tau, f.c, f.d)
         out.append(LeaveOneOut(url, f.c, f.d, row[4] / row[2]))
     return out
 
 
-def _comment(what: str) -> str:
-    return (f"  # {what}: fitted by `specsim calibrate acceptance-shape` on published EAGLE-3 curves "
-            "(vLLM #24243 #42764 #26191 #20780, speculators #563; calibration/published/acceptance_curves.csv), "
-            "not on any 8B row")
-
-
-def write_scenarios(best: Fit, names=SCENARIOS, root: Path = ROOT) -> list[Path]:
-    """Set drafter.heterogeneity / drafter.position_decay in the EAGLE-3 scenarios (line edits)."""
+def write_scenarios(best: Fit, paths, source: str) -> list[Path]:
+    """Set drafter.heterogeneity / drafter.position_decay in each EAGLE-3 scenario file of `paths`
+    (line edits, every other line kept), each followed by a comment `# <what>: <source>`."""
     from specsim.atomic import write_text
 
     c_txt = "null" if best.c is None else f"{best.c:.3g}"
-    het = f"  heterogeneity: {c_txt}" + _comment("Beta concentration c")
-    dec = f"  position_decay: {best.d:.3f}" + _comment("position decay d")
+    het = f"  heterogeneity: {c_txt}  # Beta concentration c: {source}"
+    dec = f"  position_decay: {best.d:.3f}  # position decay d: {source}"
     changed = []
-    for name in names:
-        path = root / "scenarios" / name
+    for path in map(Path, paths):
         lines = inputs.read_text(path, "(file)", "scenario YAML file").splitlines()
         start = lines.index("drafter:")
         end = next((i for i in range(start + 1, len(lines)) if lines[i] and not lines[i].startswith((" ", "#"))), len(lines))
@@ -300,30 +282,31 @@ def write_scenarios(best: Fit, names=SCENARIOS, root: Path = ROOT) -> list[Path]
     return changed
 
 
-def fit_acceptance_shape(curves_path: str | Path = CURVES_CSV, *, with_sensitivity: bool = False,
-                         write: bool = False, root: Path = ROOT) -> ShapeReport:
-    """Fit every variant on the published curves, pick the lowest-BIC shaped one, tabulate tau(k)
-    under it; with `with_sensitivity` refit leaving out one source at a time; with `write` write
-    the chosen shape into the EAGLE-3 scenarios under `root`/scenarios."""
+def fit_acceptance_shape(curves_path: str | Path, *, examples=(), old_shape: tuple[float | None, float] = OLD_SHAPE,
+                         with_sensitivity: bool = False, write_to=(), source: str = "") -> ShapeReport:
+    """Fit every variant on the curves of `curves_path`, pick the lowest-BIC shaped one, tabulate
+    tau(k) under it and `old_shape` for each (label, tau at k = 3) of `examples`; with
+    `with_sensitivity` refit leaving out one source at a time (needs an example); write the chosen
+    shape into each scenario file of `write_to`, commented with `source` (write_scenarios)."""
     path = Path(curves_path)
     curves = load_curves(path)
     fits, best = fit_all(curves)
-    report = ShapeReport(path, curves, fits, best, tau_rows(best))
+    report = ShapeReport(path, curves, fits, best, tau_rows(best, examples, old_shape))
     if with_sensitivity:
-        report.sensitivity = sensitivity(curves, best)
-    if write:
-        report.written = write_scenarios(best, root=root)
+        if not examples:
+            raise SpecError("examples", examples, "at least one (label, tau) pair for the sensitivity refits")
+        report.sensitivity = sensitivity(curves, best, examples[0][1])
+    if write_to:
+        report.written = write_scenarios(best, write_to, source)
     return report
 
 
 __all__ = [
-    "CURVES_CSV",
     "C_MAX",
     "D_BOUNDS",
     "LOG_C_BOUNDS",
     "METRICS",
-    "ROOT",
-    "SCENARIOS",
+    "OLD_SHAPE",
     "Curve",
     "Fit",
     "LeaveOneOut",

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from test_calibrate_backends import HW, _attn, _gemm
 
-from specsim.calibrate import engine_overhead as eo
-from specsim.calibrate import kernel_report as kr
-from specsim.calibrate.kernels import catalog_moe_shapes, fit_system
+from specsim.calibrate.kernels import engine_overhead as eo
+from specsim.calibrate.kernels import report as kr
+from specsim.calibrate.kernels.system import catalog_moe_shapes, fit_system
 from specsim.catalog.hardware import load_hardware, moe_shape_key
 from specsim.catalog.models import load_model
 from specsim.cost.forward import decode_cost

@@ -1,4 +1,4 @@
-"""Forward-pass sweeps measured inside an engine (calibrate/forward_sweep.py): pricing semantics, the
+"""Forward-pass sweeps measured inside an engine (calibrate/kernels/forward_sweep.py): pricing semantics, the
 in-situ streaming factor recovered from rows generated with a known one, every row reported, bad
 input named."""
 
@@ -11,14 +11,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specsim.calibrate.forward_sweep import fit_stream_factor, price_rows, read_sweep, write_stream_factor
+from specsim.calibrate.kernels.forward_sweep import fit_stream_factor, price_rows, read_sweep, write_stream_factor
 from specsim.catalog.hardware import load_hardware
 from specsim.catalog.models import load_model
 from specsim.cost.forward import decode_cost, pass_cost
 from specsim.cost.layout import ParallelLayout
 from specsim.errors import SpecError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 A100 = load_hardware("a100_sxm")
 Q7B = load_model("Qwen2.5-7B")
 

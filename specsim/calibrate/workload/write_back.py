@@ -1,6 +1,6 @@
 """Write a workload fit's values back: scenario fields (line by line, comments kept, each fitted
 line annotated with the command and the rows it was fitted to) and, on request, the fitted
-hardware parameters into a profile. The fit itself is specsim/calibrate/workload_fit.py."""
+hardware parameters into a profile. The fit itself is specsim/calibrate/workload/fit.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from specsim import inputs
 from specsim.atomic import dump_yaml
-from specsim.calibrate.workload_fit import Applier, FitResult, load_fit_block
+from specsim.calibrate.workload.fit import Applier, FitResult, load_fit_block
 from specsim.errors import SpecError
 from specsim.scenario import load_scenario
 from specsim.validate.targets import resolve_scenario_path

@@ -8,8 +8,8 @@ write the fitted values back (`specsim calibrate workload`; this module computes
 
 One command, reproducible (deterministic simulator, fixed seeds, starts from the priors in the
 target file's `fit:` block, caches nothing). What is fitted to what, and why: calibration/README.md,
-"Calibration discipline". The fit itself is :mod:`specsim.calibrate.workload_fit`, the write-back
-:mod:`specsim.calibrate.write_back`; this module runs one after the other (:func:`run_workload_fit`).
+"Calibration discipline". The fit itself is :mod:`specsim.calibrate.workload.fit`, the write-back
+:mod:`specsim.calibrate.workload.write_back`; this module runs one after the other (:func:`run_workload_fit`).
 Fitted `hardware.*` parameters (the SD overheads) are written into the scenarios' hardware profile
 only with `write_profile`, and never on a dry run.
 """
@@ -19,13 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specsim.calibrate.workload_fit import FitResult, fit_file
-from specsim.calibrate.write_back import field_comments, write_profile_values, write_scenarios
-from specsim.validate.targets import REPO_ROOT
+from specsim.calibrate.workload.fit import FitResult, fit_file
+from specsim.calibrate.workload.write_back import field_comments, write_profile_values, write_scenarios
 
-#: the repository root (specsim/calibrate/workload_run.py -> ../..): the target files live there
-ROOT = REPO_ROOT   # a source checkout: calibration/ and scenarios/ beside the package
-DEFAULT_TARGETS = ROOT / "calibration" / "targets" / "nemo_rl_8b.yaml"
+#: the command's default target file, relative to the calibration folder it runs with
+#: (specsim.validate.targets.find_calibration_dir): the 8B workloads and trainer efficiencies
+DEFAULT_TARGETS = Path("targets") / "nemo_rl_8b.yaml"
 COMMAND = "specsim calibrate workload"
 
 
@@ -41,25 +40,31 @@ class WorkloadFitRun:
     written_profiles: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
-def fit_command(targets: str | Path) -> str:
-    """The command line written beside each fitted value: names the target file unless it is the default."""
+def fit_command(targets: str | Path, calibration: str | Path | None = None) -> str:
+    """The command line written beside each fitted value: names the target file unless it is the
+    default of the `calibration` folder (DEFAULT_TARGETS), relative to the folder that holds
+    `calibration` (the checkout) when it lies below it."""
     t = Path(targets).resolve()
-    if t == DEFAULT_TARGETS.resolve():
+    if calibration is None:
+        return f"{COMMAND} --targets {targets}"
+    cal = Path(calibration).resolve()
+    if t == cal / DEFAULT_TARGETS:
         return COMMAND
-    return f"{COMMAND} --targets {t.relative_to(ROOT) if t.is_relative_to(ROOT) else targets}"
+    return f"{COMMAND} --targets {t.relative_to(cal.parent) if t.is_relative_to(cal.parent) else targets}"
 
 
-def run_workload_fit(targets: str | Path = DEFAULT_TARGETS, *, dry_run: bool = False, write_profile: bool = False,
-                     max_nfev: int = 40) -> WorkloadFitRun:
+def run_workload_fit(targets: str | Path, *, calibration: str | Path | None = None, dry_run: bool = False,
+                     write_profile: bool = False, max_nfev: int = 40) -> WorkloadFitRun:
     """Fit every stage of `targets`' `fit:` block (at most `max_nfev` simulations per stage); unless
     `dry_run`, write the fitted scenario fields (each annotated with the command and its rows), and
-    with `write_profile` the fitted `hardware.*` parameters into each affected scenario's profile."""
+    with `write_profile` the fitted `hardware.*` parameters into each affected scenario's profile.
+    `calibration`: the folder the command's defaults came from (it shortens the command written)."""
     from specsim.catalog.hardware import load_hardware
     from specsim.scenario import load_scenario
     from specsim.validate.targets import resolve_scenario_path
 
     res = fit_file(targets, max_nfev=max_nfev)
-    command = fit_command(targets)
+    command = fit_command(targets, calibration)
     hw_params = sorted({q.path for s in res.stages for q in s.params if q.path.startswith("hardware.")})
     run = WorkloadFitRun(str(targets), command, res, hw_params)
     if dry_run:
@@ -79,4 +84,4 @@ def run_workload_fit(targets: str | Path = DEFAULT_TARGETS, *, dry_run: bool = F
     return run
 
 
-__all__ = ["COMMAND", "DEFAULT_TARGETS", "ROOT", "WorkloadFitRun", "fit_command", "run_workload_fit"]
+__all__ = ["COMMAND", "DEFAULT_TARGETS", "WorkloadFitRun", "fit_command", "run_workload_fit"]

@@ -20,8 +20,9 @@ SXM4 has 108 SMs (NVIDIA A100 Tensor Core GPU Architecture whitepaper, 2020).
 Run it after `specsim calibrate kernels --system a100_sxm` (which fits the kernel laws and, with
 no A100 TPOT rows in the data package, transfers the engine overheads and β from h200_sxm's vLLM
 fit; a rerun keeps a β this command wrote). What the rows are, which rows fit and why:
-specsim/calibrate/forward_sweep.py and calibration/published/efficientrollout_a100_*.csv (read
-from the repository root).
+specsim/calibrate/kernels/forward_sweep.py and calibration/published/efficientrollout_a100_*.csv (read
+below `root`, the folder that holds the calibration folder: the CLI finds it from the working
+directory, validate/targets.find_calibration_dir).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specsim.calibrate.forward_sweep import (
+from specsim.calibrate.kernels.forward_sweep import (
     MultiTokenFit,
     PiecewiseFit,
     SweepFit,
@@ -48,10 +49,6 @@ from specsim.calibrate.forward_sweep import (
     write_stream_factor,
 )
 from specsim.catalog.hardware import PROFILE_DIR, load_hardware
-from specsim.validate.targets import REPO_ROOT
-
-#: the repository root (specsim/calibrate/a100_sweep.py -> ../..): the published sweeps live there
-ROOT = REPO_ROOT   # a source checkout: calibration/ and scenarios/ beside the package
 PUBLISHED = "calibration/published/"
 FIT_SWEEP = PUBLISHED + "efficientrollout_a100_qwen25_7b.csv"
 HELD_OUT = (PUBLISHED + "efficientrollout_a100_llama31_8b_instruct.csv",
@@ -106,7 +103,7 @@ def residual_grids(rows: pd.DataFrame) -> tuple[ResidualGrid, ...]:
     return tuple(out)
 
 
-def fit_a100_sweep(*, write_profile: bool = False, profile: str | Path = PROFILE, root: Path = ROOT) -> A100SweepFit:
+def fit_a100_sweep(*, write_profile: bool = False, profile: str | Path = PROFILE, root: Path) -> A100SweepFit:
     """Fit β on FIT_MODEL's batch-1 decode rows, then the multi-token attention term on its verify
     rows at batch < 8 at that β (the other models' rows held out); with `write_profile` write both,
     with their provenance, into `profile`."""
@@ -129,12 +126,12 @@ def fit_a100_sweep(*, write_profile: bool = False, profile: str | Path = PROFILE
                         verify_decode_ratios(pair), decode_growth(pair), written)
 
 
-def sweep_comparison(profile: str | Path = PROFILE, root: Path = ROOT) -> tuple[pd.DataFrame, pd.DataFrame]:
+def sweep_comparison(root: Path, profile: str | Path = PROFILE) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(verify ÷ decode points, decode growth) of the Qwen2.5-7B and Llama-3.1-8B sweeps priced
     with `profile` as it stands (no fitting): what `specsim validate` reports and the test checks.
     Role 'fit' marks the rows the profile's terms were fitted on (FIT_MODEL's batch-1 decode,
     verify at batch < 8, decode with cascade attention), 'held-out' every row of the other model."""
-    from specsim.calibrate.forward_sweep import CASCADE_MIN_REQUESTS, cascade_rows, price_rows
+    from specsim.calibrate.kernels.forward_sweep import CASCADE_MIN_REQUESTS, cascade_rows, price_rows
 
     df = read_sweeps([root / f for f in (FIT_SWEEP, HELD_OUT[0])])
     hw = load_hardware(str(profile))
@@ -154,5 +151,4 @@ def sweep_comparison(profile: str | Path = PROFILE, root: Path = ROOT) -> tuple[
 
 
 __all__ = ["A100_SMS", "COMMAND", "FIT_MODEL", "FIT_SWEEP", "GRID_MODES", "HELD_OUT", "PROFILE", "RATIO_MODELS",
-           "ROOT",
-           "A100SweepFit", "ResidualGrid", "fit_a100_sweep", "residual_grids", "sweep_comparison"]
+                  "A100SweepFit", "ResidualGrid", "fit_a100_sweep", "residual_grids", "sweep_comparison"]

@@ -13,7 +13,7 @@ Gotchas handled here (each named where it is handled):
 * `moe_perf` rows come at several token `distribution`s; `balanced` spreads the T·topk routed
   tokens evenly over the experts (every expert busy once T·topk >= E: the h100/h200 tables are
   flat in T from T = E/topk on, where uniform random routing would still hit more experts), so
-  the MoE fit counts the experts it touches as min(E, T·topk) (kernel_fit.fit_moe).
+  the MoE fit counts the experts it touches as min(E, T·topk) (terms.fit_moe).
 * a TPOT row measured on engine version v is priced with the kernel tables of the same backend
   at the version nearest v (`table_path(..., near=v)`), per family: MoE kernels differ by version.
 * gb200 collective tables stop at 4 GPUs.
@@ -27,14 +27,38 @@ from pathlib import Path
 import pandas as pd
 
 from specsim import inputs
+from specsim.catalog.hardware import list_hardware, load_hardware
 from specsim.errors import SpecError
 
 PACKAGE = "aiconfigurator-core"
 PACKAGE_VERSION = "0.12.0"
-SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm", "gb200", "a100_sxm")
-#: specsim profile name of each system
-PROFILE_OF = {"h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm", "b200_sxm": "b200", "gb200": "gb200", "a100_sxm": "a100_sxm"}
 _ELEM_BYTES = {"half": 2, "bfloat16": 2, "float16": 2, "fp16": 2, "int8": 1, "fp8": 1, "float32": 4}
+
+
+def systems() -> dict[str, str]:
+    """The package's system folder -> bundled profile name, for each bundled profile whose
+    `kernel_tables.system` names one (catalog/hardware.KernelTables), in profile-name order."""
+    out = {}
+    for name in list_hardware():
+        tables = load_hardware(name).kernel_tables
+        if tables is not None:
+            out[tables.system] = name
+    return out
+
+
+def check_system(system: str) -> str:
+    """`system` if a bundled profile names it (`--system`), else a SpecError listing those that do."""
+    if system not in systems():
+        raise SpecError("--system", system, f"one of {list(systems())} or 'all'")
+    return system
+
+
+def system_of(profile: str | None) -> str | None:
+    """The system folder of a bundled profile (None: none, or no `kernel_tables:` block)."""
+    if profile is None:
+        return None
+    tables = load_hardware(profile).kernel_tables
+    return None if tables is None else tables.system
 
 
 def data_root(root: str | Path | None = None) -> Path:

@@ -31,17 +31,27 @@ import yaml
 from specsim import inputs
 from specsim.atomic import dump_yaml
 from specsim.atomic import write_text
-from specsim.calibrate import engine_overhead as eo
-from specsim.calibrate import kernel_tables as kt
-from specsim.calibrate.kernels import SystemFit, fit_system, provenance
+from specsim.calibrate.kernels import engine_overhead as eo
+from specsim.calibrate.kernels import tables as kt
+from specsim.calibrate.kernels.system import SystemFit, fit_system, provenance
 from specsim.catalog.hardware import PROFILE_DIR, load_hardware
 from specsim.errors import SpecError
 
 FIT_MODELS = ("Llama-3.1-8B", "Llama-3.1-70B")
 SPLIT = ("fit on Llama-3.1-8B and Llama-3.1-70B rows (dense), held out: every other supported model's "
          "rows (Qwen3-32B, Qwen3-235B-A22B)")
-#: the GPU whose same-backend overheads predict a system that has only held-out rows
-SIBLING = {"gb200": "b200_sxm", "b200_sxm": "gb200", "h100_sxm": "h200_sxm", "h200_sxm": "h100_sxm"}
+
+
+def sibling_of(system: str) -> str | None:
+    """The system whose same-backend overheads predict `system` when it has only held-out rows:
+    its profile's `kernel_tables.sibling` (b200 <-> gb200, h100 <-> h200)."""
+    return kt.system_of(load_hardware(kt.systems()[system]).kernel_tables.sibling)
+
+
+def overhead_donors(system: str) -> list[str]:
+    """The systems whose vLLM overhead fits `system`'s profile takes, in order, without one of its
+    own: its profile's `kernel_tables.overhead_donors`."""
+    return [kt.system_of(p) for p in load_hardware(kt.systems()[system]).kernel_tables.overhead_donors]
 
 
 @dataclass
@@ -146,12 +156,12 @@ def _repricer(rows: pd.DataFrame, fit: SystemFit):
 
 def _transfer(pending: dict, overheads: dict) -> dict[tuple[str, str], eo.OverheadFit]:
     """Predict each pending (system, backend) -- only held-out rows -- with the same backend's
-    overheads fitted on the sibling GPU (SIBLING); none when the sibling has no fit either."""
+    overheads fitted on the sibling GPU (sibling_of); none when the sibling has no fit either."""
     out = {}
     for (s, b), (sub, ks, pre, label, reprice) in pending.items():
-        donor = overheads.get((SIBLING.get(s, ""), b))
+        donor = overheads.get((sibling_of(s), b))
         if donor is not None and not donor.transferred_from:
-            name = f"{SIBLING[s]}/{b}"
+            name = f"{sibling_of(s)}/{b}"
             out[(s, b)] = eo.predict_with(sub, pre, donor, name,
                                           f"{label}; no fit rows here: overheads and in-situ streaming factor "
                                           f"of the {name} fit", reprice)
@@ -161,10 +171,9 @@ def _transfer(pending: dict, overheads: dict) -> dict[tuple[str, str], eo.Overhe
 def calibrate_from_kernels(systems: list[str] | str = "all", backend: str = "vllm", root=None,
                            out_dir: str | Path | None = None, date: str | None = None) -> KernelCalibration:
     """Fit every named system (or 'all'); write fitted profiles into `out_dir` when given."""
-    names = list(kt.SYSTEMS) if systems in ("all", ["all"]) else ([systems] if isinstance(systems, str) else systems)
+    names = list(kt.systems()) if systems in ("all", ["all"]) else ([systems] if isinstance(systems, str) else systems)
     for s in names:
-        if s not in kt.SYSTEMS:
-            raise SpecError("--system", s, f"one of {list(kt.SYSTEMS)} or 'all'")
+        kt.check_system(s)
     data = kt.data_root(root)
     cal = KernelCalibration(fits={s: fit_system(s, backend, root=data) for s in names})
     try:
@@ -174,7 +183,7 @@ def calibrate_from_kernels(systems: list[str] | str = "all", backend: str = "vll
         cal.notes.append(f"no TPOT rows ({exc}); engine overheads keep their priors")
     if silicon is not None:
         pending: dict = {}
-        for s in kt.SYSTEMS:  # overheads may be transferred, so fit every system with rows
+        for s in kt.systems():  # overheads may be transferred, so fit every system with rows
             cal.overheads.update(_fit_tpot(s, silicon, data, cal.tpot_fits, pending))
         cal.overheads.update(_transfer(pending, cal.overheads))
     if out_dir is not None:
@@ -184,13 +193,14 @@ def calibrate_from_kernels(systems: list[str] | str = "all", backend: str = "vll
 
 
 def _overhead_for(system: str, cal: KernelCalibration):
-    """The vLLM overheads a profile carries: its own fit, else the sibling GPU's, else h200's
-    (h100's): a donor whose step overhead ended at the bound 0 (not determined) is passed over."""
+    """The vLLM overheads a profile carries: its own fit, else the first of its overhead donors
+    (overhead_donors: the sibling GPU's, then h200's, h100's) whose step overhead did not end at the
+    bound 0 (not determined)."""
     own = cal.overheads.get((system, "vllm"))
     if own is not None and not own.transferred_from:
         models = ", ".join(sorted(set(own.rows.loc[own.rows["role"] == "fit", "model"])))
         return own, f"fitted to {system} vLLM TPOT rows of silicon_sample.csv ({models}; {own.fit_on})"
-    for donor in (SIBLING.get(system), "h200_sxm", "h100_sxm"):
+    for donor in overhead_donors(system):
         d = cal.overheads.get((donor, "vllm"))
         if d is not None and not d.transferred_from and "step_overhead_s" not in d.at_bound:
             return d, (f"transferred from the {donor} vLLM TPOT fit, the nearest same-engine fit that determines "
@@ -201,7 +211,7 @@ def _overhead_for(system: str, cal: KernelCalibration):
 
 def write_fitted_profile(fit: SystemFit, cal: KernelCalibration, out_dir: Path, date: str | None = None) -> Path:
     """The bundled profile with fitted values (each with its source) and a `kernel_fit` block."""
-    name = kt.PROFILE_OF[fit.system]
+    name = kt.systems()[fit.system]
     src = Path(fit.hw.path or PROFILE_DIR / f"{name}.yaml")
     text = inputs.read_text(src, "hardware", "hardware profile YAML")
     header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
@@ -241,7 +251,7 @@ def write_fitted_profile(fit: SystemFit, cal: KernelCalibration, out_dir: Path, 
     beta = round(ov.insitu_stream_factor, 4) if ov is not None else 1.0
     kept = (doc.get("kernel_fit") or {}).get("provenance", {}).get("insitu_stream_fit")
     if kept and ov is not None and not how.startswith("fitted to"):
-        # β fitted on this GPU's own engine timings (calibrate/forward_sweep.py) beats a transferred one
+        # β fitted on this GPU's own engine timings (calibrate/kernels/forward_sweep.py) beats a transferred one
         beta, prov["insitu_stream_fit"] = float(doc["kernel_fit"]["insitu_stream_factor"]), kept
     old_kf = doc.get("kernel_fit") or {}
     multi_token = old_kf.get("multi_token_attention")  # fitted on engine timings (forward_sweep.py): kept
@@ -252,7 +262,7 @@ def write_fitted_profile(fit: SystemFit, cal: KernelCalibration, out_dir: Path, 
                                    "fit_rows": int((ov.rows["role"] == "fit").sum()),
                                    "held_out_rows": int((ov.rows["role"] == "held-out").sum()),
                                    "fit_excluded_rows": int((ov.rows["role"] == "fit-excluded").sum()),
-                                   "prefill": "priced as closed-loop mixed steps (calibrate/tpot_model.py), not fitted",
+                                   "prefill": "priced as closed-loop mixed steps (calibrate/kernels/tpot_model.py), not fitted",
                                    "insitu_stream_factor": kept["how"] if "insitu_stream_fit" in prov else (
                                        f"fitted with the overheads ({how}): every fitted streaming efficiency "
                                        "(GEMM weights, MoE experts, decode-attention KV) times this factor, "

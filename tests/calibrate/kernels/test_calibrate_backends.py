@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specsim.calibrate import engine_overhead as eo
-from specsim.calibrate import kernel_tables as kt
-from specsim.calibrate.kernels import fit_system
+from specsim.calibrate.kernels import engine_overhead as eo
+from specsim.calibrate.kernels import tables as kt
+from specsim.calibrate.kernels.system import fit_system
 from specsim.catalog.hardware import load_hardware
 
 HW = load_hardware("h200_sxm")

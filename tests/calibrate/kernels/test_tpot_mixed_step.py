@@ -1,5 +1,5 @@
 """Issue #11, third pass: the TPOT rows priced as a closed-loop benchmark's mixed steps
-(cost.step.mixed_step_time_s, calibrate/tpot_model.py) -- closed-form checks on catalog models
+(cost.step.mixed_step_time_s, calibrate/kernels/tpot_model.py) -- closed-form checks on catalog models
 and the bundled profiles, and the overhead fit on synthetic rows."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specsim.calibrate import engine_overhead as eo
-from specsim.calibrate import tpot_model as tm
+from specsim.calibrate.kernels import engine_overhead as eo
+from specsim.calibrate.kernels import tpot_model as tm
 from specsim.catalog.hardware import load_hardware
 from specsim.catalog.models import load_model
 from specsim.cost.forward import prefill_time_s

@@ -88,9 +88,9 @@ def hardware_info(name_or_path: str) -> dict:
 
 
 def kernel_calibration_info(source: str, system: str, backend: str, out_dir: str | None) -> dict:
-    """Run the measured-kernel calibration (see kernel_report) on the kernel tables of `source`
+    """Run the measured-kernel calibration (see report.py) on the kernel tables of `source`
     (only "aiconfigurator") and return its tables as records."""
-    from specsim.calibrate.kernel_report import calibrate_from_kernels
+    from specsim.calibrate.kernels.report import calibrate_from_kernels
     from specsim.errors import SpecError
 
     if source != "aiconfigurator":
