@@ -33,7 +33,7 @@ from pathlib import Path
 
 from specsim import atomic
 from specsim.atomic import dump_yaml
-from specsim.scenario import ScenarioError, load_scenario, to_yaml
+from specsim.scenario import ScenarioError, load_scenario, source_file, to_yaml
 from specsim.study.plan import refuse_over_bound, scenario_run_tokens
 from specsim.study import results_folder as results_dir
 from specsim.study.executors import check_backend
@@ -128,7 +128,7 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
             reps = plan.search.replicates
             usd = dict(sc.output.gpu_hour_usd)
             ans = answer(evs, plan, reps, usd)
-            fr = fronts(evs, usd)
+            fr = fronts(evs, usd, reps)
             queries = []
             inverse_runs = {"computed": 0, "reused": 0}
             if min_gpus_for is not None or break_even_tau or stops_paying:
@@ -185,12 +185,41 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
         atomic.write_text(out_dir / "summary.md", md)
         _write_page(out_dir, sc, summary, md, warnings)
         files += ["summary.json", "summary.md", "report.html", "resolved.yaml", "plan.yaml", "inputs.json"]
+        nothing_runs(evs, rejected, plan, out_dir, source_file(sc))
         mg = [q for q in queries if q["query"] == "min_gpus_for"]
         if mg and all(q["gpus"] is None for q in mg):
             raise ScenarioError(None, "--min-gpus-for", min_gpus_for,
                                 "a step time that some GPU count reaches (" + "; ".join(q["text"] for q in mg)
                                 + f"; the rest of the plan is in {out_dir})")
         return PlanResult(out_dir, summary, files, warnings)
+
+
+def nothing_runs(evs, rejected: list, plan, out_dir: Path, file) -> None:
+    """Raise the ScenarioError (exit 2) of a plan none of whose candidates ran: the constraint that
+    refused the most of them, with its reason as `specsim run` gives it, and how many it refused."""
+    if any(e.status == "simulated" for e in evs):
+        return
+    why: dict[str, list] = {}
+    for e in evs:
+        if e.status in ("infeasible", "pruned"):
+            why.setdefault(e.pruned_by, []).append(e)
+    for r in rejected:
+        why.setdefault("rollout layout", []).append(r)
+    if not why:
+        return
+    field_, items = max(why.items(), key=lambda kv: len(kv[1]))
+    total = len(evs) + len(rejected)
+    first = items[0]
+    reason = first["reason"] if isinstance(first, dict) else first.reason
+    if field_ == "target":
+        raise ScenarioError(file, "plan.target_step_s", plan.target_step_s,
+                            f"a target some candidate can reach: all {total} candidates' step-time bounds are above "
+                            f"it (e.g. {reason}); the rest of the plan is in {out_dir}")
+    what = first["layout"] if isinstance(first, dict) else first.cand.label()
+    raise ScenarioError(file, field_ if field_ != "rollout layout" else "plan.layouts", what,
+                        f"at least one candidate that `specsim run` accepts: none of the {total} runs ({len(items)} "
+                        f"refused by {field_}, e.g. {reason}); widen the plan (GPU budgets, layouts, rollout shares) "
+                        f"or change the scenario; the rest of the plan is in {out_dir}")
 
 
 def _write_page(out_dir: Path, sc, summary: dict, md: str, warnings: list[str]) -> None:

@@ -133,47 +133,98 @@ def answer(evs, plan, replicates: int, usd: dict[str, float]) -> dict:
     return out
 
 
-def fronts(evs, usd: dict[str, float] | None = None) -> dict[str, list[dict]]:
-    """Per arm, the Pareto front of (GPU-hours per step, step time) over every simulated candidate
-    (means; each point is the fastest at its cost and the cheapest at its speed); a point on a
-    priced GPU type (`output.gpu_hour_usd`) also carries `usd_per_step` = GPU-hours × price."""
+def fronts(evs, usd: dict[str, float] | None = None, replicates: int | None = None) -> dict[str, list[dict]]:
+    """Per arm, the Pareto front of (GPU-hours per step, step time) over the candidates that ran
+    `replicates` replicates (all of the plan's: the search keeps every candidate that could be on the
+    front for them, so every point is a mean over the same paired draws). Each point is the fastest
+    at its cost and the cheapest at its speed, with its 95 % intervals (step, GPU-hours, $ on a
+    priced GPU type: `output.gpu_hour_usd`) and `overlaps`: the other front points whose step
+    interval overlaps its own (the front cannot tell them apart at these replicates)."""
     usd = usd or {}
     out = {}
     for arm in ("ar", "sd"):
-        pts = sorted(((e.cand.total_gpus * e.mean_step() / 3600.0, e.mean_step(), e) for e in evs
-                      if e.status == "simulated" and e.cand.arm == arm), key=lambda t: (t[0], t[1]))
+        pool = [e for e in evs if e.status == "simulated" and e.cand.arm == arm
+                and (replicates is None or len(e.steady) >= replicates)]
+        pts = sorted(((e.cand.total_gpus * e.mean_step() / 3600.0, e.mean_step(), e) for e in pool),
+                     key=lambda t: (t[0], t[1]))
         front, best = [], math.inf
         for gph, step, e in pts:
             if step < best:
-                p = {"candidate": e.cand.cid, "label": e.cand.label(), "total_gpus": e.cand.total_gpus,
-                     "gpu_hours_per_step": gph, "step_s": step, "replicates": len(e.steady)}
+                steps = e.steps()
+                p = {"candidate": e.cand.cid, "label": e.cand.label(), "short": short_label(e.cand),
+                     "hardware": e.cand.hardware, "total_gpus": e.cand.total_gpus,
+                     "gpu_hours_per_step": gph, "step_s": step, "replicates": len(steps),
+                     "step_s_ci": _ci(steps), "gpu_hours_per_step_ci": _ci([e.cand.total_gpus * x / 3600.0
+                                                                            for x in steps])}
                 if e.cand.hardware in usd:
                     p["usd_per_step"] = gph * usd[e.cand.hardware]
+                    p["usd_per_step_ci"] = scaled(p["gpu_hours_per_step_ci"], usd[e.cand.hardware])
                 front.append(p)
                 best = step
+        for p in front:
+            p["overlaps"] = [q["candidate"] for q in front if q is not p and _overlap(p["step_s_ci"], q["step_s_ci"])]
         out[arm] = front
     return out
 
 
+def _overlap(a: dict, b: dict) -> bool:
+    """Whether two step-time intervals overlap (a mean without an interval is its own point)."""
+    la, ha = a["ci95"] if a.get("ci95") else (a["mean"], a["mean"])
+    lb, hb = b["ci95"] if b.get("ci95") else (b["mean"], b["mean"])
+    return la <= hb and lb <= ha
+
+
+def short_label(c) -> str:
+    """A front point's label on the plot: split, layout, arm, lag ('12+16 TP4·EP4 k5 L2')."""
+    tp, ep, pp = c.layout
+    split = f"{c.rollout_gpus}+{c.training_gpus}" if c.training_gpus is not None else f"{c.rollout_gpus}"
+    lay = f"TP{tp}" + (f"·EP{ep}" if ep > 1 else "") + (f"·PP{pp}" if pp > 1 else "")
+    sd = "AR" if c.policy == "off" else f"k{c.k}"
+    lag = f" L{c.lag}" if c.training_gpus is not None else ""
+    return f"{split} {lay} {sd}{lag}"
+
+
 def plot_fronts(stem: Path, sc, fr: dict, target: float | None) -> str | None:
-    """Step time vs GPU-hours per step, AR and SD fronts (PNG + the CSV it is drawn from)."""
+    """Step time vs GPU-hours per step, AR and SD fronts, each point with its 95 % intervals on both
+    axes and its configuration written beside it (PNG + the CSV it is drawn from)."""
     from matplotlib.figure import Figure
 
-    rows = [{"arm": arm, **p} for arm, pts in fr.items() for p in pts]
+    rows = []
+    for arm, pts in fr.items():
+        for p in pts:
+            sci, gci = p["step_s_ci"].get("ci95") or [None, None], p["gpu_hours_per_step_ci"].get("ci95") or [None, None]
+            rows.append({"arm": arm, **{k: v for k, v in p.items() if not k.endswith("_ci") and k != "overlaps"},
+                         "step_s_lo": sci[0], "step_s_hi": sci[1], "gpu_hours_per_step_lo": gci[0],
+                         "gpu_hours_per_step_hi": gci[1], "overlaps": " ".join(p["overlaps"])})
     if not rows:
         return None
     data = pd.DataFrame(rows)
-    fig = Figure(figsize=(6.4, 4.2))
+    fig = Figure(figsize=(8.0, 5.2))
     ax = fig.add_subplot(111)
     styles = {"ar": {"linestyle": "--", "marker": "s", "color": "0.45", "label": "AR (no SD)"},
               "sd": {"linestyle": "-", "marker": "o", "color": "0.1", "label": "SD"}}
     for arm, pts in fr.items():
-        if pts:
-            ax.step([p["gpu_hours_per_step"] for p in pts], [p["step_s"] for p in pts], where="post", **styles[arm])
+        if not pts:
+            continue
+        x = np.array([p["gpu_hours_per_step"] for p in pts])
+        y = np.array([p["step_s"] for p in pts])
+        ax.step(x, y, where="post", **{k: v for k, v in styles[arm].items() if k != "marker"}, linewidth=1)
+
+        def err(key, centre):
+            lo = [(p[key].get("ci95") or [c, c])[0] for p, c in zip(pts, centre)]
+            hi = [(p[key].get("ci95") or [c, c])[1] for p, c in zip(pts, centre)]
+            return np.array([centre - np.array(lo), np.array(hi) - centre]).clip(min=0)
+
+        ax.errorbar(x, y, xerr=err("gpu_hours_per_step_ci", x), yerr=err("step_s_ci", y), fmt=styles[arm]["marker"],
+                    color=styles[arm]["color"], capsize=3, markersize=5)
+        for i, p in enumerate(pts):
+            ax.annotate(p["short"], (x[i], y[i]), textcoords="offset points", xytext=(6, 6 if arm == "sd" else -12),
+                        fontsize=7, color=styles[arm]["color"])
     if target:
         ax.axhline(target, color="0.3", linestyle=":", linewidth=1, label=f"target {target:g} s")
-    ax.set_xlabel("GPU-hours per RL step")
-    ax.set_ylabel("steady step time (s)")
+    ax.margins(x=0.25, y=0.2)          # room for the labels: none clipped at the axes
+    ax.set_xlabel("GPU-hours per RL step (95 % interval)")
+    ax.set_ylabel("steady step time, s (95 % interval)")
     ax.set_title(f"{sc.name}: plan — Pareto fronts\n{sc.model}, {sc.pipeline.mode}", fontsize=10)
     ax.grid(True, color="0.9")
     ax.legend(frameon=False)
