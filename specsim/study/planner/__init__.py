@@ -86,6 +86,14 @@ def plan_checks(sc) -> tuple[list, list, dict]:
     if sc.pipeline.mode == "sync" and plan.rollout_shares is not None:
         raise ScenarioError(None, "plan.rollout_shares", plan.rollout_shares,
                             "omitted for a sync (colocated) scenario: it has no rollout:training split")
+    if plan.objective == "min_usd" or plan.max_usd_per_hour is not None:
+        usd = sc.output.gpu_hour_usd
+        missing = [h for h in (plan.hardware or [sc.hardware]) if h.lower() not in usd]
+        if missing:
+            what = "plan.objective min_usd" if plan.objective == "min_usd" else "plan.max_usd_per_hour"
+            raise ScenarioError(source_file(sc), "output.gpu_hour_usd", dict(usd),
+                                f"a price ($ per GPU-hour) for every GPU type of the plan: {what} needs one for "
+                                f"{', '.join(missing)} (e.g. --set output.gpu_hour_usd.{missing[0]}=4.0)")
     cands, rejected = enumerate_candidates(sc, plan)
     estimate = refuse_over_bound(sc, len(cands) * plan.search.replicates, scenario_run_tokens(sc),
                                  "this plan, every candidate simulated at full replicates (an upper bound: pruning "
@@ -130,25 +138,25 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
             ans = answer(evs, plan, reps, usd)
             fr = fronts(evs, usd, reps)
             queries = []
-            inverse_runs = {"computed": 0, "reused": 0}
-            if min_gpus_for is not None or break_even_tau or stops_paying:
-                from specsim.study.planner import inverse
+            from specsim.study.planner import inverse
+            from specsim.study.planner.baselines import against_baselines
 
-                layouts: dict[str, list] = {}
-                for c in cands:
-                    if c.layout not in layouts.setdefault(c.hardware, []):
-                        layouts[c.hardware].append(c.layout)
-                ctx = inverse.Context(sc, runs, lambda k, r: write_run(runs_dir, k, r), workers, backend, address, engine,
-                                      reps, layouts=layouts, bounds=bounds, progress=prog)
-                if min_gpus_for is not None:
-                    queries += inverse.min_gpus_for(ctx, ans, min_gpus_for)
-                if break_even_tau:
-                    queries += inverse.break_even_tau(ctx, ans)
-                if stops_paying:
-                    queries += inverse.stops_paying(ctx, ans)
-                state.computed_runs += ctx.computed
-                state.reused_runs += ctx.reused
-                inverse_runs = {"computed": ctx.computed, "reused": ctx.reused}
+            layouts: dict[str, list] = {}
+            for c in cands:
+                if c.layout not in layouts.setdefault(c.hardware, []):
+                    layouts[c.hardware].append(c.layout)
+            ctx = inverse.Context(sc, runs, lambda k, r: write_run(runs_dir, k, r), workers, backend, address, engine,
+                                  reps, layouts=layouts, bounds=bounds, progress=prog)
+            against = against_baselines(ctx, ans)
+            if min_gpus_for is not None:
+                queries += inverse.min_gpus_for(ctx, ans, min_gpus_for)
+            if break_even_tau:
+                queries += inverse.break_even_tau(ctx, ans)
+            if stops_paying:
+                queries += inverse.stops_paying(ctx, ans)
+            state.computed_runs += ctx.computed
+            state.reused_runs += ctx.reused
+            inverse_runs = {"computed": ctx.computed, "reused": ctx.reused}
         pruned: dict[str, int] = {}
         for e in evs:
             if e.status == "pruned":
@@ -176,7 +184,7 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
         summary = jsonable({
             "scenario": sc.name, "model": sc.model, "mode": sc.pipeline.mode, "hardware": sorted({c.hardware for c in cands}),
             "budgets": plan.gpu_counts(sc.total_gpus), "max_policy_lag": plan.max_policy_lag,
-            "plan": plan.model_dump(mode="json"), "gpu_hour_usd": usd, "answer": ans, "fronts": fr, "search": search_info, "queries": queries,
+            "plan": plan.model_dump(mode="json"), "gpu_hour_usd": usd, "answer": ans, "against": against, "fronts": fr, "search": search_info, "queries": queries,
             "version": specsim_version(), "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "out_dir": str(out_dir), "warnings": warnings, "inputs": inputs,
         })
@@ -211,6 +219,10 @@ def nothing_runs(evs, rejected: list, plan, out_dir: Path, file) -> None:
     total = len(evs) + len(rejected)
     first = items[0]
     reason = first["reason"] if isinstance(first, dict) else first.reason
+    if field_ == "usd_budget":
+        raise ScenarioError(file, "plan.max_usd_per_hour", plan.max_usd_per_hour,
+                            f"a budget that pays for at least one candidate: all {total} cost more per hour "
+                            f"(e.g. {reason}); the rest of the plan is in {out_dir}")
     if field_ == "target":
         raise ScenarioError(file, "plan.target_step_s", plan.target_step_s,
                             f"a target some candidate can reach: all {total} candidates' step-time bounds are above "
@@ -220,6 +232,43 @@ def nothing_runs(evs, rejected: list, plan, out_dir: Path, file) -> None:
                         f"at least one candidate that `specsim run` accepts: none of the {total} runs ({len(items)} "
                         f"refused by {field_}, e.g. {reason}); widen the plan (GPU budgets, layouts, rollout shares) "
                         f"or change the scenario; the rest of the plan is in {out_dir}")
+
+
+#: the longest reason shown in the page's table (the full text is in candidates.csv)
+REASON_CHARS = 90
+
+
+def page_table(frame):
+    """The candidates as report.html shows them: one short line each (the overrides folded into a
+    configuration label, intervals in one cell, reasons cut at REASON_CHARS), so the table stays a
+    table at any candidate count."""
+    import pandas as pd
+
+    def cut(v) -> str:
+        v = "" if not isinstance(v, str) else v
+        return v if len(v) <= REASON_CHARS else v[:REASON_CHARS - 1] + "…"
+
+    def ci(row) -> str:
+        if not (row.step_s_lo == row.step_s_lo):
+            return ""
+        return f"[{row.step_s_lo:.4g}, {row.step_s_hi:.4g}]"
+
+    def config(row) -> str:
+        split = f"{row.rollout_gpus}+{row.training_gpus}" if row.training_gpus else f"{row.rollout_gpus}"
+        lay = f"TP{row.tp}" + (f"·EP{row.ep}" if row.ep > 1 else "") + (f"·PP{row.pp}" if row.pp > 1 else "")
+        sd = "AR" if row.arm == "ar" else f"{row.sd_policy} k={row.k}"
+        lag = f" lag {row.policy_lag}" if row.training_gpus else ""
+        return f"{split} {lay} {sd}{lag}"
+
+    out = pd.DataFrame({
+        "status": frame.status, "left out by": frame.pruned_by.fillna(""), "GPU": frame.hardware,
+        "GPUs": frame.total_gpus, "configuration": [config(r) for r in frame.itertuples()],
+        "n": frame.replicates_run, "step_s": frame.step_s, "step 95 %": [ci(r) for r in frame.itertuples()],
+        "GPU-h/step": frame.gpu_hours_per_step, "$/step": frame.usd_per_step, "bound_s": frame.bound_step_s,
+        "binding": frame.binding_bound.fillna(""), "tau": frame.tau, "reason": [cut(v) for v in frame.reason]})
+    if out["$/step"].isna().all():
+        out = out.drop(columns=["$/step"])
+    return out
 
 
 def _write_page(out_dir: Path, sc, summary: dict, md: str, warnings: list[str]) -> None:
@@ -236,7 +285,9 @@ def _write_page(out_dir: Path, sc, summary: dict, md: str, warnings: list[str]) 
                      *[f"Plan warning: {w}" for w in warnings]],
         summary_md=md, plots=plots_of(out_dir, {"fronts": "fronts.png"},
                                       {"fronts": "Pareto fronts: step time vs GPU-hours per step, AR and SD"}),
-        table=frame, rows_note=f"{len(frame)} evaluated candidates (candidates.csv).",
+        table=page_table(frame), rows_note=f"{len(frame)} evaluated candidates, one line each: the configuration in "
+        "short, step and GPU-hours with their 95 % intervals, the bound and why a candidate was left out (its "
+        "overrides and every column in candidates.csv).",
         resolved_yaml=inputs.read_text(out_dir / "resolved.yaml", "--out", "plan file"),
         provenance={"specsim": summary.get("version", ""), "created (UTC)": summary.get("created_utc", ""),
                     **{f"input sha256 ({k})": v for k, v in sorted((summary.get("inputs") or {}).items())}}))

@@ -72,18 +72,22 @@ def candidate_rows(evs, usd: dict[str, float]) -> list[dict]:
     return rows
 
 
-def _score(e, objective: str):
+def _score(e, objective: str, usd: dict[str, float] | None = None):
+    """The objective's ranking key of an evaluated candidate (lower is better)."""
     c = e.cand
     if objective == "min_gpus":
         return (c.total_gpus, e.mean_step())
     if objective == "min_gpu_hours":
         return (c.total_gpus * e.mean_step() / 3600.0, e.mean_step())
+    if objective == "min_usd":
+        return (c.total_gpus * e.mean_step() / 3600.0 * (usd or {}).get(c.hardware, math.inf), e.mean_step())
     return (e.mean_step(), c.total_gpus)
 
 
-def candidate_entry(e, usd: dict[str, float]) -> dict:
+def candidate_entry(e, usd: dict[str, float], run_steps: int | None = None) -> dict:
     """One evaluated candidate as the answer reports it: configuration, overrides, step and GPU-hour
-    intervals over its replicates ($ where its GPU type has a price), per-replicate steps."""
+    intervals over its replicates ($ where its GPU type has a price; per run too with `run_steps`:
+    per step × run_steps), per-replicate steps."""
     c = e.cand
     steps = e.steps()
     m = _ci(steps)
@@ -93,6 +97,12 @@ def candidate_entry(e, usd: dict[str, float]) -> dict:
            "per_replicate_step_s": steps}
     if c.hardware in usd:
         out["usd_per_step"] = scaled(out["gpu_hours_per_step"], usd[c.hardware])
+        out["usd_per_hour"] = c.total_gpus * usd[c.hardware]
+    if run_steps:
+        out["run_steps"] = run_steps
+        out["gpu_hours_per_run"] = scaled(out["gpu_hours_per_step"], run_steps)
+        if c.hardware in usd:
+            out["usd_per_run"] = scaled(out["usd_per_step"], run_steps)
     return out
 
 
@@ -104,33 +114,78 @@ def scaled(m: dict, factor: float) -> dict:
             "ci95": [v * factor for v in m["ci95"]] if m.get("ci95") else m.get("ci95")}
 
 
-def answer(evs, plan, replicates: int, usd: dict[str, float]) -> dict:
-    """best AR, best SD, SD's gain at each one's own optimum, runner-ups per arm."""
+def _ranked(pool, plan, usd) -> list:
+    """The finalists that meet the plan's target (objectives other than min_step_time), best first."""
     target = plan.target_step_s
+    if plan.objective != "min_step_time" and target is not None:
+        pool = [e for e in pool if e.mean_step() <= target]
+    return sorted(pool, key=lambda e: _score(e, plan.objective, usd))
+
+
+def answer(evs, plan, replicates: int, usd: dict[str, float]) -> dict:
+    """best AR, best SD, SD's gain at each one's own optimum, runner-ups per arm, and the best of
+    each GPU type (per arm and overall, by the objective) with the choice between GPU types."""
+    target = plan.target_step_s
+    run_steps = getattr(plan, "run_steps", None)
     out: dict[str, Any] = {"objective": plan.objective, "target_step_s": target}
     final = [e for e in evs if e.status == "simulated" and len(e.steady) >= replicates]
     best: dict[str, Any] = {}
     for arm in ("ar", "sd"):
-        pool = [e for e in final if e.cand.arm == arm]
-        if plan.objective != "min_step_time":
-            pool = [e for e in pool if e.mean_step() <= target]
-        pool.sort(key=lambda e: _score(e, plan.objective))
-        out[f"best_{arm}"] = candidate_entry(pool[0], usd) if pool else None
-        out[f"runner_up_{arm}"] = [candidate_entry(e, usd) for e in pool[1:4]]
+        pool = _ranked([e for e in final if e.cand.arm == arm], plan, usd)
+        out[f"best_{arm}"] = candidate_entry(pool[0], usd, run_steps) if pool else None
+        out[f"runner_up_{arm}"] = [candidate_entry(e, usd, run_steps) for e in pool[1:4]]
         best[arm] = pool[0] if pool else None
     if best["ar"] is not None and best["sd"] is not None:
         a, s = best["ar"], best["sd"]
-        common = sorted(set(a.steady) & set(s.steady))
-        ratios = [a.steady[r]["step_s"] / s.steady[r]["step_s"] for r in common]
-        from specsim.study.report.tables import ratio_ci
-
-        out["sd_gain_at_optima"] = ratio_ci(ratios)   # a ratio: its interval on the log scale
-        out["sd_gain_at_optima"]["paired_replicates"] = common
+        out["sd_gain_at_optima"] = paired_ratio(a, s)   # a ratio: its interval on the log scale
         if plan.objective != "min_step_time":
-            out["sd_resource_ratio"] = _score(a, plan.objective)[0] / _score(s, plan.objective)[0]
+            out["sd_resource_ratio"] = _score(a, plan.objective, usd)[0] / _score(s, plan.objective, usd)[0]
     else:
         out["sd_gain_at_optima"] = None
+    per_hw = []
+    for hw in sorted({e.cand.hardware for e in evs}):
+        pool = _ranked([e for e in final if e.cand.hardware == hw], plan, usd)
+        row: dict[str, Any] = {"hardware": hw, "best": candidate_entry(pool[0], usd, run_steps) if pool else None}
+        for arm in ("ar", "sd"):
+            arm_pool = [e for e in pool if e.cand.arm == arm]
+            row[arm] = candidate_entry(arm_pool[0], usd, run_steps) if arm_pool else None
+        row["_key"] = _score(pool[0], plan.objective, usd) if pool else None
+        per_hw.append(row)
+    ranked = sorted((r for r in per_hw if r["_key"] is not None), key=lambda r: r["_key"])
+    for r in per_hw:
+        r.pop("_key")
+    out["best_per_hardware"] = per_hw
+    out["hardware_choice"] = _hardware_choice(ranked, plan.objective) if len(ranked) > 1 else None
     return out
+
+
+def paired_ratio(a, b) -> dict:
+    """a's mean step ÷ b's, paired over the replicates both ran (the same draws), with its interval
+    (`tables.ratio_ci`, log scale); `paired_replicates` lists them."""
+    from specsim.study.report.tables import ratio_ci
+
+    common = sorted(set(a.steady) & set(b.steady))
+    out = ratio_ci([a.steady[r]["step_s"] / b.steady[r]["step_s"] for r in common])
+    out["paired_replicates"] = common
+    return out
+
+
+def _hardware_choice(ranked: list[dict], objective: str) -> dict:
+    """Which GPU type wins under the objective, by how much, against each other type's best."""
+    win = ranked[0]
+    unit = {"min_usd": ("usd_per_step", "$ per step"), "min_gpu_hours": ("gpu_hours_per_step", "GPU-h per step"),
+            "min_gpus": ("total_gpus", "GPUs")}.get(objective, ("step_s", "s per step"))
+    key, name = unit
+
+    def val(r):
+        v = r["best"][key]
+        return v["mean"] if isinstance(v, dict) else v
+
+    others = [{"hardware": r["hardware"], key: val(r), "ratio": val(r) / val(win) if val(win) else None}
+              for r in ranked[1:]]
+    text = (f"{win['hardware']} ({val(win):.4g} {name}) over " + ", ".join(
+        f"{o['hardware']} ({o[key]:.4g}, {o['ratio']:.2f}×)" for o in others))
+    return {"hardware": win["hardware"], "figure": key, "value": val(win), "others": others, "text": text}
 
 
 def fronts(evs, usd: dict[str, float] | None = None, replicates: int | None = None) -> dict[str, list[dict]]:
@@ -241,6 +296,19 @@ def _fmt(m: dict | None, digits: int = 1) -> str:
     return fmt_ci(m, digits)
 
 
+def _entry_text(b: dict) -> str:
+    """One best configuration: label, step, GPU-hours and $ per step (per run with plan.run_steps)."""
+    from specsim.study.report.tables import md_text
+
+    usd = f", ${_fmt(b['usd_per_step'], 2)} per step (${b['usd_per_hour']:,.0f}/h)" if b.get("usd_per_step") else ""
+    run = ""
+    if b.get("run_steps"):
+        run = f"; per run of {b['run_steps']} steps {_fmt(b['gpu_hours_per_run'], 0)} GPU-h" + (
+            f", ${_fmt(b['usd_per_run'], 0)}" if b.get("usd_per_run") else "")
+    return (f"{md_text(b['label'])} — step {_fmt(b['step_s'])} s, {_fmt(b['gpu_hours_per_step'], 2)} GPU-h per "
+            f"step{usd}{run} (n={b['replicates']})")
+
+
 def plan_markdown(summary: dict) -> str:
     """summary.md of a plan (the printed summary says the same)."""
     a = summary["answer"]
@@ -253,18 +321,38 @@ def plan_markdown(summary: dict) -> str:
              + f"; budgets {summary['budgets']} GPUs of {md_text(', '.join(summary['hardware']))}; policy lag ≤ "
                f"{summary['max_policy_lag']}.", "",
              "## Answer", ""]
+    choice = a.get("hardware_choice")
+    if choice:
+        lines.append(f"- **GPU type: {md_text(choice['text'])}** (each GPU type's best, AR or SD, by "
+                     f"{a['objective']})")
+    per_hw = a.get("best_per_hardware") or []
+    if len(per_hw) > 1:
+        for r in per_hw:
+            b = r.get("best")
+            lines.append(f"- best on {md_text(r['hardware'])}: " + (_entry_text(b) if b else "none meets the constraints"))
     for arm, name in (("ar", "AR (no SD)"), ("sd", "SD")):
         b = a.get(f"best_{arm}")
         if b is None:
             lines.append(f"- best {name}: none meets the constraints")
             continue
-        usd = f", ${_fmt(b['usd_per_step'], 2)} per step" if b.get("usd_per_step") else ""
-        lines.append(f"- best {name}: {md_text(b['label'])} — step {_fmt(b['step_s'])} s, "
-                     f"{_fmt(b['gpu_hours_per_step'], 2)} GPU-h per step{usd} (n={b['replicates']})")
+        lines.append(f"- best {name}: {_entry_text(b)}")
     g = a.get("sd_gain_at_optima")
     if g:
         lines.append(f"- **SD's gain at each one's own optimum: {_fmt(g, 3)}×** (paired over replicates "
                      f"{g['paired_replicates']})")
+    for b in summary.get("against") or []:
+        lines.append(f"- the best {md_text(b['text'])}")
+    fr = summary.get("fronts") or {}
+    if any(fr.values()):
+        lines += ["", "## Front points (step time vs GPU-hours per step, each arm; equal replicates)", ""]
+        for arm in ("ar", "sd"):
+            ids = {p["candidate"]: i + 1 for i, p in enumerate(fr.get(arm, []))}
+            for i, p in enumerate(fr.get(arm, [])):
+                usd = f", ${_fmt(p['usd_per_step_ci'], 2)}" if p.get("usd_per_step_ci") else ""
+                ties = (" — within the step interval of " + ", ".join(f"{arm.upper()}{ids[c]}" for c in p["overlaps"])
+                        if p.get("overlaps") else "")
+                lines.append(f"- {arm.upper()}{i + 1}: {md_text(p['label'])} — step {_fmt(p['step_s_ci'])} s, "
+                             f"{_fmt(p['gpu_hours_per_step_ci'], 3)} GPU-h{usd} (n={p['replicates']}){ties}")
     lines += ["", "## Runner-ups", ""]
     for arm in ("ar", "sd"):
         for r in a.get(f"runner_up_{arm}", []):
@@ -281,8 +369,8 @@ def plan_markdown(summary: dict) -> str:
         for q in summary["queries"]:
             lines.append(f"- {q['text']}")
         if "inverse_computed_runs" in s:
-            lines.append(f"- their probes: {s['inverse_computed_runs']} runs simulated, {s['inverse_reused_runs']} "
-                         "reused (included in the search's counts above)")
+            lines.append(f"- their probes (and the baselines'): {s['inverse_computed_runs']} runs simulated, "
+                         f"{s['inverse_reused_runs']} reused (included in the search's counts above)")
         lines.append("")
     lines += ["Files: candidates.csv (every candidate), fronts.csv/fronts.png, runs/ (every simulated run).", ""]
     return "\n".join(lines)

@@ -120,6 +120,14 @@ def search(sc, cands: list[Candidate], runs: dict, store: Callable[[str, dict], 
         except ScenarioError as exc:
             # the run's own refusal (`BoundModel.world` resolves the candidate as `specsim run` does)
             e.status, e.pruned_by, e.reason = "infeasible", exc.field, f"{exc.field}: {exc.allowed}"
+    usd = dict(sc.output.gpu_hour_usd)
+    if plan.max_usd_per_hour is not None:     # the $/hour budget: the cluster's price, before any bound
+        for e in evs:
+            rate = e.cand.total_gpus * usd.get(e.cand.hardware, math.inf)
+            if e.status == "pending" and rate > plan.max_usd_per_hour:
+                e.status, e.pruned_by = "pruned", "usd_budget"
+                e.reason = (f"{e.cand.total_gpus} GPUs × ${usd.get(e.cand.hardware, math.nan):g}/GPU-h = ${rate:,.0f}/h "
+                            f"> plan.max_usd_per_hour ${plan.max_usd_per_hour:,.0f}")
     if target_s is not None:
         for e in evs:
             if e.status == "pending" and e.bound.step_s * slack > target_s:
