@@ -244,8 +244,11 @@ def page_table(frame):
     table at any candidate count."""
     import pandas as pd
 
+    def text(v) -> str:
+        return v if isinstance(v, str) else ""
+
     def cut(v) -> str:
-        v = "" if not isinstance(v, str) else v
+        v = text(v)
         return v if len(v) <= REASON_CHARS else v[:REASON_CHARS - 1] + "…"
 
     def ci(row) -> str:
@@ -261,11 +264,11 @@ def page_table(frame):
         return f"{split} {lay} {sd}{lag}"
 
     out = pd.DataFrame({
-        "status": frame.status, "left out by": frame.pruned_by.fillna(""), "GPU": frame.hardware,
+        "status": frame.status, "left out by": [text(v) for v in frame.pruned_by], "GPU": frame.hardware,
         "GPUs": frame.total_gpus, "configuration": [config(r) for r in frame.itertuples()],
         "n": frame.replicates_run, "step_s": frame.step_s, "step 95 %": [ci(r) for r in frame.itertuples()],
         "GPU-h/step": frame.gpu_hours_per_step, "$/step": frame.usd_per_step, "bound_s": frame.bound_step_s,
-        "binding": frame.binding_bound.fillna(""), "tau": frame.tau, "reason": [cut(v) for v in frame.reason]})
+        "binding": [text(v) for v in frame.binding_bound], "tau": frame.tau, "reason": [cut(v) for v in frame.reason]})
     if out["$/step"].isna().all():
         out = out.drop(columns=["$/step"])
     return out

@@ -60,7 +60,8 @@ def against_baselines(ctx, ans: dict) -> list[dict]:
         try:
             other = ctx.steps(ov)
         except ProbeFailed as exc:
-            entry.update({"error": exc.why, "text": f"{what} ({label}) cannot run: {exc.why}"})
+            entry.update({"error": exc.why, "detail": f"it cannot run ({exc.why})",
+                          "text": f"against {what} ({label}): it cannot run ({exc.why})"})
             out.append(entry)
             continue
         n_best, n_other = int(best["total_gpus"]), _gpus_of(sc, ov)
@@ -68,9 +69,10 @@ def against_baselines(ctx, ans: dict) -> list[dict]:
         gph_ratio = ratio_ci([n_other * o / (n_best * b) for o, b in zip(other, best_steps)])
         entry.update({"step_s": mean_ci(other), "total_gpus": n_other, "step_ratio": step_ratio,
                       "gpu_hours_ratio": gph_ratio, "is_best": other == best_steps})
-        entry["text"] = (f"against {what} ({label}): " + ("it is the best itself" if entry["is_best"] else
-                         f"its step {_f(entry['step_s'], 1)} s is {_f(step_ratio, 3)}× the best's, its GPU-hours "
-                         f"per step {_f(gph_ratio, 3)}× (paired over {len(other)} replicates)"))
+        entry["detail"] = ("it is the best itself" if entry["is_best"] else
+                           f"its step {_f(entry['step_s'], 1)} s is {_f(step_ratio, 3)}× the best's, its GPU-hours "
+                           f"per step {_f(gph_ratio, 3)}× (paired over {len(other)} replicates)")
+        entry["text"] = f"against {what} ({label}): {entry['detail']}"
         out.append(entry)
     return out
 

@@ -170,6 +170,25 @@ def paired_ratio(a, b) -> dict:
     return out
 
 
+def _num(v: float, key: str) -> str:
+    """A figure in its unit, to 3 significant digits ($ with its sign)."""
+    if key == "total_gpus":
+        return f"{v:.0f}"
+    return f"${v:,.3g}" if key.startswith("usd") else f"{v:,.3g}"
+
+
+def _sig(m: dict | None, digits: int = 3, money: bool = False) -> str:
+    """An interval to `digits` significant digits ('0.00374 [0.00301, 0.00447]'; '$' before each
+    figure with `money`): GPU-hours and $ per step of a small plan are far below 1."""
+    if not m or m.get("mean") is None:
+        return "n/a"
+    d = "$" if money else ""
+    s = f"{d}{m['mean']:,.{digits}g}"
+    if m.get("ci95"):
+        s += f" [{d}{m['ci95'][0]:,.{digits}g}, {d}{m['ci95'][1]:,.{digits}g}]"
+    return s
+
+
 def _hardware_choice(ranked: list[dict], objective: str) -> dict:
     """Which GPU type wins under the objective, by how much, against each other type's best."""
     win = ranked[0]
@@ -183,8 +202,8 @@ def _hardware_choice(ranked: list[dict], objective: str) -> dict:
 
     others = [{"hardware": r["hardware"], key: val(r), "ratio": val(r) / val(win) if val(win) else None}
               for r in ranked[1:]]
-    text = (f"{win['hardware']} ({val(win):.4g} {name}) over " + ", ".join(
-        f"{o['hardware']} ({o[key]:.4g}, {o['ratio']:.2f}×)" for o in others))
+    text = (f"{win['hardware']} ({_num(val(win), key)} {name}) over " + ", ".join(
+        f"{o['hardware']} ({_num(o[key], key)}, {o['ratio']:.2f}×)" for o in others))
     return {"hardware": win["hardware"], "figure": key, "value": val(win), "others": others, "text": text}
 
 
@@ -300,12 +319,13 @@ def _entry_text(b: dict) -> str:
     """One best configuration: label, step, GPU-hours and $ per step (per run with plan.run_steps)."""
     from specsim.study.report.tables import md_text
 
-    usd = f", ${_fmt(b['usd_per_step'], 2)} per step (${b['usd_per_hour']:,.0f}/h)" if b.get("usd_per_step") else ""
+    usd = (f", {_sig(b['usd_per_step'], money=True)} per step (${b['usd_per_hour']:,.4g}/h)"
+           if b.get("usd_per_step") else "")
     run = ""
     if b.get("run_steps"):
-        run = f"; per run of {b['run_steps']} steps {_fmt(b['gpu_hours_per_run'], 0)} GPU-h" + (
-            f", ${_fmt(b['usd_per_run'], 0)}" if b.get("usd_per_run") else "")
-    return (f"{md_text(b['label'])} — step {_fmt(b['step_s'])} s, {_fmt(b['gpu_hours_per_step'], 2)} GPU-h per "
+        run = f"; per run of {b['run_steps']} steps {_sig(b['gpu_hours_per_run'])} GPU-h" + (
+            f", {_sig(b['usd_per_run'], money=True)}" if b.get("usd_per_run") else "")
+    return (f"{md_text(b['label'])} — step {_fmt(b['step_s'])} s, {_sig(b['gpu_hours_per_step'])} GPU-h per "
             f"step{usd}{run} (n={b['replicates']})")
 
 
@@ -341,18 +361,18 @@ def plan_markdown(summary: dict) -> str:
         lines.append(f"- **SD's gain at each one's own optimum: {_fmt(g, 3)}×** (paired over replicates "
                      f"{g['paired_replicates']})")
     for b in summary.get("against") or []:
-        lines.append(f"- the best {md_text(b['text'])}")
+        lines.append(f"- the best against {b['what']} ({md_text(b['label'])}): {md_text(b['detail'])}")
     fr = summary.get("fronts") or {}
     if any(fr.values()):
         lines += ["", "## Front points (step time vs GPU-hours per step, each arm; equal replicates)", ""]
         for arm in ("ar", "sd"):
             ids = {p["candidate"]: i + 1 for i, p in enumerate(fr.get(arm, []))}
             for i, p in enumerate(fr.get(arm, [])):
-                usd = f", ${_fmt(p['usd_per_step_ci'], 2)}" if p.get("usd_per_step_ci") else ""
+                usd = f", {_sig(p['usd_per_step_ci'], money=True)}" if p.get("usd_per_step_ci") else ""
                 ties = (" — within the step interval of " + ", ".join(f"{arm.upper()}{ids[c]}" for c in p["overlaps"])
                         if p.get("overlaps") else "")
                 lines.append(f"- {arm.upper()}{i + 1}: {md_text(p['label'])} — step {_fmt(p['step_s_ci'])} s, "
-                             f"{_fmt(p['gpu_hours_per_step_ci'], 3)} GPU-h{usd} (n={p['replicates']}){ties}")
+                             f"{_sig(p['gpu_hours_per_step_ci'])} GPU-h{usd} (n={p['replicates']}){ties}")
     lines += ["", "## Runner-ups", ""]
     for arm in ("ar", "sd"):
         for r in a.get(f"runner_up_{arm}", []):
