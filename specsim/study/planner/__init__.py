@@ -259,8 +259,8 @@ def page_table(frame):
     def config(row) -> str:
         split = f"{row.rollout_gpus}+{row.training_gpus}" if row.training_gpus else f"{row.rollout_gpus}"
         lay = f"TP{row.tp}" + (f"·EP{row.ep}" if row.ep > 1 else "") + (f"·PP{row.pp}" if row.pp > 1 else "")
-        sd = "AR" if row.arm == "ar" else f"{row.sd_policy} k={row.k}"
-        lag = f" lag {row.policy_lag}" if row.training_gpus else ""
+        sd = "AR" if row.arm == "ar" else (f"k{row.k}" if row.sd_policy == "always" else f"{row.sd_policy} k{row.k}")
+        lag = f" L{row.policy_lag}" if row.training_gpus else ""
         return f"{split} {lay} {sd}{lag}"
 
     out = pd.DataFrame({
@@ -289,7 +289,7 @@ def _write_page(out_dir: Path, sc, summary: dict, md: str, warnings: list[str]) 
         summary_md=md, plots=plots_of(out_dir, {"fronts": "fronts.png"},
                                       {"fronts": "Pareto fronts: step time vs GPU-hours per step, AR and SD"}),
         table=page_table(frame), rows_note=f"{len(frame)} evaluated candidates, one line each: the configuration in "
-        "short, step and GPU-hours with their 95 % intervals, the bound and why a candidate was left out (its "
+        "short (rollout+training GPUs, layout, AR or k, policy lag L), step and GPU-hours with their 95 % intervals, the bound and why a candidate was left out (its "
         "overrides and every column in candidates.csv).",
         resolved_yaml=inputs.read_text(out_dir / "resolved.yaml", "--out", "plan file"),
         provenance={"specsim": summary.get("version", ""), "created (UTC)": summary.get("created_utc", ""),

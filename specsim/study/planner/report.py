@@ -253,7 +253,7 @@ def short_label(c) -> str:
     tp, ep, pp = c.layout
     split = f"{c.rollout_gpus}+{c.training_gpus}" if c.training_gpus is not None else f"{c.rollout_gpus}"
     lay = f"TP{tp}" + (f"·EP{ep}" if ep > 1 else "") + (f"·PP{pp}" if pp > 1 else "")
-    sd = "AR" if c.policy == "off" else f"k{c.k}"
+    sd = "AR" if c.policy == "off" else (f"k{c.k}" if c.policy == "always" else f"{c.policy} k{c.k}")
     lag = f" L{c.lag}" if c.training_gpus is not None else ""
     return f"{split} {lay} {sd}{lag}"
 
@@ -273,32 +273,36 @@ def plot_fronts(stem: Path, sc, fr: dict, target: float | None) -> str | None:
     if not rows:
         return None
     data = pd.DataFrame(rows)
-    fig = Figure(figsize=(8.0, 5.2))
+    fig = Figure(figsize=(8.4, 5.6))
     ax = fig.add_subplot(111)
     styles = {"ar": {"linestyle": "--", "marker": "s", "color": "0.45", "label": "AR (no SD)"},
               "sd": {"linestyle": "-", "marker": "o", "color": "0.1", "label": "SD"}}
+    xs = [p["gpu_hours_per_step"] for pts in fr.values() for p in pts]
+    ys = [p["step_s"] for pts in fr.values() for p in pts]
     for arm, pts in fr.items():
         if not pts:
             continue
         x = np.array([p["gpu_hours_per_step"] for p in pts])
         y = np.array([p["step_s"] for p in pts])
-        ax.step(x, y, where="post", **{k: v for k, v in styles[arm].items() if k != "marker"}, linewidth=1)
-
-        def err(key, centre):
-            lo = [(p[key].get("ci95") or [c, c])[0] for p, c in zip(pts, centre)]
-            hi = [(p[key].get("ci95") or [c, c])[1] for p, c in zip(pts, centre)]
-            return np.array([centre - np.array(lo), np.array(hi) - centre]).clip(min=0)
-
-        ax.errorbar(x, y, xerr=err("gpu_hours_per_step_ci", x), yerr=err("step_s_ci", y), fmt=styles[arm]["marker"],
-                    color=styles[arm]["color"], capsize=3, markersize=5)
-        for i, p in enumerate(pts):
-            ax.annotate(p["short"], (x[i], y[i]), textcoords="offset points", xytext=(6, 6 if arm == "sd" else -12),
-                        fontsize=7, color=styles[arm]["color"])
+        ax.step(x, y, where="post", linestyle=styles[arm]["linestyle"], color=styles[arm]["color"], linewidth=1,
+                label=styles[arm]["label"])
+        lo = np.array([(p["step_s_ci"].get("ci95") or [c, c])[0] for p, c in zip(pts, y)])
+        hi = np.array([(p["step_s_ci"].get("ci95") or [c, c])[1] for p, c in zip(pts, y)])
+        ax.errorbar(x, y, yerr=np.array([y - lo, hi - y]).clip(min=0), fmt=styles[arm]["marker"],
+                    color=styles[arm]["color"], capsize=3, markersize=5, elinewidth=0.8)
+        for i, p in enumerate(pts):      # labels staggered so neighbours do not overlap
+            dy = (10 + 11 * (i % 3)) * (1 if arm == "sd" else -1)
+            ax.annotate(p["short"], (x[i], y[i]), textcoords="offset points", xytext=(8, dy), fontsize=7.5,
+                        color=styles[arm]["color"], arrowprops={"arrowstyle": "-", "color": "0.7", "lw": 0.5})
+    # the axes frame the points (intervals at 2-3 replicates span far more: their bars run off the frame)
+    span_y = max(max(ys) - min(ys), 0.15 * max(ys))
+    span_x = max(max(xs) - min(xs), 0.15 * max(xs))
+    ax.set_ylim(max(0.0, min(ys) - 0.8 * span_y), max(ys) + 0.8 * span_y)
+    ax.set_xlim(max(0.0, min(xs) - 0.3 * span_x), max(xs) + 0.9 * span_x)   # room on the right for labels
     if target:
         ax.axhline(target, color="0.3", linestyle=":", linewidth=1, label=f"target {target:g} s")
-    ax.margins(x=0.25, y=0.2)          # room for the labels: none clipped at the axes
-    ax.set_xlabel("GPU-hours per RL step (95 % interval)")
-    ax.set_ylabel("steady step time, s (95 % interval)")
+    ax.set_xlabel("GPU-hours per RL step")
+    ax.set_ylabel("steady step time, s (bars: 95 % interval)")
     ax.set_title(f"{sc.name}: plan — Pareto fronts\n{sc.model}, {sc.pipeline.mode}", fontsize=10)
     ax.grid(True, color="0.9")
     ax.legend(frameon=False)
@@ -361,7 +365,8 @@ def plan_markdown(summary: dict) -> str:
         lines.append(f"- **SD's gain at each one's own optimum: {_fmt(g, 3)}×** (paired over replicates "
                      f"{g['paired_replicates']})")
     for b in summary.get("against") or []:
-        lines.append(f"- the best against {b['what']} ({md_text(b['label'])}): {md_text(b['detail'])}")
+        detail = md_text(b["detail"]) if b.get("error") else b["detail"]      # an error quotes the scenario
+        lines.append(f"- the best against {b['what']} ({md_text(b['label'])}): {detail}")
     fr = summary.get("fronts") or {}
     if any(fr.values()):
         lines += ["", "## Front points (step time vs GPU-hours per step, each arm; equal replicates)", ""]
