@@ -10,14 +10,17 @@
   mostly on the step's slowest responses (what more GPUs do not shorten), and whose re-search
   would multiply each probe's cost by |k| × |lags| (at 235B: from 35 to 420 candidates). Holding
   them can only make a count's best step slower, so the answer is an upper bound on the fewest
-  GPUs over every allowed k and lag (given monotonicity). Counts are whole units of
+  GPUs over every allowed k and lag (given monotonicity). At the answer's count one more search
+  frees them, so the configuration reported is the best at that count. Counts are whole units of
   lcm(smallest engine, trainer replica) GPUs. Assumed, not checked by the bisection: the best
   step is non-increasing in the GPU count (more GPUs never make the best configuration slower);
   the answer flags probes that contradict it by more than 2 %. The answer is the bracket
   (lo, hi]: lo misses, hi meets, with the step's 95 % interval and the configuration at hi.
 * `break_even_tau`: at the best SD configuration, the drafter τ (at `drafter.tau_at_k`) at which
   SD's mean step equals AR's at the same configuration; with a plan target, also the τ that
-  reaches the target. A drifting drafter keeps its relative drift (`tau_after` scaled).
+  reaches the target. A drifting drafter keeps its relative drift (`tau_after` scaled). Only τ the
+  run accepts are probed (`tau_bracket`: the valid range found by resolving, from the plan's own
+  τ outwards); a failed probe (`ProbeFailed`) ends the query with its reason, never an answer.
 * `stops_paying`: at the best SD configuration, the smallest k above its own at which SD is no
   faster than AR, and the smallest policy lag at which SD's gain falls below 1 % (both by
   bisection, assuming the gain falls monotonically beyond the optimum).
@@ -43,7 +46,7 @@ __all__ = ["Context", "bisect_int", "break_even_tau", "min_gpus_for", "stops_pay
 
 #: SD "pays" while its gain is above 1 + this
 PAYS_MARGIN = 0.01
-#: break-even τ: the highest τ probed is this below k + 1 (α = 1 is not a drafter)
+#: break-even τ: the valid range's ends are found to within this (and kept this inside it)
 TAU_EDGE = 1e-3
 
 
@@ -66,6 +69,7 @@ class Context:
     progress: Any = None      # study/report/progress.Progress, or None
     computed: int = 0
     reused: int = 0
+    pool: Any = None          # executors.WorkerPool shared by every run of the plan, or None
     _valid: dict = field(default_factory=dict)
 
     def valid(self, overrides: dict) -> str | None:
@@ -105,7 +109,7 @@ class Context:
                 prog.runs_done()
 
         run_tasks(todo, on_result, jobs=self.jobs, backend=self.backend, address=self.address,
-                  on_progress=prog.task_progress if prog is not None and prog.enabled else None)
+                  on_progress=prog.task_progress if prog is not None and prog.enabled else None, pool=self.pool)
         for t in tasks:
             if "error" in self.runs[t.key]:
                 raise ProbeFailed(overrides, str(self.runs[t.key]["error"]))
@@ -199,7 +203,7 @@ def _probe(ctx: Context, entry: dict, n: int, target: float, free: bool = False)
     if not cands:
         return out
     st = search(sc, cands, ctx.runs, ctx.store, jobs=ctx.jobs, backend=ctx.backend, address=ctx.address,
-                engine=ctx.engine, progress=ctx.progress, target_s=target, bounds=ctx.bounds)
+                engine=ctx.engine, progress=ctx.progress, target_s=target, bounds=ctx.bounds, pool=ctx.pool)
     ctx.computed += st.computed_runs
     ctx.reused += st.reused_runs
     final = [e for e in st.evaluated if e.status == "simulated" and len(e.steady) >= ctx.replicates]

@@ -1,17 +1,22 @@
 """The plan's search: enumerate, bound, prune, simulate the survivors with successive halving.
 
-    1. enumerate every candidate the `plan:` section allows (`candidates.py`); a layout that does
-       not fit the memory plan, or a split whose trainer layout cannot exist, is infeasible;
-    2. bound each candidate's steady step from the cost model (`bounds.py`); with a target step
-       time (objectives min_gpus / min_gpu_hours) a candidate whose bound × slack exceeds the
-       target is pruned ("target");
+    1. enumerate every candidate the `plan:` section allows (`candidates.py`); a candidate is
+       infeasible exactly when `specsim run` would refuse it (`BoundModel.world` resolves its
+       overrides as the run does), with the run's reason;
+    2. bound each candidate's steady step from the cost model (`bounds.py`); a candidate whose
+       GPUs cost more per hour than `plan.max_usd_per_hour` is left out ("usd_budget"); with a
+       target step time (objectives min_gpus / min_gpu_hours, min_usd with a target) a candidate
+       whose bound × slack exceeds the target is pruned ("target");
     3. round 1 of successive halving runs replicate 0 of the candidates in waves, lowest bound
-       first: after each wave a candidate whose bound × slack exceeds the best simulated step of
-       its arm (same GPU type and budget; its upper 95 % limit where it has one) is pruned
-       ("trainer", "throughput" or "latency": whichever bound binds);
-    4. each later round keeps the best `keep_fraction` of every arm — and every candidate within
-       `keep_within` of the arm's best — and runs more replicates; the last round runs
-       `replicates`.
+       first: after each wave a candidate is pruned only when a simulated candidate of its GPU type
+       and arm (its upper 95 % limit where it has one) dominates every point the candidate could
+       reach (`dominates`: no slower than its bound × slack, no more GPU-hours per step, for
+       min_gpus no more GPUs) — it can then be neither the best of its GPU type nor on its arm's
+       Pareto front ("trainer", "throughput" or "latency": whichever bound binds);
+    4. each later round keeps the best `keep_fraction` of every arm by the objective, every
+       candidate within `keep_within` of the arm's best step, and every candidate that could be on
+       its arm's front (not dominated by more than `keep_within`), and runs more replicates; the
+       last round runs `replicates`, so the front is drawn from equal replicates.
 
 Every simulated run is a plain pipeline run keyed like `specsim run`'s (`study/sweep.run_key`:
 the candidate's scenario and replicate, the inputs' contents), stored atomically in
@@ -101,7 +106,7 @@ def replicate_schedule(replicates: int, rounds: int) -> list[int]:
 
 def search(sc, cands: list[Candidate], runs: dict, store: Callable[[str, dict], None], *, jobs: int, backend: str,
            address: str | None, engine: str, progress=None, target_s: float | None = None,
-           bounds: BoundModel | None = None) -> SearchState:
+           bounds: BoundModel | None = None, pool=None) -> SearchState:
     """Run the search (see the module doc). `runs`: stored runs by key (updated in place);
     `store(key, result)` persists one new run. `target_s`: prune on this target step time (default:
     the plan's target under the min_gpus / min_gpu_hours objectives); `bounds`: a BoundModel of
@@ -176,7 +181,7 @@ def search(sc, cands: list[Candidate], runs: dict, store: Callable[[str, dict], 
                 progress.runs_done()
 
         inside = progress.task_progress if progress is not None and progress.enabled else None
-        run_tasks(todo, on_result, jobs=jobs, backend=backend, address=address, on_progress=inside)
+        run_tasks(todo, on_result, jobs=jobs, backend=backend, address=address, on_progress=inside, pool=pool)
 
     def prune_by_bound() -> int:
         """Prune a pending candidate only when a simulated one of its GPU type and arm dominates
