@@ -18,7 +18,8 @@ pipeline runs; budget 60 s) and prints its wall seconds, the peak resident memor
 process (the operating system's account of the waited-for children) and the projected run speedup.
 
 `--plan` times `python -m specsim plan SCENARIO --jobs N --out <fresh temp dir> --format json` the same
-way (default scenarios/8b_rl_think_async.yaml at 16 prompts on 16 GPUs: a plan every version plans)
+way (default scenarios/8b_rl_think_async.yaml at 16 prompts on 16 GPUs, 8 steps, k 0 or 3, TP1 or TP2: 56
+candidates, a plan every version plans)
 and prints its wall and CPU seconds (the children's user + system time, workers included), the runs
 it simulated, the candidates and the best AR and SD steps. `--against DIR` runs the same command in
 another checkout (DIR's `specsim` package, e.g. the main branch) in the same invocation, alternating
@@ -93,7 +94,8 @@ def print_project(args) -> None:
 
 
 PLAN_DEFAULT = str(ROOT / "scenarios" / "8b_rl_think_async.yaml")
-PLAN_SETS = ["workload.prompts=16", "plan.total_gpus=16"]
+PLAN_SETS = ["workload.prompts=16", "plan.total_gpus=16", "plan.search.steps=8", "plan.k=[0,3]",
+             "plan.layouts=[{tp: 1}, {tp: 2}]"]
 
 
 def plan_case(scenario: str, jobs: int, sets: list[str], root: Path) -> dict:

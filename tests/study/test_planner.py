@@ -173,6 +173,7 @@ def test_search_reports_its_cost(planned):
     s = res.search
     assert s["enumerated"] == 24
     assert s["simulated_candidates"] + sum(s["pruned_by"].values()) + s["infeasible"] <= 24
+    assert s["cpu_s"] > 0 and s["cpu_s_per_computed_run"] == s["cpu_s"] / s["computed_runs"]   # where its CPU went
     for f in ("candidates.csv", "summary.json", "summary.md", "plan.yaml", "resolved.yaml"):
         assert (out / f).is_file()
     assert "SD's gain at each one's own optimum" in (out / "summary.md").read_text()

@@ -108,6 +108,7 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
                   stops_paying: bool = False) -> PlanResult:
     """Run the plan of a scenario (see the module doc)."""
     t0 = time.perf_counter()
+    cpu0 = _cpu_s()
     sc = load_scenario(path, list(overrides))
     workers = check_backend(backend, jobs, address)
     plan = sc.plan
@@ -167,6 +168,7 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
             if e.status == "pruned":
                 pruned[e.pruned_by] = pruned.get(e.pruned_by, 0) + 1
         wall = time.perf_counter() - t0
+        cpu = _cpu_s() - cpu0      # after the pool's workers are waited for: theirs is counted
         search_info = {
             "candidates": len(evs) + sum(1 for _ in rejected), "enumerated": len(evs),
             "layouts_rejected": [{"hardware": r["hardware"], "layout": list(r["layout"]), "reason": r["reason"]}
@@ -177,6 +179,7 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
             "computed_runs": state.computed_runs, "reused_runs": state.reused_runs, "rounds": state.rounds,
             "inverse_computed_runs": inverse_runs["computed"], "inverse_reused_runs": inverse_runs["reused"],
             "wall_s": wall, "jobs": workers, "backend": backend,
+            "cpu_s": cpu, "cpu_s_per_computed_run": cpu / state.computed_runs if state.computed_runs else None,
         }
         rows = candidate_rows(evs, usd)
         files = write_tables(out_dir, rows)
@@ -205,6 +208,15 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
                                 "a step time that some GPU count reaches (" + "; ".join(q["text"] for q in mg)
                                 + f"; the rest of the plan is in {out_dir})")
         return PlanResult(out_dir, summary, files, warnings)
+
+
+def _cpu_s() -> float:
+    """CPU seconds (user + system) of this process and its waited-for children (the plan's local
+    workers; Ray's are not counted)."""
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def nothing_runs(evs, rejected: list, plan, out_dir: Path, file) -> None:

@@ -174,7 +174,12 @@ def _num(v: float, key: str) -> str:
     """A figure in its unit, to 3 significant digits ($ with its sign)."""
     if key == "total_gpus":
         return f"{v:.0f}"
-    return f"${v:,.3g}" if key.startswith("usd") else f"{v:,.3g}"
+    return ("$" if key.startswith("usd") else "") + _g(v)
+
+
+def _g(v: float, digits: int = 3) -> str:
+    """`digits` significant digits, without an exponent from 1,000 up ('1,390', '0.0576')."""
+    return f"{v:,.0f}" if abs(v) >= 10 ** digits else f"{v:,.{digits}g}"
 
 
 def _sig(m: dict | None, digits: int = 3, money: bool = False) -> str:
@@ -183,16 +188,16 @@ def _sig(m: dict | None, digits: int = 3, money: bool = False) -> str:
     if not m or m.get("mean") is None:
         return "n/a"
     d = "$" if money else ""
-    s = f"{d}{m['mean']:,.{digits}g}"
+    s = f"{d}{_g(m['mean'], digits)}"
     if m.get("ci95"):
-        s += f" [{d}{m['ci95'][0]:,.{digits}g}, {d}{m['ci95'][1]:,.{digits}g}]"
+        s += f" [{d}{_g(m['ci95'][0], digits)}, {d}{_g(m['ci95'][1], digits)}]"
     return s
 
 
 def _hardware_choice(ranked: list[dict], objective: str) -> dict:
     """Which GPU type wins under the objective, by how much, against each other type's best."""
     win = ranked[0]
-    unit = {"min_usd": ("usd_per_step", "$ per step"), "min_gpu_hours": ("gpu_hours_per_step", "GPU-h per step"),
+    unit = {"min_usd": ("usd_per_step", "per step"), "min_gpu_hours": ("gpu_hours_per_step", "GPU-h per step"),
             "min_gpus": ("total_gpus", "GPUs")}.get(objective, ("step_s", "s per step"))
     key, name = unit
 
@@ -249,13 +254,13 @@ def _overlap(a: dict, b: dict) -> bool:
 
 
 def short_label(c) -> str:
-    """A front point's label on the plot: split, layout, arm, lag ('12+16 TP4·EP4 k5 L2')."""
+    """A front point's label on the plot: GPU type, split, layout, arm, lag ('h100_sxm 12+16 TP4·EP4 k5 L2')."""
     tp, ep, pp = c.layout
     split = f"{c.rollout_gpus}+{c.training_gpus}" if c.training_gpus is not None else f"{c.rollout_gpus}"
     lay = f"TP{tp}" + (f"·EP{ep}" if ep > 1 else "") + (f"·PP{pp}" if pp > 1 else "")
     sd = "AR" if c.policy == "off" else (f"k{c.k}" if c.policy == "always" else f"{c.policy} k{c.k}")
     lag = f" L{c.lag}" if c.training_gpus is not None else ""
-    return f"{split} {lay} {sd}{lag}"
+    return f"{c.hardware} {split} {lay} {sd}{lag}"
 
 
 def plot_fronts(stem: Path, sc, fr: dict, target: float | None) -> str | None:
@@ -386,7 +391,9 @@ def plan_markdown(summary: dict) -> str:
               f"- candidates: {s['candidates']} ({s['infeasible']} infeasible); pruned by bounds: "
               + (", ".join(f"{k} {v}" for k, v in s["pruned_by"].items()) or "none"),
               (f"- simulated: {s['simulated_candidates']} candidates; {s['computed_runs']} runs simulated, "
-               f"{s['reused_runs']} reused; {s['wall_s']:.1f} s wall on {s['jobs']} worker(s)"),
+               f"{s['reused_runs']} reused; {s['wall_s']:.1f} s wall on {s['jobs']} worker(s)"
+               + (f", {s['cpu_s']:.0f} CPU-s ({s['cpu_s_per_computed_run']:.1f} per simulated run)"
+                  if s.get("cpu_s_per_computed_run") else "")),
               "- halving rounds: " + "; ".join(f"round {r['round']}: {r['candidates']} at {r['replicates']} "
                                                 f"replicate(s)" for r in s["rounds"]), ""]
     if summary.get("queries"):
