@@ -16,6 +16,15 @@ The budget for the default case is 25 s on 2 CPU cores with --jobs 2 (issue #31)
 temp dir> --format json` the same way (default scenarios/235b_run.yaml at 300 steps, 2 replicates, SD and AR: 4
 pipeline runs; budget 60 s) and prints its wall seconds, the peak resident memory of its largest
 process (the operating system's account of the waited-for children) and the projected run speedup.
+
+`--plan` times `python -m specsim plan SCENARIO --jobs N --out <fresh temp dir> --format json` the same
+way (default scenarios/8b_rl_think_async.yaml at 16 prompts on 16 GPUs, 8 steps, k 0 or 3, TP1 or TP2: 56
+candidates, a plan every version plans)
+and prints its wall and CPU seconds (the children's user + system time, workers included), the runs
+it simulated, the candidates and the best AR and SD steps. `--against DIR` runs the same command in
+another checkout (DIR's `specsim` package, e.g. the main branch) in the same invocation, alternating
+the two `--repeat` times, and prints the ratios (this tree ÷ DIR): both sides share the machine's
+load, so the ratio is what to quote.
 """
 
 from __future__ import annotations
@@ -84,6 +93,58 @@ def print_project(args) -> None:
     print("load average (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
+PLAN_DEFAULT = str(ROOT / "scenarios" / "8b_rl_think_async.yaml")
+PLAN_SETS = ["workload.prompts=16", "plan.total_gpus=16", "plan.search.steps=8", "plan.k=[0,3]",
+             "plan.layouts=[{tp: 1}, {tp: 2}]"]
+
+
+def plan_case(scenario: str, jobs: int, sets: list[str], root: Path) -> dict:
+    """One `specsim plan` in checkout `root` (its package imported: cwd first on sys.path)."""
+    cmd = [sys.executable, "-m", "specsim", "plan", str(Path(scenario).resolve()), "--jobs", str(jobs),
+           "--format", "json", "--no-progress"]
+    for x in sets:
+        cmd += ["--set", x]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with tempfile.TemporaryDirectory(prefix="specsim-bench-") as tmp:
+        t0 = time.perf_counter()
+        proc = subprocess.run([*cmd, "--out", str(Path(tmp) / "res")], check=False, capture_output=True, text=True,
+                              cwd=root)
+        wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} in {root} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    info = json.loads(proc.stdout)
+    s, a = info["search"], info["answer"]
+    step = (lambda b: b["step_s"]["mean"] if b else None)
+    return {"root": str(root), "wall_s": wall, "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+            "runs": s["computed_runs"], "simulated": s["simulated_candidates"], "candidates": s["candidates"],
+            "best_ar": step(a.get("best_ar")), "best_sd": step(a.get("best_sd"))}
+
+
+def print_plan(args) -> None:
+    roots = [ROOT] + ([Path(args.against).resolve()] if args.against else [])
+    sets = args.sets or PLAN_SETS
+    results: dict[str, list[dict]] = {str(r): [] for r in roots}
+    for _ in range(args.repeat):
+        for r in roots:
+            results[str(r)].append(plan_case(args.plan, args.jobs, sets, r))
+    table = Table(title=f"specsim plan, end to end ({Path(args.plan).name} {' '.join(sets)}; --jobs {args.jobs}; "
+                        f"best of {args.repeat})")
+    for col in ("checkout", "candidates", "simulated", "runs", "wall s", "CPU s", "best AR s", "best SD s"):
+        table.add_column(col, justify="left" if col == "checkout" else "right")
+    best = {k: min(v, key=lambda r: r["wall_s"]) for k, v in results.items()}
+    fmt = (lambda v: "-" if v is None else f"{v:.1f}")
+    for k, r in best.items():
+        table.add_row(k, str(r["candidates"]), str(r["simulated"]), str(r["runs"]), f"{r['wall_s']:.1f}",
+                      f"{r['cpu_s']:.1f}", fmt(r["best_ar"]), fmt(r["best_sd"]))
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    if args.against:
+        a, b = best[str(roots[0])], best[str(roots[1])]
+        print(f"ratio this tree / {roots[1]}: wall {a['wall_s'] / b['wall_s']:.2f}, CPU {a['cpu_s'] / b['cpu_s']:.2f}, "
+              f"runs {a['runs'] / max(b['runs'], 1):.2f}")
+    print("load average (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenario", action="append", help="scenario YAML (repeatable; default 235b_async)")
@@ -92,7 +153,15 @@ def main() -> None:
     ap.add_argument("--project", nargs="?", const=PROJECT_DEFAULT, default=None, metavar="SCENARIO",
                     help="time `specsim project` instead (default scenarios/235b_run.yaml)")
     ap.add_argument("--steps", type=int, default=300, help="RL steps of the projected run (with --project)")
+    ap.add_argument("--plan", nargs="?", const=PLAN_DEFAULT, default=None, metavar="SCENARIO",
+                    help="time `specsim plan` instead (default 8b_rl_think_async at 16 prompts on 16 GPUs)")
+    ap.add_argument("--against", default=None, metavar="DIR",
+                    help="with --plan: also run it in this checkout and print the ratios")
+    ap.add_argument("--repeat", type=int, default=1, help="with --plan: runs per checkout (the fastest is shown)")
     args = ap.parse_args()
+    if args.plan:
+        print_plan(args)
+        return
     if args.project:
         print_project(args)
         return

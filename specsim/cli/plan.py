@@ -45,8 +45,13 @@ def plan(
                                                                   "(plan.max_policy_lag).")] = None,
     k: Annotated[str | None, typer.Option("--k", help="Draft lengths, comma-separated; 0 = AR (plan.k).")] = None,
     target: Annotated[float | None, typer.Option("--target", help="Target step time in s (plan.target_step_s).")] = None,
-    objective: Annotated[str | None, typer.Option("--objective", help="min_step_time | min_gpus | min_gpu_hours "
-                                                                      "(plan.objective).")] = None,
+    objective: Annotated[str | None, typer.Option("--objective", help="min_step_time | min_gpus | min_gpu_hours | "
+                                                                      "min_usd (plan.objective).")] = None,
+    max_usd_per_hour: Annotated[float | None, typer.Option("--max-usd-per-hour", help="A $/hour budget for the "
+                                                           "cluster (plan.max_usd_per_hour; prices: "
+                                                           "output.gpu_hour_usd).")] = None,
+    run_steps: Annotated[int | None, typer.Option("--run-steps", help="RL steps of the whole run: also quote $ and "
+                                                  "GPU-hours per run (plan.run_steps).")] = None,
     replicates: Annotated[int | None, typer.Option("--replicates", help="Replicates of the finalists "
                                                                         "(plan.search.replicates).")] = None,
     min_gpus_for: Annotated[float | None, typer.Option("--min-gpus-for", help="Also: the fewest GPUs whose best AR / "
@@ -83,6 +88,10 @@ def plan(
         ov.append(f"plan.target_step_s={target}")
     if objective is not None:
         ov.append(f"plan.objective={objective}")
+    if max_usd_per_hour is not None:
+        ov.append(f"plan.max_usd_per_hour={max_usd_per_hour}")
+    if run_steps is not None:
+        ov.append(f"plan.run_steps={run_steps}")
     if replicates is not None:
         ov.append(f"plan.search.replicates={replicates}")
     res = plan_scenario(scenario, ov, out=out, jobs=jobs, backend=backend.value, address=address, force=force,

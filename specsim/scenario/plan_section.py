@@ -88,11 +88,19 @@ class PlanSection(Strict):
     split_grid: int = Field(default=7, ge=1, le=64, description=(
         "async, `rollout_shares` null: how many rollout shares the default grid has (i/(n+1), i = 1 … n)"))
     target_step_s: float | None = Field(default=None, gt=0, description=(
-        "target step time (s): needed by the `min_gpus` and `min_gpu_hours` objectives; with `min_step_time` it is "
-        "marked on the fronts"))
-    objective: Literal["min_step_time", "min_gpus", "min_gpu_hours"] = Field(default="min_step_time", description=(
-        "min_step_time: the fastest step at the budget; min_gpus / min_gpu_hours: the fewest GPUs / GPU-hours per "
-        "step that reach `target_step_s`"))
+        "target step time (s): needed by the `min_gpus` and `min_gpu_hours` objectives, optional with `min_usd` (the "
+        "cheapest that reaches it); with `min_step_time` it is marked on the fronts"))
+    objective: Literal["min_step_time", "min_gpus", "min_gpu_hours", "min_usd"] = Field(
+        default="min_step_time", description=(
+            "min_step_time: the fastest step at the budget; min_gpus / min_gpu_hours: the fewest GPUs / GPU-hours per "
+            "step that reach `target_step_s`; min_usd: the fewest dollars per step (GPU-hours × `output.gpu_hour_usd` "
+            "of its GPU type; every GPU type of the plan needs a price), those that reach `target_step_s` if given"))
+    max_usd_per_hour: float | None = Field(default=None, gt=0, description=(
+        "a budget in $ per hour of the cluster: a candidate whose GPUs (rollout + training) × its GPU type's "
+        "`output.gpu_hour_usd` cost more per hour is left out before it is simulated (every GPU type needs a price)"))
+    run_steps: int | None = Field(default=None, ge=1, le=10**7, description=(
+        "RL steps of the whole training run: the answer also quotes $ and GPU-hours per run (per step × this); "
+        "null: per step only"))
     search: PlanSearchSection = Field(default=PlanSearchSection(), description="how the search spends simulations")
 
     @field_validator("total_gpus")
@@ -129,7 +137,7 @@ class PlanSection(Strict):
 
     @model_validator(mode="after")
     def _target(self):
-        if self.objective != "min_step_time" and self.target_step_s is None:
+        if self.objective in ("min_gpus", "min_gpu_hours") and self.target_step_s is None:
             raise field_error("target_step_s", None, f"a target step time (s) for objective {self.objective}")
         return self
 

@@ -51,7 +51,31 @@ def planned(tiny, tmp_path_factory):
     return plan_scenario(tiny, out=out, jobs=1), out
 
 
+_BRUTE: dict = {}
+
+
 def _brute(tiny, reps: int) -> dict:
+    """Every candidate of the tiny plan as plain runs: cid -> (arm, mean step, candidate) (cached)."""
+    if (str(tiny), reps) not in _BRUTE:
+        _BRUTE[(str(tiny), reps)] = _brute_runs(tiny, reps)
+    return _BRUTE[(str(tiny), reps)]
+
+
+def brute_fronts(means: dict) -> dict[str, list[str]]:
+    """Per arm, the candidate ids on the Pareto front of (GPUs × mean step, mean step), from plain runs."""
+    out = {}
+    for arm in ("ar", "sd"):
+        pts = sorted((v[2].total_gpus * v[1], v[1], cid) for cid, v in means.items() if v[0] == arm)
+        front, best = [], math.inf
+        for _, step, cid in pts:
+            if step < best:
+                front.append(cid)
+                best = step
+        out[arm] = front
+    return out
+
+
+def _brute_runs(tiny, reps: int) -> dict:
     sc = load_scenario(tiny)
     cands, _ = enumerate_candidates(sc, sc.plan)
     means = {}
@@ -76,6 +100,32 @@ def test_search_keeps_the_brute_force_best(tiny, planned):
         assert got is not None
         assert got["candidate"] == best[2].cid, (arm, got["label"], best[2].label())
         assert got["step_s"]["mean"] == pytest.approx(best[1], rel=1e-12)
+
+
+def test_fronts_are_the_brute_force_fronts(tiny, planned):
+    """The plan's Pareto fronts (GPU-hours per step vs step time) are the fronts of every
+    candidate run plainly at the plan's replicates: pruning and halving keep every candidate that
+    could be on the front, and every front point is a mean over the same (full) replicates, with
+    its intervals and the points its step interval overlaps."""
+    res, _ = planned
+    brute = brute_fronts(_brute(tiny, 2))
+    for arm in ("ar", "sd"):
+        got = res.summary["fronts"][arm]
+        assert [p["candidate"] for p in got] == brute[arm], arm
+        for p in got:
+            assert p["replicates"] == 2 and p["step_s_ci"]["n"] == 2 and p["step_s_ci"]["ci95"] is not None
+            assert p["step_s"] == pytest.approx(_brute(tiny, 2)[p["candidate"]][1], rel=1e-12)
+            assert all(c in {q["candidate"] for q in got} for c in p["overlaps"])
+
+
+def test_the_best_is_compared_with_the_scenarios_own_and_the_half_split(planned):
+    res, out = planned
+    against = {b["baseline"]: b for b in res.summary["against"]}
+    assert set(against) == {"scenario", "half"}
+    for b in against.values():
+        assert b["is_best"] or (b["step_ratio"]["ci95"] is not None and b["step_ratio"]["n"] == 2)
+    md = (out / "summary.md").read_text()
+    assert "against the scenario's own configuration" in md and "against the half-and-half split" in md
 
 
 def test_bounds_are_below_every_simulated_step(tiny, planned):
@@ -123,6 +173,7 @@ def test_search_reports_its_cost(planned):
     s = res.search
     assert s["enumerated"] == 24
     assert s["simulated_candidates"] + sum(s["pruned_by"].values()) + s["infeasible"] <= 24
+    assert s["cpu_s"] > 0 and s["cpu_s_per_computed_run"] == s["cpu_s"] / s["computed_runs"]   # where its CPU went
     for f in ("candidates.csv", "summary.json", "summary.md", "plan.yaml", "resolved.yaml"):
         assert (out / f).is_file()
     assert "SD's gain at each one's own optimum" in (out / "summary.md").read_text()
@@ -295,6 +346,60 @@ def test_prices_read_output_gpu_hour_usd_and_reuse_the_runs(tiny, planned):
     assert (sim.usd_per_step == sim.gpu_hours_per_step * 2.5).all()
     assert "usd_per_step" not in res.answer["best_sd"]                  # the unpriced plan: no $
     assert all("usd_per_step" not in p for p in res.summary["fronts"]["sd"])
+
+
+def test_min_usd_answers_which_gpu_type_in_its_first_lines(tiny, planned, tmp_path):
+    """--objective min_usd over two GPU types with prices: the best of each type (with $ and GPU-hours,
+    per step and per run) and the cheaper type lead the summary; a $/hour budget leaves out what it
+    cannot pay for before any run."""
+    prices = "output.gpu_hour_usd={h100_sxm: 2.5, h200_sxm: 3.5}"
+    res = plan_scenario(tiny, [prices, 'plan.hardware=["h100_sxm", "h200_sxm"]', "plan.objective=min_usd",
+                               "plan.run_steps=500", "plan.max_usd_per_hour=27", "plan.total_gpus=[6, 8]",
+                               "plan.max_policy_lag=0", "plan.layouts=[{tp: 2}]"], out=tmp_path / "usd", jobs=1)
+    a = res.answer
+    per_hw = {r["hardware"]: r for r in a["best_per_hardware"]}
+    assert set(per_hw) == {"h100_sxm", "h200_sxm"}
+    for hw, r in per_hw.items():
+        b = r["best"]
+        assert b["hardware"] == hw and b["usd_per_hour"] <= 27
+        assert b["usd_per_run"]["mean"] == pytest.approx(b["usd_per_step"]["mean"] * 500, rel=1e-12)
+        assert b["gpu_hours_per_run"]["mean"] == pytest.approx(b["gpu_hours_per_step"]["mean"] * 500, rel=1e-12)
+    costs = {hw: r["best"]["usd_per_step"]["mean"] for hw, r in per_hw.items()}
+    assert a["hardware_choice"]["hardware"] == min(costs, key=costs.get)
+    df = res.candidates()
+    over = df[df.pruned_by == "usd_budget"]
+    assert len(over) > 0 and (over.status == "pruned").all() and (over.replicates_run == 0).all()
+    assert (over.hardware == "h200_sxm").all() and (over.total_gpus == 8).all()   # 8 H200 cost $28/h, 6 $21/h
+    first = (tmp_path / "usd" / "summary.md").read_text().split("## Answer")[1].strip().splitlines()[0]
+    assert first.startswith("- **GPU type: " + a["hardware_choice"]["hardware"])
+
+
+def test_min_usd_needs_a_price_for_every_gpu_type(tiny, tmp_path):
+    r = runner.invoke(app, ["plan", str(tiny), "--out", str(tmp_path / "o"), "--objective", "min_usd",
+                            "--hardware", "h100_sxm,h200_sxm", "--set", "output.gpu_hour_usd={h100_sxm: 2.5}"])
+    assert r.exit_code == 2 and "output.gpu_hour_usd" in r.output and "h200_sxm" in r.output, r.output
+    assert "Traceback" not in r.output
+
+
+def test_a_plan_nothing_of_which_runs_exits_2_naming_the_constraint(tiny, tmp_path):
+    """Every candidate left out (here by a $/hour budget no candidate meets) -> exit 2 naming the
+    constraint, after the plan's files are written."""
+    r = runner.invoke(app, ["plan", str(tiny), "--out", str(tmp_path / "o"), "--set", "plan.max_usd_per_hour=1",
+                            "--set", "output.gpu_hour_usd={h100_sxm: 2.5}"])
+    assert r.exit_code == 2 and "plan.max_usd_per_hour" in r.output and "Traceback" not in r.output, r.output
+    assert (tmp_path / "o" / "candidates.csv").is_file()
+
+
+def test_report_page_folds_the_candidates_table(planned):
+    from specsim.study.planner import REASON_CHARS, page_table
+
+    res, out = planned
+    t = page_table(res.candidates())
+    assert "overrides" not in t.columns and len(t) == 24
+    assert t.reason.str.len().max() <= REASON_CHARS
+    assert t.configuration.str.len().max() < 40
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "&#34;rollout.gpus&#34;" not in html and '"rollout.gpus"' not in html
 
 
 def test_bound_model_prices_trainer_and_latency(tiny):

@@ -61,30 +61,47 @@ class Bound:
 
 
 class BoundModel:
-    """Bounds for the candidates of one scenario (engine worlds and trainer costs cached)."""
+    """Bounds for the candidates of one scenario (worlds, engine terms and trainer costs cached).
+
+    Feasibility is the run's own: a candidate is resolved exactly as `specsim run --set <its
+    overrides>` resolves it (`world/resolve.py`: the memory plans of both pools, the layout rules,
+    the trainer layout), so `bound` raises the ScenarioError the run would raise, and nothing else.
+    The engine terms are per engine (one engine's batch, KV cache and step costs) and are read from
+    the candidate's own world, so a trainer that needs more than one replica's GPUs never makes a
+    rollout layout look infeasible."""
 
     def __init__(self, sc: Scenario):
         self.sc = sc
+        self._worlds: dict = {}   # candidate key (lag and steps left out: neither changes a resolve) -> world | error
         self._engine: dict = {}
         self._trainer: dict = {}
         self._tails: dict = {}   # k -> the tail's engine steps (the same workload for every layout)
 
-    def _world(self, c, rollout_gpus: int, training_gpus: int | None):
-        ov = {k: v for k, v in c.overrides.items()}
-        ov["rollout.gpus"] = rollout_gpus
-        if training_gpus is not None:
-            ov["training.gpus"] = training_gpus
+    @staticmethod
+    def _key(c) -> tuple:
+        return (c.hardware, c.rollout_gpus, c.training_gpus, c.layout, c.policy, c.k)
+
+    def world(self, c):
+        """The candidate's resolved world, as `specsim run` resolves it (raises its ScenarioError)."""
+        from specsim.scenario import ScenarioError
         from specsim.world.resolve import resolve
 
-        return resolve(apply_overrides(self.sc, ov))
+        key = self._key(c)
+        if key not in self._worlds:
+            try:
+                self._worlds[key] = resolve(apply_overrides(self.sc, dict(c.overrides)))
+            except ScenarioError as exc:
+                self._worlds[key] = exc
+        w = self._worlds[key]
+        if isinstance(w, Exception):
+            raise w
+        return w
 
     def engine_terms(self, c) -> tuple[float, float, float]:
         """(tokens per step, best tokens/s of one engine, latency of the longest response at batch 1)."""
         key = (c.hardware, c.layout, c.policy, c.k)
+        w = self.world(c)      # feasibility first: the run's refusal, whatever the engine terms
         if key not in self._engine:
-            g = max(c.layout[0], c.layout[1]) * c.layout[2]
-            tr = None if c.training_gpus is None else max(self.sc.training.tp, self.sc.training.ep) * self.sc.training.pp
-            w = self._world(c, g, tr)
             self._engine[key] = _engine_terms(w, c.k if c.policy != "off" else 0, self._tails)
         return self._engine[key]
 
@@ -93,7 +110,7 @@ class BoundModel:
         if key not in self._trainer:
             from specsim.cost import training as tc
 
-            w = self._world(c, c.rollout_gpus, c.training_gpus)
+            w = self.world(c)
             seqs = tc.sequence_tokens(*_expected_lengths(w))
             tl = w.trainer.layout
             colocated = w.pipeline.mode == "sync"

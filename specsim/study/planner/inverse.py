@@ -10,14 +10,17 @@
   mostly on the step's slowest responses (what more GPUs do not shorten), and whose re-search
   would multiply each probe's cost by |k| × |lags| (at 235B: from 35 to 420 candidates). Holding
   them can only make a count's best step slower, so the answer is an upper bound on the fewest
-  GPUs over every allowed k and lag (given monotonicity). Counts are whole units of
+  GPUs over every allowed k and lag (given monotonicity). At the answer's count one more search
+  frees them, so the configuration reported is the best at that count. Counts are whole units of
   lcm(smallest engine, trainer replica) GPUs. Assumed, not checked by the bisection: the best
   step is non-increasing in the GPU count (more GPUs never make the best configuration slower);
   the answer flags probes that contradict it by more than 2 %. The answer is the bracket
   (lo, hi]: lo misses, hi meets, with the step's 95 % interval and the configuration at hi.
 * `break_even_tau`: at the best SD configuration, the drafter τ (at `drafter.tau_at_k`) at which
   SD's mean step equals AR's at the same configuration; with a plan target, also the τ that
-  reaches the target. A drifting drafter keeps its relative drift (`tau_after` scaled).
+  reaches the target. A drifting drafter keeps its relative drift (`tau_after` scaled). Only τ the
+  run accepts are probed (`tau_bracket`: the valid range found by resolving, from the plan's own
+  τ outwards); a failed probe (`ProbeFailed`) ends the query with its reason, never an answer.
 * `stops_paying`: at the best SD configuration, the smallest k above its own at which SD is no
   faster than AR, and the smallest policy lag at which SD's gain falls below 1 % (both by
   bisection, assuming the gain falls monotonically beyond the optimum).
@@ -43,7 +46,7 @@ __all__ = ["Context", "bisect_int", "break_even_tau", "min_gpus_for", "stops_pay
 
 #: SD "pays" while its gain is above 1 + this
 PAYS_MARGIN = 0.01
-#: break-even τ: the highest τ probed is this below k + 1 (α = 1 is not a drafter)
+#: break-even τ: the valid range's ends are found to within this (and kept this inside it)
 TAU_EDGE = 1e-3
 
 
@@ -66,13 +69,30 @@ class Context:
     progress: Any = None      # study/report/progress.Progress, or None
     computed: int = 0
     reused: int = 0
+    pool: Any = None          # executors.WorkerPool shared by every run of the plan, or None
+    _valid: dict = field(default_factory=dict)
 
-    def steps(self, overrides: dict) -> list[float] | None:
-        """Steady step times over the replicates of the scenario with `overrides` (None: it cannot run)."""
-        try:
-            s = apply_overrides(self.sc, overrides)
-        except ScenarioError:
-            return None
+    def valid(self, overrides: dict) -> str | None:
+        """Why `specsim run` would refuse the scenario with `overrides` (None: it accepts it). No
+        simulation: the scenario is loaded and resolved exactly as the run resolves it."""
+        from specsim.world.resolve import resolve
+
+        key = json.dumps(overrides, sort_keys=True, default=str)
+        if key not in self._valid:
+            try:
+                resolve(apply_overrides(self.sc, overrides))
+                self._valid[key] = None
+            except ScenarioError as exc:
+                self._valid[key] = f"{exc.field}: {exc.allowed}"
+        return self._valid[key]
+
+    def steps(self, overrides: dict) -> list[float]:
+        """Steady step times over the replicates of the scenario with `overrides`. Raises ProbeFailed
+        when the run refuses it or a replicate fails (a failed probe is never an answer)."""
+        why = self.valid(overrides)
+        if why is not None:
+            raise ProbeFailed(overrides, why)
+        s = apply_overrides(self.sc, overrides)
         tasks = [RunTask.of(s, r, "plan", self.engine) for r in range(self.replicates)]
         todo = [t for t in tasks if t.key not in self.runs]
         self.reused += len(tasks) - len(todo)
@@ -89,10 +109,24 @@ class Context:
                 prog.runs_done()
 
         run_tasks(todo, on_result, jobs=self.jobs, backend=self.backend, address=self.address,
-                  on_progress=prog.task_progress if prog is not None and prog.enabled else None)
-        if any("error" in self.runs[t.key] for t in tasks):
-            return None
+                  on_progress=prog.task_progress if prog is not None and prog.enabled else None, pool=self.pool)
+        for t in tasks:
+            if "error" in self.runs[t.key]:
+                raise ProbeFailed(overrides, str(self.runs[t.key]["error"]))
         return [self.runs[t.key]["steady"]["step_s"] for t in tasks]
+
+
+class ProbeFailed(Exception):
+    """A probe the run refused or that failed: `overrides`, `why`. Reported, never taken as an answer."""
+
+    def __init__(self, overrides: dict, why: str):
+        super().__init__(overrides, why)
+        self.overrides, self.why = overrides, why
+
+    def text(self) -> str:
+        what = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.overrides.items()
+                         if k.startswith(("drafter.", "speculation.k", "pipeline.policy_lag")))
+        return f"a probe failed ({what}: {self.why})"
 
 
 def _mean(v: list[float] | None) -> float:
@@ -151,20 +185,25 @@ class _Probe:
         return self.best.mean_step() if self.best is not None else math.inf
 
 
-def _probe(ctx: Context, entry: dict, n: int, target: float) -> _Probe:
-    """Search every allowed layout × split of n GPUs at the entry's GPU type, SD policy, k, lag."""
+def _probe(ctx: Context, entry: dict, n: int, target: float, free: bool = False) -> _Probe:
+    """Search every allowed layout × split of n GPUs at the entry's GPU type, SD policy, k, lag
+    (`free`: also every SD policy × k and lag the plan allows for the entry's arm)."""
     from specsim.study.planner.candidates import configurations
     from specsim.study.planner.search import search
 
     sc = ctx.sc
     arm = [(entry["sd_policy"], int(entry["k"]))]
-    cands = configurations(sc, sc.plan, entry["hardware"], ctx.layouts.get(entry["hardware"], []), n, arm,
-                           [int(entry["policy_lag"])])
+    lags = [int(entry["policy_lag"])]
+    if free:
+        plan = sc.plan
+        arm = [("off", 0)] if entry["arm"] == "ar" else [(p, k) for p in plan.sd_policies for k in plan.k if k > 0]
+        lags = list(range(plan.max_policy_lag + 1)) if sc.pipeline.mode == "async" else [0]
+    cands = configurations(sc, sc.plan, entry["hardware"], ctx.layouts.get(entry["hardware"], []), n, arm, lags)
     out = _Probe(n, candidates=len(cands))
     if not cands:
         return out
     st = search(sc, cands, ctx.runs, ctx.store, jobs=ctx.jobs, backend=ctx.backend, address=ctx.address,
-                engine=ctx.engine, progress=ctx.progress, target_s=target, bounds=ctx.bounds)
+                engine=ctx.engine, progress=ctx.progress, target_s=target, bounds=ctx.bounds, pool=ctx.pool)
     ctx.computed += st.computed_runs
     ctx.reused += st.reused_runs
     final = [e for e in st.evaluated if e.status == "simulated" and len(e.steady) >= ctx.replicates]
@@ -210,7 +249,10 @@ def min_gpus_for(ctx: Context, ans: dict, target: float, grow_max: int = 4) -> l
                                 f"(best split and layout at each count; {held} held{seen})"})
             continue
         lo, hi = bisect_int(hi // 2 if grow else 1, hi, ok)
-        p = probe(hi)
+        # the answer's configuration: the best at that count over every layout, split, k and lag
+        # the plan allows (the bisection held k and lag; freeing them can only be as fast or faster)
+        full = _probe(ctx, entry, hi * unit, target, free=True)
+        p = full if full.best is not None and full.mean_s <= probe(hi).mean_s else probe(hi)
         e = candidate_entry(p.best, {})
         m = e["step_s"]
         sure = bool(m.get("ci95") and m["ci95"][1] <= target)
@@ -226,7 +268,8 @@ def min_gpus_for(ctx: Context, ans: dict, target: float, grow_max: int = 4) -> l
                     "text": f"{arm.upper()}: {e['total_gpus']} GPUs reach {target:g} s with {e['label']} "
                             f"(bracket ({lo * unit}, {hi * unit}] GPUs; step there {_fmt(m)} s"
                             f"{'' if sure else ', the upper 95 % limit above the target'}; {len(memo)} probes, "
-                            f"each the best split and layout at its count, {held} held{note})"})
+                            f"each the best split and layout at its count, {held} held; the configuration at the "
+                            f"answer searched over every allowed k and lag too{note})"})
     return out
 
 
@@ -249,63 +292,131 @@ def tau_overrides(sc, tau: float) -> dict:
     return ov
 
 
+def valid_edge(valid, inside: float, outside: float, tol: float) -> float:
+    """The point nearest `outside` that `valid` accepts, to within `tol`, on the segment from
+    `inside` (accepted) to `outside` (returned as is when accepted): a bisection on validity alone
+    (no simulation), for a validity that holds on one interval about `inside`."""
+    if valid(outside):
+        return outside
+    good, bad = inside, outside
+    while abs(bad - good) > tol:
+        mid = 0.5 * (good + bad)
+        if valid(mid):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def tau_bracket(ctx: Context, base: dict) -> tuple[float, float, float]:
+    """(lowest, own, highest) τ at `tau_at_k` the drafter accepts for the configuration `base`:
+    the run's own checks decide (τ ≤ the most a k-draft with the drafter's position decay gives,
+    a staleness whose `tau_after` stays valid), each edge found by bisection on validity from the
+    scenario's own τ, TAU_EDGE inside the valid range."""
+    from specsim.workload.acceptance.laws import tau_scalar
+
+    d = ctx.sc.drafter
+    own = float(d.general_tau if d.init == "general" else d.tau)
+    k = int(d.tau_at_k)
+    top = tau_scalar(1.0, k, float(d.position_decay or 1.0)) - TAU_EDGE
+
+    def valid(tau: float) -> bool:
+        return ctx.valid({**base, **tau_overrides(ctx.sc, tau)}) is None
+
+    hi = valid_edge(valid, own, top, TAU_EDGE)
+    lo = valid_edge(valid, own, 1.0 + TAU_EDGE, TAU_EDGE)
+    return lo, own, hi
+
+
 def break_even_tau(ctx: Context, ans: dict, tol: float = 0.05) -> list[dict]:
+    """The drafter τ at which the best SD configuration's mean step equals AR's at the same
+    configuration (and, with a plan target, reaches the target). Bisection between the τ the
+    drafter accepts (`tau_bracket`), starting from the plan's own τ (its runs are reused); a probe
+    that fails ends the query with that failure named, never with an answer."""
     sd = ans.get("best_sd")
     if sd is None or ctx.sc.drafter.tau is None and ctx.sc.drafter.general_tau is None:
         return [{"query": "break_even_tau", "text": "break-even τ: needs a best SD configuration and a drafter "
                                                      "given by drafter.tau"}]
     base = dict(sd["overrides"])
-    ar = ctx.steps({**base, "speculation.policy": "off"})
-    ar_mean = _mean(ar)
-    # τ < k + 1 (τ = k + 1 would need α = 1, which the drafter refuses): the highest τ probed is
-    # within TAU_EDGE of it, so "does not reach even there" means every draft all but always accepted
-    hi_tau = float(ctx.sc.drafter.tau_at_k + 1) - TAU_EDGE
+    k_at = ctx.sc.drafter.tau_at_k
+    try:
+        ar_mean = _mean(ctx.steps({**base, "speculation.policy": "off"}))
+        own_mean = _mean(ctx.steps(base))
+    except ProbeFailed as exc:
+        return [{"query": "break_even_tau", "tau": None, "text": f"break-even τ: {exc.text()}"}]
+    lo_tau, own, hi_tau = tau_bracket(ctx, base)
     out = []
     goals = [("break_even", ar_mean, "AR at the same configuration")]
     if ctx.sc.plan.target_step_s:
         goals.append(("target", ctx.sc.plan.target_step_s, f"the {ctx.sc.plan.target_step_s:g} s target"))
     for name, goal, what in goals:
-        memo: dict[float, float] = {}
+        memo: dict[float, float] = {own: own_mean}
 
         def ok(tau: float, memo=memo, goal=goal) -> bool:
             if tau not in memo:
                 memo[tau] = _mean(ctx.steps({**base, **tau_overrides(ctx.sc, tau)}))
             return memo[tau] <= goal
 
-        if not ok(hi_tau):
-            out.append({"query": f"{name}_tau", "tau": None,
-                        "text": f"{name} τ: even τ = {hi_tau:g} (almost every draft accepted) does not reach {what}"})
+        try:
+            if ok(own):          # the answer lies at or below the plan's own τ
+                if ok(lo_tau):
+                    out.append({"query": f"{name}_tau", "tau": lo_tau, "bracket": [1.0, lo_tau], "goal_step_s": goal,
+                                "probes": len(memo),
+                                "text": f"{name} τ: even τ = {lo_tau:.3f} (the lowest the drafter takes at k={k_at}) "
+                                        f"reaches {what}, {goal:.1f} s ({sd['label']})"})
+                    continue
+                lo, hi = bisect_float(lo_tau, own, ok, tol)
+            else:
+                if not ok(hi_tau):
+                    out.append({"query": f"{name}_tau", "tau": None, "highest_valid_tau": hi_tau, "probes": len(memo),
+                                "text": f"{name} τ: even τ = {hi_tau:.3f} (the most the drafter takes at k={k_at}) "
+                                        f"does not reach {what}, {goal:.1f} s ({sd['label']})"})
+                    continue
+                lo, hi = bisect_float(own, hi_tau, ok, tol)
+        except ProbeFailed as exc:
+            out.append({"query": f"{name}_tau", "tau": None, "probes": len(memo),
+                        "text": f"{name} τ: no answer, {exc.text()}"})
             continue
-        if ok(1.0 + 1e-3):
-            out.append({"query": f"{name}_tau", "tau": 1.0,
-                        "text": f"{name} τ: any τ ≥ 1 reaches {what} ({sd['label']})"})
-            continue
-        lo, hi = bisect_float(1.0 + 1e-3, hi_tau, ok, tol)
         out.append({"query": f"{name}_tau", "tau": hi, "bracket": [lo, hi], "goal_step_s": goal,
-                    "probes": len(memo),
-                    "text": f"{name} τ (at k={ctx.sc.drafter.tau_at_k}) for {sd['label']}: {hi:.2f} "
-                            f"(bracket ({lo:.2f}, {hi:.2f}]; vs {what}, {goal:.1f} s; {len(memo)} probes)"})
+                    "probes": len(memo), "valid_tau": [lo_tau, hi_tau],
+                    "text": f"{name} τ (at k={k_at}) for {sd['label']}: {hi:.2f} "
+                            f"(bracket ({lo:.2f}, {hi:.2f}]; vs {what}, {goal:.1f} s; {len(memo)} probes within the "
+                            f"τ the drafter takes, [{lo_tau:.3f}, {hi_tau:.3f}])"})
     return out
 
 
 def stops_paying(ctx: Context, ans: dict, k_max: int = 16, lag_max: int = 16) -> list[dict]:
+    """At the best SD configuration: the smallest k above its own at which SD is no faster than AR,
+    and the smallest policy lag at which SD's gain falls below 1 + PAYS_MARGIN; each probed only
+    where the run accepts the configuration (k up to the largest the drafter takes, ≤ `k_max`); a
+    failed probe ends its query with the failure named."""
     sd = ans.get("best_sd")
     if sd is None:
         return []
     base = dict(sd["overrides"])
     out = []
-    ar_mean = _mean(ctx.steps({**base, "speculation.policy": "off"}))
+    k0 = int(base.get("speculation.k", 1))
+    try:
+        ar_mean = _mean(ctx.steps({**base, "speculation.policy": "off"}))
+    except ProbeFailed as exc:
+        return [{"query": "k_stops_paying", "k": None, "text": f"k where SD stops paying: {exc.text()}"}]
 
     def k_stops(k: int) -> bool:
         return _mean(ctx.steps({**base, "speculation.k": k})) >= ar_mean
 
-    k0 = int(base.get("speculation.k", 1))
-    if k_stops(k_max):
-        lo, hi = bisect_int(k0 + 1, k_max, k_stops)
-        out.append({"query": "k_stops_paying", "k": hi, "bracket": [lo, hi],
-                    "text": f"SD stops paying at k = {hi} (k = {lo} still pays) for {sd['label']}"})
-    else:
-        out.append({"query": "k_stops_paying", "k": None, "text": f"SD still pays at k = {k_max} ({sd['label']})"})
+    k_top = k0
+    while k_top < k_max and ctx.valid({**base, "speculation.k": k_top + 1}) is None:
+        k_top += 1
+    try:
+        if k_top > k0 and k_stops(k_top):
+            lo, hi = bisect_int(k0 + 1, k_top, k_stops)
+            out.append({"query": "k_stops_paying", "k": hi, "bracket": [lo, hi],
+                        "text": f"SD stops paying at k = {hi} (k = {lo} still pays) for {sd['label']}"})
+        else:
+            out.append({"query": "k_stops_paying", "k": None,
+                        "text": f"SD still pays at k = {k_top}, the largest the run takes up to {k_max} ({sd['label']})"})
+    except ProbeFailed as exc:
+        out.append({"query": "k_stops_paying", "k": None, "text": f"k where SD stops paying: no answer, {exc.text()}"})
     if "pipeline.policy_lag" in base:
         def gain(lag: int) -> float:
             a = _mean(ctx.steps({**base, "speculation.policy": "off", "pipeline.policy_lag": lag}))
@@ -315,12 +426,16 @@ def stops_paying(ctx: Context, ans: dict, k_max: int = 16, lag_max: int = 16) ->
         def lag_ok(lag: int) -> bool:
             return gain(lag) < 1.0 + PAYS_MARGIN
         l0 = int(base["pipeline.policy_lag"])
-        if lag_ok(lag_max):
-            lo, hi = bisect_int(l0, lag_max, lag_ok)
-            out.append({"query": "lag_stops_paying", "lag": hi, "bracket": [lo, hi],
-                        "text": f"SD's gain falls below {1 + PAYS_MARGIN:g}× at policy lag {hi} "
-                                f"(lag {lo}: {gain(lo) if lo >= l0 else float('nan'):.3f}×)"})
-        else:
+        try:
+            if lag_ok(lag_max):
+                lo, hi = bisect_int(l0, lag_max, lag_ok)
+                out.append({"query": "lag_stops_paying", "lag": hi, "bracket": [lo, hi],
+                            "text": f"SD's gain falls below {1 + PAYS_MARGIN:g}× at policy lag {hi} "
+                                    f"(lag {lo}: {gain(lo) if lo >= l0 else float('nan'):.3f}×)"})
+            else:
+                out.append({"query": "lag_stops_paying", "lag": None,
+                            "text": f"SD still pays at policy lag {lag_max} ({gain(lag_max):.3f}×)"})
+        except ProbeFailed as exc:
             out.append({"query": "lag_stops_paying", "lag": None,
-                        "text": f"SD still pays at policy lag {lag_max} ({gain(lag_max):.3f}×)"})
+                        "text": f"policy lag where SD stops paying: no answer, {exc.text()}"})
     return out

@@ -1,17 +1,22 @@
 """The plan's search: enumerate, bound, prune, simulate the survivors with successive halving.
 
-    1. enumerate every candidate the `plan:` section allows (`candidates.py`); a layout that does
-       not fit the memory plan, or a split whose trainer layout cannot exist, is infeasible;
-    2. bound each candidate's steady step from the cost model (`bounds.py`); with a target step
-       time (objectives min_gpus / min_gpu_hours) a candidate whose bound × slack exceeds the
-       target is pruned ("target");
+    1. enumerate every candidate the `plan:` section allows (`candidates.py`); a candidate is
+       infeasible exactly when `specsim run` would refuse it (`BoundModel.world` resolves its
+       overrides as the run does), with the run's reason;
+    2. bound each candidate's steady step from the cost model (`bounds.py`); a candidate whose
+       GPUs cost more per hour than `plan.max_usd_per_hour` is left out ("usd_budget"); with a
+       target step time (objectives min_gpus / min_gpu_hours, min_usd with a target) a candidate
+       whose bound × slack exceeds the target is pruned ("target");
     3. round 1 of successive halving runs replicate 0 of the candidates in waves, lowest bound
-       first: after each wave a candidate whose bound × slack exceeds the best simulated step of
-       its arm (same GPU type and budget; its upper 95 % limit where it has one) is pruned
-       ("trainer", "throughput" or "latency": whichever bound binds);
-    4. each later round keeps the best `keep_fraction` of every arm — and every candidate within
-       `keep_within` of the arm's best — and runs more replicates; the last round runs
-       `replicates`.
+       first: after each wave a candidate is pruned only when a simulated candidate of its GPU type
+       and arm (its upper 95 % limit where it has one) dominates every point the candidate could
+       reach (`dominates`: no slower than its bound × slack, no more GPU-hours per step, for
+       min_gpus no more GPUs) — it can then be neither the best of its GPU type nor on its arm's
+       Pareto front ("trainer", "throughput" or "latency": whichever bound binds);
+    4. each later round keeps the best `keep_fraction` of every arm by the objective, every
+       candidate within `keep_within` of the arm's best step, and every candidate that could be on
+       its arm's front (not dominated by more than `keep_within`), and runs more replicates; the
+       last round runs `replicates`, so the front is drawn from equal replicates.
 
 Every simulated run is a plain pipeline run keyed like `specsim run`'s (`study/sweep.run_key`:
 the candidate's scenario and replicate, the inputs' contents), stored atomically in
@@ -59,6 +64,13 @@ class Evaluated:
         c = self.cand
         return (c.hardware, c.budget, c.arm)
 
+    @property
+    def front_group(self) -> tuple:
+        """Candidates compared for the Pareto front and the best per GPU type: GPU type and arm
+        (every budget)."""
+        c = self.cand
+        return (c.hardware, c.arm)
+
     def steps(self) -> list[float]:
         return [self.steady[r]["step_s"] for r in sorted(self.steady)]
 
@@ -94,7 +106,7 @@ def replicate_schedule(replicates: int, rounds: int) -> list[int]:
 
 def search(sc, cands: list[Candidate], runs: dict, store: Callable[[str, dict], None], *, jobs: int, backend: str,
            address: str | None, engine: str, progress=None, target_s: float | None = None,
-           bounds: BoundModel | None = None) -> SearchState:
+           bounds: BoundModel | None = None, pool=None) -> SearchState:
     """Run the search (see the module doc). `runs`: stored runs by key (updated in place);
     `store(key, result)` persists one new run. `target_s`: prune on this target step time (default:
     the plan's target under the min_gpus / min_gpu_hours objectives); `bounds`: a BoundModel of
@@ -111,7 +123,16 @@ def search(sc, cands: list[Candidate], runs: dict, store: Callable[[str, dict], 
         try:
             e.bound = bm.bound(e.cand)
         except ScenarioError as exc:
-            e.status, e.pruned_by, e.reason = "infeasible", "layout", f"{exc.field}: {exc.allowed}"
+            # the run's own refusal (`BoundModel.world` resolves the candidate as `specsim run` does)
+            e.status, e.pruned_by, e.reason = "infeasible", exc.field, f"{exc.field}: {exc.allowed}"
+    usd = dict(sc.output.gpu_hour_usd)
+    if plan.max_usd_per_hour is not None:     # the $/hour budget: the cluster's price, before any bound
+        for e in evs:
+            rate = e.cand.total_gpus * usd.get(e.cand.hardware, math.inf)
+            if e.status == "pending" and rate > plan.max_usd_per_hour:
+                e.status, e.pruned_by = "pruned", "usd_budget"
+                e.reason = (f"{e.cand.total_gpus} GPUs × ${usd.get(e.cand.hardware, math.nan):g}/GPU-h = ${rate:,.0f}/h "
+                            f"> plan.max_usd_per_hour ${plan.max_usd_per_hour:,.0f}")
     if target_s is not None:
         for e in evs:
             if e.status == "pending" and e.bound.step_s * slack > target_s:
@@ -160,23 +181,28 @@ def search(sc, cands: list[Candidate], runs: dict, store: Callable[[str, dict], 
                 progress.runs_done()
 
         inside = progress.task_progress if progress is not None and progress.enabled else None
-        run_tasks(todo, on_result, jobs=jobs, backend=backend, address=address, on_progress=inside)
-
-    def incumbents() -> dict[tuple, float]:
-        best: dict[tuple, float] = {}
-        for e in evs:
-            if e.status == "simulated":
-                best[e.group] = min(best.get(e.group, math.inf), e.upper_step())
-        return best
+        run_tasks(todo, on_result, jobs=jobs, backend=backend, address=address, on_progress=inside, pool=pool)
 
     def prune_by_bound() -> int:
-        inc = incumbents()
+        """Prune a pending candidate only when a simulated one of its GPU type and arm dominates
+        every point it could reach (`dominates`, at its bound × slack, the simulated one at its upper
+        95 % limit): it can then be neither the best of its GPU type under the objective nor on its
+        arm's Pareto front."""
+        sims: dict[tuple, list[tuple[float, int]]] = {}
+        for e in evs:
+            if e.status == "simulated":
+                sims.setdefault(e.front_group, []).append((e.upper_step(), e.cand.total_gpus))
         n = 0
         for e in evs:
-            if e.status == "pending" and e.bound.step_s * slack > inc.get(e.group, math.inf):
+            if e.status != "pending":
+                continue
+            lb = e.bound.step_s * slack
+            hit = next(((st_, g) for st_, g in sorted(sims.get(e.front_group, ()))
+                        if dominates(st_, g, lb, e.cand.total_gpus, plan.objective)), None)
+            if hit is not None:
                 e.status, e.pruned_by = "pruned", e.bound.binding
-                e.reason = (f"{e.bound.binding} bound {e.bound.step_s:.1f} s × {slack:g} > simulated "
-                            f"{inc[e.group]:.1f} s")
+                e.reason = (f"{e.bound.binding} bound {e.bound.step_s:.1f} s × {slack:g}: dominated by a simulated "
+                            f"{hit[0]:.1f} s on {hit[1]} GPUs")
                 n += 1
         return n
 
@@ -205,7 +231,7 @@ def search(sc, cands: list[Candidate], runs: dict, store: Callable[[str, dict], 
     alive = [e for e in evs if e.status == "simulated"]
     for rnd, reps in enumerate(schedule[1:], start=2):
         t0 = time.perf_counter()
-        alive = _keep(alive, s.keep_fraction, s.keep_within)
+        alive = _keep(alive, s.keep_fraction, s.keep_within, plan.objective, target_s)
         run_batch([(e, r) for e in alive for r in range(reps)], rnd)
         alive = [e for e in alive if e.status == "simulated"]
         st.rounds.append({"round": rnd, "replicates": reps, "candidates": len(alive),
@@ -215,18 +241,55 @@ def search(sc, cands: list[Candidate], runs: dict, store: Callable[[str, dict], 
     return st
 
 
-def _keep(alive: list[Evaluated], fraction: float, within: float) -> list[Evaluated]:
-    """The best `fraction` of each arm (by mean step) plus every one within `within` of its best."""
+def dominates(d_step: float, d_gpus: int, c_step: float, c_gpus: int, objective: str, margin: float = 0.0) -> bool:
+    """Whether a point (d_step s on d_gpus GPUs) is better than (c_step, c_gpus) by `margin` in
+    every figure the plan ranks on: the step time and the GPU-hours per step (GPUs × step; $ per
+    step is that times one price within a GPU type), and for the min_gpus objective the GPU count."""
+    f = 1.0 + margin
+    if d_step * f > c_step:
+        return False
+    if objective == "min_gpus" and d_gpus > c_gpus:
+        return False
+    return d_gpus * d_step * f <= c_gpus * c_step
+
+
+def _score(e: Evaluated, objective: str, target_s: float | None) -> tuple:
+    """The objective's ranking key of a candidate's mean (lower is better); one above the target
+    ranks after every one that meets it."""
+    m = e.mean_step()
+    miss = target_s is not None and objective != "min_step_time" and m > target_s
+    if objective == "min_gpus":
+        return (miss, e.cand.total_gpus, m)
+    if objective in ("min_gpu_hours", "min_usd"):
+        return (miss, e.cand.total_gpus * m, m)
+    return (miss, m, e.cand.total_gpus)
+
+
+def _keep(alive: list[Evaluated], fraction: float, within: float, objective: str = "min_step_time",
+          target_s: float | None = None) -> list[Evaluated]:
+    """Who runs the next round's replicates: the best `fraction` of each arm (GPU type, budget, arm;
+    by the objective), every one within `within` of its best step, and every one that could be on
+    its arm's Pareto front: not dominated by `within` (`dominates`) by another of its GPU type and
+    arm — so the front is drawn from equal replicates."""
     groups: dict[tuple, list[Evaluated]] = {}
     for e in alive:
         groups.setdefault(e.group, []).append(e)
-    out = []
+    keep: set[int] = set()
     for members in groups.values():
-        members.sort(key=Evaluated.mean_step)
+        members.sort(key=lambda e: _score(e, objective, target_s))
         n = max(1, math.ceil(fraction * len(members)))
-        best = members[0].mean_step()
-        out += [e for i, e in enumerate(members) if i < n or e.mean_step() <= best * (1 + within)]
-    return out
+        best = min(e.mean_step() for e in members)
+        keep |= {id(e) for i, e in enumerate(members) if i < n or e.mean_step() <= best * (1 + within)}
+    fronts: dict[tuple, list[Evaluated]] = {}
+    for e in alive:
+        fronts.setdefault(e.front_group, []).append(e)
+    for members in fronts.values():
+        pts = [(e.mean_step(), e.cand.total_gpus) for e in members]
+        for e in members:
+            m, g = e.mean_step(), e.cand.total_gpus
+            if not any(dominates(dm, dg, m, g, objective, within) for dm, dg in pts):
+                keep.add(id(e))
+    return [e for e in alive if id(e) in keep]
 
 
 def write_run(runs_dir, key: str, result: dict) -> None:

@@ -1,0 +1,68 @@
+"""The plan's Pareto fronts and dominance rule as properties over synthetic candidates (no
+simulation): every front point is non-dominated, every finalist off the front is dominated by a
+front point, only equal-replicate finalists enter, intervals overlap symmetrically; and halving
+keeps every candidate a front could need."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specsim.study.planner.candidates import Candidate
+from specsim.study.planner.report import fronts
+from specsim.study.planner.search import Evaluated, _keep, dominates
+
+REPS = 2
+
+
+def _ev(i: int, gpus: int, steps: list[float], arm: str = "sd") -> Evaluated:
+    c = Candidate("h100_sxm", 16, gpus // 2, gpus - gpus // 2, (1, 1, 1), "off" if arm == "ar" else "always",
+                  0 if arm == "ar" else 3, 1, 6, cid=f"c{i}")
+    e = Evaluated(c, status="simulated")
+    e.steady = {r: {"step_s": s, "tau": 2.0} for r, s in enumerate(steps)}
+    return e
+
+
+points = st.lists(st.tuples(st.integers(2, 16), st.lists(st.floats(1.0, 100.0), min_size=1, max_size=REPS)),
+                  min_size=1, max_size=12)
+
+
+@given(points)
+def test_front_points_are_exactly_the_non_dominated_finalists(pts):
+    evs = [_ev(i, g, s) for i, (g, s) in enumerate(pts)]
+    front = fronts(evs, replicates=REPS)["sd"]
+    final = [e for e in evs if len(e.steady) >= REPS]
+    on = {p["candidate"] for p in front}
+    assert on <= {e.cand.cid for e in final}                      # equal replicates only
+    for e in final:
+        m, g = e.mean_step(), e.cand.total_gpus
+        beaten = any(dominates(o.mean_step(), o.cand.total_gpus, m, g, "min_step_time")
+                     and (o.mean_step(), o.cand.total_gpus * o.mean_step()) != (m, g * m) for o in final)
+        if e.cand.cid in on:
+            assert not beaten
+        else:
+            assert beaten or any(p["step_s"] == m and p["gpu_hours_per_step"] <= g * m / 3600 for p in front)
+    for p in front:                                                # overlaps are symmetric
+        for q in p["overlaps"]:
+            assert p["candidate"] in next(x["overlaps"] for x in front if x["candidate"] == q)
+    xs = [p["gpu_hours_per_step"] for p in front]
+    ys = [p["step_s"] for p in front]
+    assert xs == sorted(xs) and ys == sorted(ys, reverse=True)     # cheaper is slower along the front
+
+
+@given(points, st.floats(0.0, 0.2))
+def test_halving_keeps_every_candidate_not_dominated_by_the_margin(pts, within):
+    evs = [_ev(i, g, s[:1]) for i, (g, s) in enumerate(pts)]
+    kept = {id(e) for e in _keep(evs, 0.25, within)}
+    for e in evs:
+        m, g = e.mean_step(), e.cand.total_gpus
+        if not any(dominates(o.mean_step(), o.cand.total_gpus, m, g, "min_step_time", within) for o in evs):
+            assert id(e) in kept
+    assert id(min(evs, key=Evaluated.mean_step)) in kept          # the fastest always goes on
+
+
+def test_dominance_for_min_gpus_also_needs_no_more_gpus():
+    assert dominates(10.0, 8, 12.0, 16, "min_step_time")
+    assert not dominates(10.0, 16, 12.0, 8, "min_gpus")          # faster but on more GPUs
+    assert not dominates(10.0, 16, 12.0, 8, "min_step_time")     # 160 > 96 GPU-seconds per step
+    assert not dominates(10.0, 8, 10.2, 8, "min_step_time", margin=0.03)
