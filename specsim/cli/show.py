@@ -9,9 +9,11 @@
 from typing import Annotated
 
 import typer
+import yaml
 
 from specsim.catalog.models import drafter_kind, drafter_kind_names
 from specsim.cli import common
+from specsim.errors import SpecError
 from specsim.cli.common import (
     CatalogOpt,
     Format,
@@ -165,6 +167,23 @@ _DRAFTER_OPTIONS = {"position_decay": "--decay", "update_every_steps": "--update
                     "drafter_kind": "--kind", "k": "--tau-k",
                     **{f"tree.{p}": "--tree" for p in ("branching", "sibling_factor", "depth", "topk", "verify_tokens")}}
 
+def _schedule_option(text: str):
+    """`--schedule`: a YAML/JSON mapping (or list) in vLLM's format, checked by the policy's own rules."""
+    from specsim.errors import load_yaml_text
+    from specsim.policy import Schedule
+    from specsim.policy.schedule import ALLOWED, parse_batch_schedule
+
+    try:
+        raw = load_yaml_text(text)
+    except yaml.YAMLError:
+        raise _bad_option("--schedule", text, ALLOWED) from None
+    try:
+        table = parse_batch_schedule(raw)
+    except SpecError as exc:
+        raise _bad_option("--schedule", text, exc.allowed) from None
+    return Schedule(k=max(k for _, _, k in table), table=table)
+
+
 def _parse_steps(text: str) -> list[int]:
     try:
         steps = [int(s) for s in text.split(",") if s.strip()]
@@ -197,6 +216,9 @@ def show_drafter(
     context: Annotated[int, typer.Option(help="Context (tokens) for the batch-1 cost.")] = 1024,
     weight_dtype: Annotated[str, typer.Option(help="Policy weight dtype.")] = "bf16",
     draft_vocab: Annotated[int | None, typer.Option(help="EAGLE-3 draft vocabulary (default: catalog).")] = None,
+    schedule: Annotated[str | None, typer.Option(help="A `schedule` policy's table in vLLM's format, e.g. "
+                                                      "'{\"1-16\": 3, \"17-128\": 2, \"129-4096\": 0}': its expected "
+                                                      "speedup by batch size.")] = None,
     tree: Annotated[str | None, typer.Option(help="Draft tree: children per node at depths 1..D, e.g. 4,2,1; or SGLang's EAGLE tree "
                                                        "topk:STEPS,TOPK,NUM_DRAFT_TOKENS, e.g. topk:5,8,32.")] = None,
     catalog: CatalogOpt = None,
@@ -205,7 +227,7 @@ def show_drafter(
     """A drafter's acceptance (τ by draft length and over RL steps) and its cost at batch 1."""
     from specsim.catalog.hardware import load_hardware
     from specsim.catalog.models import drafter_arch, load_model
-    from specsim.explain.show import drafter_acceptance, drafter_report, model_layout, tree_report
+    from specsim.explain.show import drafter_acceptance, drafter_report, model_layout, schedule_report, tree_report
 
     if (tau is None) == (alpha is None):
         raise _bad_option("--tau/--alpha", {"tau": tau, "alpha": alpha}, "exactly one of --tau (with --tau-k) or --alpha")
@@ -235,6 +257,8 @@ def show_drafter(
                                  tau_after=tau_after, after_versions=after_versions, rate_per_version=rate_per_version,
                                  floor_alpha=floor_alpha, update_every=update_every)
     info = drafter_report(acc, arch, target, hw, layout, k=k, steps=step_list, context=context)
+    if schedule is not None:
+        info["schedule"] = schedule_report(_schedule_option(schedule), acc, arch, target, hw, layout, context=context)
     if tree is not None:
         with option_errors(_DRAFTER_OPTIONS):
             info["tree"] = tree_report(acc, tree)
@@ -269,6 +293,14 @@ def show_drafter(
     t.add_row(f"SD step (k={k} drafts + verify, with overheads)", f"{cost[f'sd_step_k{k}_ms']:.3f} ms")
     t.add_row("decode step (with overheads)", f"{cost['decode_step_ms']:.3f} ms")
     con.print(t)
+    if "schedule" in info:
+        t = _table(f"schedule: expected speedup by batch ({context} tokens of context per sequence)", "batch", "k",
+                   "τ", "SD step ms", "decode step ms", "speedup", "best k", "best speedup")
+        for r in info["schedule"]:
+            t.add_row(str(r["batch"]), str(r["k"]), f"{r['tau']:.3f}", f"{r['sd_step_ms']:.3f}",
+                      f"{r['decode_step_ms']:.3f}", f"{r['expected_speedup']:.3f}", str(r["best_k"]),
+                      f"{r['best_speedup']:.3f}")
+        con.print(t)
     if "tree" in info:
         tr = info["tree"]
         con.print(f"tree {tr.get('branching', tr.get('tree'))} ({tr['tree_tokens']} draft tokens, depth {tr['depth']}): expected accepted "

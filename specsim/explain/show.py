@@ -197,6 +197,40 @@ def drafter_report(acc, arch: DrafterArch, target: ModelSpec, hw: HardwareSpec, 
             "tau_by_k": by_k, "k": k, "over_steps": over_steps, "cost_batch1": cost}
 
 
+def schedule_report(policy, acc, arch: DrafterArch, target: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, *,
+                    context: int = 1024, batches: list[int] | None = None) -> list[dict]:
+    """The `schedule` policy's expected speedup by batch size (`show drafter --schedule`): at each
+    batch n (powers of two to 512 and every range's bounds, unless given), the k the schedule
+    picks, τ(k) of the fresh drafter, the engine step at n sequences of `context` tokens each, SD
+    at k against decode, and the expected speedup τ(k) · step_s(0) / step_s(k) (tokens per second
+    of the engine, the quantity the toggle and adaptive policies compare); beside it the best
+    fixed k in 0..8 at that batch, the schedule's ceiling at this acceptance and cost."""
+    from specsim.cost.step import step_cost
+
+    if batches is None:
+        bounds = {b for lo, hi, _ in policy.table for b in (lo, hi) if b <= 4096}
+        batches = sorted({2 ** i for i in range(10)} | bounds)
+    rows = []
+    for n in batches:
+        total_ctx = n * context
+        ar_s = float(step_cost(target, None, hw, layout, n, 0).time_s(total_ctx))
+
+        def speedup(kk: int) -> tuple[float, float]:
+            if kk == 0:
+                return 1.0, ar_s
+            sd_s = float(step_cost(target, arch, hw, layout, n, kk).time_s(total_ctx))
+            return acc.tau(kk, 0) * ar_s / sd_s, sd_s
+
+        k = int(policy.choose(np.array([n]))[0])
+        gain, step_s = speedup(k)
+        best_k, best_gain = max(((kk, speedup(kk)[0]) for kk in range(0, max(TABLE_DRAFT_LENGTHS) + 1)),
+                                key=lambda t: t[1])
+        rows.append({"batch": n, "k": k, "tau": acc.tau(k, 0) if k else 1.0, "sd_step_ms": step_s * 1e3,
+                     "decode_step_ms": ar_s * 1e3, "expected_speedup": gain, "best_k": best_k,
+                     "best_speedup": best_gain})
+    return rows
+
+
 # ============================================================================ lengths
 def lengths_report(sc, *, samples: int | None = None, step: int = 0) -> dict:
     """Draw RL step `step`'s response lengths of scenario `sc` as the simulator does and summarise them.
