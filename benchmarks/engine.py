@@ -9,7 +9,7 @@ reference engine steps every token of 65,536 responses; it is the oracle for sma
 
 A second table times whole pools: the 235B async pipeline (384 engines, k = 5, lag 2, 6 RL steps)
 at 4,096 and 65,536 trajectories per step, and one closed generation phase of the 235B pool, each
-on the fleet engine (engine="fast", sim/fleet.py) and on the per-engine fast engine it replaced
+on the fleet engine (engine="fast", sim/fleet/loop.py) and on the per-engine fast engine it replaced
 (engine="fast_v1"), alternating, median of `--repeats` runs each, with the ratio and the largest
 relative difference in step end times.
 

@@ -19,10 +19,10 @@ import numpy as np
 from scipy import stats
 
 from specsim.sim.common import EngineConfig, EngineResult, EngineWork, conditional_tau, last_finishers_tau
-from specsim.sim.engine import run_fast
+from specsim.sim.engine.loop import run_fast
 from specsim.sim.fastlaw import step_law
-from specsim.sim.fleet import run_fleet_closed
-from specsim.sim.fleet_state import fleet_pays, fleet_supports
+from specsim.sim.fleet.loop import run_fleet_closed
+from specsim.sim.fleet.state import fleet_pays, fleet_supports
 from specsim.sim.progress import Ticker
 from specsim.sim.reference import run_reference
 from specsim.workload.acceptance.laws import alpha_from_tau
@@ -330,7 +330,7 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
     """Run one generation phase. `versions_since_update`: drafter staleness (policy versions
     since the drafter was last trained) — sets the mean acceptance. `alpha_estimates`: engine
     name -> the acceptance its SD policy prices with (default: the mean acceptance). `engine`:
-    "fast" (the fleet where it supports the config and pays, sim/fleet_state.fleet_pays, else the
+    "fast" (the fleet where it supports the config and pays, sim/fleet/state.fleet_pays, else the
     per-engine fast loop), "fleet" (the fleet wherever it supports the config), "fast_v1" (the
     per-engine fast loop), "reference". `tick`: told the responses of this phase finished so far
     (sim/progress.py): each fleet round, or after each engine's rollout."""
@@ -347,7 +347,7 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
     base_cfg = engine_config(world, "engine", mean_alpha, record_timeline=record_timeline)
     if fleet_supports(base_cfg) and (engine == "fleet" or (engine == "fast" and fleet_pays(
             world.engines, world.rollout.max_batch, world.kv_capacity_tokens, prompt_of, lengths))):
-        # the whole pool at once (sim/fleet.py); "fleet" forces it, "fast" where it pays
+        # the whole pool at once (sim/fleet/loop.py); "fleet" forces it, "fast" where it pays
         results = _fleet_generation(world, base_cfg, draw, order, starts, group_of, prompt_of, lengths, alphas,
                                     mean_alpha, alpha_estimates, tick)
     else:
@@ -373,7 +373,7 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
 def _fleet_generation(world: World, cfg: EngineConfig, draw: StepDraw, order, starts, group_of, prompt_of, lengths,
                       alphas, mean_alpha: float, alpha_estimates: dict[str, float] | None,
                       tick: Ticker | None = None) -> list[EngineResult]:
-    """simulate_generation's engines as one fleet (sim/fleet.py): the same responses and queue
+    """simulate_generation's engines as one fleet (sim/fleet/loop.py): the same responses and queue
     order as the per-engine loop; the step's noise (`step_noise`) and tabulated laws
     (`QuantileLaws`; with V1_INPUTS fast_v1's per-engine noise and exact laws). Priced policies
     (toggle, adaptive) price with each engine's acceptance estimate."""

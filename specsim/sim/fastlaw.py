@@ -1,5 +1,5 @@
 """The fast engine's closed forms: the steps-to-finish law of a sequence under SD (renewal
-theory, see sim/engine.py), the queue-order admission prefix, and the closed-form drain of the
+theory, see sim/engine/loop.py), the queue-order admission prefix, and the closed-form drain of the
 tail. Pure functions over numpy arrays (or Python floats via `ScalarOps`)."""
 
 from __future__ import annotations

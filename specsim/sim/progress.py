@@ -9,7 +9,7 @@ at the end (everything done). What it reports is monotone:
   RL steps × trajectories per step;
 * steps_done / steps_total: RL steps whose training side (incl. weight sync) completed.
 
-Where the count is taken: the fleet engine (sim/fleet.py) every round of its loop, so a single
+Where the count is taken: the fleet engine (sim/fleet/loop.py) every round of its loop, so a single
 long generation phase moves; the per-engine loops (fast_v1, reference) after each engine's
 rollout in a sync phase and after each advance of the async stream; the pipeline after every
 step. The throttle is one clock read per check (`Ticker.due`), and nothing in the simulation

@@ -4,7 +4,7 @@ NeMo-RL's async GRPO, AReaL and verl's fully-async mode never stop the engines a
 boundary: the groups of step j are admitted as soon as policy version j − L exists (L = policy
 lag: `max_trajectory_age_steps`, `max_head_offpolicyness`), so the next steps' work fills the
 engines while the long tail of the current step drains. `StreamCluster` holds one resumable
-engine per data-parallel replica (sim/engine.FastEngine or sim/reference.ReferenceEngine) with
+engine per data-parallel replica (sim/engine/loop.FastEngine or sim/reference.ReferenceEngine) with
 every step's responses queued in step order, each step's dispatched to engines exactly as a
 barrier phase would (`cluster.dispatch`, the same common random numbers).
 
@@ -39,11 +39,11 @@ import numpy as np
 from specsim.sim import cluster
 from specsim.sim.cluster import StepDraw, dispatch, engine_config, sequence_alpha_fn
 from specsim.sim.common import EngineResult, EngineWork, conditional_tau, last_finishers_tau
-from specsim.sim.engine import FastEngine
+from specsim.sim.engine.loop import FastEngine
 from specsim.sim.fastlaw import StepLaw, step_law
-from specsim.sim.fleet import Fleet, SwitchPayload
-from specsim.sim.fleet_state import fleet_pays, fleet_supports, ragged
-from specsim.sim.fleet_window import rewindow
+from specsim.sim.fleet.loop import Fleet, SwitchPayload
+from specsim.sim.fleet.state import fleet_pays, fleet_supports, ragged
+from specsim.sim.fleet.window import rewindow
 from specsim.sim.progress import Ticker
 from specsim.sim.reference import ReferenceEngine
 from specsim.world.specs import World
@@ -115,7 +115,7 @@ class StreamCluster:
         return order, eng_of[order], group_of
 
     def _build_fleet(self, base, window: bool) -> None:
-        """The pool as one Fleet (sim/fleet.py): the same per-engine queues (each engine's responses
+        """The pool as one Fleet (sim/fleet/loop.py): the same per-engine queues (each engine's responses
         in step order) as the per-engine engines, engine-major in the fleet's arrays; each step's
         noise from the step's stream and the laws tabulated per mean acceptance (cluster.step_noise,
         cluster.QuantileLaws; with cluster.V1_INPUTS fast_v1's per-engine noise and exact laws).
@@ -157,7 +157,7 @@ class StreamCluster:
         self._index_window()
 
     #: RL steps a windowed fleet takes in at a time past the newest it must hold: each take-in
-    #: rebuilds the fleet's arrays over the steps it holds (sim/fleet_window.py), so fewer
+    #: rebuilds the fleet's arrays over the steps it holds (sim/fleet/window.py), so fewer
     #: take-ins and smaller arrays pull against each other; 8 keeps a 65,536-trajectory step's
     #: window under 32 MB per array, where the allocator reuses freed memory
     WINDOW_STEPS = 8

@@ -41,7 +41,7 @@ from specsim.errors import SpecError
 from specsim.scenario import ScenarioError, apply_overrides, load_scenario
 from specsim.sim.cluster import engine_config, sequence_alphas
 from specsim.sim.common import EngineWork
-from specsim.sim.engine import run_fast
+from specsim.sim.engine.loop import run_fast
 from specsim.sim.pipeline import run_pipeline
 from specsim.validate.targets import (
     METRICS,

@@ -23,7 +23,7 @@ from specsim.cost.step import step_cost, step_cost_table
 from specsim.errors import SpecError
 from specsim.scenario import ScenarioError
 from specsim.sim.common import EngineConfig
-from specsim.sim.engine import run_fast
+from specsim.sim.engine.loop import run_fast
 from specsim.sim.reference import run_reference
 from specsim.workload.acceptance.drafter import DrafterAcceptance, expected_tokens_per_verify
 from specsim.policy import Always, PolicyContext, SDPolicy

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specsim.sim.common import last_finishers_tau
-from specsim.sim.engine import run_fast
+from specsim.sim.engine.loop import run_fast
 from specsim.sim.reference import run_reference
 from specsim.workload.acceptance.context import ContextAcceptance, ContextCurve
 from specsim.workload.acceptance.drafter import expected_tokens_per_verify
@@ -41,7 +41,7 @@ GRID += [
 ]
 # acceptance falling with the context across the responses' lengths (prompt 128, median 500, cap
 # 1200): the reference samples every step at alpha_i(c); the fast engine keys each response by its
-# step-conserving law, its progress following the acceptance profile (sim/fast_state.rate_profile).
+# step-conserving law, its progress following the acceptance profile (sim/engine/state.rate_profile).
 # Tight here is 24,000 KV tokens (~19 preemptions per response); at 16,000 (~36 per response) the
 # fast engine preempts ~4 % less often than the reference and is 1.5-1.9 % fast (docs/speculative-decoding.md, "Acceptance
 # falling with the context")
@@ -61,7 +61,7 @@ def test_fast_matches_reference(label, policy, kv, setup):
     response that finished last: within 2 % with ample KV, 4 % under tight KV -- one response's
     τ per draw (about 1 % standard error over 24 draws), and a preempted response is re-keyed on
     the tokens it has left, so the fast engine's steps-to-finish noise of the last finisher is
-    that of its last stint (sim/engine.py)."""
+    that of its last stint (sim/engine/loop.py)."""
     cfg = make_config(policy, max_batch=64, kv_capacity_tokens=kv, **{"hardware": "h100_sxm", **setup})
     fast, ref = [], []
     tw = {"fast": [], "ref": []}
@@ -235,7 +235,7 @@ def test_broken_accounting_fails_the_checks():
     SD tokens twice, is refused by check_result."""
     from specsim.errors import InvariantError
     from specsim.sim.common import check_result
-    from specsim.sim.engine import FastEngine
+    from specsim.sim.engine.loop import FastEngine
 
     cfg = make_config(SPD := Always(k=3), kv_capacity_tokens=20_000)
     work = make_work(0, 4, 4, median=200, cap=800)
@@ -273,7 +273,7 @@ def test_arrivals_fast_matches_reference(policy):
     """Work that appears mid-rollout: half the groups are released at time 0, the rest when the
     first half is ~40 % done. Both engines admit it at the first step boundary after its arrival;
     the fast engine's rollout time stays within 1 % of the reference (mean over 12 draws)."""
-    from specsim.sim.engine import FastEngine
+    from specsim.sim.engine.loop import FastEngine
     from specsim.sim.reference import ReferenceEngine
 
     cfg = make_config(policy, max_batch=64, kv_capacity_tokens=60_000, hardware="h100_sxm")

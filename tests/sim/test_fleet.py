@@ -1,4 +1,4 @@
-"""The fleet engine (sim/fleet.py): a pool of fast engines advanced together. Held to the reference
+"""The fleet engine (sim/fleet/loop.py): a pool of fast engines advanced together. Held to the reference
 engine at the pool level (many engines, arrivals mid-rollout, weight switches, preemption), to
 the per-engine fast engine (engine="fast_v1"), which it reproduces to rounding given the same
 inputs (cluster.V1_INPUTS), and on its own inputs to fast_v1 within the replicate interval."""
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from engine_helpers import make_config, make_work
 
-from specsim.sim import fleet as fleet_module
-from specsim.sim.engine import FastEngine
+from specsim.sim.fleet import loop as fleet_module
+from specsim.sim.engine.loop import FastEngine
 from specsim.sim.fastlaw import step_law
-from specsim.sim.fleet import Fleet, SwitchPayload
-from specsim.sim.fleet_state import INF
+from specsim.sim.fleet.loop import Fleet, SwitchPayload
+from specsim.sim.fleet.state import INF
 from specsim.sim.reference import ReferenceEngine
 from specsim.policy import Always, Off, Schedule, SDPolicy, Threshold
 
@@ -284,7 +284,7 @@ def test_open_drain_equals_the_round_by_round_loop(in_flight, kv, monkeypatch):
     steps those rounds one by one: every response's finish time and preemptions, every counter
     and the stop state agree to rounding, under arrivals, a weight switch and
     `run(until_s=..., watch_step=...)` calls as the async stream makes them."""
-    from specsim.sim.fleet_drain import tail_fits
+    from specsim.sim.fleet.drain import tail_fits
 
     policy = Always(k=3)
     cfg = make_config(policy, max_batch=48, kv_capacity_tokens=kv)
@@ -396,7 +396,7 @@ RUN_235B = ROOT / "scenarios" / "235b_run.yaml"
 ], ids=["lag1", "lag0-AR", "lag3-in-flight"])
 def test_a_windowed_fleet_equals_one_that_holds_the_whole_run(over, monkeypatch):
     """run_pipeline(engine_results=False) lets a fleet hold only the steps in flight (the stream
-    takes later steps in and lets finished ones go: sim/fleet_window.rewindow); every step record must be
+    takes later steps in and lets finished ones go: sim/fleet/window.rewindow); every step record must be
     bit-identical to the fleet that holds the whole run, and the window must actually have moved."""
     from dataclasses import asdict
 
@@ -427,7 +427,7 @@ def test_a_rewindow_never_lets_an_unfinished_response_go_and_results_refuse_afte
     """Letting go a response that has not finished would lose it: InvariantError. A fleet that let
     responses go has no per-response results to give."""
     from specsim.errors import InvariantError
-    from specsim.sim.fleet_window import rewindow
+    from specsim.sim.fleet.window import rewindow
 
     cfg = make_config(Always(k=3), max_batch=64, kv_capacity_tokens=10**7)
     works = [make_work(e, groups=4, group_size=4, median=300, cap=800, concentration=10.0) for e in range(2)]
@@ -447,7 +447,7 @@ def test_closed_drain_of_a_kv_bound_batch_equals_the_loop_and_records_its_kv():
     first segment where the loop would preempt or cut at the KV overflow step; with the drain off
     the same segments come one round at a time. Finish times, preemptions and every timeline row
     (time, active count, KV in use: the drain records the KV of its segments too) agree."""
-    from specsim.sim.fleet_drain import tail_fits
+    from specsim.sim.fleet.drain import tail_fits
 
     cfg = make_config(Always(k=3), max_batch=48, kv_capacity_tokens=15_000)
     works = [make_work(70 + e, groups=12, group_size=8, median=500, cap=1200, alpha=0.7) for e in range(4)]
@@ -507,7 +507,7 @@ def test_an_engine_takes_only_the_events_due_at_its_own_time():
 @pytest.mark.parametrize("k", [0, 3])
 def test_relay_equals_the_round_by_round_loop(kv, k, monkeypatch):
     """Engines that admit as they finish (a queue longer than the batch) run those rounds in one
-    closed-form window (sim/fleet_relay.py). The same open pools with the relay switched off step
+    closed-form window (sim/fleet/relay.py). The same open pools with the relay switched off step
     them one round at a time: every response's admission and finish time, its preemptions, every
     engine counter and where each run() call leaves each engine agree to rounding -- under a
     release mid-rollout, a weight switch in flight and gated, stop times and watched steps, small

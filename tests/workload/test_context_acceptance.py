@@ -139,7 +139,7 @@ def test_a_falling_curve_slows_generation_and_leaves_lengths_alone(sync_runs):
 
 def test_fast_matches_reference_on_the_8b_workload_with_a_falling_curve(sync_runs):
     """The fast engine keys a response by one law and moves its progress along the acceptance
-    profile (sim/fast_state.rate_profile); on the RL-Think workload with the PR #684 curve its
+    profile (sim/engine/state.rate_profile); on the RL-Think workload with the PR #684 curve its
     generation time is within 1 % of the reference engine's, which samples every step (measured
     +0.04 %; without the profile, at one constant acceptance per response, it ran 3-6 % fast on
     the full RL-Think workload)."""

@@ -37,7 +37,7 @@ over its tokens. That conserves each sequence's step count, not the order of its
 constant rate the batch's context would grow too slowly early and too fast late (the fast engine
 ran 3-6 % fast on the RL-Think workload that way). So the fast engine also moves each response's
 progress along its acceptance profile, piece by piece between the curve's points
-(:func:`segment_steps`; sim/fast_state.rate_profile), and agrees with
+(:func:`segment_steps`; sim/engine/state.rate_profile), and agrees with
 the reference engine within 1 % (tests/workload/test_context_acceptance.py, tests/sim/test_engine.py).
 """
 

@@ -1,11 +1,11 @@
-"""The fleet engine's scheduled events (phase 1 of sim/fleet.py's round): work released and
+"""The fleet engine's scheduled events (phase 1 of sim/fleet/loop.py's round): work released and
 weights switched, for the whole pool at once.
 
 Events are kept in the order they are scheduled; each engine holds a pointer to the next event
 that concerns it (`ev_ptr`) and that event's time (`next_ev`), so finding the due events of every
 engine is one comparison. A switch is applied in flight (the running batch re-keys from its
 progress so far) or gated (the engine admits nothing until its batch drains, then switches):
-semantics as sim/engine.FastEngine.switch."""
+semantics as sim/engine/loop.FastEngine.switch."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.sim.fleet_state import INF, FleetState, per_engine, ragged
+from specsim.sim.fleet.state import INF, FleetState, per_engine, ragged
 
 __all__ = ["FleetEvents", "SwitchPayload"]
 

@@ -21,8 +21,8 @@ from dataclasses import replace
 import numpy as np
 
 from specsim.errors import InvariantError
-from specsim.sim.fleet_events import FleetEvents
-from specsim.sim.fleet_state import INF, ragged
+from specsim.sim.fleet.events import FleetEvents
+from specsim.sim.fleet.state import INF, ragged
 
 __all__ = ["RESPONSE_FIELDS", "rewindow"]
 
@@ -92,7 +92,7 @@ def _requeue(fl: FleetEvents, old_to_new: np.ndarray, new_at: np.ndarray) -> Non
 
 
 def _follow_switches(fl: FleetEvents, old_to_new: np.ndarray) -> None:
-    """The switches some engine has still to apply (fleet_events: not yet let go) name their
+    """The switches some engine has still to apply (fleet/events: not yet let go) name their
     responses by index: move them to the new indices (a response let go has finished, and no
     switch concerns it)."""
     for i in range(fl.ev_kept, len(fl.events)):

@@ -1,5 +1,5 @@
 """The fleet engine's batch phases, for many engines at once: fitting the running batch into the
-KV budget (preemption) and admission. Semantics as sim/engine.py's `_fit_batch` and `_admit`
+KV budget (preemption) and admission. Semantics as sim/engine/loop.py's `_fit_batch` and `_admit`
 (sim/common.py): the queue is served in order, a response is admitted while the batch is below
 max_batch and its blocks fit under the admission budget with the policy's largest k reserved, a
 response whose group has no active member brings the group's prompt blocks, an empty engine
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.sim.fleet_state import FleetState, leading_true, per_engine, ragged, runs
+from specsim.sim.fleet.state import FleetState, leading_true, per_engine, ragged, runs
 
 CHUNK = 32   # candidates looked at per engine and pass (a long admission takes more passes)
 

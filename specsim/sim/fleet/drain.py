@@ -1,4 +1,4 @@
-"""The fleet engine's drain (phase 4 of sim/fleet.py's round): the finish-only rounds of many
+"""The fleet engine's drain (phase 4 of sim/fleet/loop.py's round): the finish-only rounds of many
 engines in closed form.
 
 An engine whose draft length is fixed (policy off or always), that admits nothing before its next
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.sim.fleet_state import INF, FleetState, cells, per_engine, runs
+from specsim.sim.fleet.state import INF, FleetState, cells, per_engine, runs
 
 __all__ = ["drain", "drains_before", "head_arrival", "kv_holds", "no_admission", "reachable", "segment_prompts",
            "tail_fits"]
@@ -70,7 +70,7 @@ def segment_prompts(st: FleetState, idx, first, counts, seg_e, P, before) -> tup
 def kv_holds(st: FleetState, SP, GB, starts, bounds, k, a_seg, b_seg, n_seg) -> np.ndarray:
     """Per drained segment: does the batch fit its KV budget over the whole segment, as the
     round-by-round loop checks it? At the segment's first step the preemption test
-    (fleet_admit.fit_batch) and over its steps the overflow step (Fleet._segment's s_kv), with the
+    (fleet/admit.fit_batch) and over its steps the overflow step (Fleet._segment's s_kv), with the
     segment's context A + B·s, prompt tokens SP and prompt blocks GB. A batch of one is never
     preempted nor cut."""
     blk, rbar = st.blk, st.rbar

@@ -1,4 +1,4 @@
-"""The fast engine's state and bookkeeping (the event loop is in sim/engine.py).
+"""The fast engine's state and bookkeeping (the event loop is in sim/engine/loop.py).
 
 Aggregates over the active sequences keep every event O(1) apart from re-keying: with g0_i the
 fluid progress of sequence i at the boundary s0_i where it was keyed at rate μ_i, the total
@@ -57,7 +57,7 @@ class FastState:
         self.s0 = np.zeros(n)
         self.mu = np.zeros(n)
         self.saved = np.zeros(n)       # generated tokens kept across a preemption
-        self.emitted = np.zeros(n)     # tokens counted as emitted (see sim/engine.py "Accounting")
+        self.emitted = np.zeros(n)     # tokens counted as emitted (see sim/engine/loop.py "Accounting")
         self.fin_i: list[int] = []     # single finishes not yet flushed: index, tokens, time, prefills
         self.fin_d: list[float] = []
         self.fin_t: list[float] = []

@@ -1,4 +1,4 @@
-"""The fleet engine's relay (phase 4 of sim/fleet.py's round): the admit-as-you-finish rounds of
+"""The fleet engine's relay (phase 4 of sim/fleet/loop.py's round): the admit-as-you-finish rounds of
 many engines in closed form.
 
 An engine whose draft length is fixed (policy off or always) and whose queue holds arrived
@@ -25,7 +25,7 @@ stops, takes an event or meets something the window does not model, and ends wit
 its last kept boundary, where the next round's phases take over. Segment j is kept while
 * it ends strictly before the engine's cut (its next event, the caller's stop time) and, with a
   watched step, the boundaries before it leave some of that step's responses unfinished;
-* its batch fits the KV budget over the whole segment (fleet_drain.kv_holds: no preemption at its
+* its batch fits the KV budget over the whole segment (fleet/drain.kv_holds: no preemption at its
   first step, no KV overflow step within it);
 * it ends before the finish boundary of every response admitted earlier in the window;
 * it does not close a group (finish its last active member) one of the queue's candidates
@@ -40,8 +40,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.sim.fleet_drain import drains_before, kv_holds
-from specsim.sim.fleet_state import BIG, FleetState, cells, per_engine
+from specsim.sim.fleet.drain import drains_before, kv_holds
+from specsim.sim.fleet.state import BIG, FleetState, cells, per_engine
 
 __all__ = ["RELAY_CELLS", "RELAY_QUEUE", "relay", "relays"]
 
@@ -161,7 +161,7 @@ def _scan(st: FleetState, cq: _Queue, base: np.ndarray, bnd: np.ndarray, n_post:
     window: candidate q at the first boundary j, not before candidate q − 1's, where the start's
     batch after j's finishes (`base` KV blocks, `n_post` responses) plus the q earlier candidates
     (each inc_i + μ_i·(b_j − b_i)/blk blocks) leave room for its need under the admission budget
-    and a free slot; an empty engine admits its head whatever the budget (fleet_admit.admit).
+    and a free slot; an empty engine admits its head whatever the budget (fleet/admit.admit).
     Arrays are W × boundaries, `seg_valid` masking each row's padding.
 
     Most rows are bound by slots alone: the free slots after boundary j, max_batch − n_post[j],

@@ -1,11 +1,11 @@
-"""The fleet engine's state: a whole pool of fast engines in arrays (the loop is in sim/fleet.py).
+"""The fleet engine's state: a whole pool of fast engines in arrays (the loop is in sim/fleet/loop.py).
 
-The fleet engine is the fast engine of sim/engine.py (same closed forms, same keying, same
+The fleet engine is the fast engine of sim/engine/loop.py (same closed forms, same keying, same
 accounting) run for every engine of a pool at once. What is one Python object per engine there is
 one row of an array here:
 
 * per response i (all engines' responses, engine-major, each engine's in queue order; of every RL
-  step of the run, or of the steps in flight only: sim/fleet_window.py): prompt P,
+  step of the run, or of the steps in flight only: sim/fleet/window.py): prompt P,
   length L, group, acceptance and its steps-to-finish laws, the fluid progress g0 at the boundary
   s0 where it was keyed at rate μ, its finish boundary, saved tokens, accounting;
 * per engine e: its boundary s, time t, draft length k, the aggregates A = Σ (P + g0 − μ·s0),
@@ -143,7 +143,7 @@ class FleetState:
         responses, which the fleet takes over (a weight switch writes into float arrays given to it:
         a long run's laws are not copied); `alpha_estimates`: the acceptance each engine's policy prices with (toggle,
         adaptive; default the config's estimate). A fleet that takes later steps in as it goes
-        (sim/fleet_window.py) is told the run's `n_steps`, `group_count` (its groups numbered 0 ..
+        (sim/fleet/window.py) is told the run's `n_steps`, `group_count` (its groups numbered 0 ..
         group_count − 1 over the whole run, each on one engine) and `remaining` (engine × step:
         the responses of every step of the run, those not yet taken in included)."""
         E = len(names)
@@ -175,7 +175,7 @@ class FleetState:
             self.krow_of[k] = r
         self.fixed = cfg.table.fixed_s
         # the cheapest step of each draft length's row at any batch (per_ctx·context only adds): no
-        # engine reaches a boundary m steps ahead in less than m times it (fleet_drain.drain)
+        # engine reaches a boundary m steps ahead in less than m times it (fleet/drain.drain)
         self.min_step_s = self.fixed[:, 1:].min(axis=1) if self.fixed.shape[1] > 1 else np.zeros(len(self.fixed))
         self.per_ctx = cfg.table.per_ctx_s
         # priced policies (toggle, adaptive): each engine's predicted tokens per step at every k
@@ -245,7 +245,7 @@ class FleetState:
         self.open = open_
         self.record = cfg.record_timeline
         self.tl: list[tuple] = []     # (engines, t, active, tokens/s, k, kv tokens) per round
-        self.let_go = 0               # finished responses let go (sim/fleet_window.py)
+        self.let_go = 0               # finished responses let go (sim/fleet/window.py)
 
     # ---------------------------------------------------------------- aggregates
     def kv_blocks(self, e: np.ndarray, slots) -> np.ndarray:
@@ -412,7 +412,7 @@ class FleetState:
                        k: np.ndarray) -> None:
         """Add closed-form segments to their engines' counters: segment i ran m steps of n
         sequences at draft length k in dt seconds, its sequences gaining b tokens per step in all
-        (fleet_drain, fleet_relay). Steps Σm, sequence-steps Σn·m, the time-weighted batch Σn·dt,
+        (fleet/drain, fleet/relay). Steps Σm, sequence-steps Σn·m, the time-weighted batch Σn·dt,
         tokens Σb·m and Σn·b·m, and for SD segments (k > 0) Σm, Σn·m and the draft passes Σk·m:
         one bincount over (engine, counter), each counter's terms summed in segment order as a
         bincount per counter would."""

@@ -54,7 +54,7 @@ import math
 import numpy as np
 
 from specsim.sim.common import EngineConfig, EngineResult, EngineWork, check_result
-from specsim.sim.fast_state import FastState
+from specsim.sim.engine.state import FastState
 from specsim.sim.fastlaw import SCALAR_ADMIT, admissible_scalar, drain
 from specsim.policy import choose_k
 
@@ -76,7 +76,7 @@ def _steps_to_reach(D: float, c1: float, c2: float, m: int) -> int:
 class FastEngine(FastState):
     """One engine's event loop; its numbered phases are the methods `_fit_batch` (1), `_admit` (2),
     `_policy_for_new` (3), `_drain_tail` (4), `_segment` (5: next event, 6: the segment) and
-    `_finish` (7). State and keying live in FastState (sim/fast_state.py)."""
+    `_finish` (7). State and keying live in FastState (sim/engine/state.py)."""
 
     __slots__ = ()
 

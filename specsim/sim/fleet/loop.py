@@ -1,24 +1,24 @@
 """The fleet engine: every engine of a rollout pool advanced together, one vectorized round at a time.
 
-sim/engine.py's fast engine jumps one engine from event to event; a pool of hundreds of engines
+sim/engine/loop.py's fast engine jumps one engine from event to event; a pool of hundreds of engines
 paid its Python per engine per event (a 65,536-trajectory 235B step: ~60,000 events, each tens of
-microseconds). The fleet engine keeps the whole pool in arrays (sim/fleet_state.py) and runs the
+microseconds). The fleet engine keeps the whole pool in arrays (sim/fleet/state.py) and runs the
 fast engine's loop for all engines in lock step: one *round* is one iteration of that loop on
 every engine that has something to do, each phase a handful of numpy operations over the engines
 (or their active responses):
 
 1. events due at each engine's time (work released, weights switched; a gated switch waits for the
-   engine's batch to drain; sim/fleet_events.py), then the stop conditions (`until_s`, the
+   engine's batch to drain; sim/fleet/events.py), then the stop conditions (`until_s`, the
    watched RL step);
-2. fit the batch into the KV budget, preempting the newest (sim/fleet_admit.fit_batch);
-3. admission, one prefill pass per engine priced in one call (sim/fleet_admit.admit);
+2. fit the batch into the KV budget, preempting the newest (sim/fleet/admit.fit_batch);
+3. admission, one prefill pass per engine priced in one call (sim/fleet/admit.admit);
 4. idle engines jump to their next event; new responses are keyed at the engine's k; an engine
    that can only finish responses until its next event (k fixed, nothing admissible) runs those
-   finish-only rounds in one closed-form drain (sim/fleet_drain.py), up to the first where its KV
+   finish-only rounds in one closed-form drain (sim/fleet/drain.py), up to the first where its KV
    budget would preempt or cut a segment: the long tail of a step, where a few engines finish
    their last responses one at a time, costs one round; an engine that admits from its queue as
    it finishes (k fixed, the queue's head arrived) runs those rounds in one closed-form window
-   (sim/fleet_relay.py), up to the first boundary the window does not model;
+   (sim/fleet/relay.py), up to the first boundary the window does not model;
 5. the next event of every engine at once — its next finish (a row-minimum over its slots), the
    step at which its KV would overflow, the first step boundary at or after its next scheduled
    event or the caller's stop time — and the segment up to it, priced in closed form;
@@ -31,7 +31,7 @@ O(engines + changed responses) numpy work, so a pool costs about one engine's Py
 work linear in its responses. Policies whose draft length changes with the batch (threshold,
 toggle, adaptive) are never drained nor relayed, nor is a pool that records timelines (the relay
 writes no timeline rows); acceptance falling with the context runs on the v1 engine
-(sim/fleet_state.fleet_supports).
+(sim/fleet/state.fleet_supports).
 """
 
 from __future__ import annotations
@@ -40,11 +40,11 @@ import numpy as np
 
 from specsim.errors import InvariantError
 from specsim.sim.common import EngineConfig, EngineResult
-from specsim.sim.fleet_admit import admit, fit_batch, policy_for_new
-from specsim.sim.fleet_drain import drain, drains_before, head_arrival, no_admission
-from specsim.sim.fleet_events import FleetEvents, SwitchPayload
-from specsim.sim.fleet_relay import relay, relays
-from specsim.sim.fleet_state import INF, cells, per_engine, runs
+from specsim.sim.fleet.admit import admit, fit_batch, policy_for_new
+from specsim.sim.fleet.drain import drain, drains_before, head_arrival, no_admission
+from specsim.sim.fleet.events import FleetEvents, SwitchPayload
+from specsim.sim.fleet.relay import relay, relays
+from specsim.sim.fleet.state import INF, cells, per_engine, runs
 from specsim.sim.progress import Ticker
 
 __all__ = ["Fleet", "SwitchPayload", "run_fleet_closed"]
@@ -90,7 +90,7 @@ class Fleet(FleetEvents):
     def run(self, until_s: float = INF, watch_step: int | None = None, tick: Ticker | None = None) -> None:
         """Every engine processes events until the first step boundary at or after `until_s`, until
         every response of RL step `watch_step` has finished on it, or until nothing is left that
-        can happen (sim/engine.FastEngine.run, per engine). `tick`: told the responses finished
+        can happen (sim/engine/loop.FastEngine.run, per engine). `tick`: told the responses finished
         so far whenever it is due (sim/progress.py), once per round at most."""
         R = np.arange(self.E)
         has_events = bool(self.events)
@@ -150,7 +150,7 @@ class Fleet(FleetEvents):
                 self._finish(S[self.s[S] == nf])
 
     def _relay(self, S: np.ndarray, until_s: float, watch_step: int | None) -> np.ndarray:
-        """Phase 4's relay (sim/fleet_relay.py) for the engines of S that can take it, when they
+        """Phase 4's relay (sim/fleet/relay.py) for the engines of S that can take it, when they
         are most of S; returns S less the engines it advanced. A call costs ~100 numpy operations
         whatever it keeps, so where windows keep little (a pool that thrashes its KV budget, every
         window cut after a few finishes: fewer than RELAY_MIN_YIELD per engine) the relay pauses
