@@ -22,9 +22,9 @@ from specsim.sim.common import EngineConfig, EngineResult, EngineWork, condition
 from specsim.sim.engine.loop import run_fast
 from specsim.sim.fastlaw import step_law
 from specsim.sim.fleet.loop import run_fleet_closed
-from specsim.sim.fleet.state import fleet_pays, fleet_supports
 from specsim.sim.progress import Ticker
 from specsim.sim.reference import run_reference
+from specsim.sim.select import pick_engine
 from specsim.workload.acceptance.laws import alpha_from_tau
 from specsim.workload.lengths import growth_factor, sample_group_lengths, sample_prompt_lengths
 from specsim.world.specs import World
@@ -330,9 +330,7 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
     """Run one generation phase. `versions_since_update`: drafter staleness (policy versions
     since the drafter was last trained) — sets the mean acceptance. `alpha_estimates`: engine
     name -> the acceptance its SD policy prices with (default: the mean acceptance). `engine`:
-    "fast" (the fleet where it supports the config and pays, sim/fleet/state.fleet_pays, else the
-    per-engine fast loop), "fleet" (the fleet wherever it supports the config), "fast_v1" (the
-    per-engine fast loop), "reference". `tick`: told the responses of this phase finished so far
+    which engine runs the pool (sim/select.py: "fast", "fleet", "fast_v1", "reference"). `tick`: told the responses of this phase finished so far
     (sim/progress.py): each fleet round, or after each engine's rollout."""
     mean_alpha = float(world.acceptance.alpha_at_version(versions_since_update))
     alphas = sequence_alphas(mean_alpha, world.acceptance.concentration, draw.alpha_quantiles)
@@ -345,13 +343,13 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
     order = np.argsort(eng_of_response, kind="stable")  # responses grouped by engine, queue order kept
     starts = np.searchsorted(eng_of_response[order], np.arange(world.engines + 1))
     base_cfg = engine_config(world, "engine", mean_alpha, record_timeline=record_timeline)
-    if fleet_supports(base_cfg) and (engine == "fleet" or (engine == "fast" and fleet_pays(
-            world.engines, world.rollout.max_batch, world.kv_capacity_tokens, prompt_of, lengths))):
-        # the whole pool at once (sim/fleet/loop.py); "fleet" forces it, "fast" where it pays
+    choice = pick_engine(engine, base_cfg, world.engines, world.rollout.max_batch, world.kv_capacity_tokens,
+                         prompt_of, lengths)
+    if choice.fleet:                 # the whole pool at once (sim/fleet/loop.py)
         results = _fleet_generation(world, base_cfg, draw, order, starts, group_of, prompt_of, lengths, alphas,
                                     mean_alpha, alpha_estimates, tick)
     else:
-        runner = run_reference if engine == "reference" else run_fast
+        runner = run_fast if choice.fast else run_reference
         results = []
         for e in range(world.engines):
             if tick is not None and tick.due():

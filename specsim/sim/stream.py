@@ -42,10 +42,11 @@ from specsim.sim.common import EngineResult, EngineWork, conditional_tau, last_f
 from specsim.sim.engine.loop import FastEngine
 from specsim.sim.fastlaw import StepLaw, step_law
 from specsim.sim.fleet.loop import Fleet, SwitchPayload
-from specsim.sim.fleet.state import fleet_pays, fleet_supports, ragged
+from specsim.sim.fleet.state import ragged
 from specsim.sim.fleet.window import rewindow
 from specsim.sim.progress import Ticker
 from specsim.sim.reference import ReferenceEngine
+from specsim.sim.select import pick_engine
 from specsim.world.specs import World
 
 INF = float("inf")
@@ -62,16 +63,16 @@ class StreamCluster:
         base = engine_config(world, "engine", mean_alpha0, record_timeline=record_timeline)
         alpha_of = sequence_alpha_fn(mean_alpha0, world.acceptance.concentration)
         self.finish_of_step: dict[int, float] = {}
-        self.fast = engine in ("fast", "fast_v1", "fleet")
         self.current_step = 0     # steps before it have finished everywhere
         self.max_released = -1
         self.fleet = None
         self.mean_alpha0 = mean_alpha0
         self.group_engine = [dispatch(world, d) for d in draws]     # per step: each group's engine
         d0 = draws[0]
-        if fleet_supports(base) and (engine == "fleet" or (engine == "fast" and fleet_pays(
-                E, world.rollout.max_batch, world.kv_capacity_tokens,
-                np.repeat(d0.prompt_tokens, d0.response_tokens.shape[1]), d0.response_tokens.reshape(-1)))):
+        choice = pick_engine(engine, base, E, world.rollout.max_batch, world.kv_capacity_tokens,
+                             np.repeat(d0.prompt_tokens, d0.response_tokens.shape[1]), d0.response_tokens.reshape(-1))
+        self.fast = choice.fast
+        if choice.fleet:
             self._build_fleet(base, window)
             return
         per_engine: list[list[dict]] = [[] for _ in range(E)]
