@@ -63,12 +63,6 @@ def draw_step(world: World, step: int, replicate: int = 0) -> StepDraw:
 _GRID_X0, _GRID_H = -28.0, 56.0 / 4096      # GRID_U is uniform in logit(u): x0 + h·i, i = 0 .. 4096
 GRID_U = 1.0 / (1.0 + np.exp(-np.linspace(_GRID_X0, -_GRID_X0, 4097)))
 
-#: True: the fleet engine takes exactly the inputs of the per-engine fast engine (fast_v1) — one
-#: noise stream per engine and step, laws computed per response — so it reproduces fast_v1 to
-#: rounding (the tests hold the fleet's logic to fast_v1 this way). False (default): one noise
-#: stream per step and tabulated laws (`QuantileLaws`), equal to fast_v1 within noise.
-V1_INPUTS = False
-
 
 def _beta_quantiles(mean_alpha: float, concentration: float) -> np.ndarray:
     a, b = mean_alpha * concentration, (1.0 - mean_alpha) * concentration
@@ -183,11 +177,12 @@ def exact_laws(alphas: np.ndarray, ks, decay: float, tree_for, proposal_rate: fl
     return out
 
 
-def step_noise(draw: StepDraw, order: np.ndarray, eng_sorted: np.ndarray) -> np.ndarray:
-    """The fast engine's noise for one RL step (one standard normal per response; `order`: the
+def step_noise(draw: StepDraw, order: np.ndarray, eng_sorted: np.ndarray, *, per_engine: bool = False) -> np.ndarray:
+    """The fleet engine's noise for one RL step (one standard normal per response; `order`: the
     step's responses sorted by engine, `eng_sorted` their engines), aligned with `order`. One
-    stream per step, indexed by response; with V1_INPUTS one stream per engine (fast_v1's)."""
-    if not V1_INPUTS:
+    stream per step, indexed by response; `per_engine`: one stream per engine, the per-engine fast
+    engine's (sim/select.py's "fleet_v1_inputs")."""
+    if not per_engine:
         return np.random.default_rng([draw.engine_seed, 0xF1EE7]).standard_normal(draw.n_responses)[order]
     counts = np.bincount(eng_sorted) if len(eng_sorted) else np.zeros(0, dtype=np.int64)
     parts = [np.random.default_rng([draw.engine_seed, e]).standard_normal(int(c))
@@ -330,7 +325,8 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
     """Run one generation phase. `versions_since_update`: drafter staleness (policy versions
     since the drafter was last trained) — sets the mean acceptance. `alpha_estimates`: engine
     name -> the acceptance its SD policy prices with (default: the mean acceptance). `engine`:
-    which engine runs the pool (sim/select.py: "fast", "fleet", "fast_v1", "reference"). `tick`: told the responses of this phase finished so far
+    which engine runs the pool (sim/select.py: "fast", "fleet", "fleet_v1_inputs", "fast_v1",
+    "reference"). `tick`: told the responses of this phase finished so far
     (sim/progress.py): each fleet round, or after each engine's rollout."""
     mean_alpha = float(world.acceptance.alpha_at_version(versions_since_update))
     alphas = sequence_alphas(mean_alpha, world.acceptance.concentration, draw.alpha_quantiles)
@@ -347,7 +343,7 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
                          prompt_of, lengths)
     if choice.fleet:                 # the whole pool at once (sim/fleet/loop.py)
         results = _fleet_generation(world, base_cfg, draw, order, starts, group_of, prompt_of, lengths, alphas,
-                                    mean_alpha, alpha_estimates, tick)
+                                    mean_alpha, alpha_estimates, tick, v1_inputs=choice.v1_inputs)
     else:
         runner = run_fast if choice.fast else run_reference
         results = []
@@ -370,17 +366,17 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
 
 def _fleet_generation(world: World, cfg: EngineConfig, draw: StepDraw, order, starts, group_of, prompt_of, lengths,
                       alphas, mean_alpha: float, alpha_estimates: dict[str, float] | None,
-                      tick: Ticker | None = None) -> list[EngineResult]:
+                      tick: Ticker | None = None, *, v1_inputs: bool = False) -> list[EngineResult]:
     """simulate_generation's engines as one fleet (sim/fleet/loop.py): the same responses and queue
     order as the per-engine loop; the step's noise (`step_noise`) and tabulated laws
-    (`QuantileLaws`; with V1_INPUTS fast_v1's per-engine noise and exact laws). Priced policies
-    (toggle, adaptive) price with each engine's acceptance estimate."""
+    (`QuantileLaws`; `v1_inputs`: the per-engine fast engine's per-engine noise and exact laws).
+    Priced policies (toggle, adaptive) price with each engine's acceptance estimate."""
     used = [e for e in range(world.engines) if starts[e + 1] > starts[e]]
     counts = [starts[e + 1] - starts[e] for e in used]
     eng_of = np.repeat(np.arange(len(used)), counts)
-    z = step_noise(draw, order, np.repeat(np.asarray(used, dtype=np.int64), counts))
+    z = step_noise(draw, order, np.repeat(np.asarray(used, dtype=np.int64), counts), per_engine=v1_inputs)
     pol, acc = cfg.policy, world.acceptance
-    if V1_INPUTS:
+    if v1_inputs:
         a = alphas[order]
         laws = exact_laws(a, pol.ks, cfg.position_decay, pol.tree_for, cfg.proposal_rate)
     else:

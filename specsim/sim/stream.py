@@ -71,7 +71,7 @@ class StreamCluster:
         d0 = draws[0]
         choice = pick_engine(engine, base, E, world.rollout.max_batch, world.kv_capacity_tokens,
                              np.repeat(d0.prompt_tokens, d0.response_tokens.shape[1]), d0.response_tokens.reshape(-1))
-        self.fast = choice.fast
+        self.fast, self.v1_inputs = choice.fast, choice.v1_inputs
         if choice.fleet:
             self._build_fleet(base, window)
             return
@@ -119,7 +119,7 @@ class StreamCluster:
         """The pool as one Fleet (sim/fleet/loop.py): the same per-engine queues (each engine's responses
         in step order) as the per-engine engines, engine-major in the fleet's arrays; each step's
         noise from the step's stream and the laws tabulated per mean acceptance (cluster.step_noise,
-        cluster.QuantileLaws; with cluster.V1_INPUTS fast_v1's per-engine noise and exact laws).
+        cluster.QuantileLaws; engine "fleet_v1_inputs": fast_v1's per-engine noise and exact laws).
         `window`: the fleet holds the steps from the one being waited for up to WINDOW_STEPS past
         the newest released, taking later ones in and letting finished ones go as the run goes
         (`_ensure_window`): a run of hundreds of steps holds a few steps' responses."""
@@ -180,7 +180,7 @@ class StreamCluster:
                 "P": column(lambda j, d, order, es, g: d.prompt_tokens[g[order]]),
                 "L": column(lambda j, d, order, es, g: d.response_tokens.reshape(-1)[order]),
                 "step_ids": column(lambda j, d, order, es, g: np.full(len(order), j)),
-                "z": column(lambda j, d, order, es, g: cluster.step_noise(d, order, es)),
+                "z": column(lambda j, d, order, es, g: cluster.step_noise(d, order, es, per_engine=self.v1_inputs)),
                 "u": column(lambda j, d, order, es, g: d.alpha_quantiles[order])}
 
     def _index_window(self) -> None:
@@ -220,9 +220,9 @@ class StreamCluster:
     def _laws(self, mean_alpha: float, u: np.ndarray) -> tuple[np.ndarray, dict]:
         """α and {k: the five law arrays} of responses with quantiles u at `mean_alpha`: from the
         mean acceptance's table (cluster.quantile_laws, cached; each call finds the responses' grid
-        positions, which costs less than keeping them for a whole run), or exact (cluster.V1_INPUTS)."""
+        positions, which costs less than keeping them for a whole run), or exact (engine "fleet_v1_inputs": cluster.exact_laws)."""
         pol, acc = self.world.policy, self.world.acceptance
-        if cluster.V1_INPUTS:
+        if self.v1_inputs:
             alphas = sequence_alpha_fn(mean_alpha, acc.concentration)(u)
             return alphas, cluster.exact_laws(alphas, pol.ks, acc.decay, pol.tree_for, acc.proposal_rate)
         table = cluster.quantile_laws(mean_alpha, acc.concentration, pol.ks, acc.decay, pol.tree_for, acc.proposal_rate)

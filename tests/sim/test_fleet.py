@@ -1,7 +1,7 @@
 """The fleet engine (sim/fleet/loop.py): a pool of fast engines advanced together. Held to the reference
 engine at the pool level (many engines, arrivals mid-rollout, weight switches, preemption), to
 the per-engine fast engine (engine="fast_v1"), which it reproduces to rounding given the same
-inputs (cluster.V1_INPUTS), and on its own inputs to fast_v1 within the replicate interval."""
+inputs (engine="fleet_v1_inputs"), and on its own inputs to fast_v1 within the replicate interval."""
 
 from __future__ import annotations
 
@@ -133,17 +133,15 @@ def test_fleet_arrivals_and_switches_match_reference(in_flight):
 
 
 @pytest.mark.long
-def test_fleet_matches_v1_on_the_235b_main_job(monkeypatch):
+def test_fleet_matches_v1_on_the_235b_main_job():
     """The 235B async main job (384 engines, k = 5, lag 2; fewer steps, and the 256 x 16 reading of
-    its rollout batch: the per-engine v1 engine takes minutes at 4096 x 16), the fleet given fast_v1's inputs (cluster.V1_INPUTS: per-engine noise, exact laws): step times and
+    its rollout batch: the per-engine v1 engine takes minutes at 4096 x 16), the fleet given fast_v1's inputs (engine="fleet_v1_inputs": per-engine noise, exact laws): step times and
     τ equal the per-engine fast engine's (engine="fast_v1") to rounding; AR, partial rollouts (with
     a drifting and with a fresh drafter), toggle and adaptive too."""
     from specsim.scenario import load_scenario
-    from specsim.sim import cluster
     from specsim.sim.pipeline import run_pipeline
     from specsim.world.resolve import resolve
 
-    monkeypatch.setattr(cluster, "V1_INPUTS", True)
     for ov in (["speculation.k=5", "pipeline.policy_lag=2"], ["speculation.k=0", "pipeline.policy_lag=0"],
                ["speculation.k=3", "pipeline.policy_lag=1", "pipeline.partial_rollouts=true"],
                # in flight with a fresh drafter: a switch that changes no acceptance re-keys nothing
@@ -154,7 +152,7 @@ def test_fleet_matches_v1_on_the_235b_main_job(monkeypatch):
         world = resolve(load_scenario(ROOT / "scenarios" / "235b_async.yaml",
                                       ["sweep={}", "workload.prompts=256"] + ov + ["pipeline.steps=5"]))
         a = run_pipeline(world, engine="fast_v1").steps_frame()
-        b = run_pipeline(world, engine="fast").steps_frame()
+        b = run_pipeline(world, engine="fleet_v1_inputs").steps_frame()
         for col in ("step_end_s", "gen_end_s", "tokens", "verify_steps"):
             assert np.allclose(a[col], b[col], rtol=1e-9, atol=1e-9), (ov, col)
         assert np.allclose(a["tau"], b["tau"], rtol=1e-9, equal_nan=True)
@@ -185,16 +183,14 @@ def test_fleet_within_the_replicate_interval_of_v1_on_the_235b_main_job():
         assert np.max(np.abs(b - a) / a) < 0.05, (key, a, b)   # paired draws: the engine noise alone
 
 
-def test_fleet_sync_generation_matches_v1(monkeypatch):
+def test_fleet_sync_generation_matches_v1():
     """simulate_generation on the fleet equals the per-engine loop given its inputs
-    (cluster.V1_INPUTS): the 235B pool (384 engines) and the 8B pool under a tight KV budget
+    (engine="fleet_v1_inputs"): the 235B pool (384 engines) and the 8B pool under a tight KV budget
     (preemption); toggle and adaptive priced with per-engine measured estimates."""
     from specsim.scenario import load_scenario
-    from specsim.sim import cluster
     from specsim.sim.cluster import draw_step, simulate_generation
     from specsim.world.resolve import resolve
 
-    monkeypatch.setattr(cluster, "V1_INPUTS", True)
     cases = [("235b_async.yaml", ["sweep={}", "workload.prompts=64"], None),
              ("8b_rl_think_sync.yaml", ["workload.prompts=64", "rollout.gpu_memory_utilization=0.3"], None),
              ("8b_rl_think_sync.yaml", ["workload.prompts=64", "rollout.gpu_memory_utilization=0.3",
@@ -205,7 +201,7 @@ def test_fleet_sync_generation_matches_v1(monkeypatch):
         world = resolve(load_scenario(ROOT / "scenarios" / path, ov))
         draw = draw_step(world, 0)
         a = simulate_generation(world, draw, engine="fast_v1", alpha_estimates=est)
-        b = simulate_generation(world, draw, engine="fast", alpha_estimates=est)
+        b = simulate_generation(world, draw, engine="fleet_v1_inputs", alpha_estimates=est)
         assert [e.name for e in a.engines] == [e.name for e in b.engines]
         assert b.rollout_s == pytest.approx(a.rollout_s, rel=1e-9)
         assert b.total_tokens == a.total_tokens

@@ -34,9 +34,10 @@ def test_fast_runs_the_fleet_where_it_pays_else_the_per_engine_fast_engine():
 
 @pytest.mark.parametrize("engines", [1, 4, FLEET_MIN_ENGINES])
 def test_each_name_picks_its_engine(engines):
-    """"fleet" forces the fleet, "fast_v1" the per-engine fast engine, "reference" the reference
-    engine, whatever the pool's size."""
+    """"fleet" forces the fleet ("fleet_v1_inputs" on the per-engine fast engine's inputs), "fast_v1"
+    the per-engine fast engine, "reference" the reference engine, whatever the pool's size."""
     assert pick("fleet", engines=engines) == EngineChoice(fleet=True, fast=True)
+    assert pick("fleet_v1_inputs", engines=engines) == EngineChoice(fleet=True, fast=True, v1_inputs=True)
     assert pick("fast_v1", engines=engines) == EngineChoice(fleet=False, fast=True)
     assert pick("reference", engines=engines) == EngineChoice(fleet=False, fast=False)
 
@@ -49,5 +50,5 @@ def test_acceptance_falling_with_context_never_runs_on_the_fleet(engine):
 
 
 def test_an_unknown_engine_name_is_refused():
-    with pytest.raises(ValueError, match="fleet_v2.*fast, fleet, fast_v1, reference"):
+    with pytest.raises(ValueError, match="fleet_v2.*fast, fleet, fleet_v1_inputs, fast_v1, reference"):
         pick("fleet_v2")
