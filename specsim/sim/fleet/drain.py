@@ -11,6 +11,8 @@ finishing their last responses one at a time) costs one round instead of one per
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 import numpy as np
 
 from specsim.sim.fleet.state import INF, FleetState, cells, per_engine, runs
@@ -93,6 +95,49 @@ def reachable(st: FleetState, e: np.ndarray, t_cut: np.ndarray) -> np.ndarray:
     return np.where((step > 0) & np.isfinite(ahead), st.s[e] + ahead, np.inf)
 
 
+@dataclass
+class _DrainCells:
+    """The finishing responses of the drained engines, sorted by (engine, finish boundary): the
+    response, its engine, its boundary and slot, and what it held (g0, s0, prompt P, length L)."""
+
+    idx: np.ndarray
+    eng: np.ndarray
+    b: np.ndarray
+    col: np.ndarray
+    g0: np.ndarray
+    s0: np.ndarray
+    P: np.ndarray
+    L: np.ndarray
+
+
+@dataclass
+class _DrainSegments:
+    """One segment per (engine, finish boundary): its engine, boundary and cells, its steps m, draft
+    length k and batch (n, context A + B·s), start, time and end (s), what its finishes drop from A
+    and B, and (recorded or checked against the KV budget) its batch's prompt tokens and blocks."""
+
+    seg_e: np.ndarray
+    bounds: np.ndarray
+    counts: np.ndarray
+    m: np.ndarray
+    k: np.ndarray
+    n_seg: np.ndarray
+    a_seg: np.ndarray
+    b_seg: np.ndarray
+    starts: np.ndarray
+    dt: np.ndarray
+    ends: np.ndarray
+    drop_a: np.ndarray
+    drop_b: np.ndarray
+    SP: np.ndarray | None = None
+    GB: np.ndarray | None = None
+
+
+def _take(x, mask: np.ndarray):
+    """The same cells or segments, those of `mask` only."""
+    return type(x)(**{f.name: None if getattr(x, f.name) is None else getattr(x, f.name)[mask] for f in fields(x)})
+
+
 def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_step: int | None = None) -> np.ndarray:
     """Phase 4: the finish-only rounds of engines D (k fixed, nothing admissible before the
     cut) in closed form (fastlaw.drain for many engines): sorted by (engine, finish boundary),
@@ -146,7 +191,8 @@ def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_
     ni = n_seg.astype(np.int64)
     dt = m * st.fixed[rows, ni] + st.per_ctx[rows, ni] * (m * a_seg + b_seg * m * (2 * starts + m - 1) / 2)
     ends = st.t[seg_e] + before(dt) + dt
-    E = st.E
+    cl = _DrainCells(idx, eng, b, col, g0, s0, P, L)
+    sg = _DrainSegments(seg_e, bounds, counts, m, k, n_seg, a_seg, b_seg, starts, dt, ends, drop_a, drop_b)
     keep = None
     if t_cut is not None:
         keep = ends < t_cut[seg_e]
@@ -154,12 +200,11 @@ def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_
             hit = np.add.reduceat((st.step_ids[idx] == watch_step).astype(float), first)
             keep &= st.remaining[seg_e, watch_step] - before(hit) > 0
     fits = tail_fits(st, D)
-    SP = GB = None
     if st.record or not fits.all():
-        SP, GB = segment_prompts(st, idx, first, counts, seg_e, P, before)
+        sg.SP, sg.GB = segment_prompts(st, idx, first, counts, seg_e, P, before)
     if not fits.all():
-        kv = kv_holds(st, SP, GB, starts, bounds, k, a_seg, b_seg, n_seg)
-        fits_e = np.zeros(E, dtype=bool)
+        kv = kv_holds(st, sg.SP, sg.GB, starts, bounds, k, a_seg, b_seg, n_seg)
+        fits_e = np.zeros(st.E, dtype=bool)
         fits_e[D] = fits
         kv |= fits_e[seg_e]
         keep = kv if keep is None else keep & kv
@@ -168,39 +213,43 @@ def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_
         if not keep.any():
             return np.zeros(len(D), dtype=bool)
         if not keep.all():
-            r_keep = np.repeat(keep, counts)
-            idx, eng, b, col, g0, s0, P, L = (x[r_keep] for x in (idx, eng, b, col, g0, s0, P, L))
-            seg_e, bounds, counts, m, k, n_seg, a_seg, b_seg, starts, dt, ends, drop_a, drop_b = (
-                x[keep] for x in (seg_e, bounds, counts, m, k, n_seg, a_seg, b_seg, starts, dt, ends, drop_a, drop_b))
-            if st.record:
-                SP, GB = SP[keep], GB[keep]
-    st.finish_s[idx] = np.repeat(ends, counts)
+            cl, sg = _take(cl, np.repeat(keep, counts)), _take(sg, keep)
+    return _drain_commit(st, cl, sg)[D]
+
+
+def _drain_commit(st: FleetState, cl: _DrainCells, sg: _DrainSegments) -> np.ndarray:
+    """Apply the kept segments of drain(): their responses finish at their segment's end, the
+    counters and aggregates follow, each engine ends at its last kept boundary. Returns the mask
+    (over all engines) of those that advanced."""
+    E = st.E
+    idx, eng = cl.idx, cl.eng
+    st.finish_s[idx] = np.repeat(sg.ends, sg.counts)
     if st.record:            # KV in use at each segment's start, as Fleet._segment records it
-        kv_tokens = (GB + (a_seg + b_seg * starts - SP) / st.blk + n_seg * st.rbar) * st.blk
-        st.tl.append((seg_e, ends - dt, n_seg, b_seg * m / dt, k, kv_tokens))
-    st.count_segments(seg_e, m, n_seg, dt, b_seg, k)
-    d = L - g0
+        kv_tokens = (sg.GB + (sg.a_seg + sg.b_seg * sg.starts - sg.SP) / st.blk + sg.n_seg * st.rbar) * st.blk
+        st.tl.append((sg.seg_e, sg.ends - sg.dt, sg.n_seg, sg.b_seg * sg.m / sg.dt, sg.k, kv_tokens))
+    st.count_segments(sg.seg_e, sg.m, sg.n_seg, sg.dt, sg.b_seg, sg.k)
+    d = cl.L - cl.g0
     st.emitted[idx] += d
     rsd = st.k[eng] > 0
     if rsd.any():
         st.sd_tokens += per_engine(eng, np.where(rsd, d, 0.0), E)
         st.seq_sd_tokens[idx] += np.where(rsd, d, 0.0)
-        st.seq_sd_steps[idx] += np.where(rsd, b - s0, 0.0)
+        st.seq_sd_steps[idx] += np.where(rsd, cl.b - cl.s0, 0.0)
     np.subtract.at(st.remaining, (eng, st.step_ids[idx]), 1)
     u, u_first, u_cnt = runs(eng)
     last = u_first + u_cnt - 1                          # each engine's last finished response
     st.t[u] = st.finish_s[idx[last]]
-    st.s[u] = b[last]
+    st.s[u] = cl.b[last]
     st.mu[idx] = 0.0
     st.release_groups(idx, eng)
-    st.push_slots(eng, col, (u, u_first, u_cnt))
+    st.push_slots(eng, cl.col, (u, u_first, u_cnt))
     st.slot_of[idx] = -1
     st.n[u] -= u_cnt
-    st.A -= per_engine(seg_e, drop_a, E)
-    st.B -= per_engine(seg_e, drop_b, E)
-    st.SP[u] -= np.add.reduceat(P, u_first)
-    st.SL[u] -= np.add.reduceat(L, u_first)
+    st.A -= per_engine(sg.seg_e, sg.drop_a, E)
+    st.B -= per_engine(sg.seg_e, sg.drop_b, E)
+    st.SP[u] -= np.add.reduceat(cl.P, u_first)
+    st.SL[u] -= np.add.reduceat(cl.L, u_first)
     st.zero_empty(u)
     advanced = np.zeros(E, dtype=bool)
     advanced[u] = True
-    return advanced[D]
+    return advanced

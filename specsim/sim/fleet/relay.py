@@ -230,14 +230,51 @@ def _scan_rows(st: FleetState, cq: _Queue, r: np.ndarray, base: np.ndarray, bnd:
     return passes
 
 
-def relay(st: FleetState, W: np.ndarray, t_cut: np.ndarray, watch_step: int | None = None) -> np.ndarray:
-    """Phase 4: the admit-as-you-finish rounds of engines W (relays(); k fixed) in closed form, up
-    to each engine's cut `t_cut` (indexed by engine). Returns the mask (over W) of engines that
-    advanced (each ends at the finish of its last kept boundary)."""
+@dataclass
+class _Finishes:
+    """Each engine's window of finishes (_smallest_finishes): per cell (one finishing response,
+    engine-major, in boundary order) the response, its engine and slot, its segment (one per
+    boundary) and what it held; per segment its engine and boundary, where its engine's segments
+    start, and what the start's batch loses at it (Σ over its cells)."""
+
+    idx: np.ndarray          # per cell: the response
+    eng: np.ndarray          # per cell: its engine
+    col: np.ndarray          # per cell: its slot
+    seg_of: np.ndarray       # per cell: its segment
+    g_fin: np.ndarray        # per cell: its group
+    closes: np.ndarray       # per cell: the last active member of its group finishes here
+    g0: np.ndarray
+    mu: np.ndarray
+    s0: np.ndarray
+    L: np.ndarray
+    first: np.ndarray        # per segment: its first cell
+    counts: np.ndarray       # per segment: its cells
+    seg_r: np.ndarray        # per segment: its engine's row in W
+    seg_e: np.ndarray        # per segment: its engine
+    bounds: np.ndarray       # per segment: its boundary
+    opens: np.ndarray        # per segment: its engine's first
+    rank: np.ndarray         # per segment: its engine among those with cells
+    engine_first: np.ndarray  # per segment: its engine's first segment
+    local: np.ndarray        # per segment: its index among its engine's
+    drop_a: np.ndarray       # per segment: Σ over its cells of P + g0 − μ·s0 (the context's A)
+    drop_b: np.ndarray       # ... of μ (the context's B)
+    drop_p: np.ndarray       # ... of P
+    drop_l: np.ndarray       # ... of L
+    dgb_fin: np.ndarray      # ... of −(prompt blocks of the groups it closes)
+    cnt_f: np.ndarray        # ... of 1
+
+    def before(self, x: np.ndarray) -> np.ndarray:
+        """Σ x over each segment's engine's earlier segments."""
+        c = np.cumsum(x) - x
+        return c - c[self.engine_first]
+
+
+def _finishes(st: FleetState, W: np.ndarray) -> _Finishes | None:
+    """The finish cells of engines W grouped into segments (None when there are none)."""
     r, b, col = _smallest_finishes(st, W)
     if not len(b):
-        return np.zeros(len(W), dtype=bool)
-    E, Wn, nc = st.E, len(W), len(b)
+        return None
+    nc = len(b)
     eng = W[r]
     idx = st.slot_resp[eng, col]
     new = np.ones(nc, dtype=bool)
@@ -246,17 +283,11 @@ def relay(st: FleetState, W: np.ndarray, t_cut: np.ndarray, watch_step: int | No
     counts = np.diff(np.append(first, nc))
     seg_of = np.cumsum(new) - 1
     seg_r, bounds = r[first], b[first]
-    seg_e = W[seg_r]
     opens = np.ones(len(first), dtype=bool)      # first segment of its engine
     opens[1:] = seg_r[1:] != seg_r[:-1]
     rank = np.cumsum(opens) - 1                   # the segment's engine among those with cells
     engine_first = np.flatnonzero(opens)[rank]
     local = np.arange(len(first)) - engine_first
-
-    def before(x):   # Σ x over the engine's earlier segments
-        c = np.cumsum(x) - x
-        return c - c[engine_first]
-
     # what the start's batch loses at each boundary; the groups whose last active member finishes
     g_fin = st.groups[idx]
     gu, inv, gcnt = np.unique(g_fin, return_inverse=True, return_counts=True)
@@ -268,30 +299,64 @@ def relay(st: FleetState, W: np.ndarray, t_cut: np.ndarray, watch_step: int | No
     P, L = st.P[idx], st.L[idx]
     drop_a, drop_b, drop_p, drop_l, dgb_fin, cnt_f = np.add.reduceat(
         np.stack((P + g0 - mu * s0, mu, P, L, -np.where(closes, st.group_pb[g_fin], 0.0), np.ones(nc))), first, axis=1)
-    n_post0 = st.n[seg_e] - before(counts) - counts
-    a_post0 = st.A[seg_e] - before(drop_a) - drop_a
-    b_post0 = st.B[seg_e] - before(drop_b) - drop_b
-    sp_post0 = st.SP[seg_e] - before(drop_p) - drop_p
-    gb_post0 = st.GB[seg_e] + before(dgb_fin) + dgb_fin
+    return _Finishes(idx, eng, col, seg_of, g_fin, closes, g0, mu, s0, L, first, counts, seg_r, W[seg_r], bounds,
+                     opens, rank, engine_first, local, drop_a, drop_b, drop_p, drop_l, dgb_fin, cnt_f)
+
+
+@dataclass
+class _Admitted:
+    """The queued candidates of engines W admitted in the window (_scan): per admission the
+    response, its row in W, its segment (where it is admitted), rate, finish boundary, start
+    boundary and saved tokens; per segment what its admissions add (Σ, as _Finishes drops) and
+    their prefill pass's time."""
+
+    cq: _Queue
+    passes: np.ndarray       # W × RELAY_QUEUE: the local segment each candidate is admitted at (−1: none)
+    S_max: int               # the most segments of one engine
+    ar: np.ndarray
+    cand: np.ndarray
+    a_seg_of: np.ndarray
+    mu_c: np.ndarray
+    fin_c: np.ndarray
+    b_c: np.ndarray
+    sv: np.ndarray
+    add_a: np.ndarray
+    add_b: np.ndarray
+    add_p: np.ndarray
+    add_l: np.ndarray
+    dgb_adm: np.ndarray
+    cnt_a: np.ndarray
+    pre: np.ndarray          # per segment: the prefill pass of its admissions (s)
+
+
+def _admissions(st: FleetState, W: np.ndarray, f: _Finishes) -> _Admitted:
+    """The admissions at each segment's boundary: a scan over each engine's queued candidates
+    against the KV the start's batch leaves free there."""
+    Wn = len(W)
+    before = f.before
+    n_post0 = st.n[f.seg_e] - before(f.counts) - f.counts
+    a_post0 = st.A[f.seg_e] - before(f.drop_a) - f.drop_a
+    b_post0 = st.B[f.seg_e] - before(f.drop_b) - f.drop_b
+    sp_post0 = st.SP[f.seg_e] - before(f.drop_p) - f.drop_p
+    gb_post0 = st.GB[f.seg_e] + before(f.dgb_fin) + f.dgb_fin
     slots, blk = st.slots_max, st.blk
-    base = gb_post0 + (a_post0 + b_post0 * bounds - sp_post0 + n_post0 * slots) / blk + n_post0 * st.rbar
+    base = gb_post0 + (a_post0 + b_post0 * f.bounds - sp_post0 + n_post0 * slots) / blk + n_post0 * st.rbar
 
-    # the admissions: a scan over each engine's queued candidates
     cq = _candidates(st, W)
-    S_max = int(local.max()) + 1
+    S_max = int(f.local.max()) + 1
     def pad(x, fill):
-        return _pad(x, seg_r, local, Wn, S_max, fill)
+        return _pad(x, f.seg_r, f.local, Wn, S_max, fill)
 
-    passes = _scan(st, cq, pad(base, np.inf), pad(bounds, 0), pad(n_post0, 1), pad(np.ones(len(first), bool), False))
+    passes = _scan(st, cq, pad(base, np.inf), pad(f.bounds, 0), pad(n_post0, 1), pad(np.ones(len(f.first), bool), False))
     ar, aq = cells(passes >= 0)
     cand = cq.resp[ar, aq]
-    a_seg_of = engine_first_of_row(opens, seg_r, Wn)[ar] + passes[ar, aq]     # the admitting segment
+    a_seg_of = engine_first_of_row(f.opens, f.seg_r, Wn)[ar] + passes[ar, aq]     # the admitting segment
     mu_c, need_c = cq.mu[ar, aq], cq.need[ar, aq]
     opens_c = cq.opens[ar, aq]
-    b_c = bounds[a_seg_of]
+    b_c = f.bounds[a_seg_of]
     fin_c = b_c + need_c.astype(np.int64)
     sv, Pc, Lc = st.saved[cand], st.P[cand], st.L[cand]
-    nseg = len(first)
+    nseg = len(f.first)
     add = np.zeros((10, nseg))
     if len(cand):
         pf = opens_c | (sv > 0)
@@ -309,90 +374,129 @@ def relay(st: FleetState, W: np.ndarray, t_cut: np.ndarray, watch_step: int | No
     with_pf = n_pf > 0
     if with_pf.any():
         pre[with_pf] = st.prefill_s(n_pf[with_pf], sq[with_pf], sq2[with_pf], sqc[with_pf], sc[with_pf])
+    return _Admitted(cq, passes, S_max, ar, cand, a_seg_of, mu_c, fin_c, b_c, sv, add_a, add_b, add_p, add_l, dgb_adm,
+                     cnt_a, pre)
 
-    # every segment as the loop would run it
-    a_seg = st.A[seg_e] - before(drop_a) + before(add_a)
-    b_seg = st.B[seg_e] - before(drop_b) + before(add_b)
-    sp_seg = st.SP[seg_e] - before(drop_p) + before(add_p)
-    gb_seg = st.GB[seg_e] + before(dgb_fin + dgb_adm)
-    n_seg = st.n[seg_e] - before(counts) + before(cnt_a)
-    starts = np.where(opens, st.s[seg_e], np.concatenate(([0], bounds[:-1])))
+
+@dataclass
+class _Segments:
+    """Every segment as the loop would run it: its batch's context (A + B·s), prompt tokens,
+    prompt blocks and size, its start and steps, the draft length, its time and its end (s)."""
+
+    a_seg: np.ndarray
+    b_seg: np.ndarray
+    sp_seg: np.ndarray
+    gb_seg: np.ndarray
+    n_seg: np.ndarray
+    starts: np.ndarray
+    m: np.ndarray
+    k: np.ndarray
+    dt: np.ndarray
+    ends: np.ndarray
+
+
+def _segments(st: FleetState, f: _Finishes, ad: _Admitted) -> _Segments:
+    """Each segment's batch (the start's, less the earlier finishes, plus the earlier admissions)
+    and its time: m steps of fixed_s + per_ctx_s · (A + B·s), after the prefills before it."""
+    before, seg_e, bounds = f.before, f.seg_e, f.bounds
+    a_seg = st.A[seg_e] - before(f.drop_a) + before(ad.add_a)
+    b_seg = st.B[seg_e] - before(f.drop_b) + before(ad.add_b)
+    sp_seg = st.SP[seg_e] - before(f.drop_p) + before(ad.add_p)
+    gb_seg = st.GB[seg_e] + before(f.dgb_fin + ad.dgb_adm)
+    n_seg = st.n[seg_e] - before(f.counts) + before(ad.cnt_a)
+    starts = np.where(f.opens, st.s[seg_e], np.concatenate(([0], bounds[:-1])))
     m = (bounds - starts).astype(float)
     k = st.k[seg_e]
     rows, ni = st.krow_of[k], n_seg.astype(np.int64)
     dt = m * st.fixed[rows, ni] + st.per_ctx[rows, ni] * (m * a_seg + b_seg * m * (2 * starts + m - 1) / 2)
-    ends = st.t[seg_e] + before(dt + pre) + dt
+    ends = st.t[seg_e] + before(dt + ad.pre) + dt
+    return _Segments(a_seg, b_seg, sp_seg, gb_seg, n_seg, starts, m, k, dt, ends)
 
-    seg_ok = (ends < t_cut[seg_e]) & kv_holds(st, sp_seg, gb_seg, starts, bounds, k, a_seg, b_seg, n_seg.astype(float))
+
+def _kept(st: FleetState, W: np.ndarray, t_cut: np.ndarray, watch_step: int | None, f: _Finishes, ad: _Admitted,
+          sg: _Segments) -> np.ndarray:
+    """The segments each engine keeps: the leading run the loop would run before it stops (its
+    cut, a KV overflow, an admitted response finishing first, the watched step done, a group
+    reopened by a queued member, a candidate scan cut short)."""
+    Wn, nseg, opens, rank, bounds, seg_e = len(W), len(f.first), f.opens, f.rank, f.bounds, f.seg_e
+    seg_ok = (sg.ends < t_cut[seg_e]) & kv_holds(st, sg.sp_seg, sg.gb_seg, sg.starts, bounds, sg.k, sg.a_seg, sg.b_seg,
+                                                 sg.n_seg.astype(float))
     pass_min = np.full(nseg, SPAN - 1)
-    if len(cand):
-        np.minimum.at(pass_min, a_seg_of, np.minimum(fin_c, SPAN - 1))
+    if len(ad.cand):
+        np.minimum.at(pass_min, ad.a_seg_of, np.minimum(ad.fin_c, SPAN - 1))
     shifted = pass_min + (rank[-1] - rank) * SPAN
     earlier = np.minimum.accumulate(shifted) - (rank[-1] - rank) * SPAN
     prior = np.full(nseg, BIG)
     prior[~opens] = earlier[np.flatnonzero(~opens) - 1]
     seg_ok &= bounds < prior
     if watch_step is not None:
-        hits = np.add.reduceat((st.step_ids[idx] == watch_step).astype(float), first)
-        seg_ok &= st.remaining[seg_e, watch_step] - before(hits) > 0
-    reopen = closes & np.isin(g_fin, st.groups[cq.resp[cq.valid]])
+        hits = np.add.reduceat((st.step_ids[f.idx] == watch_step).astype(float), f.first)
+        seg_ok &= st.remaining[seg_e, watch_step] - f.before(hits) > 0
+    cq = ad.cq
+    reopen = f.closes & np.isin(f.g_fin, st.groups[cq.resp[cq.valid]])
     if reopen.any():
-        seg_ok[np.unique(seg_of[reopen])] = False
+        seg_ok[np.unique(f.seg_of[reopen])] = False
     # a scan cut short decides nothing from its last admission's boundary on
     short_rows = np.flatnonzero(cq.cut_short)
     pass_ok = np.ones(nseg, dtype=bool)
     if len(short_rows):
         last_q = np.where(cq.valid[short_rows], np.arange(cq.valid.shape[1]), -1).max(axis=1)
-        from_j = np.where(last_q >= 0, passes[short_rows, np.maximum(last_q, 0)], 0)
-        from_j = np.where((last_q >= 0) & (from_j < 0), S_max, from_j)
-        lim = np.full(Wn, S_max)
+        from_j = np.where(last_q >= 0, ad.passes[short_rows, np.maximum(last_q, 0)], 0)
+        from_j = np.where((last_q >= 0) & (from_j < 0), ad.S_max, from_j)
+        lim = np.full(Wn, ad.S_max)
         lim[short_rows] = from_j
-        pass_ok &= local < lim[seg_r]
+        pass_ok &= f.local < lim[f.seg_r]
     prev_ok = np.ones(nseg, dtype=bool)
     prev_ok[1:] = pass_ok[:-1]
     cond = seg_ok & (opens | prev_ok)
-    keep = cond & (before((~cond).astype(float)) == 0)
-    if not keep.any():
-        return np.zeros(Wn, dtype=bool)
-    last = keep.copy()
-    last[:-1] &= ~keep[1:] | opens[1:]           # the last kept segment of its engine
-    kept_pass = keep & ~last
-    cell_keep = keep[seg_of]
-    adm_keep = kept_pass[a_seg_of] if len(cand) else np.zeros(0, dtype=bool)
+    return cond & (f.before((~cond).astype(float)) == 0)
 
-    # commit: the finishers of every kept boundary
-    fidx, feng = idx[cell_keep], eng[cell_keep]
-    fseg = seg_of[cell_keep]
+
+def _commit(st: FleetState, W: np.ndarray, f: _Finishes, ad: _Admitted, sg: _Segments, keep: np.ndarray) -> np.ndarray:
+    """Apply the kept segments: their finishers finish, their admissions (all but the last
+    kept segment's of each engine) join the batch in queue order, the aggregates and counters
+    follow, and each engine ends at its last kept boundary. Returns the engines that advanced."""
+    E = st.E
+    seg_e, bounds, ends = f.seg_e, f.bounds, sg.ends
+    last = keep.copy()
+    last[:-1] &= ~keep[1:] | f.opens[1:]           # the last kept segment of its engine
+    kept_pass = keep & ~last
+    cell_keep = keep[f.seg_of]
+    adm_keep = kept_pass[ad.a_seg_of] if len(ad.cand) else np.zeros(0, dtype=bool)
+
+    # the finishers of every kept boundary
+    fidx, feng = f.idx[cell_keep], f.eng[cell_keep]
+    fseg = f.seg_of[cell_keep]
     st.finish_s[fidx] = ends[fseg]
-    d = L[cell_keep] - g0[cell_keep]
+    d = f.L[cell_keep] - f.g0[cell_keep]
     st.emitted[fidx] += d
     rsd = st.k[feng] > 0
     if rsd.any():
         st.sd_tokens += per_engine(feng, np.where(rsd, d, 0.0), E)
         st.seq_sd_tokens[fidx] += np.where(rsd, d, 0.0)
-        st.seq_sd_steps[fidx] += np.where(rsd, bounds[fseg] - s0[cell_keep], 0.0)
+        st.seq_sd_steps[fidx] += np.where(rsd, bounds[fseg] - f.s0[cell_keep], 0.0)
     np.subtract.at(st.remaining, (feng, st.step_ids[fidx]), 1)
     st.mu[fidx] = 0.0
     st.slot_of[fidx] = -1
-    np.subtract.at(st.group_active, g_fin[cell_keep], 1)
-    st.push_slots(feng, col[cell_keep])
+    np.subtract.at(st.group_active, f.g_fin[cell_keep], 1)
+    st.push_slots(feng, f.col[cell_keep])
     # the admitted, in queue order
-    ci = cand[adm_keep]
+    ci = ad.cand[adm_keep]
     if len(ci):
-        ceng = W[ar[adm_keep]]
-        cseg = a_seg_of[adm_keep]
+        ceng = W[ad.ar[adm_keep]]
+        cseg = ad.a_seg_of[adm_keep]
         np.add.at(st.group_active, st.groups[ci], 1)
         u = np.flatnonzero(np.bincount(ceng, minlength=E))
         cnt = np.bincount(ceng, minlength=E)[u]
         slot = st.pop_slots(ceng, cnt, u)
         st.slot_of[ci] = slot
         st.slot_resp[ceng, slot] = ci
-        st.slot_fin[ceng, slot] = fin_c[adm_keep]
+        st.slot_fin[ceng, slot] = ad.fin_c[adm_keep]
         st.slot_seq[ceng, slot] = st.adm_seq + np.arange(len(ci))
         st.adm_seq += len(ci)
-        st.g0[ci] = sv[adm_keep]
-        st.mu[ci] = mu_c[adm_keep]
-        st.s0[ci] = b_c[adm_keep]
+        st.g0[ci] = ad.sv[adm_keep]
+        st.mu[ci] = ad.mu_c[adm_keep]
+        st.s0[ci] = ad.b_c[adm_keep]
         fresh = np.isnan(st.admit_s[ci])
         if fresh.any():
             st.admit_s[ci[fresh]] = ends[cseg][fresh]
@@ -400,14 +504,14 @@ def relay(st: FleetState, W: np.ndarray, t_cut: np.ndarray, watch_step: int | No
         st.qhead[u] += cnt
     # aggregates and counters
     ke, pe = seg_e[keep], seg_e[kept_pass]
-    st.A += per_engine(pe, add_a[kept_pass], E) - per_engine(ke, drop_a[keep], E)
-    st.B += per_engine(pe, add_b[kept_pass], E) - per_engine(ke, drop_b[keep], E)
-    st.SP += per_engine(pe, add_p[kept_pass], E) - per_engine(ke, drop_p[keep], E)
-    st.SL += per_engine(pe, add_l[kept_pass], E) - per_engine(ke, drop_l[keep], E)
-    st.GB += per_engine(ke, dgb_fin[keep], E) + per_engine(pe, dgb_adm[kept_pass], E)
-    st.n += (per_engine(pe, cnt_a[kept_pass], E) - per_engine(ke, cnt_f[keep], E)).astype(np.int64)
-    st.prefill_total += per_engine(pe, pre[kept_pass], E)
-    st.count_segments(ke, m[keep], n_seg[keep], dt[keep], b_seg[keep], k[keep])
+    st.A += per_engine(pe, ad.add_a[kept_pass], E) - per_engine(ke, f.drop_a[keep], E)
+    st.B += per_engine(pe, ad.add_b[kept_pass], E) - per_engine(ke, f.drop_b[keep], E)
+    st.SP += per_engine(pe, ad.add_p[kept_pass], E) - per_engine(ke, f.drop_p[keep], E)
+    st.SL += per_engine(pe, ad.add_l[kept_pass], E) - per_engine(ke, f.drop_l[keep], E)
+    st.GB += per_engine(ke, f.dgb_fin[keep], E) + per_engine(pe, ad.dgb_adm[kept_pass], E)
+    st.n += (per_engine(pe, ad.cnt_a[kept_pass], E) - per_engine(ke, f.cnt_f[keep], E)).astype(np.int64)
+    st.prefill_total += per_engine(pe, ad.pre[kept_pass], E)
+    st.count_segments(ke, sg.m[keep], sg.n_seg[keep], sg.dt[keep], sg.b_seg[keep], sg.k[keep])
     u = seg_e[last]
     st.t[u] = ends[last]
     st.s[u] = bounds[last]
@@ -415,6 +519,23 @@ def relay(st: FleetState, W: np.ndarray, t_cut: np.ndarray, watch_step: int | No
     advanced = np.zeros(E, dtype=bool)
     advanced[u] = True
     return advanced[W]
+
+
+def relay(st: FleetState, W: np.ndarray, t_cut: np.ndarray, watch_step: int | None = None) -> np.ndarray:
+    """Phase 4: the admit-as-you-finish rounds of engines W (relays(); k fixed) in closed form, up
+    to each engine's cut `t_cut` (indexed by engine). Returns the mask (over W) of engines that
+    advanced (each ends at the finish of its last kept boundary): the finishes (_finishes), the
+    admissions at their boundaries (_admissions), every segment's batch and time (_segments),
+    the leading run the loop would run (_kept), applied (_commit)."""
+    f = _finishes(st, W)
+    if f is None:
+        return np.zeros(len(W), dtype=bool)
+    ad = _admissions(st, W, f)
+    sg = _segments(st, f, ad)
+    keep = _kept(st, W, t_cut, watch_step, f, ad, sg)
+    if not keep.any():
+        return np.zeros(len(W), dtype=bool)
+    return _commit(st, W, f, ad, sg, keep)
 
 
 def engine_first_of_row(opens: np.ndarray, seg_r: np.ndarray, Wn: int) -> np.ndarray:

@@ -169,18 +169,7 @@ class FleetState:
         self.single_prefill: np.ndarray | None = None     # single_prefill_s, built at the first pass
         self.slots_max = max(cfg.policy.ks) + 1
         self.max_batch = cfg.max_batch
-        self.krow = {k: cfg.table.index(k) for k in set(cfg.policy.ks) | {0} if k in cfg.table.ks}
-        self.krow_of = np.zeros(max(self.krow) + 1, dtype=np.int64)     # k -> its row of the cost table
-        for k, r in self.krow.items():
-            self.krow_of[k] = r
-        self.fixed = cfg.table.fixed_s
-        # the cheapest step of each draft length's row at any batch (per_ctx·context only adds): no
-        # engine reaches a boundary m steps ahead in less than m times it (fleet/drain.drain)
-        self.min_step_s = self.fixed[:, 1:].min(axis=1) if self.fixed.shape[1] > 1 else np.zeros(len(self.fixed))
-        self.per_ctx = cfg.table.per_ctx_s
-        # priced policies (toggle, adaptive): each engine's predicted tokens per step at every k
-        self.pol_ks = np.asarray(cfg.policy.ks, dtype=np.int64)
-        self.pol_rows = np.array([cfg.table.index(int(k)) for k in cfg.policy.ks if k in cfg.table.ks], dtype=np.int64)
+        self._table_rows(cfg)
         self.alpha_est = (np.full(E, float(cfg.policy_ctx.alpha_estimate)) if alpha_estimates is None
                           else np.asarray(alpha_estimates, dtype=float).copy())
         self._tau_of: dict[float, np.ndarray] = {}
@@ -228,14 +217,7 @@ class FleetState:
         self.sd_tokens, self.draft_passes, self.weighted_active, self.prefill_total = (np.zeros(E) for _ in range(4))
         self.token_sum, self.token_batch_sum = np.zeros(E), np.zeros(E)   # Σ fluid tokens, Σ active × them
         self.policy_version = np.zeros(E, dtype=np.int64)
-        # per engine x slot
-        S = self.max_batch
-        self.slot_resp = np.full((E, S), -1, dtype=np.int64)
-        self.slot_fin = np.full((E, S), BIG, dtype=np.int64)
-        self.slot_seq = np.full((E, S), -1, dtype=np.int64)
-        self.free = np.tile(np.arange(S - 1, -1, -1, dtype=np.int64), (E, 1))   # a stack per engine
-        self.ftop = np.full(E, S, dtype=np.int64)
-        self.adm_seq = 0
+        self._slots(E)
         steps = np.zeros(N, dtype=np.int64) if step_ids is None else np.asarray(step_ids, dtype=np.int64)
         self.step_ids = steps
         self.n_steps = n_steps if n_steps is not None else (int(steps.max()) + 1 if N else 1)
@@ -246,6 +228,33 @@ class FleetState:
         self.record = cfg.record_timeline
         self.tl: list[tuple] = []     # (engines, t, active, tokens/s, k, kv tokens) per round
         self.let_go = 0               # finished responses let go (sim/fleet/window.py)
+
+    def _slots(self, E: int) -> None:
+        """Per engine × batch slot (max_batch of them): the response in it, its finish boundary and
+        admission order; the free slots as a stack per engine; the next admission's number."""
+        S = self.max_batch
+        self.slot_resp = np.full((E, S), -1, dtype=np.int64)
+        self.slot_fin = np.full((E, S), BIG, dtype=np.int64)
+        self.slot_seq = np.full((E, S), -1, dtype=np.int64)
+        self.free = np.tile(np.arange(S - 1, -1, -1, dtype=np.int64), (E, 1))   # a stack per engine
+        self.ftop = np.full(E, S, dtype=np.int64)
+        self.adm_seq = 0
+
+    def _table_rows(self, cfg: EngineConfig) -> None:
+        """The cost table as the phases read it: each draft length's row (krow, krow_of), the
+        fixed and per-context step costs, the cheapest step of each row, and the policy's draft
+        lengths with their rows (priced policies: each engine's predicted tokens per step at every k)."""
+        self.krow = {k: cfg.table.index(k) for k in set(cfg.policy.ks) | {0} if k in cfg.table.ks}
+        self.krow_of = np.zeros(max(self.krow) + 1, dtype=np.int64)     # k -> its row of the cost table
+        for k, r in self.krow.items():
+            self.krow_of[k] = r
+        self.fixed = cfg.table.fixed_s
+        # the cheapest step of each draft length's row at any batch (per_ctx·context only adds): no
+        # engine reaches a boundary m steps ahead in less than m times it (fleet/drain.drain)
+        self.min_step_s = self.fixed[:, 1:].min(axis=1) if self.fixed.shape[1] > 1 else np.zeros(len(self.fixed))
+        self.per_ctx = cfg.table.per_ctx_s
+        self.pol_ks = np.asarray(cfg.policy.ks, dtype=np.int64)
+        self.pol_rows = np.array([cfg.table.index(int(k)) for k in cfg.policy.ks if k in cfg.table.ks], dtype=np.int64)
 
     # ---------------------------------------------------------------- aggregates
     def kv_blocks(self, e: np.ndarray, slots) -> np.ndarray:
