@@ -121,8 +121,10 @@ def applicable_factors(sc: Scenario) -> list[Factor]:
 def _sync_changes(sc: Scenario) -> dict:
     r = sc.rollout
     engine = max(r.tp, r.ep) * r.pp
+    from specsim.study.sweep import colocated_hardware
+
     return {"pipeline.mode": "sync", "training.gpus": None,
-            "rollout.gpus": max(engine, (sc.total_gpus // engine) * engine)}
+            "rollout.gpus": max(engine, (sc.total_gpus // engine) * engine), **colocated_hardware(sc)}
 
 
 def variant_overrides(sc: Scenario, on: frozenset[str], *, flat_c: float | None = None,

@@ -267,7 +267,8 @@ def baseline_of(sc: Scenario) -> Scenario:
 def sync_ar_of(sc: Scenario) -> Scenario:
     """Synchronous AR on the point's total GPUs: the point's baseline when that already is sync
     AR, else the point with SYNC_AR applied (an async point's training GPUs join the colocated
-    pool, rounded down to whole rollout engines)."""
+    pool, rounded down to whole rollout engines; a mixed-pool point's all on the rollout profile,
+    `colocated_hardware`)."""
     base = baseline_of(sc)
     if is_sync_ar(base):
         return base
@@ -277,7 +278,16 @@ def sync_ar_of(sc: Scenario) -> Scenario:
         engine = max(r.tp, r.ep) * r.pp
         changes["training.gpus"] = None
         changes["rollout.gpus"] = max(engine, (sc.total_gpus // engine) * engine)
+    changes.update(colocated_hardware(sc))
     return apply_overrides(sc, changes)
+
+
+def colocated_hardware(sc: Scenario) -> dict[str, Any]:
+    """The overrides that put a mixed-pool point's colocated counterpart on one profile: the
+    rollout pool's (`rollout.hardware`), as the same count of GPUs; nothing for one profile."""
+    if not sc.mixed_hardware:
+        return {}
+    return {"hardware": sc.rollout_hardware, "rollout.hardware": None, "training.hardware": None}
 
 
 # ============================================================================ rows

@@ -89,7 +89,10 @@ def plan_checks(sc) -> tuple[list, list, dict]:
                             "omitted for a sync (colocated) scenario: it has no rollout:training split")
     if plan.objective == "min_usd" or plan.max_usd_per_hour is not None:
         usd = sc.output.gpu_hour_usd
-        missing = [h for h in (plan.hardware or [sc.hardware]) if h.lower() not in usd]
+        from specsim.scenario.plan_section import plan_hardware_names
+        from specsim.study.planner.candidates import plan_hardware
+
+        missing = [h for h in plan_hardware_names(plan_hardware(sc, plan)) if h not in usd]
         if missing:
             what = "plan.objective min_usd" if plan.objective == "min_usd" else "plan.max_usd_per_hour"
             raise ScenarioError(source_file(sc), "output.gpu_hour_usd", dict(usd),

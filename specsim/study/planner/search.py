@@ -128,11 +128,12 @@ def search(sc, cands: list[Candidate], runs: dict, store: Callable[[str, dict], 
     usd = dict(sc.output.gpu_hour_usd)
     if plan.max_usd_per_hour is not None:     # the $/hour budget: the cluster's price, before any bound
         for e in evs:
-            rate = e.cand.total_gpus * usd.get(e.cand.hardware, math.inf)
+            per_gpu = e.cand.usd_per_gpu_hour(usd)   # a mixed pair's: its pools' prices blended by their GPUs
+            rate = math.inf if per_gpu is None else e.cand.total_gpus * per_gpu
             if e.status == "pending" and rate > plan.max_usd_per_hour:
                 e.status, e.pruned_by = "pruned", "usd_budget"
-                e.reason = (f"{e.cand.total_gpus} GPUs × ${usd.get(e.cand.hardware, math.nan):g}/GPU-h = ${rate:,.0f}/h "
-                            f"> plan.max_usd_per_hour ${plan.max_usd_per_hour:,.0f}")
+                e.reason = (f"{e.cand.total_gpus} GPUs × ${math.nan if per_gpu is None else per_gpu:g}/GPU-h = "
+                            f"${rate:,.0f}/h > plan.max_usd_per_hour ${plan.max_usd_per_hour:,.0f}")
     if target_s is not None:
         for e in evs:
             if e.status == "pending" and e.bound.step_s * slack > target_s:
