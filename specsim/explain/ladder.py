@@ -156,7 +156,8 @@ def variant_overrides(sc: Scenario, on: frozenset[str], *, flat_c: float | None 
 
 def _baseline_overrides(sc: Scenario, ov: dict) -> dict:
     """What of a variant's overrides reaches its AR baseline: the trainer and the pipeline mode."""
-    keep = ("what_if.free_trainer", "pipeline.mode", "training.gpus", "rollout.gpus")
+    keep = ("what_if.free_trainer", "pipeline.mode", "training.gpus", "rollout.gpus", "hardware", "rollout.hardware",
+            "training.hardware")   # a mixed point made colocated: on one profile (sweep.colocated_hardware)
     return {k: v for k, v in ov.items() if k in keep}
 
 

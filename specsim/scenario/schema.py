@@ -727,6 +727,25 @@ class Scenario(Strict):
         """The two pools run on different profiles (async only)."""
         return self.rollout_hardware != self.training_hardware
 
+    def gpu_hour_price(self) -> float | None:
+        """$ per GPU-hour of this scenario's GPUs (`output.gpu_hour_usd`), None without a price. Mixed
+        pools: (rollout GPUs × the rollout profile's price + training GPUs × the trainer's) / all
+        GPUs, so GPU-hours × this is the cluster's dollars; None unless both have a price."""
+        usd = self.output.gpu_hour_usd
+        if not self.mixed_hardware:
+            return usd.get(self.hardware if self.rollout.hardware is None else self.rollout_hardware)
+        if self.rollout_hardware not in usd or self.training_hardware not in usd:
+            return None
+        return (self.rollout.gpus * usd[self.rollout_hardware]
+                + self.training_gpus * usd[self.training_hardware]) / self.total_gpus
+
+    @property
+    def hardware_label(self) -> str:
+        """The profile(s) as reports print them: `gb200`, or `gb200 (training) + h200_sxm (rollout)`."""
+        if not self.mixed_hardware:
+            return self.rollout_hardware
+        return f"{self.training_hardware} (training) + {self.rollout_hardware} (rollout)"
+
     @property
     def hardware_profiles(self) -> tuple[str, ...]:
         """Every profile the scenario runs on: (trainer, rollout), one entry when they are the same."""

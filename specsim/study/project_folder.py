@@ -194,7 +194,7 @@ def _project_locked(sc: Scenario, out_dir: Path, replicates: int, jobs: int, eng
     notes = ([few] if few else []) + warnings
     from specsim.world.resolve import weight_dtypes_of
 
-    summary = {"scenario": sc.name, "description": sc.description, "model": sc.model, "hardware": sc.hardware,
+    summary = {"scenario": sc.name, "description": sc.description, "model": sc.model, "hardware": sc.hardware_label,
                "seed": sc.seed, "specsim_version": specsim_version(), "projection": p,
                "rollout_weight_dtype": dataclasses.asdict(weight_dtypes_of(sc)),
                "warnings": notes, "plots": {"projection_steps": Path(plot).name},

@@ -156,8 +156,9 @@ def project_run(sc: Scenario, *, replicates: int = 2, engine: str = "fast", jobs
 
 
 def gpu_hour_usd(sc: Scenario) -> float | None:
-    """$ per GPU-hour of the scenario's GPU type (`output.gpu_hour_usd`), or None: no price."""
-    return sc.output.gpu_hour_usd.get(sc.hardware)
+    """$ per GPU-hour of the scenario's GPU type (`output.gpu_hour_usd`), or None: no price
+    (Scenario.gpu_hour_price: mixed pools blend their two prices by their GPUs)."""
+    return sc.gpu_hour_price()
 
 
 def format_projection(p: dict) -> str:

@@ -171,7 +171,7 @@ def show_scenario(path: str | Path, overrides: Sequence[str] = ()) -> dict:
     plan = plan_study(sc)
     base = baseline_of(sc)
     return {
-        "scenario": sc.name, "file": str(path), "model": sc.model, "hardware": sc.hardware,
+        "scenario": sc.name, "file": str(path), "model": sc.model, "hardware": sc.hardware_label,
         "resolved": sc.model_dump(mode="json"), "resolved_sha256": sha(to_yaml(sc)),
         "swept": {p: sc.sweep[p] for p in swept_paths(sc)}, "zip": sc.sweep.get("zip", []),
         "replicates": replicates(sc), "combinations": len({p.index for p in plan.points}),

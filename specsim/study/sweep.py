@@ -192,10 +192,13 @@ def inputs_fingerprint(sc: Scenario) -> dict:
     from specsim.catalog.models import drafter_arch, load_model
 
     out: dict[str, Any] = {"specsim": __version__}
-    try:
-        out["hardware"] = _file_sha(str(resolve_profile_path(sc.hardware)))
-    except (SpecError, OSError):
-        out["hardware"] = f"unreadable:{sc.hardware}"
+    pools = [("hardware", sc.rollout_hardware)] + ([("training_hardware", sc.training_hardware)]
+                                                   if sc.mixed_hardware else [])
+    for key, name in pools:   # the rollout pool's profile; the trainer's too when it is another
+        try:
+            out[key] = _file_sha(str(resolve_profile_path(name)))
+        except (SpecError, OSError):
+            out[key] = f"unreadable:{name}"
     base = Path(source_file(sc)).parent if source_file(sc) else None
     try:
         target = load_model(sc.model, base)
@@ -355,7 +358,7 @@ def point_row(point: SweepPoint, sc: Scenario, run: dict, baseline: dict, sync_a
     for path, value in point.values.items():
         row[path] = value
     row.update({
-        "scenario": sc.name, "model": sc.model, "hardware": sc.hardware, "mode": sc.pipeline.mode,
+        "scenario": sc.name, "model": sc.model, "hardware": sc.hardware_label, "mode": sc.pipeline.mode,
         "sd_policy": meta["policy"], "k": k_of(sc), "policy_lag": sc.pipeline.policy_lag if sc.pipeline.mode == "async" else 0,
         "drafter": sc.drafter.kind, "rollout_gpus": meta["rollout_gpus"], "training_gpus": meta["training_gpus"],
         "total_gpus": total, "engines": meta["engines"],

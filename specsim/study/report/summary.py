@@ -85,7 +85,7 @@ def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str
     reps = analysis["replicates"]
     best = analysis["best"]
     summary = {
-        "scenario": sc.name, "description": sc.description, "model": sc.model, "hardware": sc.hardware,
+        "scenario": sc.name, "description": sc.description, "model": sc.model, "hardware": sc.hardware_label,
         "seed": sc.seed, "specsim_version": version, "file": _source(sc),
         "combinations": len(analysis["points"]), "replicates": reps, "rows": len(analysis["frame"]),
         "swept": {p: sc.sweep[p] for p in analysis["swept"]}, "zip": sc.sweep.get("zip", []),
