@@ -419,7 +419,8 @@ def explain(path: str | Path, overrides: Sequence[str] = (), *, point: str | Non
     if few:
         notes.append(few)
     if "async" in names:
-        notes.append("async off = the point run synchronously (colocated) on its total GPUs")
+        notes.append("async off = the point run synchronously (colocated) on its total GPUs"
+                     + (f", all on the rollout profile ({sc.rollout_hardware})" if sc.mixed_hardware else ""))
     return Explanation(sc.name, {**parse_point(point)}, k, tau, reps, sc.pipeline.steps, batch, ladder, shap, at,
                        _ci(realised), _ci(ceiling), {"total_log_gain": [float(x) for x in total]}, notes, len(run.runs))
 

@@ -142,7 +142,7 @@ class RolloutSection(Strict):
     @field_validator("hardware")
     @classmethod
     def _hardware_name(cls, v: str | None) -> str | None:
-        return None if v is None else _hardware_key(v)
+        return None if v is None else hardware_key(v)
 
 
 class TrainingSection(Strict):
@@ -199,7 +199,7 @@ class TrainingSection(Strict):
     @field_validator("hardware")
     @classmethod
     def _hardware_name(cls, v: str | None) -> str | None:
-        return None if v is None else _hardware_key(v)
+        return None if v is None else hardware_key(v)
 
     optimizer_bytes_per_param: float = Field(default=16.0, ge=0.01, le=1024,
                                              description="trainer memory per parameter (weights, grads, Adam states)")
@@ -553,11 +553,11 @@ class OutputSection(Strict):
         for name, x in v.items():
             if not math.isfinite(x) or x < 0:
                 raise field_error(name, x, "a finite price >= 0 ($ per GPU-hour)")
-            out[_hardware_key(name)] = float(x)
+            out[hardware_key(name)] = float(x)
         return out
 
 
-def _hardware_key(v: str) -> str:
+def hardware_key(v: str) -> str:
     """A hardware profile's name as the scenario's `hardware` field keeps it: bundled names
     case-insensitive (GB200 = gb200), paths as written."""
     if "/" in v or "\\" in v or v.lower().endswith((".yaml", ".yml")):
@@ -615,7 +615,7 @@ class Scenario(Strict):
     @classmethod
     def _hardware_name(cls, v: str) -> str:
         """Bundled profile names are case-insensitive (GB200 = gb200); paths are kept as written."""
-        return _hardware_key(v)
+        return hardware_key(v)
 
     @field_validator("sweep")
     @classmethod
@@ -684,7 +684,7 @@ class Scenario(Strict):
             return self
         from specsim.catalog.hardware import list_hardware
 
-        known = set(list_hardware()) | set(self.hardware_profiles) | {_hardware_key(h) for h in
+        known = set(list_hardware()) | set(self.hardware_profiles) | {hardware_key(h) for h in
                                                                         plan_hardware_names(self.plan.hardware)}
         for name in self.output.gpu_hour_usd:
             if name not in known:

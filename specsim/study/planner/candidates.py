@@ -131,9 +131,9 @@ def plan_hardware(sc: Scenario, plan) -> list[str]:
 
 
 def _key(name: str) -> str:
-    from specsim.scenario.schema import _hardware_key
+    from specsim.scenario.schema import hardware_key
 
-    return _hardware_key(name.strip())
+    return hardware_key(name.strip())
 
 
 def _with_id(c: Candidate) -> Candidate:

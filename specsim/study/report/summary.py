@@ -92,7 +92,9 @@ def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str
         "baseline": {"overrides": dict(sc.pipeline.baseline), "mode": base.pipeline.mode,
                      "is_sync_ar": is_sync_ar(base)},
         "sync_ar": {"definition": "pipeline.mode=sync, speculation.policy=off on the point's total GPUs "
-                                  "(an async point's training GPUs join the colocated pool)",
+                                  "(an async point's training GPUs join the colocated pool)"
+                                  + (f", all on the rollout profile ({sc.rollout_hardware})"
+                                     if sc.mixed_hardware else ""),
                     "is_baseline": plan.sync_ar_is_baseline},
         "what_if": what_ifs_of(sc, plan),
         "rank_by": analysis["rank_by"],
