@@ -84,3 +84,13 @@ def test_explain_accepts_a_mixed_scenario():
             assert w.hw.name == "h20"
             if variant.pipeline.mode == "sync":
                 assert not w.mixed_hardware
+
+
+@pytest.mark.long
+def test_explain_runs_on_a_mixed_scenario(tmp_path):
+    """The ladder itself on 4 x 4 responses (about 30 s on a loaded 2-core machine)."""
+    r = runner.invoke(app, ["explain", MIXED, "--replicates", "1", "--steps", "4", "--out", str(tmp_path / "ex"),
+                            "-j", "1", *_sets()])
+    assert r.exit_code == 0, r.output
+    assert "all on the rollout profile (h20)" in r.stdout
+    assert (tmp_path / "ex" / "explain.json").is_file()

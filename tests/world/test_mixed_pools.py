@@ -82,3 +82,11 @@ def test_the_sync_ar_comparator_of_a_mixed_point_is_colocated_on_the_rollout_pro
 
     s = sync_ar_of(load_scenario(GB200_H200, SMALL))
     assert s.pipeline.mode == "sync" and s.hardware_profiles == ("h200_sxm",) and s.rollout.gpus == 32
+
+
+def test_a_mixed_scenarios_gpu_hour_price_is_each_pool_at_its_own_price():
+    sc = load_scenario(H100_H20)                     # 32 H20 at $1.6 + 16 H100 at $3.0
+    assert sc.gpu_hour_price() * sc.total_gpus == pytest.approx(32 * 1.6 + 16 * 3.0)
+    assert load_scenario(H100_H20, ["output.gpu_hour_usd={h20: 1.6}"]).gpu_hour_price() is None
+    one = load_scenario(H100_H20, ["rollout.hardware=null"])
+    assert one.gpu_hour_price() == 3.0
