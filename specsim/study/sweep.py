@@ -184,7 +184,7 @@ def run_key(sc: Scenario, replicate: int, engine: str = "fast") -> str:
 
 def inputs_fingerprint(sc: Scenario) -> dict:
     """sha256 (12 hex digits) of the content of every input outside the scenario text: the
-    hardware profile file, the model's catalog entry, the drafter's architecture, each empirical
+    hardware profile file (the rollout pool's; with mixed pools the trainer's too, `training_hardware`), the model's catalog entry, the drafter's architecture, each empirical
     length file; plus the specsim version. An input that cannot be read is marked (resolve
     reports it properly)."""
     from specsim import __version__

@@ -90,3 +90,13 @@ def test_a_mixed_scenarios_gpu_hour_price_is_each_pool_at_its_own_price():
     assert load_scenario(H100_H20, ["output.gpu_hour_usd={h20: 1.6}"]).gpu_hour_price() is None
     one = load_scenario(H100_H20, ["rollout.hardware=null"])
     assert one.gpu_hour_price() == 3.0
+
+
+def test_run_keys_follow_both_profiles_of_a_mixed_scenario():
+    """A changed trainer profile must not reuse a stored run: the inputs fingerprint hashes each pool's file."""
+    from specsim.study.sweep import inputs_fingerprint
+
+    mixed = inputs_fingerprint(load_scenario(H100_H20))
+    one = inputs_fingerprint(load_scenario(H100_H20, ["rollout.hardware=null"]))
+    assert mixed["training_hardware"] == one["hardware"] != mixed["hardware"]
+    assert "training_hardware" not in one
