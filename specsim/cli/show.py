@@ -9,8 +9,11 @@
 from typing import Annotated
 
 import typer
+import yaml
 
-from specsim.catalog.models import drafter_kind, drafter_kind_names
+from specsim.calibrate.kernels.describe import hardware_info
+from specsim.catalog.hardware import load_hardware
+from specsim.catalog.models import drafter_arch, drafter_kind, drafter_kind_names, load_model
 from specsim.cli import common
 from specsim.cli.common import (
     CatalogOpt,
@@ -22,6 +25,19 @@ from specsim.cli.common import (
     option_errors,
     use_catalog,
 )
+from specsim.errors import SpecError, load_yaml_text
+from specsim.explain.show import (
+    drafter_acceptance,
+    drafter_report,
+    lengths_report,
+    model_layout,
+    model_report,
+    schedule_report,
+    tree_report,
+)
+from specsim.policy import Schedule
+from specsim.policy.schedule import ALLOWED, parse_batch_schedule
+from specsim.world.resolve import rollout_weight_dtypes
 
 # the command bodies' short names for the shared helpers
 _bad_option, _b, _console, _emit_json = common.bad_option, common.billions, common.console, common.emit_json
@@ -53,9 +69,6 @@ def show_model(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Sizes (against the published totals), memory plan and decode-step latency of a model on a layout."""
-    from specsim.catalog.hardware import load_hardware
-    from specsim.catalog.models import load_model
-    from specsim.explain.show import model_layout, model_report
 
     if context < 0:
         raise _bad_option("--context", context, ">= 0 tokens")
@@ -68,7 +81,6 @@ def show_model(
     hw = load_hardware(hardware)
     with use_catalog(catalog):
         model = load_model(name)
-    from specsim.world.resolve import rollout_weight_dtypes
 
     dtypes = rollout_weight_dtypes(weight_dtype, model)
     with option_errors():
@@ -127,7 +139,6 @@ def show_hardware(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Peaks, fitted terms with their fit quality, and what is still a prior."""
-    from specsim.calibrate.kernels.describe import hardware_info
 
     info = hardware_info(name)
     if fmt is Format.json:
@@ -165,6 +176,20 @@ _DRAFTER_OPTIONS = {"position_decay": "--decay", "update_every_steps": "--update
                     "drafter_kind": "--kind", "k": "--tau-k",
                     **{f"tree.{p}": "--tree" for p in ("branching", "sibling_factor", "depth", "topk", "verify_tokens")}}
 
+def _schedule_option(text: str):
+    """`--schedule`: a YAML/JSON mapping (or list) in vLLM's format, checked by the policy's own rules."""
+
+    try:
+        raw = load_yaml_text(text)
+    except yaml.YAMLError:
+        raise _bad_option("--schedule", text, ALLOWED) from None
+    try:
+        table = parse_batch_schedule(raw)
+    except SpecError as exc:
+        raise _bad_option("--schedule", text, exc.allowed) from None
+    return Schedule(k=max(k for _, _, k in table), table=table)
+
+
 def _parse_steps(text: str) -> list[int]:
     try:
         steps = [int(s) for s in text.split(",") if s.strip()]
@@ -197,15 +222,15 @@ def show_drafter(
     context: Annotated[int, typer.Option(help="Context (tokens) for the batch-1 cost.")] = 1024,
     weight_dtype: Annotated[str, typer.Option(help="Policy weight dtype.")] = "bf16",
     draft_vocab: Annotated[int | None, typer.Option(help="EAGLE-3 draft vocabulary (default: catalog).")] = None,
+    schedule: Annotated[str | None, typer.Option(help="A `schedule` policy's table in vLLM's format, e.g. "
+                                                      "'{\"1-16\": 3, \"17-128\": 2, \"129-4096\": 0}': its expected "
+                                                      "speedup by batch size.")] = None,
     tree: Annotated[str | None, typer.Option(help="Draft tree: children per node at depths 1..D, e.g. 4,2,1; or SGLang's EAGLE tree "
                                                        "topk:STEPS,TOPK,NUM_DRAFT_TOKENS, e.g. topk:5,8,32.")] = None,
     catalog: CatalogOpt = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """A drafter's acceptance (τ by draft length and over RL steps) and its cost at batch 1."""
-    from specsim.catalog.hardware import load_hardware
-    from specsim.catalog.models import drafter_arch, load_model
-    from specsim.explain.show import drafter_acceptance, drafter_report, model_layout, tree_report
 
     if (tau is None) == (alpha is None):
         raise _bad_option("--tau/--alpha", {"tau": tau, "alpha": alpha}, "exactly one of --tau (with --tau-k) or --alpha")
@@ -235,6 +260,8 @@ def show_drafter(
                                  tau_after=tau_after, after_versions=after_versions, rate_per_version=rate_per_version,
                                  floor_alpha=floor_alpha, update_every=update_every)
     info = drafter_report(acc, arch, target, hw, layout, k=k, steps=step_list, context=context)
+    if schedule is not None:
+        info["schedule"] = schedule_report(_schedule_option(schedule), acc, arch, target, hw, layout, context=context)
     if tree is not None:
         with option_errors(_DRAFTER_OPTIONS):
             info["tree"] = tree_report(acc, tree)
@@ -269,6 +296,14 @@ def show_drafter(
     t.add_row(f"SD step (k={k} drafts + verify, with overheads)", f"{cost[f'sd_step_k{k}_ms']:.3f} ms")
     t.add_row("decode step (with overheads)", f"{cost['decode_step_ms']:.3f} ms")
     con.print(t)
+    if "schedule" in info:
+        t = _table(f"schedule: expected speedup by batch ({context} tokens of context per sequence)", "batch", "k",
+                   "τ", "SD step ms", "decode step ms", "speedup", "best k", "best speedup")
+        for r in info["schedule"]:
+            t.add_row(str(r["batch"]), str(r["k"]), f"{r['tau']:.3f}", f"{r['sd_step_ms']:.3f}",
+                      f"{r['decode_step_ms']:.3f}", f"{r['expected_speedup']:.3f}", str(r["best_k"]),
+                      f"{r['best_speedup']:.3f}")
+        con.print(t)
     if "tree" in info:
         tr = info["tree"]
         con.print(f"tree {tr.get('branching', tr.get('tree'))} ({tr['tree_tokens']} draft tokens, depth {tr['depth']}): expected accepted "
@@ -287,7 +322,6 @@ def show_lengths(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Draw one step's response lengths as the simulator does and summarise the tail."""
-    from specsim.explain.show import lengths_report
 
     if samples is not None and samples < 1:
         raise _bad_option("--samples", samples, ">= 1")

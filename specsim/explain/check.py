@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from specsim.catalog.models import drafter_kind, drafter_kind_names
+from specsim.cost import training as tc
+from specsim.sim.cluster import draw_step
 from specsim.workload.acceptance.laws import expected_tokens_per_verify
 from specsim.world.specs import steady_fill_warning
 
@@ -42,8 +44,6 @@ def trainer_report(world) -> dict:
     """The trainer on one step: step 0's draw (replicate 0) priced by cost/training.train_cost and
     logprob_s -- its layout, sharding and MFU, the training step's parts and the logprob passes.
     What `specsim check` shows so that a trainer dominated by communication is seen before a run."""
-    from specsim.cost import training as tc
-    from specsim.sim.cluster import draw_step
 
     draw = draw_step(world, 0, 0)
     seqs = tc.sequence_tokens(draw.prompt_tokens, draw.response_tokens)
@@ -61,8 +61,6 @@ def trainer_memory_gb(world) -> dict:
     """The trainer pool's memory per GPU (GB) on its own profile (cost/training.training_memory):
     the model state, the peak of activations and workspace, what the GPU holds and, colocated, the
     share the sleeping engines keep resident."""
-    from specsim.cost import training as tc
-
     sc = world.scenario
     m = tc.training_memory(world.model, world.trainer_hw, world.trainer.layout,
                            gpu_memory_utilization=sc.rollout.gpu_memory_utilization

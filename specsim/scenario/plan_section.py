@@ -91,8 +91,9 @@ class PlanSection(Strict):
     max_policy_lag: int = Field(default=1, ge=0, le=64, description=(
         "largest policy lag the algorithm tolerates (async; NeMo-RL `max_trajectory_age_steps`, default 1): lags "
         "0 … this are candidates"))
-    sd_policies: list[Literal["always", "threshold"]] = Field(default_factory=lambda: ["always"], description=(
-        "SD policies allowed (`threshold` speculates only while the batch is ≤ `speculation.max_batch`)"))
+    sd_policies: list[Literal["always", "threshold", "schedule"]] = Field(default_factory=lambda: ["always"], description=(
+        "SD policies allowed (`threshold` speculates only while the batch is ≤ `speculation.max_batch`; `schedule` "
+        "drafts by the scenario's `speculation.k_per_batch_size` table, its k clamped to each candidate's k)"))
     k: list[int] = Field(default_factory=lambda: [0, 3, 5, 7], description=(
         "draft lengths allowed; 0 is AR (always evaluated: the AR arm)"))
     layouts: list[LayoutChoice] | None = Field(default=None, description=(

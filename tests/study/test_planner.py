@@ -192,6 +192,7 @@ runner = CliRunner()
     (["output.gpu_hour_usd={h100_sxm: .nan}"], "output.gpu_hour_usd.h100_sxm"),
     (["output.gpu_hour_usd={h1000: 2}"], "output.gpu_hour_usd.h1000"),   # no such hardware profile
     (["plan.gpu_hour_usd={h100_sxm: 2}"], "plan.gpu_hour_usd"),       # the price is output.gpu_hour_usd
+    (["plan.sd_policies=[always, schedule]"], "plan.sd_policies"),     # schedule needs the table it searches
 ])
 def test_bad_plan_inputs_exit_2(tiny, tmp_path, sets, needle):
     args = ["plan", str(tiny), "--out", str(tmp_path / "o")]
@@ -435,3 +436,17 @@ def test_progress_display_counts_the_plan_runs_and_changes_nothing(planned, tiny
     for arm in ("best_ar", "best_sd"):
         assert res.answer[arm]["candidate"] == ref.answer[arm]["candidate"]
         assert res.answer[arm]["step_s"] == ref.answer[arm]["step_s"]
+
+
+def test_the_plan_searches_a_schedule_arm(tiny):
+    """`plan.sd_policies: [schedule]` makes one SD arm per k of the plan, drafting by the scenario's
+    vLLM table clamped to that k; each candidate resolves to the schedule policy as `run` would."""
+    from specsim.policy import Schedule
+    from specsim.world.resolve import resolve
+
+    sc = load_scenario(tiny, ["speculation.k_per_batch_size={1-4: 3, 5-16: 1}", "plan.sd_policies=[schedule]"])
+    cands, _ = enumerate_candidates(sc, sc.plan)
+    sd = [c for c in cands if c.policy != "off"]
+    assert sd and {c.policy for c in sd} == {"schedule"}
+    pol = resolve(candidate_scenario(sc, sd[0])).policy
+    assert isinstance(pol, Schedule) and pol.ks == (0, 1, 3)

@@ -210,6 +210,9 @@ def enumerate_candidates(sc: Scenario, plan) -> tuple[list[Candidate], list[dict
     if sc.pipeline.warmup_steps >= steps:
         raise ScenarioError(file, "plan.search.steps", steps, f"above pipeline.warmup_steps ({sc.pipeline.warmup_steps})")
     arms = [("off", 0)] + [(p, k) for p in plan.sd_policies for k in plan.k if k > 0]
+    if "schedule" in plan.sd_policies and sc.speculation.k_per_batch_size is None:
+        raise ScenarioError(file, "plan.sd_policies", plan.sd_policies,
+                            "`schedule` only with a table in speculation.k_per_batch_size (the schedule it searches)")
     budgets = plan.gpu_counts(sc.total_gpus)
     out: list[Candidate] = []
     rejected: list[dict] = []
