@@ -60,8 +60,8 @@ from specsim.study.capacity import capacity_plan, capacity_sizes
 from specsim.study.executors import WorkerPool, check_backend, worker_pool
 from specsim.study.plan import plan_study, work_problem
 from specsim.study.report.progress import Progress
-from specsim.study.store import ResultsFolder, RunFailed, open_results
 from specsim.study.results_folder import ResultsConflict, sha
+from specsim.study.store import ResultsFolder, RunFailed, open_results
 from specsim.study.sweep import (
     RunTask,
     SweepPoint,

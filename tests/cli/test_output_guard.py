@@ -113,9 +113,9 @@ def test_a_second_concurrent_invocation_on_the_same_folder_exits_2(cmd, scen, tm
     import sys
 
     out = atomic.output_path(tmp_path / "r", folder=True)
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom specsim import atomic\n"
-                               f"with atomic.FolderLock({str(out)!r}):\n    print('held', flush=True)\n"
-                               "    sys.stdin.read()\n"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    code = ("import sys\nfrom specsim import atomic\n"
+            f"with atomic.FolderLock({str(out)!r}):\n    print('held', flush=True)\n    sys.stdin.read()\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                               cwd=Path(__file__).resolve().parents[2])
     try:
         assert holder.stdout.readline().strip() == "held"

@@ -72,13 +72,13 @@ def test_open_results_guards_locks_and_stamps(tmp_path):
     out = tmp_path / "r"
     with open_results(out, resolved_text="a: 1\n", inputs={"x": "1"}) as rf:
         assert (rf.path / atomic.MARKER).is_file() and (rf.path / "resolved.yaml").read_text() == "a: 1\n"
-        with pytest.raises(results_folder.ResultsConflict, match="holds its lock"):     # a second writer is refused
-            with open_results(out, resolved_text="a: 1\n"):
-                pass
+        with pytest.raises(results_folder.ResultsConflict, match="holds its lock"), \
+                open_results(out, resolved_text="a: 1\n"):     # a second writer is refused
+            pass
     warnings: list[str] = []
     with open_results(out, resolved_text="a: 1\n", inputs={"x": "2"}, what="plan", warnings=warnings):
         pass
     assert any("inputs changed since the last plan" in w for w in warnings)
-    with pytest.raises(results_folder.ResultsConflict, match="another one"):               # another scenario's folder
-        with open_results(out, resolved_text="a: 2\n"):
-            pass
+    with pytest.raises(results_folder.ResultsConflict, match="another one"), \
+            open_results(out, resolved_text="a: 2\n"):       # another scenario's folder
+        pass

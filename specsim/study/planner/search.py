@@ -31,9 +31,9 @@ import time
 from dataclasses import dataclass, field
 
 from specsim.scenario import ScenarioError
-from specsim.study.store import RunStore
 from specsim.study.planner.bounds import Bound, BoundModel
 from specsim.study.planner.candidates import Candidate, candidate_scenario
+from specsim.study.store import RunStore
 from specsim.study.sweep import RunTask
 
 __all__ = ["Evaluated", "SearchState", "replicate_schedule", "search"]
