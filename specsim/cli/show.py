@@ -176,6 +176,17 @@ _DRAFTER_OPTIONS = {"position_decay": "--decay", "update_every_steps": "--update
                     "drafter_kind": "--kind", "k": "--tau-k",
                     **{f"tree.{p}": "--tree" for p in ("branching", "sibling_factor", "depth", "topk", "verify_tokens")}}
 
+def _schedule_table(rows: list[dict], context: int):
+    """`show drafter --schedule`'s table: the schedule's k and expected speedup by batch, and the best fixed k."""
+    t = _table(f"schedule: expected speedup by batch ({context} tokens of context per sequence)", "batch", "k",
+               "τ", "SD step ms", "decode step ms", "speedup", "best k", "best speedup")
+    for r in rows:
+        t.add_row(str(r["batch"]), str(r["k"]), f"{r['tau']:.3f}", f"{r['sd_step_ms']:.3f}",
+                  f"{r['decode_step_ms']:.3f}", f"{r['expected_speedup']:.3f}", str(r["best_k"]),
+                  f"{r['best_speedup']:.3f}")
+    return t
+
+
 def _schedule_option(text: str):
     """`--schedule`: a YAML/JSON mapping (or list) in vLLM's format, checked by the policy's own rules."""
 
@@ -297,13 +308,7 @@ def show_drafter(
     t.add_row("decode step (with overheads)", f"{cost['decode_step_ms']:.3f} ms")
     con.print(t)
     if "schedule" in info:
-        t = _table(f"schedule: expected speedup by batch ({context} tokens of context per sequence)", "batch", "k",
-                   "τ", "SD step ms", "decode step ms", "speedup", "best k", "best speedup")
-        for r in info["schedule"]:
-            t.add_row(str(r["batch"]), str(r["k"]), f"{r['tau']:.3f}", f"{r['sd_step_ms']:.3f}",
-                      f"{r['decode_step_ms']:.3f}", f"{r['expected_speedup']:.3f}", str(r["best_k"]),
-                      f"{r['best_speedup']:.3f}")
-        con.print(t)
+        con.print(_schedule_table(info["schedule"], context))
     if "tree" in info:
         tr = info["tree"]
         con.print(f"tree {tr.get('branching', tr.get('tree'))} ({tr['tree_tokens']} draft tokens, depth {tr['depth']}): expected accepted "
