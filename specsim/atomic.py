@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from specsim.errors import SpecError, os_reason
+
 __all__ = ["LOCK", "MARKER", "FolderLock", "OutputError", "atomic_open", "dump_yaml", "output_folder", "output_path",
            "plain", "write_yaml", "save_figure", "write_bytes", "write_csv", "write_json", "write_parquet", "write_text"]
 
@@ -225,7 +227,6 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def _refuse(option: str, path: str, allowed: str):
-    from specsim.errors import SpecError
 
     return SpecError(option, path, allowed, where="command line")
 
@@ -283,7 +284,6 @@ def output_path(path: str | os.PathLike | None, option: str = "--out", *, folder
     except FileNotFoundError:
         st = None
     except OSError as exc:
-        from specsim.errors import os_reason
 
         raise _refuse(option, str(p), f"a {what} path specsim can use ({os_reason(exc)})") from None
     if st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
@@ -296,7 +296,6 @@ def output_path(path: str | os.PathLike | None, option: str = "--out", *, folder
             try:
                 entries = sorted(e.name for e in p.iterdir())
             except OSError as exc:
-                from specsim.errors import os_reason
 
                 raise _refuse(option, str(p), f"a folder specsim can read ({os_reason(exc)})") from None
             if entries:
@@ -310,7 +309,6 @@ def output_path(path: str | os.PathLike | None, option: str = "--out", *, folder
                 write_text(p / MARKER, "This folder was written by specsim; this marker lets later specsim runs "
                            "write into it (docs/results.md).\n")
         except OSError as exc:
-            from specsim.errors import os_reason
 
             raise _refuse(option, str(p), f"a folder specsim can create and write files in ({os_reason(exc)})") from None
         return p
@@ -339,7 +337,6 @@ def _resolved(text: str, option: str, what: str) -> Path:
             return Path(os.path.relpath(real, cwd))   # shown as the user wrote it, where it lands
         return Path(real)
     except (OSError, ValueError) as exc:
-        from specsim.errors import os_reason
 
         why = os_reason(exc) if isinstance(exc, OSError) else str(exc)
         raise _refuse(option, text, f"a {what} path specsim can resolve ({why})") from None
@@ -365,7 +362,6 @@ def check_regular_destination(dest: Path) -> None:
     except OSError:
         return
     if not stat.S_ISREG(st.st_mode):
-        from specsim.errors import SpecError
 
         raise SpecError("(output file)", str(dest), f"a path that is a regular file or nothing yet; this is "
                         f"{_kind(st.st_mode)}, which specsim never writes to or replaces", str(dest))
@@ -390,7 +386,6 @@ class FolderLock:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0),
                          0o666 & ~current_umask())
         except OSError as exc:
-            from specsim.errors import os_reason
 
             raise _refuse(self.option, str(self.folder), f"a folder specsim can lock ({LOCK}: "
                           f"{os_reason(exc)})") from None

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from specsim.errors import MAX_INT, SpecError, load_yaml_text, os_reason, short_repr
+from specsim.errors import MAX_INT, SpecError, YamlTooLarge, load_yaml_text, os_reason, short_repr
 
 __all__ = ["MAX_INPUT_BYTES", "MAX_ROWS", "csv_records", "jsonl_records", "number_column", "read_bytes", "read_json",
            "read_text", "read_yaml", "whole_number"]
@@ -120,7 +120,6 @@ def read_yaml(path: str | os.PathLike, field: str = "(file)", what: str = "YAML 
     """One YAML document (the bounded loader of specsim.errors: YAML 1.2 booleans, unique keys)."""
     import yaml
 
-    from specsim.errors import YamlTooLarge
 
     where = str(path)
     text = read_text(path, field, what, max_bytes)

@@ -30,7 +30,12 @@ import pytest  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="session")
-def private_specsim_cache(tmp_path_factory):
+def private_cache_and_strict_warnings(tmp_path_factory):
     """Every test (and every process it starts) keeps specsim's machine cache of parsed length
-    files (workload/lengths/parsed_cache.py) in a temporary folder, never in the user's home."""
+    files (workload/lengths/parsed_cache.py) in a temporary folder, never in the user's home, and
+    treats a numeric warning as an error."""
     os.environ["SPECSIM_CACHE_DIR"] = str(tmp_path_factory.mktemp("specsim-cache"))
+    # the worker processes a test starts (sweeps, plans: a spawned pool) hold numeric warnings to the
+    # rule pyproject.toml's filterwarnings sets in this process: an error, so a warning in a worker's
+    # path fails its run (and its test) instead of printing to the terminal
+    os.environ["PYTHONWARNINGS"] = "error::RuntimeWarning"

@@ -25,6 +25,7 @@ from importlib import resources
 from pathlib import Path
 
 from specsim import inputs
+from specsim.catalog.hf_config import META_KEYS, load_config_model, model_from_config
 from specsim.catalog.model_spec import MLASpec, ModelSpec, MoESpec  # noqa: F401 (re-exported: the catalog's face)
 from specsim.errors import SpecError, short_repr
 
@@ -271,7 +272,6 @@ def model_config_path(name: str, base_dir: Path | None = None) -> Path:
 
 @lru_cache(maxsize=64)
 def _bundled_spec(key: str) -> ModelSpec:
-    from specsim.catalog.hf_config import META_KEYS, model_from_config
 
     entry = _catalog()["models"][key]
     where = f"{BUNDLED_CATALOG}: models.{key}"
@@ -317,7 +317,6 @@ def load_model(name: str, base_dir: Path | None = None) -> ModelSpec:
     """A model by catalog name (case-insensitive: the user catalog's entries shadow the bundled
     ones) or by the path of a Hugging Face config.json / a directory holding one (relative to
     `base_dir` when it is there). Unknown names get a did-you-mean."""
-    from specsim.catalog.hf_config import load_config_model
 
     name = str(name)
     if is_model_path(name):

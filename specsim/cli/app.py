@@ -146,7 +146,8 @@ def check(
     con = _console()
     con.print(f"[bold green]OK[/bold green] {sc.name} ({scenario})")
     t = _table("summary", "item", "value", right_from=2)
-    t.add_row("model / hardware", f"{world.model.name} on {world.hw.name}")
+    t.add_row("model / hardware", f"{world.model.name} on {world.hw.name}" if not world.mixed_hardware else
+              f"{world.model.name}: trained on {world.trainer_hw.name}, generated on {world.hw.name}")
     t.add_row("rollout", f"{world.engines} engines × {world.layout.describe()} = {sc.rollout.gpus} GPUs, "
                          f"≤ {world.rollout.max_batch} running sequences each"
                          + ("" if sc.rollout.max_batch else " (vLLM's default max_num_seqs for this GPU)"))
@@ -161,7 +162,11 @@ def check(
     t.add_row("KV capacity per engine", f"{world.kv_capacity_tokens:,} tokens "
                                         f"({info['max_length_sequences_in_kv']} max-length sequences)")
     mem = ", ".join(f"{common.gb_label(key)} {v:.1f}" for key, v in info["memory_gb_per_gpu"].items())
-    t.add_row("memory per GPU (GB)", mem)
+    t.add_row(f"rollout memory per GPU (GB, {world.hw.name})", mem)
+    tm = tr["memory_gb_per_gpu"]
+    t.add_row(f"trainer memory per GPU (GB, {world.trainer_hw.name})",
+              f"model state {tm['model_state']:.1f}, activations {tm['activations']:.1f}, total {tm['total']:.1f} "
+              f"of {tm['hbm']:.1f}")
     t.add_row("workload", f"{w.prompts} prompts × {w.group_size} = {info['responses_per_step']:,} responses/step, "
                           f"max {w.max_response_tokens} tokens")
     t.add_row("drafter", f"{d.kind}, α0 = {info['alpha0']:.3f}, τ = {info['tau_at_k']['tau']:.2f} at k = {d.tau_at_k}")

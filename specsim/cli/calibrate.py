@@ -30,17 +30,23 @@ beside its data: ``python calibration/recipes/acceptance_shape.py`` (docs/calibr
 from __future__ import annotations
 
 import contextlib
-
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from specsim.atomic import output_folder, output_path
+from specsim.calibrate.collect.collector import collect_spec, collect_trace
+from specsim.calibrate.kernels.a100_sweep import fit_a100_sweep
+from specsim.calibrate.kernels.describe import kernel_calibration_info
+from specsim.calibrate.traces import calibrate
+from specsim.calibrate.workload.run import DEFAULT_TARGETS, run_workload_fit
 from specsim.cli import common
 from specsim.cli.common import CalibrationOpt, Format, FormatOpt, handle_errors
 from specsim.errors import SpecError
 from specsim.validate.targets import find_calibration_dir
+from specsim.workload.acceptance.engine_metrics import read_acceptance_metrics
 
 # the command bodies' short names for the shared helpers
 _bad_option, _console, _emit_json, _table = common.bad_option, common.console, common.emit_json, common.table
@@ -86,8 +92,6 @@ def traces_cmd(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Fit a hardware profile's efficiency factors (and acceptance, lengths) to traces."""
-    from specsim.atomic import output_path
-    from specsim.calibrate.traces import calibrate
 
     if not traces:
         raise _bad_option("traces", [], "one or more trace files (CSV or JSONL)")
@@ -124,8 +128,6 @@ def kernels_cmd(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Fit the profiles' kernel laws and engine overheads to measured kernel tables."""
-    from specsim.atomic import output_folder
-    from specsim.calibrate.kernels.describe import kernel_calibration_info
 
     with contextlib.ExitStack() as stack:
         if out is not None:   # the one output guard (resolved, marked, locked), before any work
@@ -165,7 +167,6 @@ def workload_cmd(
     max_nfev: Annotated[int, typer.Option("--max-nfev", help="Simulations per stage at most (least_squares).")] = 40,
 ) -> None:
     """Fit a workload's unknowns and trainer efficiencies to published stage times; write them back."""
-    from specsim.calibrate.workload.run import DEFAULT_TARGETS, run_workload_fit
 
     if max_nfev < 1:
         raise _bad_option("--max-nfev", max_nfev, ">= 1 simulation per stage")
@@ -202,7 +203,6 @@ def a100_sweep_cmd(
 ) -> None:
     """Fit a100_sxm's in-situ streaming factor and multi-token attention to EfficientRollout's A100 sweeps
     (the calibration folder's published/efficientrollout_a100_*.csv)."""
-    from specsim.calibrate.kernels.a100_sweep import fit_a100_sweep
 
     root = find_calibration_dir(calibration).parent   # the sweeps are read as <root>/calibration/published/...
     fit = fit_a100_sweep(write_profile=write_profile, root=root)
@@ -253,7 +253,6 @@ def collect_cmd(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --out file.")] = False,
 ) -> None:
     """Time a catalog model's forward passes (random weights, torch) into a kernel trace (needs the collect extra)."""
-    from specsim.calibrate.collect.collector import collect_spec, collect_trace
 
     spec = collect_spec(out=out, model=model, tiny=tiny, device=device, batches=batches, contexts=contexts, k=k,
                         prompts=prompts, prompt_batches=prompt_batches, layers=layers, repeats=repeats, warmup=warmup,
@@ -276,7 +275,6 @@ def acceptance_cmd(
 ) -> None:
     """τ as the engine reports it (1 + accepted / drafts) and its draft length k, for drafter.tau / drafter.tau_at_k
     (or name the file as drafter.tau_from)."""
-    from specsim.workload.acceptance.engine_metrics import read_acceptance_metrics
 
     m = read_acceptance_metrics(metrics, "METRICS")
     info = {"file": str(metrics), **m.as_dict()}

@@ -21,7 +21,8 @@ def explain(
                                                    "sweep's).")] = None,
     steps: Annotated[int | None, typer.Option("--steps", help="RL steps per run (default: pipeline.steps).")] = None,
     out: Annotated[str | None, typer.Option("--out", help="Folder for explain.md/json, ladder.csv, shapley.csv "
-                                            "and waterfall.png (default: results/<name>-explain).")] = None,
+                                            "and waterfall.png, and its runs/ (default: results/<name>-explain). "
+                                            "Rerun to reuse finished runs.")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Parallel worker processes.")] = 2,
     force: Annotated[bool, typer.Option("--force", help="Write into a non-empty --out folder specsim did not "
                                         "write.")] = False,
@@ -33,18 +34,20 @@ def explain(
     from specsim.explain.ladder import explain as run_explain
     from specsim.explain.ladder import explanation_markdown, write_explanation
 
-    from specsim.atomic import output_folder
     from specsim.scenario import load_scenario
+    from specsim.study.store import open_results
 
     if out is None:
         out = str(Path("results") / f"{load_scenario(scenario, list(sets or ())).name}-explain")
-    with output_folder(out, "--out", force=force) as folder:   # the one output guard, before any work
-        e = run_explain(scenario, list(sets or ()), point=point, replicates=replicates, steps=steps, jobs=jobs)
-        files = write_explanation(folder, e)
+    # the one output guard, before any work; the runs kept in <out>/runs/: a rerun resumes there
+    with open_results(out, force=force) as folder:
+        e = run_explain(scenario, list(sets or ()), point=point, replicates=replicates, steps=steps, jobs=jobs,
+                        store=folder.store)
+        files = write_explanation(folder.path, e)
     if fmt is Format.json:
         from specsim.study.report.tables import jsonable
 
         emit_json({**jsonable(e.as_dict()), "files": files})
         return
     console().print(explanation_markdown(e), markup=False)
-    console().print(f"written: {', '.join(files)}")
+    console().print(f"written: {', '.join(files)} ({e.computed_runs} runs simulated, {e.reused_runs} reused)")

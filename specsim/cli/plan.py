@@ -40,7 +40,7 @@ def plan(
     sets: SetOpt = None,
     gpus: Annotated[str | None, typer.Option("--gpus", help="Total GPUs: N, a list N1,N2 or a range A:B:STEP "
                                                             "(plan.total_gpus).")] = None,
-    hardware: Annotated[str | None, typer.Option("--hardware", help="GPU types, comma-separated (plan.hardware).")] = None,
+    hardware: Annotated[str | None, typer.Option("--hardware", help="GPU types, comma-separated (plan.hardware); TRAINING+ROLLOUT is a mixed pair (gb200+h200_sxm: GB200 trains, H200 generates; async).")] = None,
     max_lag: Annotated[int | None, typer.Option("--max-lag", help="Largest policy lag tolerated "
                                                                   "(plan.max_policy_lag).")] = None,
     k: Annotated[str | None, typer.Option("--k", help="Draft lengths, comma-separated; 0 = AR (plan.k).")] = None,

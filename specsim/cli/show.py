@@ -11,9 +11,10 @@ from typing import Annotated
 import typer
 import yaml
 
-from specsim.catalog.models import drafter_kind, drafter_kind_names
+from specsim.calibrate.kernels.describe import hardware_info
+from specsim.catalog.hardware import load_hardware
+from specsim.catalog.models import drafter_arch, drafter_kind, drafter_kind_names, load_model
 from specsim.cli import common
-from specsim.errors import SpecError
 from specsim.cli.common import (
     CatalogOpt,
     Format,
@@ -24,6 +25,19 @@ from specsim.cli.common import (
     option_errors,
     use_catalog,
 )
+from specsim.errors import SpecError, load_yaml_text
+from specsim.explain.show import (
+    drafter_acceptance,
+    drafter_report,
+    lengths_report,
+    model_layout,
+    model_report,
+    schedule_report,
+    tree_report,
+)
+from specsim.policy import Schedule
+from specsim.policy.schedule import ALLOWED, parse_batch_schedule
+from specsim.world.resolve import rollout_weight_dtypes
 
 # the command bodies' short names for the shared helpers
 _bad_option, _b, _console, _emit_json = common.bad_option, common.billions, common.console, common.emit_json
@@ -55,9 +69,6 @@ def show_model(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Sizes (against the published totals), memory plan and decode-step latency of a model on a layout."""
-    from specsim.catalog.hardware import load_hardware
-    from specsim.catalog.models import load_model
-    from specsim.explain.show import model_layout, model_report
 
     if context < 0:
         raise _bad_option("--context", context, ">= 0 tokens")
@@ -70,7 +81,6 @@ def show_model(
     hw = load_hardware(hardware)
     with use_catalog(catalog):
         model = load_model(name)
-    from specsim.world.resolve import rollout_weight_dtypes
 
     dtypes = rollout_weight_dtypes(weight_dtype, model)
     with option_errors():
@@ -129,7 +139,6 @@ def show_hardware(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Peaks, fitted terms with their fit quality, and what is still a prior."""
-    from specsim.calibrate.kernels.describe import hardware_info
 
     info = hardware_info(name)
     if fmt is Format.json:
@@ -167,11 +176,19 @@ _DRAFTER_OPTIONS = {"position_decay": "--decay", "update_every_steps": "--update
                     "drafter_kind": "--kind", "k": "--tau-k",
                     **{f"tree.{p}": "--tree" for p in ("branching", "sibling_factor", "depth", "topk", "verify_tokens")}}
 
+def _schedule_table(rows: list[dict], context: int):
+    """`show drafter --schedule`'s table: the schedule's k and expected speedup by batch, and the best fixed k."""
+    t = _table(f"schedule: expected speedup by batch ({context} tokens of context per sequence)", "batch", "k",
+               "τ", "SD step ms", "decode step ms", "speedup", "best k", "best speedup")
+    for r in rows:
+        t.add_row(str(r["batch"]), str(r["k"]), f"{r['tau']:.3f}", f"{r['sd_step_ms']:.3f}",
+                  f"{r['decode_step_ms']:.3f}", f"{r['expected_speedup']:.3f}", str(r["best_k"]),
+                  f"{r['best_speedup']:.3f}")
+    return t
+
+
 def _schedule_option(text: str):
     """`--schedule`: a YAML/JSON mapping (or list) in vLLM's format, checked by the policy's own rules."""
-    from specsim.errors import load_yaml_text
-    from specsim.policy import Schedule
-    from specsim.policy.schedule import ALLOWED, parse_batch_schedule
 
     try:
         raw = load_yaml_text(text)
@@ -225,9 +242,6 @@ def show_drafter(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """A drafter's acceptance (τ by draft length and over RL steps) and its cost at batch 1."""
-    from specsim.catalog.hardware import load_hardware
-    from specsim.catalog.models import drafter_arch, load_model
-    from specsim.explain.show import drafter_acceptance, drafter_report, model_layout, schedule_report, tree_report
 
     if (tau is None) == (alpha is None):
         raise _bad_option("--tau/--alpha", {"tau": tau, "alpha": alpha}, "exactly one of --tau (with --tau-k) or --alpha")
@@ -294,13 +308,7 @@ def show_drafter(
     t.add_row("decode step (with overheads)", f"{cost['decode_step_ms']:.3f} ms")
     con.print(t)
     if "schedule" in info:
-        t = _table(f"schedule: expected speedup by batch ({context} tokens of context per sequence)", "batch", "k",
-                   "τ", "SD step ms", "decode step ms", "speedup", "best k", "best speedup")
-        for r in info["schedule"]:
-            t.add_row(str(r["batch"]), str(r["k"]), f"{r['tau']:.3f}", f"{r['sd_step_ms']:.3f}",
-                      f"{r['decode_step_ms']:.3f}", f"{r['expected_speedup']:.3f}", str(r["best_k"]),
-                      f"{r['best_speedup']:.3f}")
-        con.print(t)
+        con.print(_schedule_table(info["schedule"], context))
     if "tree" in info:
         tr = info["tree"]
         con.print(f"tree {tr.get('branching', tr.get('tree'))} ({tr['tree_tokens']} draft tokens, depth {tr['depth']}): expected accepted "
@@ -319,7 +327,6 @@ def show_lengths(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Draw one step's response lengths as the simulator does and summarise the tail."""
-    from specsim.explain.show import lengths_report
 
     if samples is not None and samples < 1:
         raise _bad_option("--samples", samples, ">= 1")

@@ -45,6 +45,18 @@ def link(hw: HardwareSpec, group_gpus: int) -> tuple[float, float]:
     return hw.scaleout_bw_bytes_per_s * hw.efficiency.comm, hw.scaleout_latency_s
 
 
+def pool_link(a: HardwareSpec, b: HardwareSpec, group_gpus: int) -> tuple[float, float]:
+    """(bytes/s achieved, latency s) of a group spanning a pool of profile `a` and one of profile
+    `b`. Same profile: :func:`link`. Two profiles are two kinds of machine, never one NVLink
+    domain, so the group crosses both scale-out networks and moves at the slower one:
+        bw = min(bw_scaleout(a) · eff_comm(a), bw_scaleout(b) · eff_comm(b)),
+        lat = max(lat_scaleout(a), lat_scaleout(b))."""
+    if a.name == b.name:
+        return link(a, group_gpus)
+    return (min(a.scaleout_bw_bytes_per_s * a.efficiency.comm, b.scaleout_bw_bytes_per_s * b.efficiency.comm),
+            max(a.scaleout_latency_s, b.scaleout_latency_s))
+
+
 def _zero(x):
     return 0.0 if np.ndim(x) == 0 else np.zeros_like(np.asarray(x, dtype=float))
 

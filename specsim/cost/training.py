@@ -579,7 +579,7 @@ def rollout_weight_bytes(model: ModelSpec, rollout: ParallelLayout) -> float:
 
 def weight_sync_s(model: ModelSpec, hw: HardwareSpec, rollout: ParallelLayout, rollout_gpus: int,
                   training_gpus: int, *, method: str = "broadcast", colocated: bool = True,
-                  trainer: TrainingLayout | None = None) -> float:
+                  trainer: TrainingLayout | None = None, rollout_hw: HardwareSpec | None = None) -> float:
     """Trainer → rollout engines. B = the rollout shard of one rollout GPU, W = the whole policy,
     both in the rollout dtype. The link is the slowest one the GPUs involved span (colocated: the
     rollout pool; separate pools: both pools together) — NVLink inside one NVLink domain, else the
@@ -598,20 +598,30 @@ def weight_sync_s(model: ModelSpec, hw: HardwareSpec, rollout: ParallelLayout, r
                then broadcast to every rollout GPU (`packed_broadcast_producer`: each receives all
                of W): t = all_gather(W, copy) + broadcast(W, rollout GPUs + 1).
     none:      a free trainer (what_if.free_trainer): the weights arrive at no cost.
+
+    `hw` is the trainer's profile (the gather within one trainer model copy runs on it);
+    `rollout_hw` the engines' when the pools differ (`training.hardware`, separate pools only): the
+    transfer between the pools then moves over the slower of the two scale-out networks
+    (:func:`specsim.cost.comm.pool_link`), e.g. broadcast(W, n) = lat · ⌈log2 n⌉ + W / bw at that
+    link's bw and lat.
     """
     if method == "none":
         return 0.0
     b = weight_bytes_per_gpu(model, rollout)
     total = rollout_weight_bytes(model, rollout)
     span = rollout_gpus if colocated else rollout_gpus + training_gpus
-    bw, lat = comm.link(hw, span)
+    if colocated and rollout_hw is not None and rollout_hw.name != hw.name:
+        raise SpecError("weight_sync", method, f"separate pools with two profiles ({hw.name} trains, "
+                                               f"{rollout_hw.name} generates): colocated pools are the same GPUs")
+    bw, lat = comm.pool_link(hw, rollout_hw or hw, span)
     if method in ("ipc", "nccl_broadcast"):
         copy = training_gpus if trainer is None else min(trainer.gpus, max(trainer.tp * trainer.cp, trainer.ep)
                                                          * trainer.pp)
         gather = float(comm.all_gather_s(total, copy, hw))
         if method == "ipc":
             return gather
-        return gather + float(comm.broadcast_s(total, span, hw))
+        # comm.broadcast_s over the pools' link (the same formula; equal to it on one profile)
+        return gather + (0.0 if span <= 1 else float(lat * np.ceil(np.log2(span)) + total / bw))
     if method == "reshard":
         n = training_gpus
         if colocated:  # 1/n of each shard is already on the GPU
@@ -634,11 +644,12 @@ def offload_onload_s(model: ModelSpec, tl: TrainingLayout) -> float:
 
 
 def refit_s(model: ModelSpec, hw: HardwareSpec, rollout: ParallelLayout, rollout_gpus: int, tl: TrainingLayout, *,
-            colocated: bool) -> float:
+            colocated: bool, rollout_hw: HardwareSpec | None = None) -> float:
     """The "prepare" side of a step that new weights cost: weight_sync_s(method = the trainer's
-    `weight_sync`) plus, colocated, offload_onload_s."""
+    `weight_sync`) plus, colocated, offload_onload_s. `hw`: the trainer's profile; `rollout_hw`:
+    the engines' when it differs (weight_sync_s)."""
     t = weight_sync_s(model, hw, rollout, rollout_gpus, tl.gpus, method="none" if tl.free else tl.weight_sync,
-                      colocated=colocated, trainer=tl)
+                      colocated=colocated, trainer=tl, rollout_hw=rollout_hw)
     return float(t + (offload_onload_s(model, tl) if colocated else 0.0))
 
 

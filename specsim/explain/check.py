@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from specsim.catalog.models import drafter_kind, drafter_kind_names
+from specsim.cost import training as tc
+from specsim.sim.cluster import draw_step
 from specsim.workload.acceptance.laws import expected_tokens_per_verify
 from specsim.world.specs import steady_fill_warning
 
@@ -42,18 +44,29 @@ def trainer_report(world) -> dict:
     """The trainer on one step: step 0's draw (replicate 0) priced by cost/training.train_cost and
     logprob_s -- its layout, sharding and MFU, the training step's parts and the logprob passes.
     What `specsim check` shows so that a trainer dominated by communication is seen before a run."""
-    from specsim.cost import training as tc
-    from specsim.sim.cluster import draw_step
 
     draw = draw_step(world, 0, 0)
     seqs = tc.sequence_tokens(draw.prompt_tokens, draw.response_tokens)
     tl = world.trainer.layout
-    c = tc.train_cost(world.model, world.hw, tl, seqs)
+    c = tc.train_cost(world.model, world.trainer_hw, tl, seqs)
     return {"layout": tl.describe(), "sharding": tl.sharding, "mfu": tl.mfu, "tokens": float(seqs.sum()),
             "train_s": c.total_s, "compute_s": c.compute_s, "dp_comm_s": c.dp_comm_s,
             "bubble_tp_ep_s": c.bubble_s + c.tp_comm_s + c.ep_comm_s + c.cp_comm_s, "optimizer_s": c.optimizer_s,
             "overhead_s": c.overhead_s, "micro_batches": c.micro_batches, "optimizer_steps": c.optimizer_steps,
-            "logprob_s": float(tc.logprob_s(world.model, world.hw, tl, seqs))}
+            "logprob_s": float(tc.logprob_s(world.model, world.trainer_hw, tl, seqs)),
+            "hardware": world.trainer_hw.name, "memory_gb_per_gpu": trainer_memory_gb(world)}
+
+
+def trainer_memory_gb(world) -> dict:
+    """The trainer pool's memory per GPU (GB) on its own profile (cost/training.training_memory):
+    the model state, the peak of activations and workspace, what the GPU holds and, colocated, the
+    share the sleeping engines keep resident."""
+    sc = world.scenario
+    m = tc.training_memory(world.model, world.trainer_hw, world.trainer.layout,
+                           gpu_memory_utilization=sc.rollout.gpu_memory_utilization
+                           if sc.pipeline.mode == "sync" else None)
+    return {"model_state": m.state_bytes / 1e9, "activations": m.activation_bytes / 1e9,
+            "total": m.total_bytes / 1e9, "hbm": m.hbm_bytes / 1e9}
 
 
 def trainer_warning(report: dict) -> str | None:
@@ -116,6 +129,7 @@ def check_report(world, file: str) -> dict:
     trainer = trainer_report(world)
     return {
         "ok": True, "scenario": sc.name, "file": file, "model": world.model.name, "hardware": world.hw.name,
+        "rollout_hardware": world.hw.name, "training_hardware": world.trainer_hw.name,
         "engines": world.engines, "layout": world.layout.describe(), "gpus_per_engine": world.layout.gpus,
         "rollout_gpus": sc.rollout.gpus, "training_gpus": sc.training_gpus, "pipeline": sc.pipeline.mode,
         "kv_capacity_tokens_per_engine": world.kv_capacity_tokens,

@@ -5,7 +5,10 @@ its best point (study/report/summary.explain_block) and the `specsim explain` ca
 point's ladder; it cannot run that call itself (explain/ sits above study/). `run_and_explain`
 runs the scenario, and when the block asks for the ladder, runs the call (explain/ladder.explain),
 writes its files into `explain/` of the results folder, puts a compact ladder into the block and
-rewrites summary.json, summary.md and report.html (holding the folder's lock again).
+writes summary.json, summary.md and report.html once: the ladder is computed under the run's own
+lock (`run_scenario(..., then=...)`), before the run writes its summary. Its pipeline runs go
+into the results folder's runs/ (study/store.RunStore), beside the sweep's: the point's own runs
+are reused, and an interrupted ladder resumes from what it stored.
 
 Why it is opt-in: the ladder runs every coalition of the point's n mechanisms (2ⁿ) and the
 ladder's rungs, each as the point and its baseline per replicate: on the main job about 70
@@ -27,7 +30,8 @@ from pathlib import Path
 from specsim import atomic
 from specsim.errors import SpecError
 from specsim.inputs import read_json, read_text
-from specsim.study.runner import RunSummary, run_scenario, write_summary
+from specsim.study.runner import RunSummary, run_scenario
+from specsim.study.store import ResultsFolder
 
 __all__ = ["LADDER_DIR", "LADDER_FILE", "compact_ladder", "run_and_explain"]
 
@@ -72,39 +76,47 @@ def _stored(path: Path, key: str) -> dict | None:
 
 def run_and_explain(path: str | Path, overrides: Sequence[str] = (), out: str | Path | None = None, jobs: int = 2,
                     **kwargs) -> RunSummary:
-    """`run_scenario` (same arguments), then, when the scenario asks for it (`output.explain:
-    ladder`), the best point's ladder into the summary (module docstring). A ladder that cannot
-    run (a counterfactual scenario: explain sets the what-ifs itself) leaves the run as it is and
-    says why in the block (`ladder_error`) and the run's warnings."""
+    """`run_scenario` (same arguments), and, when the scenario asks for it (`output.explain:
+    ladder`), the best point's ladder into the summary (module docstring), computed under the
+    run's own lock before its summary is written (once). A ladder that cannot run (a
+    counterfactual scenario: explain sets the what-ifs itself) leaves the run as it is and says why
+    in the block (`ladder_error`) and the run's warnings."""
+    done: list[bool] = []
+
+    def ladder(folder: ResultsFolder, summary: dict) -> None:
+        block = summary.get("explain")
+        if block and block.get("ladder_requested"):
+            done.append(_ladder(folder, summary, block, jobs))
+
+    res = run_scenario(path, overrides, out=out, jobs=jobs, then=ladder, **kwargs)
+    if any(done):
+        res.files += [f"{LADDER_DIR}/{n}" for n in ("explain.md", "explain.json", "ladder.csv", "shapley.csv",
+                                                    "waterfall.png", "waterfall.csv", "report.html", LADDER_FILE)]
+    return res
+
+
+def _ladder(folder: ResultsFolder, summary: dict, block: dict, jobs: int) -> bool:
+    """The ladder of the run's best point into `block` (reused from explain/run_ladder.json when its
+    key matches; its pipeline runs kept in and reused from the run's own runs/). False: it could
+    not run (`ladder_error`)."""
     from specsim.explain.ladder import explain, write_explanation
     from specsim.study.report.tables import jsonable
 
-    res = run_scenario(path, overrides, out=out, jobs=jobs, **kwargs)
-    block = res.summary.get("explain")
-    if not block or not block.get("ladder_requested"):
-        return res
-    out_dir = Path(res.out_dir)
-    folder = out_dir / LADDER_DIR
-    with atomic.FolderLock(out_dir, "--out"):
-        key = _key(out_dir, res.summary, block["call"])
-        lad = _stored(folder / LADDER_FILE, key)
-        if lad is None:
-            call = block["call"]
-            t0 = time.perf_counter()
-            try:
-                e = explain(call["scenario"], call["sets"], point=call["point"] or None,
-                            replicates=call["replicates"], jobs=jobs)
-            except SpecError as exc:
-                block["ladder_error"] = str(exc)
-                res.warnings.append(f"output.explain: ladder was not computed: {exc}")
-                write_summary(out_dir, res.summary)
-                return res
-            folder.mkdir(parents=True, exist_ok=True)
-            write_explanation(folder, e)
-            lad = jsonable(compact_ladder(e, time.perf_counter() - t0))
-            atomic.write_json(folder / LADDER_FILE, {"key": key, "ladder": lad})
-        block["ladder"] = lad
-        write_summary(out_dir, res.summary)
-    res.files += [f"{LADDER_DIR}/{n}" for n in ("explain.md", "explain.json", "ladder.csv", "shapley.csv",
-                                                "waterfall.png", "waterfall.csv", "report.html", LADDER_FILE)]
-    return res
+    out_dir = folder.path
+    key = _key(out_dir, summary, block["call"])
+    lad = _stored(out_dir / LADDER_DIR / LADDER_FILE, key)
+    if lad is None:
+        call = block["call"]
+        t0 = time.perf_counter()
+        try:
+            e = explain(call["scenario"], call["sets"], point=call["point"] or None, replicates=call["replicates"],
+                        jobs=jobs, store=folder.store)
+        except SpecError as exc:
+            block["ladder_error"] = str(exc)
+            folder.warnings.append(f"output.explain: ladder was not computed: {exc}")
+            return False
+        write_explanation(out_dir / LADDER_DIR, e)
+        lad = jsonable(compact_ladder(e, time.perf_counter() - t0))
+        atomic.write_json(out_dir / LADDER_DIR / LADDER_FILE, {"key": key, "ladder": lad})
+    block["ladder"] = lad
+    return True

@@ -54,6 +54,7 @@ import numpy as np
 from specsim.errors import SpecError
 from specsim.scenario import Scenario, apply_overrides, load_scenario
 from specsim.study.plan import refuse_over_bound, run_tokens
+from specsim.study.store import RunFailed, RunStore
 from specsim.study.sweep import POINT_ALIASES, RunTask, baseline_of, k_of
 
 __all__ = ["FACTORS", "POINT_ALIASES", "Explanation", "Factor", "expert_coverage", "explain", "parse_point", "shapley"]
@@ -121,8 +122,10 @@ def applicable_factors(sc: Scenario) -> list[Factor]:
 def _sync_changes(sc: Scenario) -> dict:
     r = sc.rollout
     engine = max(r.tp, r.ep) * r.pp
+    from specsim.study.sweep import colocated_hardware
+
     return {"pipeline.mode": "sync", "training.gpus": None,
-            "rollout.gpus": max(engine, (sc.total_gpus // engine) * engine)}
+            "rollout.gpus": max(engine, (sc.total_gpus // engine) * engine), **colocated_hardware(sc)}
 
 
 def variant_overrides(sc: Scenario, on: frozenset[str], *, flat_c: float | None = None,
@@ -154,7 +157,8 @@ def variant_overrides(sc: Scenario, on: frozenset[str], *, flat_c: float | None 
 
 def _baseline_overrides(sc: Scenario, ov: dict) -> dict:
     """What of a variant's overrides reaches its AR baseline: the trainer and the pipeline mode."""
-    keep = ("what_if.free_trainer", "pipeline.mode", "training.gpus", "rollout.gpus")
+    keep = ("what_if.free_trainer", "pipeline.mode", "training.gpus", "rollout.gpus", "hardware", "rollout.hardware",
+            "training.hardware")   # a mixed point made colocated: on one profile (sweep.colocated_hardware)
     return {k: v for k, v in ov.items() if k in keep}
 
 
@@ -228,21 +232,36 @@ class Explanation:
     variants: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     runs: int = 0                 # pipeline runs the ladder and the attribution took
+    computed_runs: int = 0        # of them, simulated by this call (the rest reused from its store)
+    reused_runs: int = 0
 
     def as_dict(self) -> dict:
         return {"scenario": self.scenario, "point": self.point, "k": self.k, "tau": self.tau,
                 "replicates": self.replicates, "steps": self.steps, "mean_active_batch": self.batch,
                 "ladder": self.ladder, "shapley": self.shapley, "at_batch": self.at_batch,
                 "realised": self.realised, "ceiling": self.ceiling, "notes": self.notes, "pipeline_runs": self.runs,
+                "computed_runs": self.computed_runs, "reused_runs": self.reused_runs,
                 "what_if": "every variant but the last rung is a counterfactual (scenario what_if:)"}
 
 
 class _Runner:
-    """Runs variants (SD point + its AR baseline per replicate) once each, in parallel."""
+    """Runs variants (SD point + its AR baseline per replicate) once each, in parallel, through a
+    run store (study/store.RunStore: kept in the output folder's runs/ and reused from there, so
+    an interrupted `explain` resumes and a rerun simulates nothing)."""
 
-    def __init__(self, sc: Scenario, replicates: int, jobs: int):
+    def __init__(self, sc: Scenario, replicates: int, jobs: int, store: RunStore | None = None):
         self.sc, self.replicates, self.jobs = sc, replicates, jobs
-        self.runs: dict[str, dict] = {}
+        self.store = store if store is not None else RunStore()
+        self.keys: set[str] = set()      # the runs this ladder uses
+        self._counts0 = (self.store.computed, self.store.reused)   # a shared store counts other runs too
+
+    @property
+    def computed(self) -> int:
+        return self.store.computed - self._counts0[0]
+
+    @property
+    def reused(self) -> int:
+        return self.store.reused - self._counts0[1]
 
     def _tasks(self, ov: dict) -> tuple[list[RunTask], list[RunTask]]:
         from specsim.scenario import source_file
@@ -254,30 +273,25 @@ class _Runner:
         return ([RunTask.of(sd, r, "point") for r in range(self.replicates)],
                 [RunTask.of(ar, r, "baseline") for r in range(self.replicates)])
 
+    def has(self, ov: dict) -> bool:
+        return all(t.key in self.store for t in itertools.chain(*self._tasks(ov)))
+
     def run_all(self, variants: list[dict]) -> None:
-        from specsim.study.executors import run_tasks
-
-        todo: dict[str, RunTask] = {}
-        for ov in variants:
-            for t in itertools.chain(*self._tasks(ov)):
-                if t.key not in self.runs:
-                    todo[t.key] = t
-
-        def on_result(task: RunTask, result: dict) -> None:
-            if "error" in result:
-                raise SpecError("explain", task.doc.get("name"), f"a variant that can run: {result['error']}")
-            self.runs[task.key] = result
-
-        run_tasks(list(todo.values()), on_result, jobs=self.jobs)
+        tasks = [t for ov in variants for t in itertools.chain(*self._tasks(ov))]
+        self.keys.update(t.key for t in tasks)
+        try:
+            self.store.results(tasks, jobs=self.jobs, must_run=True)
+        except RunFailed as exc:
+            raise SpecError("explain", exc.task.doc.get("name"), f"a variant that can run: {exc.error}") from None
 
     def gains(self, ov: dict) -> np.ndarray:
         sd, ar = self._tasks(ov)
-        return np.array([self.runs[b.key]["steady"]["step_s"] / self.runs[s.key]["steady"]["step_s"]
-                         for s, b in zip(sd, ar)])
+        runs = self.store.runs
+        return np.array([runs[b.key]["steady"]["step_s"] / runs[s.key]["steady"]["step_s"] for s, b in zip(sd, ar)])
 
     def steady(self, ov: dict, key: str) -> np.ndarray:
         sd, _ = self._tasks(ov)
-        return np.array([self.runs[s.key]["steady"][key] for s in sd])
+        return np.array([self.store.runs[s.key]["steady"][key] for s in sd])
 
 
 def _ci(values) -> dict:
@@ -295,8 +309,11 @@ def _log_ci(values) -> dict:
 
 
 def explain(path: str | Path, overrides: Sequence[str] = (), *, point: str | None = None,
-            replicates: int | None = None, steps: int | None = None, jobs: int = 2) -> Explanation:
-    """The ladder and Shapley attribution of one point of a scenario (module docstring)."""
+            replicates: int | None = None, steps: int | None = None, jobs: int = 2,
+            store: RunStore | None = None) -> Explanation:
+    """The ladder and Shapley attribution of one point of a scenario (module docstring). `store`:
+    where its runs are kept and reused (study/store.RunStore: `specsim explain`'s output folder,
+    or the results folder of the run that asks for the ladder; None: in memory)."""
     from specsim.world.resolve import resolve
 
     if replicates is not None and not 1 <= int(replicates) <= 100:
@@ -325,7 +342,7 @@ def explain(path: str | Path, overrides: Sequence[str] = (), *, point: str | Non
     factors = applicable_factors(sc)
     names = [f.name for f in factors]
     everything = frozenset(names)
-    run = _Runner(sc, reps, jobs)
+    run = _Runner(sc, reps, jobs, store)
 
     # ---- phase 1: the plain run (its batch sets the flat costs) and every coalition
     coalitions = [frozenset(s) for size in range(len(names) + 1) for s in itertools.combinations(names, size)] \
@@ -385,7 +402,7 @@ def explain(path: str | Path, overrides: Sequence[str] = (), *, point: str | Non
     # ---- Shapley over the factors, per replicate (log gains)
     def value(s: frozenset) -> np.ndarray:
         ov = variant_overrides(sc, s)
-        if ov and not all(t.key in run.runs for t in itertools.chain(*run._tasks(ov))):
+        if ov and not run.has(ov):
             run.run_all([ov])
         return np.log(run.gains(ov))
 
@@ -416,9 +433,11 @@ def explain(path: str | Path, overrides: Sequence[str] = (), *, point: str | Non
     if few:
         notes.append(few)
     if "async" in names:
-        notes.append("async off = the point run synchronously (colocated) on its total GPUs")
+        notes.append("async off = the point run synchronously (colocated) on its total GPUs"
+                     + (f", all on the rollout profile ({sc.rollout_hardware})" if sc.mixed_hardware else ""))
     return Explanation(sc.name, {**parse_point(point)}, k, tau, reps, sc.pipeline.steps, batch, ladder, shap, at,
-                       _ci(realised), _ci(ceiling), {"total_log_gain": [float(x) for x in total]}, notes, len(run.runs))
+                       _ci(realised), _ci(ceiling), {"total_log_gain": [float(x) for x in total]}, notes, len(run.keys),
+                       run.computed, run.reused)
 
 
 # ============================================================================ outputs

@@ -16,9 +16,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.catalog.hardware import HardwareSpec
-from specsim.catalog.models import DrafterArch, ModelSpec
+from specsim.catalog.hardware import DTYPE_BYTES, HardwareSpec, list_hardware, load_hardware
+from specsim.catalog.models import DrafterArch, ModelSpec, drafter_arch, list_models, load_model
+from specsim.cost.forward import decode_cost, draft_cost, math_dtype, verify_cost
 from specsim.cost.layout import ParallelLayout
+from specsim.cost.memory import drafter_weight_bytes_per_gpu, memory_plan
+from specsim.cost.roofline import ridge_point
+from specsim.cost.step import step_cost
+from specsim.scenario import apply_overrides, source_file
+from specsim.sim.cluster import draw_step
+from specsim.workload.acceptance.drafter import DrafterAcceptance, Staleness, staleness_from_taus
+from specsim.workload.acceptance.shapes import parse_branching, tree_summary
+from specsim.workload.lengths import growth_factor, length_summary
+from specsim.world.resolve import resolve
 
 GB = 1e9
 
@@ -50,11 +60,6 @@ def model_report(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, *, 
     whether batch·(context+1) tokens fit the replica's KV capacity. Raises LayoutError when the
     weights do not fit.
     """
-    from specsim.catalog.hardware import DTYPE_BYTES
-    from specsim.cost.forward import decode_cost, math_dtype, verify_cost
-    from specsim.cost.memory import memory_plan
-    from specsim.cost.roofline import ridge_point
-    from specsim.cost.step import step_cost
 
     plan = memory_plan(model, hw, layout, gpu_memory_utilization=gpu_memory_utilization,
                        max_batched_tokens=max_batched_tokens)
@@ -107,7 +112,6 @@ def published_report(model: ModelSpec) -> dict:
 
 def architecture_report(model: ModelSpec) -> dict:
     """What the config describes, beyond the sizes: attention kind, dense first layers, experts, MTP."""
-    from specsim.catalog.models import drafter_arch
 
     parts = [model.model_type or "catalog"]
     attn: dict = {"heads": model.heads}
@@ -151,7 +155,6 @@ def drafter_acceptance(kind: str, *, tau: float | None = None, tau_k: int = 3, a
     or a per-token α, with staleness given either as a τ measured `after_versions` policy versions
     later (`tau_after`, inverted by :func:`staleness_from_taus`) or as an e-folding `rate_per_version`
     of α, floored at `floor_alpha`. The caller checks which options may be combined."""
-    from specsim.workload.acceptance.drafter import DrafterAcceptance, Staleness, staleness_from_taus
 
     stale = Staleness.never()
     if tau_after is not None:
@@ -171,9 +174,6 @@ def drafter_report(acc, arch: DrafterArch, target: ModelSpec, hw: HardwareSpec, 
     `k` at each RL step of `steps`; and batch-1 costs at `context` tokens: the draft pass, the
     policy's decode pass, their ratio c, an SD step (k drafts + verify, with overheads) and an AR
     decode step."""
-    from specsim.cost.forward import decode_cost, draft_cost
-    from specsim.cost.memory import drafter_weight_bytes_per_gpu
-    from specsim.cost.step import step_cost
 
     by_k = [{"k": kk, "tau": acc.tau(kk, 0)} for kk in TABLE_DRAFT_LENGTHS]
     over_steps = [{"step": s, "versions_since_update": int(acc.versions_since_update(s)),
@@ -205,7 +205,6 @@ def schedule_report(policy, acc, arch: DrafterArch, target: ModelSpec, hw: Hardw
     at k against decode, and the expected speedup τ(k) · step_s(0) / step_s(k) (tokens per second
     of the engine, the quantity the toggle and adaptive policies compare); beside it the best
     fixed k in 0..8 at that batch, the schedule's ceiling at this acceptance and cost."""
-    from specsim.cost.step import step_cost
 
     if batches is None:
         bounds = {b for lo, hi, _ in policy.table for b in (lo, hi) if b <= 4096}
@@ -239,10 +238,6 @@ def lengths_report(sc, *, samples: int | None = None, step: int = 0) -> dict:
     step is drawn with enough prompts and the first `samples` lengths are kept. The draw is seeded
     from the scenario, so the report is deterministic.
     """
-    from specsim.scenario import apply_overrides, source_file
-    from specsim.sim.cluster import draw_step
-    from specsim.workload.lengths import growth_factor, length_summary
-    from specsim.world.resolve import resolve
 
     file = source_file(sc)
     n = samples if samples is not None else sc.workload.prompts * sc.workload.group_size
@@ -260,14 +255,12 @@ def lengths_report(sc, *, samples: int | None = None, step: int = 0) -> dict:
 
 def tree_report(acc, branching: str) -> dict:
     """A draft tree's expected accepted length under `acc` (workload/acceptance/shapes.py), for `show drafter --tree`."""
-    from specsim.workload.acceptance.shapes import parse_branching, tree_summary
 
     return tree_summary(acc, parse_branching(branching))
 
 
 def hardware_listing() -> list[dict]:
     """`specsim list hardware`: one record per bundled profile, units in the keys (dense peaks)."""
-    from specsim.catalog.hardware import list_hardware, load_hardware
 
     out = []
     for name in list_hardware():
@@ -281,7 +274,6 @@ def hardware_listing() -> list[dict]:
 
 def model_listing() -> list[dict]:
     """`specsim list models`: one record per catalog model (parameters as counts, not billions)."""
-    from specsim.catalog.models import list_models, load_model
 
     out = []
     for name in list_models():

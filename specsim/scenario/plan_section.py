@@ -16,7 +16,23 @@ from pydantic import Field, field_validator, model_validator
 
 from specsim.scenario.base import Strict, field_error
 
-__all__ = ["LayoutChoice", "PlanSearchSection", "PlanSection"]
+__all__ = ["PAIR_SEP", "LayoutChoice", "PlanSearchSection", "PlanSection", "hardware_pair", "plan_hardware_names"]
+
+
+#: how a plan's GPU-type entry names a mixed pair: TRAINING+ROLLOUT
+PAIR_SEP = "+"
+
+
+def hardware_pair(entry: str) -> tuple[str, str]:
+    """(training profile, rollout profile) of a `plan.hardware` entry: `gb200+h200_sxm` is GB200
+    training and H200 generating; a plain name is both pools."""
+    parts = [p.strip() for p in entry.split(PAIR_SEP)]
+    return (parts[0], parts[-1])
+
+
+def plan_hardware_names(entries) -> list[str]:
+    """Every profile name the entries of `plan.hardware` use (a pair counts both)."""
+    return [name for e in (entries or ()) for name in dict.fromkeys(hardware_pair(e))]
 
 
 class LayoutChoice(Strict):
@@ -69,7 +85,9 @@ class PlanSection(Strict):
         "the GPU budget: one count or a list of counts (a range: list it, or `--gpus 512:2048:512`); null: the "
         "scenario's total GPUs"))
     hardware: list[str] | None = Field(default=None, description=(
-        "GPU types to consider (hardware profile names); null: the scenario's `hardware`"))
+        "GPU types to consider (hardware profile names); an entry `TRAINING+ROLLOUT` (`gb200+h200_sxm`: GB200 "
+        "trains, H200 generates; async only) is one mixed pair of pools; null: the scenario's own profiles "
+        "(`hardware`, or `training.hardware+rollout.hardware` when they differ)"))
     max_policy_lag: int = Field(default=1, ge=0, le=64, description=(
         "largest policy lag the algorithm tolerates (async; NeMo-RL `max_trajectory_age_steps`, default 1): lags "
         "0 … this are candidates"))
@@ -120,6 +138,16 @@ class PlanSection(Strict):
     def _non_empty(cls, v, info):
         if v is not None and not v:
             raise ValueError(f"a non-empty list, or null for the default ({info.field_name}: [] allows nothing)")
+        return v
+
+    @field_validator("hardware")
+    @classmethod
+    def _pairs(cls, v):
+        for entry in v or ():
+            parts = entry.split(PAIR_SEP)
+            if len(parts) > 2 or not all(p.strip() for p in parts):
+                raise ValueError(f"{entry!r}: a profile name or one TRAINING{PAIR_SEP}ROLLOUT pair "
+                                 f"(e.g. gb200{PAIR_SEP}h200_sxm)")
         return v
 
     @field_validator("k")

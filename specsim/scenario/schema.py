@@ -26,7 +26,7 @@ from specsim.policy import KINDS
 from specsim.policy.schedule import parse_batch_schedule
 from specsim.scenario.base import Raw, ScenarioError, Strict, field_error  # noqa: F401 (re-exported)
 from specsim.scenario.paths import MAX_SWEEP_ROWS, path_problem, sweep_rows
-from specsim.scenario.plan_section import PlanSection
+from specsim.scenario.plan_section import PlanSection, plan_hardware_names
 
 DType = Literal["bf16", "fp16", "fp8", "int8", "fp4", "int4"]
 
@@ -134,6 +134,15 @@ class RolloutSection(Strict):
                                            description="override the KV budget per engine that the memory plan derives")
     dispatch: Literal["round_robin", "least_loaded"] = Field(
         default="round_robin", description="how GRPO groups are assigned to engines")
+    hardware: str | None = Field(default=None, description=(
+        "the generation pool's hardware profile (a name or a path, as the top-level `hardware`); null: the "
+        "top-level `hardware`. Another profile than `training.hardware` needs `pipeline.mode: async` (separate "
+        "pools; colocated pools are the same GPUs)"))
+
+    @field_validator("hardware")
+    @classmethod
+    def _hardware_name(cls, v: str | None) -> str | None:
+        return None if v is None else hardware_key(v)
 
 
 class TrainingSection(Strict):
@@ -182,6 +191,16 @@ class TrainingSection(Strict):
             "`nccl_broadcast` with separate pools (the whole model gathered to one trainer rank and broadcast to every "
             "rollout GPU); `broadcast` = a pipelined broadcast in which each rollout GPU receives only its shard; "
             "`reshard` = each rollout GPU all-gathers its shard from the trainer's ZeRO shards"))
+    hardware: str | None = Field(default=None, description=(
+        "the trainer pool's hardware profile (a name or a path, as the top-level `hardware`); null: the top-level "
+        "`hardware`. Another profile than `rollout.hardware` needs `pipeline.mode: async`; new weights then reach "
+        "the engines over the slower of the two profiles' scale-out networks"))
+
+    @field_validator("hardware")
+    @classmethod
+    def _hardware_name(cls, v: str | None) -> str | None:
+        return None if v is None else hardware_key(v)
+
     optimizer_bytes_per_param: float = Field(default=16.0, ge=0.01, le=1024,
                                              description="trainer memory per parameter (weights, grads, Adam states)")
     sharding: Literal["fsdp", "distributed_optimizer"] = Field(
@@ -534,11 +553,11 @@ class OutputSection(Strict):
         for name, x in v.items():
             if not math.isfinite(x) or x < 0:
                 raise field_error(name, x, "a finite price >= 0 ($ per GPU-hour)")
-            out[_hardware_key(name)] = float(x)
+            out[hardware_key(name)] = float(x)
         return out
 
 
-def _hardware_key(v: str) -> str:
+def hardware_key(v: str) -> str:
     """A hardware profile's name as the scenario's `hardware` field keeps it: bundled names
     case-insensitive (GB200 = gb200), paths as written."""
     if "/" in v or "\\" in v or v.lower().endswith((".yaml", ".yml")):
@@ -596,7 +615,7 @@ class Scenario(Strict):
     @classmethod
     def _hardware_name(cls, v: str) -> str:
         """Bundled profile names are case-insensitive (GB200 = gb200); paths are kept as written."""
-        return _hardware_key(v)
+        return hardware_key(v)
 
     @field_validator("sweep")
     @classmethod
@@ -647,6 +666,17 @@ class Scenario(Strict):
         return self
 
     @model_validator(mode="after")
+    def _mixed_pools(self):
+        """Two profiles need two pools: colocated (sync) pools are the same GPUs."""
+        if self.pipeline.mode == "sync" and self.rollout_hardware != self.training_hardware:
+            fld = "training.hardware" if self.training.hardware is not None else "rollout.hardware"
+            raise field_error(fld, getattr(self.training if fld.startswith("training") else self.rollout, "hardware"),
+                              f"the rollout pool's profile ({self.rollout_hardware}) or omitted in sync mode: "
+                              f"colocated pools are the same GPUs (use pipeline.mode: async to train on "
+                              f"{self.training_hardware} and generate on {self.rollout_hardware})")
+        return self
+
+    @model_validator(mode="after")
     def _priced_hardware(self):
         """Every price names a GPU type a command can meet: a bundled profile, the scenario's
         `hardware`, or one of `plan.hardware` (a misspelt name would silently price nothing)."""
@@ -654,7 +684,8 @@ class Scenario(Strict):
             return self
         from specsim.catalog.hardware import list_hardware
 
-        known = set(list_hardware()) | {self.hardware} | {_hardware_key(h) for h in (self.plan.hardware or [])}
+        known = set(list_hardware()) | set(self.hardware_profiles) | {hardware_key(h) for h in
+                                                                        plan_hardware_names(self.plan.hardware)}
         for name in self.output.gpu_hour_usd:
             if name not in known:
                 raise field_error(f"output.gpu_hour_usd.{name}", name,
@@ -680,6 +711,45 @@ class Scenario(Strict):
     def rows(self) -> int:
         """Rows this scenario's sweep asks for: combinations × replicates."""
         return sweep_rows(self.sweep, Scenario)
+
+    @property
+    def rollout_hardware(self) -> str:
+        """The generation pool's profile: `rollout.hardware`, else the top-level `hardware`."""
+        return self.rollout.hardware or self.hardware
+
+    @property
+    def training_hardware(self) -> str:
+        """The trainer pool's profile: `training.hardware`, else the top-level `hardware`."""
+        return self.training.hardware or self.hardware
+
+    @property
+    def mixed_hardware(self) -> bool:
+        """The two pools run on different profiles (async only)."""
+        return self.rollout_hardware != self.training_hardware
+
+    def gpu_hour_price(self) -> float | None:
+        """$ per GPU-hour of this scenario's GPUs (`output.gpu_hour_usd`), None without a price. Mixed
+        pools: (rollout GPUs × the rollout profile's price + training GPUs × the trainer's) / all
+        GPUs, so GPU-hours × this is the cluster's dollars; None unless both have a price."""
+        usd = self.output.gpu_hour_usd
+        if not self.mixed_hardware:
+            return usd.get(self.hardware if self.rollout.hardware is None else self.rollout_hardware)
+        if self.rollout_hardware not in usd or self.training_hardware not in usd:
+            return None
+        return (self.rollout.gpus * usd[self.rollout_hardware]
+                + self.training_gpus * usd[self.training_hardware]) / self.total_gpus
+
+    @property
+    def hardware_label(self) -> str:
+        """The profile(s) as reports print them: `gb200`, or `gb200 (training) + h200_sxm (rollout)`."""
+        if not self.mixed_hardware:
+            return self.rollout_hardware
+        return f"{self.training_hardware} (training) + {self.rollout_hardware} (rollout)"
+
+    @property
+    def hardware_profiles(self) -> tuple[str, ...]:
+        """Every profile the scenario runs on: (trainer, rollout), one entry when they are the same."""
+        return tuple(dict.fromkeys((self.training_hardware, self.rollout_hardware)))
 
     @property
     def training_gpus(self) -> int:

@@ -153,7 +153,8 @@ class _Costs:
         self.reward = world.pipeline.reward_s
         # the "prepare" stage: the weight transfer (colocated: with the trainer state's offload and
         # onload) plus, colocated, waking the engine
-        self.sync = tc.refit_s(world.model, world.hw, world.layout, world.rollout.gpus, self.tl, colocated=colocated) \
+        self.sync = tc.refit_s(world.model, world.trainer_hw, world.layout, world.rollout.gpus, self.tl,
+                               colocated=colocated, rollout_hw=world.hw) \
             + (world.pipeline.engine_prepare_s if colocated else 0.0)
         self.uses_drafter = world.policy.kind != "off" and world.drafter.model is not None
         self.requant = tc.requantize_s(world.model, world.hw, world.layout, world.drafter) if self.uses_drafter else 0.0
@@ -166,10 +167,11 @@ class _Costs:
         if draw.step not in self._cache:
             w = self.world
             seqs = tc.sequence_tokens(draw.prompt_tokens, draw.response_tokens)
-            du = tc.drafter_update_s(w.drafter, w.hw, self.tl, seqs,
+            thw = w.trainer_hw   # the trainer pool's profile (training.hardware); the engines run on w.hw
+            du = tc.drafter_update_s(w.drafter, thw, self.tl, seqs,
                                      token_fraction=w.trainer.update_token_fraction) if self.online else 0.0
-            self._cache[draw.step] = (tc.logprob_s(w.model, w.hw, self.tl, seqs),
-                                      tc.train_s(w.model, w.hw, self.tl, seqs), du)
+            self._cache[draw.step] = (tc.logprob_s(w.model, thw, self.tl, seqs),
+                                      tc.train_s(w.model, thw, self.tl, seqs), du)
         return self._cache[draw.step]
 
     def drafter_due(self, new_version: int) -> bool:

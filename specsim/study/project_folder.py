@@ -39,7 +39,8 @@ import pandas as pd
 
 from specsim import atomic
 from specsim.scenario import Scenario, load_scenario, to_yaml
-from specsim.study import results_folder as results_dir
+from specsim.study.store import ResultsFolder, open_results
+from specsim.study.sweep import inputs_fingerprint
 
 __all__ = ["STEP_METRICS", "ProjectResult", "default_project_out", "per_step_table", "project_scenario",
            "step_frame"]
@@ -133,33 +134,18 @@ def project_scenario(path: str | Path, overrides: Sequence[str] = (), out: str |
     workers = check_backend("local", jobs, None)
     # the cost bound before the folder: work refused costs nothing, and leaves no folder behind
     refuse_over_bound(sc, 2 * replicates, run_tokens(resolve(sc)), "this projection", "--replicates")
-    with results_dir.locked(out if out is not None else default_project_out(sc), force) as out_dir:
-        return _project_locked(sc, out_dir, replicates, workers, engine, force, fresh, progress, t0)
+    with open_results(out if out is not None else default_project_out(sc), force=force, fresh=fresh,
+                      resolved_text=to_yaml(sc), inputs=inputs_fingerprint(sc), what="projection") as folder:
+        return _project_locked(sc, folder, replicates, workers, engine, progress, t0)
 
 
-def _project_locked(sc: Scenario, out_dir: Path, replicates: int, jobs: int, engine: str, force: bool, fresh: bool,
-                    progress: bool, t0: float) -> ProjectResult:
+def _project_locked(sc: Scenario, folder: ResultsFolder, replicates: int, jobs: int, engine: str, progress: bool,
+                    t0: float) -> ProjectResult:
     from specsim.study.projection import gpus_of, projection_totals, simulate_runs, variants
-    from specsim.study.runner import specsim_version
-    from specsim.study.sweep import inputs_fingerprint
-
-    warnings: list[str] = []
-    results_dir.prepare(out_dir, to_yaml(sc), force, fresh)
-    changed = results_dir.inputs_changes(out_dir, inputs_fingerprint(sc))
-    if changed:
-        warnings.append(f"inputs changed since the last projection into this folder ({', '.join(changed)}): the "
-                        "runs that depend on them are recomputed, none is reused")
-    runs_dir = out_dir / "runs"
-    stored = results_dir.load_runs(runs_dir, warnings)
-    computed = 0
-
-    def store(key: str, result: dict) -> None:
-        nonlocal computed
-        atomic.write_json(runs_dir / f"{key}.json", result)
-        computed += 1
-
     from specsim.study.report.progress import Progress
+    from specsim.study.runner import specsim_version
 
+    out_dir, warnings = folder.path, folder.warnings
     # points: paired replicates done; simulation runs: pipeline runs (SD and AR per replicate)
     with Progress(progress, replicates) as prog:
         prog.set_runs(2 * replicates)
@@ -171,10 +157,9 @@ def _project_locked(sc: Scenario, out_dir: Path, replicates: int, jobs: int, eng
             prog.set_points(sum(done.count(x) == 2 for x in set(done)))   # runs end in any order
 
         results = simulate_runs(sc, replicates=replicates, engine=engine, jobs=jobs, on_run=on_run,
-                                on_progress=prog.run_progress if prog.enabled else None, stored=stored,
-                                on_stored=store)
+                                on_progress=prog.run_progress if prog.enabled else None, store=folder.store)
+    computed, reused = folder.store.computed, folder.store.reused
     p = projection_totals(sc, results)
-    reused = 2 * replicates - computed
     price = p.get("gpu_hour_usd")
     responses = sc.workload.prompts * sc.workload.group_size
     frames = [step_frame(results[kind][r]["steps"], kind, r, gpus_of(world), responses, price)
@@ -194,7 +179,7 @@ def _project_locked(sc: Scenario, out_dir: Path, replicates: int, jobs: int, eng
     notes = ([few] if few else []) + warnings
     from specsim.world.resolve import weight_dtypes_of
 
-    summary = {"scenario": sc.name, "description": sc.description, "model": sc.model, "hardware": sc.hardware,
+    summary = {"scenario": sc.name, "description": sc.description, "model": sc.model, "hardware": sc.hardware_label,
                "seed": sc.seed, "specsim_version": specsim_version(), "projection": p,
                "rollout_weight_dtype": dataclasses.asdict(weight_dtypes_of(sc)),
                "warnings": notes, "plots": {"projection_steps": Path(plot).name},

@@ -34,8 +34,8 @@ import pandas as pd
 from specsim.errors import LayoutError
 from specsim.scenario import Scenario, apply_overrides
 from specsim.sim.progress import RunProgress
-from specsim.study.executors import run_tasks
 from specsim.study.plan import refuse_over_bound, run_tokens
+from specsim.study.store import RunFailed, RunStore
 from specsim.study.sweep import RunTask
 from specsim.world.resolve import resolve
 
@@ -89,38 +89,35 @@ def interval(values, domain: str = "positive") -> tuple[float, float | None, flo
 def simulate_runs(sc: Scenario, *, replicates: int = 2, engine: str = "fast", jobs: int = 1,
                   on_run: Callable[[int], None] | None = None,
                   on_progress: Callable[[tuple[str, int], RunProgress | None], None] | None = None,
-                  stored: dict[str, dict] | None = None,
-                  on_stored: Callable[[str, dict], None] | None = None) -> dict[str, list[dict]]:
+                  store: RunStore | None = None) -> dict[str, list[dict]]:
     """The scenario's whole run with SD and its AR twin, `replicates` paired replicates each:
     {"sd": [result per replicate], "ar": [...]}, each result as study/executors.execute returns it.
-    The runs go to `jobs` worker processes (study/executors.run_tasks; 1: this process). `stored`:
-    results already on disk by run key (a resumed results folder), reused as they are;
-    `on_stored(key, result)` is called for each run computed here (to store it). `on_run(replicate)`
-    is called as each run ends (2 per replicate: a progress bar); `on_progress(run, p)` inside each
-    run (sim/progress.py), then `on_progress(run, None)` when it ends, `run` = ("sd" or "ar", replicate)."""
+    The runs go through `store` (study/store.RunStore: a resumed results folder's runs are reused,
+    the rest run on `jobs` worker processes and are kept; None: a store in memory). Every run must
+    run: one that cannot raises LayoutError. `on_run(replicate)` is called as each run is reused or
+    ends (2 per replicate: a progress bar); `on_progress(run, p)` inside each run (sim/progress.py),
+    then `on_progress(run, None)` when it ends, `run` = ("sd" or "ar", replicate)."""
     both = variants(sc)
     refuse_over_bound(sc, 2 * replicates, run_tokens(both["sd"][1]), "this projection", "--replicates")
     tasks = [RunTask.of(both[kind][0], r, f"projection_{kind}", engine)
              for r in range(replicates) for kind in ("sd", "ar")]
     run_of = {t.key: (t.role.removeprefix("projection_"), t.replicate) for t in tasks}
-    per: dict[str, list] = {"sd": [None] * replicates, "ar": [None] * replicates}
-    stored = stored or {}
-
-    def on_result(task: RunTask, result: dict) -> None:
-        kind, r = run_of[task.key]
-        if "error" in result:        # a scenario that cannot run (does not fit, bad layout)
-            raise LayoutError(f"{sc.name}: the {kind.upper()} run of replicate {r} cannot run: {result['error']}")
-        if task.key not in stored and on_stored is not None:
-            on_stored(task.key, result)
-        per[kind][r] = result
-        if on_run is not None:
-            on_run(r)
-
-    for t in tasks:
-        if t.key in stored:
-            on_result(t, stored[t.key])
+    store = store if store is not None else RunStore()
+    if on_run is not None:
+        for t in tasks:
+            if t.key in store:
+                on_run(run_of[t.key][1])
     inside = None if on_progress is None else (lambda task, p: on_progress(run_of[task.key], p))
-    run_tasks([t for t in tasks if t.key not in stored], on_result, jobs=jobs, on_progress=inside)
+    try:
+        got = store.results(tasks, jobs=jobs, must_run=True, on_progress=inside,
+                            on_result=None if on_run is None else (lambda t, res: on_run(run_of[t.key][1])))
+    except RunFailed as exc:        # a scenario that cannot run (does not fit, bad layout)
+        kind, r = run_of[exc.task.key]
+        raise LayoutError(f"{sc.name}: the {kind.upper()} run of replicate {r} cannot run: {exc.error}") from None
+    per: dict[str, list] = {"sd": [None] * replicates, "ar": [None] * replicates}
+    for t in tasks:
+        kind, r = run_of[t.key]
+        per[kind][r] = got[t.key]
     return per
 
 
@@ -156,8 +153,9 @@ def project_run(sc: Scenario, *, replicates: int = 2, engine: str = "fast", jobs
 
 
 def gpu_hour_usd(sc: Scenario) -> float | None:
-    """$ per GPU-hour of the scenario's GPU type (`output.gpu_hour_usd`), or None: no price."""
-    return sc.output.gpu_hour_usd.get(sc.hardware)
+    """$ per GPU-hour of the scenario's GPU type (`output.gpu_hour_usd`), or None: no price
+    (Scenario.gpu_hour_price: mixed pools blend their two prices by their GPUs)."""
+    return sc.gpu_hour_price()
 
 
 def format_projection(p: dict) -> str:

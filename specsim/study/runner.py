@@ -40,7 +40,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,10 +57,11 @@ from specsim.scenario import (
 )
 from specsim.study import results_folder as results_dir
 from specsim.study.capacity import capacity_plan, capacity_sizes
-from specsim.study.executors import WorkerPool, check_backend, run_tasks, worker_pool
+from specsim.study.executors import WorkerPool, check_backend, worker_pool
 from specsim.study.plan import plan_study, work_problem
 from specsim.study.report.progress import Progress
 from specsim.study.results_folder import ResultsConflict, sha
+from specsim.study.store import ResultsFolder, RunFailed, open_results
 from specsim.study.sweep import (
     RunTask,
     SweepPoint,
@@ -171,7 +172,7 @@ def show_scenario(path: str | Path, overrides: Sequence[str] = ()) -> dict:
     plan = plan_study(sc)
     base = baseline_of(sc)
     return {
-        "scenario": sc.name, "file": str(path), "model": sc.model, "hardware": sc.hardware,
+        "scenario": sc.name, "file": str(path), "model": sc.model, "hardware": sc.hardware_label,
         "resolved": sc.model_dump(mode="json"), "resolved_sha256": sha(to_yaml(sc)),
         "swept": {p: sc.sweep[p] for p in swept_paths(sc)}, "zip": sc.sweep.get("zip", []),
         "replicates": replicates(sc), "combinations": len({p.index for p in plan.points}),
@@ -194,8 +195,11 @@ def default_out(sc: Scenario) -> Path:
 # ============================================================================ the run
 def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Path | None = None, jobs: int = 2,
                  backend: str = "local", address: str | None = None, progress: bool = True, force: bool = False,
-                 *, engine: str = "fast", plots: bool | None = None, fresh: bool = False) -> RunSummary:
-    """Load, expand the sweep, run every point (and its baselines, once), write the results folder."""
+                 *, engine: str = "fast", plots: bool | None = None, fresh: bool = False,
+                 then: Callable[[ResultsFolder, dict], None] | None = None) -> RunSummary:
+    """Load, expand the sweep, run every point (and its baselines, once), write the results folder.
+    `then(folder, summary)`: more work under the folder's lock before the summary is written once
+    (store.ResultsFolder; explain/in_run.py adds the best point's ladder)."""
 
     t0 = time.perf_counter()
     sc = load_scenario(path, list(overrides))
@@ -210,35 +214,40 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
         _refuse_too_much(sc, plan)
         warnings += [f"{_where(values)}: {text}" for values, text in plan.notes] + ignored_fields(sc)
         resolved_text = to_yaml(sc)
-        with results_dir.locked(out if out is not None else default_out(sc), force) as out_dir:
-            return _run_locked(sc, plan, out_dir, resolved_text, warnings, workers, t0, force, fresh, progress, backend,
-                               address, engine, plots, tuple(overrides), pool)
+        with open_results(out if out is not None else default_out(sc), force=force, fresh=fresh,
+                          resolved_text=resolved_text, inputs=inputs_fingerprint(sc), warnings=warnings) as folder:
+            return _run_locked(sc, plan, folder, resolved_text, t0, progress, RunOptions(workers, backend, address, engine),
+                               plots, tuple(overrides), pool, then)
 
 
-def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings: list[str], workers: int, t0: float,
-                force: bool, fresh: bool, progress: bool, backend: str, address: str | None, engine: str,
-                plots: bool | None, overrides: tuple[str, ...] = (), pool: WorkerPool | None = None) -> RunSummary:
-    """The run, holding the results folder's lock; `pool`: the workers (executors.worker_pool), let
-    go once the runs are done."""
+@dataclass(frozen=True)
+class RunOptions:
+    """Where and how the runs execute: workers, backend ("local" | "ray"), Ray address, engine."""
+
+    workers: int
+    backend: str = "local"
+    address: str | None = None
+    engine: str = "fast"
+
+
+def _run_locked(sc: Scenario, plan, folder: ResultsFolder, resolved_text: str, t0: float, progress: bool,
+                opts: RunOptions, plots: bool | None, overrides: tuple[str, ...] = (), pool: WorkerPool | None = None,
+                then: Callable[[ResultsFolder, dict], None] | None = None) -> RunSummary:
+    """The run, holding the results folder's lock (store.open_results); `pool`: the workers
+    (executors.worker_pool), let go once the runs are done; `then(folder, summary)`: called, still
+    under the lock, before the summary is written (it may add to it: explain/in_run.py's ladder)."""
     from specsim.study.report import html, projection, tables  # the report's imports (matplotlib) after the pool starts
     from specsim.study.report.summary import summary_dict
 
-    results_dir.prepare(out_dir, resolved_text, force, fresh)
-    inputs = inputs_fingerprint(sc)
-    changed = results_dir.inputs_changes(out_dir, inputs)
-    if changed:
-        warnings.append(f"inputs changed since the last run into this folder ({', '.join(changed)}): the runs "
-                        "that depend on them are recomputed, none is reused")
-    runs_dir, points_dir = out_dir / "runs", out_dir / "points"
+    out_dir, store, warnings, inputs = folder.path, folder.store, folder.warnings, folder.inputs
+    workers, backend, address, engine = opts.workers, opts.backend, opts.address, opts.engine
+    points_dir = out_dir / "points"
     cols = row_columns(swept_paths(sc))
-    runs = results_dir.load_runs(runs_dir, warnings)
+    runs = store.runs
     done_points = results_dir.load_points(points_dir, plan.runs_of, cols, warnings)
     # a point stands only on runs that are on disk and valid: one whose run is recomputed is too
     done_points = {pid: rec for pid, rec in done_points.items() if all(k in runs for k in plan.runs_of[pid].keys)}
     order = {p.point_id: i for i, p in enumerate(plan.points)}
-    on_disk = set(runs)   # runs a previous (interrupted) run into this folder finished
-    reused = sum(1 for k in plan.tasks if k in on_disk)
-    computed = 0
     file = source_file(sc)
 
     def write_points_csv() -> None:
@@ -250,7 +259,7 @@ def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings:
             return False
         pr = plan.runs_of[p.point_id]
         k_run, k_base, k_sync = pr.point, pr.baseline, pr.sync_ar
-        if not all(k in runs for k in pr.keys):
+        if not all(k in runs for k in pr.keys) or "error" in runs[k_run] or "error" in runs[k_base]:
             return False
         sync = runs[k_sync] if "steady" in runs[k_sync] else None
         rec = {"point": p.as_dict(), "row": point_row(p, plan.point_scenarios[p.index], runs[k_run], runs[k_base], sync),
@@ -259,8 +268,16 @@ def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings:
         done_points[p.point_id] = json.loads(json.dumps(rec, sort_keys=True))   # what a resume reads back
         return True
 
+    def failed(exc: RunFailed) -> ScenarioError:
+        """A point (or its baseline) that cannot run, named by its swept values."""
+        task = exc.task
+        bad = next(p for p in plan.points if task.key in (plan.runs_of[p.point_id].point, plan.runs_of[p.point_id].baseline))
+        what = "a point that can run" if task.role == "point" else f"a point whose {task.role} can run"
+        field, value = ("sweep", bad.label()) if bad.values else ("(scenario)", sc.name)
+        return ScenarioError(file, field, value, f"{what}: {exc.error}")
+
     prog = Progress(progress, len(plan.points))
-    inside = prog.task_progress if prog.enabled else None   # progress inside each run (executors.py)
+    run_on = {"jobs": workers, "backend": backend, "address": address, "pool": pool, "progress": prog}
     with prog:
         for w in warnings:
             prog.warn(w)
@@ -270,22 +287,10 @@ def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings:
         if done_points:
             write_points_csv()
         prog.set_points(len(done_points))
-        pending = [t for k, t in plan.tasks.items() if k not in runs]
         # baselines first (every point waits for its baseline), then points in sweep order
-        pending.sort(key=lambda t: t.role == "point")
-        prog.set_runs(len(pending))
+        tasks = sorted(plan.tasks.values(), key=lambda t: t.role == "point")
 
         def on_result(task: RunTask, result: dict) -> None:
-            nonlocal computed
-            if "error" in result and task.role in ("point", "baseline"):
-                bad = next(p for p in plan.points if task.key in (plan.runs_of[p.point_id].point, plan.runs_of[p.point_id].baseline))
-                what = "a point that can run" if task.role == "point" else f"a point whose {task.role} can run"
-                field, value = ("sweep", bad.label()) if bad.values else ("(scenario)", sc.name)
-                raise ScenarioError(file, field, value, f"{what}: {result['error']}")
-            atomic.write_json(runs_dir / f"{task.key}.json", result)
-            runs[task.key] = json.loads(json.dumps(result, sort_keys=True))
-            computed += 1
-            prog.runs_done()
             changed = False
             for p in plan.points:
                 if task.key in plan.runs_of[p.point_id].keys:
@@ -294,7 +299,10 @@ def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings:
                 write_points_csv()
                 prog.set_points(len(done_points))
 
-        run_tasks(pending, on_result, jobs=workers, backend=backend, address=address, on_progress=inside, pool=pool)
+        try:
+            store.results(tasks, must_run=lambda t: t.role in ("point", "baseline"), on_result=on_result, **run_on)
+        except RunFailed as exc:
+            raise failed(exc) from None
         missing = [p.label() for p in plan.points if p.point_id not in done_points]
         if missing:  # pragma: no cover - every task either finished or raised
             raise RuntimeError(f"points not finished: {missing}")
@@ -305,22 +313,11 @@ def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings:
 
         # ---- capacity plan: best SD config and its AR counterpart at several rollout sizes
         cap_plan = capacity_plan(sc, plan, analysis, engine)
-        cap_pending = [t for t in cap_plan["tasks"].values() if t.key not in runs]
         # the smallest pools first: fewer engines, more events each, the longest runs (none ends last alone)
-        cap_pending.sort(key=lambda t: (t.doc["rollout"].get("gpus") or 0))
-        reused += sum(1 for k in cap_plan["tasks"] if k in on_disk and k not in plan.tasks)
-        prog.add_runs(len(cap_pending))
-
-        def on_cap(task: RunTask, result: dict) -> None:
-            nonlocal computed
-            atomic.write_json(runs_dir / f"{task.key}.json", result)
-            runs[task.key] = json.loads(json.dumps(result, sort_keys=True))
-            computed += 1
-            prog.runs_done()
-
-        run_tasks(cap_pending, on_cap, jobs=workers, backend=backend, address=address, on_progress=inside, pool=pool)
+        store.results(sorted(cap_plan["tasks"].values(), key=lambda t: (t.doc["rollout"].get("gpus") or 0)), **run_on)
     if pool is not None:
         pool.shutdown()
+    computed, reused = store.computed, store.reused
     capacity = tables.capacity_table(cap_plan, runs)
 
     # ---- tables
@@ -358,6 +355,8 @@ def _run_locked(sc: Scenario, plan, out_dir: Path, resolved_text: str, warnings:
     summary["run"] = {"wall_s": wall, "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                       "computed_runs": computed, "reused_runs": reused, "jobs": workers, "backend": backend,
                       "out_dir": str(out_dir), "warnings": warnings, "inputs": inputs}
+    if then is not None:
+        then(folder, summary)
     write_summary(out_dir, summary)
     files += ["summary.json", "summary.md", html.REPORT_FILE, "resolved.yaml", "inputs.json"]
     return RunSummary(out_dir, sc.name, len(rows), len({p.index for p in plan.points}), replicates(sc), computed,

@@ -184,7 +184,7 @@ def run_key(sc: Scenario, replicate: int, engine: str = "fast") -> str:
 
 def inputs_fingerprint(sc: Scenario) -> dict:
     """sha256 (12 hex digits) of the content of every input outside the scenario text: the
-    hardware profile file, the model's catalog entry, the drafter's architecture, each empirical
+    hardware profile file (the rollout pool's; with mixed pools the trainer's too, `training_hardware`), the model's catalog entry, the drafter's architecture, each empirical
     length file; plus the specsim version. An input that cannot be read is marked (resolve
     reports it properly)."""
     from specsim import __version__
@@ -192,10 +192,13 @@ def inputs_fingerprint(sc: Scenario) -> dict:
     from specsim.catalog.models import drafter_arch, load_model
 
     out: dict[str, Any] = {"specsim": __version__}
-    try:
-        out["hardware"] = _file_sha(str(resolve_profile_path(sc.hardware)))
-    except (SpecError, OSError):
-        out["hardware"] = f"unreadable:{sc.hardware}"
+    pools = [("hardware", sc.rollout_hardware)] + ([("training_hardware", sc.training_hardware)]
+                                                   if sc.mixed_hardware else [])
+    for key, name in pools:   # the rollout pool's profile; the trainer's too when it is another
+        try:
+            out[key] = _file_sha(str(resolve_profile_path(name)))
+        except (SpecError, OSError):
+            out[key] = f"unreadable:{name}"
     base = Path(source_file(sc)).parent if source_file(sc) else None
     try:
         target = load_model(sc.model, base)
@@ -267,7 +270,8 @@ def baseline_of(sc: Scenario) -> Scenario:
 def sync_ar_of(sc: Scenario) -> Scenario:
     """Synchronous AR on the point's total GPUs: the point's baseline when that already is sync
     AR, else the point with SYNC_AR applied (an async point's training GPUs join the colocated
-    pool, rounded down to whole rollout engines)."""
+    pool, rounded down to whole rollout engines; a mixed-pool point's all on the rollout profile,
+    `colocated_hardware`)."""
     base = baseline_of(sc)
     if is_sync_ar(base):
         return base
@@ -277,7 +281,16 @@ def sync_ar_of(sc: Scenario) -> Scenario:
         engine = max(r.tp, r.ep) * r.pp
         changes["training.gpus"] = None
         changes["rollout.gpus"] = max(engine, (sc.total_gpus // engine) * engine)
+    changes.update(colocated_hardware(sc))
     return apply_overrides(sc, changes)
+
+
+def colocated_hardware(sc: Scenario) -> dict[str, Any]:
+    """The overrides that put a mixed-pool point's colocated counterpart on one profile: the
+    rollout pool's (`rollout.hardware`), as the same count of GPUs; nothing for one profile."""
+    if not sc.mixed_hardware:
+        return {}
+    return {"hardware": sc.rollout_hardware, "rollout.hardware": None, "training.hardware": None}
 
 
 # ============================================================================ rows
@@ -345,7 +358,7 @@ def point_row(point: SweepPoint, sc: Scenario, run: dict, baseline: dict, sync_a
     for path, value in point.values.items():
         row[path] = value
     row.update({
-        "scenario": sc.name, "model": sc.model, "hardware": sc.hardware, "mode": sc.pipeline.mode,
+        "scenario": sc.name, "model": sc.model, "hardware": sc.hardware_label, "mode": sc.pipeline.mode,
         "sd_policy": meta["policy"], "k": k_of(sc), "policy_lag": sc.pipeline.policy_lag if sc.pipeline.mode == "async" else 0,
         "drafter": sc.drafter.kind, "rollout_gpus": meta["rollout_gpus"], "training_gpus": meta["training_gpus"],
         "total_gpus": total, "engines": meta["engines"],

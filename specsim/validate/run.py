@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import yaml
 
 from specsim.errors import SpecError
@@ -42,7 +43,8 @@ from specsim.scenario import ScenarioError, apply_overrides, load_scenario
 from specsim.sim.cluster import engine_config, sequence_alphas
 from specsim.sim.common import EngineWork
 from specsim.sim.engine.loop import run_fast
-from specsim.sim.pipeline import run_pipeline
+from specsim.study.store import RunFailed, RunStore
+from specsim.study.sweep import RunTask
 from specsim.validate.targets import (
     METRICS,
     TargetRow,
@@ -222,22 +224,30 @@ def _tpot_s(res, batch: int) -> float:
 
 
 class Runs:
-    """Steady pipeline results, simulated once per (scenario, overrides, run): the steady means and
-    the steady steps' records (for the standard error of each mean)."""
+    """Steady pipeline results of the targets' scenarios, each simulated once (study/store.RunStore,
+    in memory, keyed by run key: two rows on the same scenario share its run): the steady means and
+    the steady steps' records (for the standard error of each mean). A scenario that cannot run is
+    a ScenarioError naming it (validate adds the target)."""
 
-    def __init__(self):
-        self._cache: dict = {}
+    def __init__(self, store: RunStore | None = None):
+        self.store = store if store is not None else RunStore()
+        self._tasks: dict[tuple, tuple[RunTask, str]] = {}    # (scenario, overrides, run) -> its task, once loaded
 
-    def _result(self, scenario: str, overrides: list[str], run: str):
-        key = (scenario, tuple(overrides), run)
-        if key not in self._cache:
+    def _result(self, scenario: str, overrides: list[str], run: str) -> tuple[dict, pd.DataFrame]:
+        at = (scenario, tuple(overrides), run)
+        if at not in self._tasks:
             sc = load_scenario(scenario, overrides)
             if run == "ar":   # the scenario's own baseline overrides (default: speculation.policy=off)
                 sc = apply_overrides(sc, dict(sc.pipeline.baseline))
-            res = run_pipeline(resolve(sc))
-            frame = res.steps_frame()
-            self._cache[key] = (res.steady(), frame[frame["step"] >= res.warmup_steps].reset_index(drop=True))
-        return self._cache[key]
+            self._tasks[at] = (RunTask.of(sc, 0, f"validate_{run}"), sc.name)
+        task, name = self._tasks[at]
+        try:
+            res = self.store.results([task], must_run=True)[task.key]
+        except RunFailed as exc:
+            raise ScenarioError(scenario, "(scenario)", " ".join(overrides) or name,
+                                f"a scenario that can run ({run} run: {exc.error})") from None
+        frame = pd.DataFrame(res["steps"])
+        return res["steady"], frame[frame["step"] >= res["meta"]["warmup_steps"]].reset_index(drop=True)
 
     def steady(self, scenario: str, overrides: list[str], run: str) -> dict[str, float]:
         return self._result(scenario, overrides, run)[0]

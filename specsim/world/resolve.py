@@ -235,7 +235,8 @@ def resolve(sc: Scenario) -> World:
     file = source_file(sc)
     base_dir = Path(file).parent if file else None
     try:
-        hw = load_hardware(sc.hardware)
+        hw = _load_pool_hardware(sc, "rollout")
+        train_hw = hw if not sc.mixed_hardware else _load_pool_hardware(sc, "training")
         model = load_model(sc.model, base_dir)
         r = sc.rollout
         dtypes = rollout_weight_dtypes(r.weight_dtype, model)
@@ -285,7 +286,7 @@ def resolve(sc: Scenario) -> World:
                                 first_pass_q={k: acc.tau(k, tree=policy.tree_for(k)) if arch.catches_up_on_accepted
                                               else 1.0 for k in policy.ks if k},
                                 tree=policy.tree, proposal_rate=acc.proposal_rate, what_if=step_what_if(sc))
-        trainer = training_layout(sc, model, hw)
+        trainer = training_layout(sc, model, train_hw)
         if sc.what_if.free_trainer:
             trainer = dataclasses.replace(trainer, free=True)
     except SpecError as exc:
@@ -294,7 +295,7 @@ def resolve(sc: Scenario) -> World:
         raise ScenarioError(file, "rollout", f"{layout.describe()}", str(exc)) from None
     try:
         colocated = sc.pipeline.mode == "sync"
-        check_training_fits(model, hw, trainer,
+        check_training_fits(model, train_hw, trainer,
                             gpu_memory_utilization=sc.rollout.gpu_memory_utilization if colocated else None)
     except LayoutError as exc:
         raise ScenarioError(file, "training", trainer.describe(), str(exc)) from None
@@ -308,7 +309,20 @@ def resolve(sc: Scenario) -> World:
                               0.0 if free else float(p.reward_s), 0.0 if free else float(p.engine_prepare_s),
                               0.0 if free else float(p.data_s)),
                  TrainerSpec(trainer, "none" if free else trainer.weight_sync,
-                             float(sc.drafter.update_token_fraction)), context)
+                             float(sc.drafter.update_token_fraction)), context,
+                 train_hw=train_hw if train_hw is not hw else None)
+
+
+def _load_pool_hardware(sc: Scenario, pool: str) -> HardwareSpec:
+    """One pool's profile (`rollout` / `training`): its own `<pool>.hardware` when set, else the
+    top-level `hardware`; a SpecError naming the field that chose it when the profile cannot load."""
+    own = getattr(sc, pool).hardware
+    try:
+        return load_hardware(own if own is not None else sc.hardware)
+    except SpecError as exc:
+        if own is None or exc.field != "hardware":
+            raise   # the top-level field, or a field inside the profile file (exc.where names it)
+        raise SpecError(f"{pool}.hardware", exc.value, exc.allowed, exc.where) from None
 
 
 def step_what_if(sc: Scenario) -> StepWhatIf:

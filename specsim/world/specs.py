@@ -108,7 +108,9 @@ class World:
 
     `scenario` is the schema object the world came from, kept for the layers above the simulator
     (reports, doctor); the simulator never reads it. `context`: the drafter's acceptance falling
-    with the context (drafter.context_curve with its normalising scale), None when not configured."""
+    with the context (drafter.context_curve with its normalising scale), None when not configured.
+    `hw` is the rollout pool's profile; `train_hw` the trainer pool's when it differs
+    (`training.hardware`, async only), else None (`trainer_hw` gives whichever applies)."""
 
     scenario: Any
     hw: HardwareSpec
@@ -128,6 +130,18 @@ class World:
     pipeline: PipelineSpec
     trainer: TrainerSpec
     context: ContextAcceptance | None = None
+    train_hw: HardwareSpec | None = None
+
+    @property
+    def trainer_hw(self) -> HardwareSpec:
+        """The trainer pool's profile: `train_hw` when the pools differ (`training.hardware`), else
+        `hw`. `hw` is always the rollout pool's (the engines, their memory plan and step table)."""
+        return self.train_hw if self.train_hw is not None else self.hw
+
+    @property
+    def mixed_hardware(self) -> bool:
+        """The trainer and the engines run on different profiles."""
+        return self.train_hw is not None and self.train_hw.name != self.hw.name
 
     def prefill_fn(self):
         """Prices prefill passes given as sums (see cost/forward.prefill_batches_s)."""

@@ -6,8 +6,9 @@ experts spread over ep of the tp·cp·dp ranks (cost/training.py). Micro-batches
 `training.micro_batch_tokens` (null: max prompt + max response, NeMo-RL's micro-batch size 1),
 logprob micro-batches to `training.logprob_micro_batch_tokens` (null: the same); an RL step runs
 ⌈samples / training.global_batch_samples⌉ optimizer steps. The math runs at `training.mfu`, else the
-hardware profile's `efficiency.train_mfu`; the host side of a layer pass and the GPU's host link come
-from the profile (`trainer:`, `host_link_gbps_per_direction`). `weight_sync: nemo_rl` is NeMo-RL's:
+trainer pool's hardware profile's `efficiency.train_mfu` (`training.hardware`, else `hardware`); the
+host side of a layer pass and the GPU's host link come from that profile (`trainer:`,
+`host_link_gbps_per_direction`). `weight_sync: nemo_rl` is NeMo-RL's:
 `ipc` when colocated, `nccl_broadcast` with separate pools. What a TrainingLayout costs is in
 :mod:`specsim.cost.training`.
 """

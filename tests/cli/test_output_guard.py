@@ -21,6 +21,7 @@ FOLDER_COMMANDS = {
     "run": lambda s: ["run", s, "--no-progress"],
     "plan": lambda s: ["plan", s, "--no-progress"],
     "explain": lambda s: ["explain", s],
+    "project": lambda s: ["project", s, "--no-progress"],
     "validate": lambda s: ["validate", "--calibration", str(Path(__file__).resolve().parents[2] / "calibration")],
     "calibrate kernels": lambda s: ["calibrate", "kernels"],
 }
@@ -101,6 +102,28 @@ def test_a_folder_another_writer_holds_is_refused_naming_it(cmd, scen, tmp_path)
     with atomic.FolderLock(out):
         res, text = cli(*FOLDER_COMMANDS[cmd](scen), "--out", str(out), "--force")
     refused(res, text, f"process {os.getpid()} holds its lock")
+
+
+@pytest.mark.parametrize("cmd", sorted(FOLDER_COMMANDS))
+def test_a_second_concurrent_invocation_on_the_same_folder_exits_2(cmd, scen, tmp_path):
+    """Another process writing into the folder (here one holding its lock, as a running command
+    does from its first write to its last) makes the command exit 2 naming that process, before
+    any work: nothing in the folder but the marker and the lock file."""
+    import subprocess
+    import sys
+
+    out = atomic.output_path(tmp_path / "r", folder=True)
+    code = ("import sys\nfrom specsim import atomic\n"
+            f"with atomic.FolderLock({str(out)!r}):\n    print('held', flush=True)\n    sys.stdin.read()\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        res, text = cli(*FOLDER_COMMANDS[cmd](scen), "--out", str(out))
+    finally:
+        holder.communicate("", timeout=30)
+    refused(res, text, f"process {holder.pid} holds its lock")
+    assert sorted(p.name for p in out.iterdir()) == sorted([atomic.MARKER, atomic.LOCK])
 
 
 @pytest.mark.parametrize("cmd", sorted(FILE_COMMANDS))

@@ -62,6 +62,11 @@ def test_opt_in_ladder_is_the_commands_ladder_and_resumes(tiny, tmp_path, monkey
     saved = json.loads((out / "summary.json").read_text())
     assert saved["explain"]["ladder"]["rungs"][0]["rung"] == "ceiling"
 
+    # its runs are in the run's own runs/, beside the sweep's: the point's own runs were reused
+    stored = {f.stem for f in (out / "runs").glob("*.json")}
+    assert len(stored) > res.computed_runs and lad["pipeline_runs"] > 0
+    assert res.summary["run"]["computed_runs"] == res.computed_runs
+
     # a resumed run reuses the stored ladder: explain is not called again
     def refuse(*a, **k):
         raise AssertionError("the ladder was recomputed on a resumed run")
@@ -75,6 +80,36 @@ def test_opt_in_ladder_is_the_commands_ladder_and_resumes(tiny, tmp_path, monkey
 
     results_folder.prepare(out, (out / "resolved.yaml").read_text(), force=False, fresh=True)
     assert not (out / "explain" / in_run.LADDER_FILE).exists()
+
+
+def test_the_ladder_runs_under_the_runs_own_lock_and_reuses_its_runs(tiny, tmp_path, monkeypatch):
+    """One lock for the run and its ladder (no second FolderLock); the ladder computes no run the
+    sweep already computed: its plain variant is the best point and its baseline."""
+    from specsim import atomic
+    from specsim.explain import ladder
+
+    entered: list[str] = []
+    real_enter = atomic.FolderLock.__enter__
+
+    def counting(self):
+        entered.append(str(self.folder))
+        return real_enter(self)
+
+    monkeypatch.setattr(atomic.FolderLock, "__enter__", counting)
+    seen: dict = {}
+    real_explain = ladder.explain
+
+    def spying(*a, **k):
+        e = real_explain(*a, **k)
+        seen["e"], seen["store"] = e, k["store"]
+        return e
+
+    monkeypatch.setattr(ladder, "explain", spying)
+    res = run_and_explain(tiny, ["output.explain=ladder"], out=tmp_path / "one", jobs=1, progress=False)
+    assert len(entered) == 1 and res.summary["explain"]["ladder"]
+    e = seen["e"]
+    assert e.computed_runs == e.runs - 2 * e.replicates   # the best point and its baseline per replicate reused
+    assert all((tmp_path / "one" / "runs" / f"{k}.json").is_file() for k in seen["store"].runs)
 
 
 def test_cli_run_prints_the_block_and_json_has_it(tiny, tmp_path):

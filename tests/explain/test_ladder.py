@@ -119,3 +119,26 @@ def test_all_factors_on_is_the_plain_run_without_staleness_or_spread():
     assert variant_overrides(sc, names) == {}
     off = variant_overrides(sc, frozenset())
     assert "what_if.no_staleness" not in off and "what_if.no_acceptance_spread" not in off
+
+
+def test_explain_keeps_its_runs_and_a_rerun_computes_none(tiny, tmp_path):
+    """`specsim explain` keeps every variant's runs in <out>/runs/ (study/store.RunStore): an
+    interrupted explain resumes there, and a rerun reuses every run and gives the same ladder."""
+    out = tmp_path / "ex"
+    args = ["explain", tiny, "--replicates", "1", "--out", str(out), "--jobs", "1", "--format", "json"]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    a = json.loads(first.stdout)
+    stored = sorted((out / "runs").glob("*.json"))
+    assert a["computed_runs"] == a["pipeline_runs"] == len(stored) > 0 and a["reused_runs"] == 0
+    # an interruption: half the runs lost; the rerun computes only those
+    for f in stored[::2]:
+        f.unlink()
+    resumed = json.loads(CliRunner().invoke(app, args).stdout)
+    assert resumed["computed_runs"] == len(stored[::2]) and resumed["reused_runs"] == len(stored) - len(stored[::2])
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0, again.output
+    b = json.loads(again.stdout)
+    assert b["computed_runs"] == 0 and b["reused_runs"] == b["pipeline_runs"] == a["pipeline_runs"]
+    assert [r["gains"] for r in b["ladder"]] == [r["gains"] for r in a["ladder"]] == \
+        [r["gains"] for r in resumed["ladder"]]

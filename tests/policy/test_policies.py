@@ -134,3 +134,19 @@ def _table_scenario():
         f.write_text(yaml.safe_dump(d))
         _TABLE_SCENARIO.append(f)
     return _TABLE_SCENARIO[0]
+
+
+def test_show_drafter_prints_a_schedules_speedup_by_batch():
+    """`show drafter --schedule`: a row per batch with the k the table picks (gaps inherit, clamped),
+    speedup 1 where the schedule decodes, and never above the best fixed k's speedup at that batch."""
+    import json
+
+    res = CliRunner().invoke(app, ["show", "drafter", "--tau", "2.8", "--schedule", '{"1-8": 3, "33-64": 1}',
+                                   "--format", "json"])
+    assert res.exit_code == 0, res.output
+    rows = {r["batch"]: r for r in json.loads(res.stdout)["schedule"]}
+    assert rows[8]["k"] == 3 and rows[16]["k"] == 3 and rows[64]["k"] == 1 and rows[512]["k"] == 1
+    for r in rows.values():
+        assert r["expected_speedup"] <= r["best_speedup"] + 1e-12
+    bad = CliRunner().invoke(app, ["show", "drafter", "--tau", "2.8", "--schedule", '{"1-8": 3, "4-64": 1}'])
+    assert bad.exit_code == 2 and "--schedule" in bad.output and "disjoint" in bad.output

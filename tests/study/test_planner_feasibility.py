@@ -17,6 +17,7 @@ from specsim.study.planner import plan_scenario
 from specsim.study.planner.bounds import BoundModel
 from specsim.study.planner.candidates import candidate_scenario, enumerate_candidates
 from specsim.study.planner.inverse import Context, tau_bracket, tau_overrides
+from specsim.study.store import RunStore
 from specsim.study.sweep import RunTask
 from specsim.workload.acceptance.laws import tau_scalar
 from specsim.world.resolve import resolve
@@ -71,7 +72,7 @@ def test_break_even_tau_brackets_only_valid_tau():
     position decay can give (τ = k + 1 - ε is invalid at decay 0.94), every τ inside resolves, and
     just outside does not."""
     sc = load_scenario(SCENARIO, ["workload.prompts=16"])
-    ctx = Context(sc, {}, None, 1, "local", None, "fast", 2)
+    ctx = Context(sc, RunStore(), 1, "local", None, "fast", 2)
     base = {"pipeline.steps": sc.pipeline.steps}
     lo, own, hi = tau_bracket(ctx, base)
     d = sc.drafter

@@ -44,6 +44,7 @@ import numpy as np
 from scipy import optimize
 
 from specsim import inputs
+from specsim.atomic import write_text
 from specsim.errors import SpecError
 from specsim.workload.acceptance.population import (
     mean_alpha_from_tau,
@@ -260,7 +261,6 @@ def sensitivity(curves: list[Curve], best: Fit, tau: float) -> list[LeaveOneOut]
 def write_scenarios(best: Fit, paths, source: str) -> list[Path]:
     """Set drafter.heterogeneity / drafter.position_decay in each EAGLE-3 scenario file of `paths`
     (line edits, every other line kept), each followed by a comment `# <what>: <source>`."""
-    from specsim.atomic import write_text
 
     c_txt = "null" if best.c is None else f"{best.c:.3g}"
     het = f"  heterogeneity: {c_txt}  # Beta concentration c: {source}"

@@ -42,8 +42,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from specsim.atomic import output_path
 from specsim.calibrate.collect.timing import Runner, Shape, time_fn
+from specsim.calibrate.traces.io import write_kernel_trace
 from specsim.catalog.hardware import list_hardware, load_hardware
+from specsim.catalog.models import ModelSpec, drafter_arch, load_model
 from specsim.errors import SpecError
 
 TINY = {"name": "tiny", "hidden": 64, "layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 16, "vocab": 512, "ffn": 128}
@@ -101,7 +104,6 @@ def collect_spec(*, out: str | Path, model: str = "Qwen3-8B", tiny: bool = False
     defaults, the tiny ones with `tiny`); a SpecError naming the option for a bad one. `k=""`
     measures no verify or draft passes. `out` follows the one output-path rule (atomic.output_path:
     resolved, an existing file replaced only with `force`)."""
-    from specsim.atomic import output_path
 
     d = TINY_DEFAULTS if tiny else FULL_DEFAULTS
     out = output_path(out, "--out", folder=False, force=force)
@@ -128,7 +130,6 @@ def collect_spec(*, out: str | Path, model: str = "Qwen3-8B", tiny: bool = False
 
 def model_config(args: CollectSpec):
     """(ModelSpec of the timed model, EAGLE-3-like drafter ModelSpec or None)."""
-    from specsim.catalog.models import ModelSpec, drafter_arch, load_model
 
     if args.tiny:
         spec = ModelSpec(**TINY)
@@ -306,6 +307,5 @@ def collect_trace(args: CollectSpec, log: Callable[[str], None] = print) -> Coll
         return CollectResult(None, 0, meta)
     import pandas as pd
 
-    from specsim.calibrate.traces.io import write_kernel_trace
 
     return CollectResult(write_kernel_trace(pd.DataFrame(rows), args.out, meta=meta), len(rows), meta)

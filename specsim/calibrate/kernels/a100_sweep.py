@@ -33,13 +33,16 @@ from pathlib import Path
 import pandas as pd
 
 from specsim.calibrate.kernels.forward_sweep import (
+    CASCADE_MIN_REQUESTS,
     MultiTokenFit,
     PiecewiseFit,
     SweepFit,
+    cascade_rows,
     decode_growth,
     fit_multi_token_attention,
     fit_piecewise_attention,
     fit_stream_factor,
+    price_rows,
     read_sweeps,
     residual_summary,
     verify_decode_ratios,
@@ -49,6 +52,7 @@ from specsim.calibrate.kernels.forward_sweep import (
     write_stream_factor,
 )
 from specsim.catalog.hardware import PROFILE_DIR, load_hardware
+
 PUBLISHED = "calibration/published/"
 FIT_SWEEP = PUBLISHED + "efficientrollout_a100_qwen25_7b.csv"
 HELD_OUT = (PUBLISHED + "efficientrollout_a100_llama31_8b_instruct.csv",
@@ -131,7 +135,6 @@ def sweep_comparison(root: Path, profile: str | Path = PROFILE) -> tuple[pd.Data
     with `profile` as it stands (no fitting): what `specsim validate` reports and the test checks.
     Role 'fit' marks the rows the profile's terms were fitted on (FIT_MODEL's batch-1 decode,
     verify at batch < 8, decode with cascade attention), 'held-out' every row of the other model."""
-    from specsim.calibrate.kernels.forward_sweep import CASCADE_MIN_REQUESTS, cascade_rows, price_rows
 
     df = read_sweeps([root / f for f in (FIT_SWEEP, HELD_OUT[0])])
     hw = load_hardware(str(profile))

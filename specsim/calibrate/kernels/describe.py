@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from specsim.calibrate.kernels.report import calibrate_from_kernels
 from specsim.catalog.hardware import load_hardware
 from specsim.catalog.sd_costs import SD_COST_KEYS
+from specsim.errors import SpecError
 
 
 def hardware_info(name_or_path: str) -> dict:
@@ -90,8 +92,6 @@ def hardware_info(name_or_path: str) -> dict:
 def kernel_calibration_info(source: str, system: str, backend: str, out_dir: str | None) -> dict:
     """Run the measured-kernel calibration (see report.py) on the kernel tables of `source`
     (only "aiconfigurator") and return its tables as records."""
-    from specsim.calibrate.kernels.report import calibrate_from_kernels
-    from specsim.errors import SpecError
 
     if source != "aiconfigurator":
         raise SpecError("--source", source, "aiconfigurator (the aiconfigurator-core kernel tables)")

@@ -52,8 +52,8 @@ import pandas as pd
 from scipy import optimize
 
 from specsim import inputs
-from specsim.atomic import dump_yaml
-from specsim.catalog.hardware import HardwareSpec, MultiTokenAttentionFit
+from specsim.atomic import dump_yaml, write_text
+from specsim.catalog.hardware import HardwareSpec, MultiTokenAttentionFit, load_hardware
 from specsim.catalog.models import drafter_arch, load_model
 from specsim.cost.forward import (
     CASCADE_MIN_REQUESTS,
@@ -63,7 +63,7 @@ from specsim.cost.forward import (
     uses_cascade_attention,
 )
 from specsim.cost.layout import ParallelLayout
-from specsim.errors import SpecError
+from specsim.errors import SpecError, load_yaml_text
 
 MODES = ("target_decode", "target_verify", "drafter_decode")
 #: sweep model name -> catalog model (same architecture)
@@ -296,9 +296,6 @@ def _residuals_yaml(summary: pd.DataFrame) -> dict:
 def _edit_kernel_fit(profile: str | Path, edit) -> None:
     """Apply `edit` to the profile's `kernel_fit` mapping and write the profile back atomically
     (its header comments kept); the written profile must load."""
-    from specsim.atomic import write_text
-    from specsim.catalog.hardware import load_hardware
-    from specsim.errors import load_yaml_text
 
     p = Path(profile)
     text = inputs.read_text(p, "hardware", "hardware profile YAML")

@@ -29,8 +29,7 @@ import pandas as pd
 import yaml
 
 from specsim import inputs
-from specsim.atomic import dump_yaml
-from specsim.atomic import write_text
+from specsim.atomic import dump_yaml, write_text
 from specsim.calibrate.kernels import engine_overhead as eo
 from specsim.calibrate.kernels import tables as kt
 from specsim.calibrate.kernels.system import SystemFit, fit_system, provenance

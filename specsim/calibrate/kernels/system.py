@@ -18,8 +18,8 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specsim.calibrate.kernels import terms as kf
 from specsim.calibrate.kernels import tables as kt
+from specsim.calibrate.kernels import terms as kf
 from specsim.catalog.hardware import GemmFit, HardwareSpec, KernelFit, load_hardware, moe_shape_key
 from specsim.catalog.models import list_models, load_model
 from specsim.errors import SpecError

@@ -27,6 +27,7 @@ import pandas as pd
 from scipy import optimize
 
 from specsim.catalog.hardware import DTYPE_BYTES, HardwareSpec
+from specsim.cost.comm import ONESHOT_MAX_GPUS
 from specsim.errors import SpecError
 
 #: term dtype -> (the math dtype whose peak prices it, weight bytes per element); int4 = W4A16
@@ -171,7 +172,6 @@ def fit_allreduce(rows: pd.DataFrame, hw: HardwareSpec, table: str = "custom_all
     7.6 µs; the single law's median error over all rows was 22-33 %. The min() has a second
     local optimum (one-shot branch never chosen), so the fit starts from several points and keeps
     the best. Groups above comm.ONESHOT_MAX_GPUS GPUs have no one-shot kernel."""
-    from specsim.cost.comm import ONESHOT_MAX_GPUS
 
     n = rows["num_gpus"].to_numpy(float)
     nbytes = rows["nbytes"].to_numpy(float)

@@ -15,6 +15,8 @@ from specsim.calibrate.traces.common import as_list, where_of
 from specsim.calibrate.traces.hardware_fit import standard_errors
 from specsim.calibrate.traces.io import validate_trace
 from specsim.errors import SpecError
+from specsim.workload import lengths as _lengths
+from specsim.workload.acceptance.drafter import Staleness, alpha_from_tau, expected_tokens_per_verify
 
 
 @dataclass
@@ -42,7 +44,6 @@ class AcceptanceFit:
 
     def tau(self, k: int, step: float = 0.0) -> float:
         """Fitted mean tokens per verify at draft length k (and rl_step when staleness was fitted)."""
-        from specsim.workload.acceptance.drafter import expected_tokens_per_verify
 
         a = self.alpha if self.staleness is None else float(self.staleness.alpha(self.alpha, step))
         return float(expected_tokens_per_verify(a, int(k), self.decay))
@@ -122,7 +123,6 @@ def fit_acceptance(
     fit_decay "auto": only with >= 2 distinct k. fit_staleness "auto": only with an rl_step column
     spanning >= 3 distinct steps; v = rl_step (policy versions since the drafter was trained).
     """
-    from specsim.workload.acceptance.drafter import Staleness, expected_tokens_per_verify
 
     dfs = as_list(engine_df)
     if not dfs:
@@ -189,7 +189,6 @@ def fit_acceptance(
         return w * (expected_tokens_per_verify(a, k, d) - tau)
 
     # start from the pooled tau at the most common k
-    from specsim.workload.acceptance.drafter import alpha_from_tau
 
     k0 = int(pd.Series(k).mode().iloc[0])
     m0 = k == k0
@@ -264,7 +263,6 @@ def fit_acceptance(
 
 def fit_lengths(length_df: pd.DataFrame, cap_tokens: int | None = None, kind: str = "lognormal", n_components: int = 2):
     """Fit a response-length model to a lengths trace (wrapper over workload.lengths.fit)."""
-    from specsim.workload import lengths as _lengths
 
     where = where_of(length_df, "<lengths trace>")
     df = validate_trace(length_df, "lengths", where) if length_df.attrs.get("kind") != "lengths" else length_df

@@ -12,8 +12,8 @@ import pandas as pd
 from specsim.calibrate.traces.acceptance_fit import detect_cap, fit_acceptance, fit_lengths
 from specsim.calibrate.traces.common import where_of
 from specsim.calibrate.traces.hardware_fit import HardwareFit, fit_hardware
-from specsim.calibrate.traces.profile import write_calibrated_profile
 from specsim.calibrate.traces.io import read_trace
+from specsim.calibrate.traces.profile import write_calibrated_profile
 from specsim.catalog.hardware import HardwareSpec, load_hardware
 from specsim.errors import SpecError
 

@@ -40,6 +40,7 @@ from scipy.optimize import least_squares
 
 from specsim import inputs
 from specsim.atomic import dump_yaml
+from specsim.catalog.hardware import load_hardware
 from specsim.errors import SpecError, load_yaml_text
 from specsim.scenario import load_scenario
 from specsim.validate.run import Runs, Target, load_targets, simulate_target
@@ -167,7 +168,6 @@ class Applier:
         """A copy of the scenario's hardware profile with `block.key` values replaced
         (`efficiency.<key>` must exist; an `sd_costs` or `trainer` key may be new: its prior is then
         replaced)."""
-        from specsim.catalog.hardware import load_hardware
 
         hw = load_hardware(load_scenario(scenario).hardware)
         doc = load_yaml_text(inputs.read_text(hw.path, "hardware", "hardware profile YAML"))

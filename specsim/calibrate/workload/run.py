@@ -21,6 +21,9 @@ from pathlib import Path
 
 from specsim.calibrate.workload.fit import FitResult, fit_file
 from specsim.calibrate.workload.write_back import field_comments, write_profile_values, write_scenarios
+from specsim.catalog.hardware import load_hardware
+from specsim.scenario import load_scenario
+from specsim.validate.targets import resolve_scenario_path
 
 #: the command's default target file, relative to the calibration folder it runs with
 #: (specsim.validate.targets.find_calibration_dir): the 8B workloads and trainer efficiencies
@@ -59,9 +62,6 @@ def run_workload_fit(targets: str | Path, *, calibration: str | Path | None = No
     `dry_run`, write the fitted scenario fields (each annotated with the command and its rows), and
     with `write_profile` the fitted `hardware.*` parameters into each affected scenario's profile.
     `calibration`: the folder the command's defaults came from (it shortens the command written)."""
-    from specsim.catalog.hardware import load_hardware
-    from specsim.scenario import load_scenario
-    from specsim.validate.targets import resolve_scenario_path
 
     res = fit_file(targets, max_nfev=max_nfev)
     command = fit_command(targets, calibration)

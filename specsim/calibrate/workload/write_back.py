@@ -8,9 +8,10 @@ import tempfile
 from pathlib import Path
 
 from specsim import inputs
-from specsim.atomic import dump_yaml
+from specsim.atomic import dump_yaml, write_text
 from specsim.calibrate.workload.fit import Applier, FitResult, load_fit_block
-from specsim.errors import SpecError
+from specsim.catalog.hardware import load_hardware
+from specsim.errors import SpecError, load_yaml_text
 from specsim.scenario import load_scenario
 from specsim.validate.targets import resolve_scenario_path
 
@@ -98,7 +99,6 @@ def rewrite_yaml_fields(text: str, changes: dict[str, float], comment: str | dic
 def write_scenarios(path: str | Path, result: FitResult, comment: str | dict[str, dict[str, str]]) -> list[str]:
     """Write every fitted scenario field into its scenario file (atomically), each with its comment
     (one string, or per scenario file and field); returns the files."""
-    from specsim.atomic import write_text
 
     written = []
     for f, changes in scenario_updates(path, result).items():
@@ -115,9 +115,6 @@ def write_profile_values(path: str | Path, result: FitResult, profile: str | Pat
     scenarios run on this profile; None: all) into a profile YAML as
     `{value: V, source: "fitted by <command> to <rows>"}` (the document is loaded, changed and dumped,
     so flow- and block-style profiles both work; a leading comment header is kept). Returns {block.key: value}."""
-    from specsim.atomic import write_text
-    from specsim.catalog.hardware import load_hardware
-    from specsim.errors import load_yaml_text
 
     block_doc = load_fit_block(Path(path))
     vals = result.values()

@@ -36,13 +36,13 @@ from specsim import atomic
 from specsim.atomic import dump_yaml
 from specsim.scenario import ScenarioError, load_scenario, source_file, to_yaml
 from specsim.study.plan import refuse_over_bound, scenario_run_tokens
-from specsim.study import results_folder as results_dir
 from specsim.study.executors import check_backend
 from specsim.study.planner.bounds import BoundModel
 from specsim.study.planner.candidates import enumerate_candidates
 from specsim.study.planner.report import answer, candidate_rows, fronts, plan_markdown, plot_fronts, write_tables
-from specsim.study.planner.search import search, write_run
+from specsim.study.planner.search import search
 from specsim.study.report.progress import Progress
+from specsim.study.store import open_results
 from specsim.study.sweep import inputs_fingerprint
 
 __all__ = ["PlanResult", "plan_scenario"]
@@ -89,7 +89,10 @@ def plan_checks(sc) -> tuple[list, list, dict]:
                             "omitted for a sync (colocated) scenario: it has no rollout:training split")
     if plan.objective == "min_usd" or plan.max_usd_per_hour is not None:
         usd = sc.output.gpu_hour_usd
-        missing = [h for h in (plan.hardware or [sc.hardware]) if h.lower() not in usd]
+        from specsim.scenario.plan_section import plan_hardware_names
+        from specsim.study.planner.candidates import plan_hardware
+
+        missing = [h for h in plan_hardware_names(plan_hardware(sc, plan)) if h not in usd]
         if missing:
             what = "plan.objective min_usd" if plan.objective == "min_usd" else "plan.max_usd_per_hour"
             raise ScenarioError(source_file(sc), "output.gpu_hour_usd", dict(usd),
@@ -119,24 +122,19 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
         raise ScenarioError(None, "--min-gpus-for", min_gpus_for, "a target step time > 0 s")
     cands, rejected, _ = plan_checks(sc)
     out_dir = out if out is not None else Path(sc.output.dir) / f"{sc.name}-plan"
-    with atomic.output_folder(out_dir, "--out", force=force) as out_dir:   # resolved, marked, locked
-        base_text = to_yaml(_without_plan(sc))
-        results_dir.prepare(out_dir, base_text, force)
+    inputs = inputs_fingerprint(sc)
+    # resolved, marked, locked, guarded by the scenario without its plan, inputs stamped (study/store.py)
+    with open_results(out_dir, force=force, resolved_text=to_yaml(_without_plan(sc)), inputs=inputs, what="plan",
+                      warnings=warnings) as folder:
+        out_dir, store = folder.path, folder.store
         atomic.write_text(out_dir / "plan.yaml", dump_yaml(plan.model_dump(mode="json"), sort_keys=False))
-        inputs = inputs_fingerprint(sc)
-        changed = results_dir.inputs_changes(out_dir, inputs)
-        if changed:
-            warnings.append(f"inputs changed since the last plan into this folder ({', '.join(changed)}): runs that "
-                            "depend on them are recomputed")
-        runs_dir = out_dir / "runs"
-        runs = results_dir.load_runs(runs_dir, warnings)
         bounds = BoundModel(sc)
         from specsim.study.executors import worker_pool
 
         # one worker pool for every wave, round, baseline and probe of the plan (starting one per
         # wave cost 14 % of a 256 x 16 plan's CPU)
         with Progress(progress, 0) as prog, worker_pool(workers, backend, address, reports=prog.enabled) as pool:
-            state = search(sc, cands, runs, lambda k, r: write_run(runs_dir, k, r), jobs=workers, backend=backend,
+            state = search(sc, cands, store, jobs=workers, backend=backend,
                            address=address, engine=engine, progress=prog, bounds=bounds, pool=pool)
             evs = state.evaluated
             reps = plan.search.replicates
@@ -151,7 +149,7 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
             for c in cands:
                 if c.layout not in layouts.setdefault(c.hardware, []):
                     layouts[c.hardware].append(c.layout)
-            ctx = inverse.Context(sc, runs, lambda k, r: write_run(runs_dir, k, r), workers, backend, address, engine,
+            ctx = inverse.Context(sc, store, workers, backend, address, engine,
                                   reps, layouts=layouts, bounds=bounds, progress=prog, pool=pool)
             against = against_baselines(ctx, ans)
             if min_gpus_for is not None:

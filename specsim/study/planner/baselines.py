@@ -43,7 +43,8 @@ def against_baselines(ctx, ans: dict) -> list[dict]:
     out: list[dict[str, Any]] = []
     own = {"pipeline.steps": steps}
     t = sc.training
-    label_own = (f"{sc.hardware} {sc.rollout.gpus}" + (f"+{t.gpus}" if sc.pipeline.mode == "async" else " colocated")
+    own_hw = f"{sc.training_hardware}+{sc.rollout_hardware}" if sc.mixed_hardware else sc.hardware
+    label_own = (f"{own_hw} {sc.rollout.gpus}" + (f"+{t.gpus}" if sc.pipeline.mode == "async" else " colocated")
                  + f", TP{sc.rollout.tp}·EP{sc.rollout.ep}·PP{sc.rollout.pp}, "
                  + ("AR" if sc.speculation.policy == "off" else f"{sc.speculation.policy} k={sc.speculation.k}")
                  + (f", lag {sc.pipeline.policy_lag}" if sc.pipeline.mode == "async" else ""))

@@ -114,10 +114,10 @@ class BoundModel:
             seqs = tc.sequence_tokens(*_expected_lengths(w))
             tl = w.trainer.layout
             colocated = w.pipeline.mode == "sync"
-            sync = tc.refit_s(w.model, w.hw, w.layout, w.rollout.gpus, tl, colocated=colocated) \
-                + (w.pipeline.engine_prepare_s if colocated else 0.0)
-            self._trainer[key] = float(w.pipeline.reward_s + tc.logprob_s(w.model, w.hw, tl, seqs)
-                                       + tc.train_s(w.model, w.hw, tl, seqs) + sync)
+            sync = tc.refit_s(w.model, w.trainer_hw, w.layout, w.rollout.gpus, tl, colocated=colocated,
+                              rollout_hw=w.hw) + (w.pipeline.engine_prepare_s if colocated else 0.0)
+            self._trainer[key] = float(w.pipeline.reward_s + tc.logprob_s(w.model, w.trainer_hw, tl, seqs)
+                                       + tc.train_s(w.model, w.trainer_hw, tl, seqs) + sync)
         return self._trainer[key]
 
     def bound(self, c) -> Bound:

@@ -1,6 +1,7 @@
 """The plan's candidates: every configuration the `plan:` section allows, and which of them can exist.
 
-A candidate is one scenario: GPU type × rollout:training split (async; sync is colocated) ×
+A candidate is one scenario: GPU type (one profile, or a TRAINING+ROLLOUT pair of profiles for
+separate pools: `plan.hardware: [gb200+h200_sxm]`) × rollout:training split (async; sync is colocated) ×
 rollout layout (tp, ep, pp) × SD policy and k (k = 0: AR) × policy lag. It is named by the dotted
 overrides that turn the scenario into it (`Candidate.overrides`), so a plain `specsim run` with
 those `--set`s reruns it exactly. Feasibility comes from `world/resolve.py` (the memory plan, the
@@ -16,8 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specsim.scenario import Scenario, ScenarioError, apply_overrides, source_file
+from specsim.scenario.plan_section import PAIR_SEP, hardware_pair
 
-__all__ = ["Candidate", "LayoutKey", "configurations", "default_layouts", "enumerate_candidates", "splits"]
+__all__ = ["Candidate", "LayoutKey", "configurations", "default_layouts", "enumerate_candidates", "hardware_overrides",
+           "plan_hardware", "splits"]
 
 LayoutKey = tuple[int, int, int]   # (tp, ep, pp)
 
@@ -36,7 +39,32 @@ class Candidate:
     k: int
     lag: int
     steps: int
+    pool_fields: bool = False      # the scenario names `rollout.hardware` / `training.hardware`: set them too
     cid: str = field(default="", compare=False)
+
+    @property
+    def pools(self) -> tuple[str, str]:
+        """(training profile, rollout profile): `hardware` is one name, or TRAINING+ROLLOUT for a
+        mixed pair (plan_section.hardware_pair)."""
+        return hardware_pair(self.hardware)
+
+    @property
+    def mixed(self) -> bool:
+        return self.pools[0] != self.pools[1]
+
+    def usd_per_hour(self, usd: dict[str, float]) -> float | None:
+        """What its GPUs cost per hour: rollout GPUs × the rollout profile's price + training GPUs ×
+        the trainer profile's (`output.gpu_hour_usd`); None when a profile it uses has no price."""
+        train, roll = self.pools
+        if roll not in usd or (self.training_gpus and train not in usd):
+            return None
+        return self.rollout_gpus * usd[roll] + (self.training_gpus or 0) * usd.get(train, 0.0)
+
+    def usd_per_gpu_hour(self, usd: dict[str, float]) -> float | None:
+        """usd_per_hour / total GPUs: the price of one of its GPU-hours (a pair's is the blend of
+        its two pools' prices, weighted by their GPUs), so $ = GPU-hours × this exactly."""
+        rate = self.usd_per_hour(usd)
+        return None if rate is None else rate / self.total_gpus
 
     @property
     def arm(self) -> str:
@@ -50,8 +78,8 @@ class Candidate:
     def overrides(self) -> dict[str, Any]:
         """The dotted `--set` overrides that make the scenario this candidate."""
         tp, ep, pp = self.layout
-        o: dict[str, Any] = {"hardware": self.hardware, "rollout.gpus": self.rollout_gpus, "rollout.tp": tp,
-                             "rollout.ep": ep, "rollout.pp": pp, "pipeline.steps": self.steps}
+        o: dict[str, Any] = {**hardware_overrides(self.hardware, self.pool_fields), "rollout.gpus": self.rollout_gpus,
+                             "rollout.tp": tp, "rollout.ep": ep, "rollout.pp": pp, "pipeline.steps": self.steps}
         if self.training_gpus is not None:
             o["training.gpus"] = self.training_gpus
             o["pipeline.policy_lag"] = self.lag
@@ -74,6 +102,38 @@ class Candidate:
                 "rollout_gpus": self.rollout_gpus, "training_gpus": self.training_gpus or 0,
                 "total_gpus": self.total_gpus, "tp": tp, "ep": ep, "pp": pp, "arm": self.arm,
                 "sd_policy": self.policy, "k": self.k, "policy_lag": self.lag}
+
+
+def hardware_overrides(entry: str, pool_fields: bool) -> dict[str, Any]:
+    """The dotted overrides that put a scenario on a `plan.hardware` entry: `hardware` alone for one
+    profile (and, when the scenario names per-pool profiles, both pools on it); for a pair
+    TRAINING+ROLLOUT, `training.hardware` and `rollout.hardware` (`hardware` the rollout's)."""
+    train, roll = hardware_pair(entry)
+    if train == roll and not pool_fields:
+        return {"hardware": roll}
+    return {"hardware": roll, "rollout.hardware": roll, "training.hardware": train}
+
+
+def uses_pool_fields(sc: Scenario) -> bool:
+    """The scenario names a pool's own profile (`rollout.hardware` / `training.hardware`)."""
+    return sc.rollout.hardware is not None or sc.training.hardware is not None
+
+
+def plan_hardware(sc: Scenario, plan) -> list[str]:
+    """The plan's GPU-type entries: `plan.hardware`, else the scenario's own profiles (one name, or
+    its TRAINING+ROLLOUT pair when they differ). Names lower-cased, as the scenario keeps them."""
+    if plan.hardware:
+        return [PAIR_SEP.join(dict.fromkeys(_key(h) for h in hardware_pair(e))) if PAIR_SEP in e else _key(e)
+                for e in plan.hardware]
+    if sc.mixed_hardware:
+        return [f"{sc.training_hardware}{PAIR_SEP}{sc.rollout_hardware}"]
+    return [sc.hardware]
+
+
+def _key(name: str) -> str:
+    from specsim.scenario.schema import hardware_key
+
+    return hardware_key(name.strip())
 
 
 def _with_id(c: Candidate) -> Candidate:
@@ -129,7 +189,12 @@ def enumerate_candidates(sc: Scenario, plan) -> tuple[list[Candidate], list[dict
     file = source_file(sc)
     model = load_model(sc.model)
     async_ = sc.pipeline.mode == "async"
-    hws = [h.lower() for h in (plan.hardware or [sc.hardware])]
+    hws = plan_hardware(sc, plan)
+    for hw in hws:
+        if PAIR_SEP in hw and not async_:
+            raise ScenarioError(file, "plan.hardware", hw, "one profile per entry for a sync (colocated) scenario: "
+                                                           "a TRAINING+ROLLOUT pair needs separate pools "
+                                                           "(pipeline.mode: async)")
     if plan.layouts is not None:
         layouts = [(c.tp, c.ep, c.pp) for c in plan.layouts]
     else:
@@ -180,6 +245,7 @@ def configurations(sc: Scenario, plan, hw: str, layouts: list[LayoutKey], budget
     replica = max(t.tp, t.ep) * t.pp
     shares = plan.rollout_shares or default_shares(plan.split_grid)
     steps = plan.search.steps or sc.pipeline.steps
+    pooled = uses_pool_fields(sc)
     out = []
     for lay in layouts:
         g = max(lay[0], lay[1]) * lay[2]
@@ -191,7 +257,7 @@ def configurations(sc: Scenario, plan, hw: str, layouts: list[LayoutKey], budget
         for r, tr in pairs:
             for pol, k in arms:
                 for lag in lags:
-                    out.append(_with_id(Candidate(hw, budget, r, tr, lay, pol, k, lag, steps)))
+                    out.append(_with_id(Candidate(hw, budget, r, tr, lay, pol, k, lag, steps, pooled)))
     return out
 
 
@@ -201,7 +267,8 @@ def layout_problem(sc: Scenario, hw: str, lay: LayoutKey, k_max: int) -> str | N
     from specsim.world.resolve import resolve
 
     g = max(lay[0], lay[1]) * lay[2]
-    ov: dict[str, Any] = {"hardware": hw, "rollout.gpus": g, "rollout.tp": lay[0], "rollout.ep": lay[1],
+    ov: dict[str, Any] = {**hardware_overrides(hw, uses_pool_fields(sc)), "rollout.gpus": g, "rollout.tp": lay[0],
+                          "rollout.ep": lay[1],
                           "rollout.pp": lay[2], "speculation.policy": "always" if k_max else "off",
                           "speculation.k": max(k_max, 1)}
     if sc.pipeline.mode == "async":

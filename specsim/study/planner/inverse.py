@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specsim.scenario import ScenarioError, apply_overrides
-from specsim.study.executors import run_tasks
+from specsim.study.store import RunStore
 from specsim.study.sweep import RunTask
 
 __all__ = ["Context", "bisect_int", "break_even_tau", "min_gpus_for", "stops_paying", "tau_overrides"]
@@ -52,13 +52,12 @@ TAU_EDGE = 1e-3
 
 @dataclass
 class Context:
-    """What the inverse answers share: the scenario (with its plan), the plan's stored runs and how
-    to store one, the executor, the replicates per probe; `layouts`: the plan's feasible rollout
+    """What the inverse answers share: the scenario (with its plan), the plan's run store
+    (study/store.RunStore), the executor, the replicates per probe; `layouts`: the plan's feasible rollout
     layouts per GPU type; `bounds`: the search's BoundModel. `computed` / `reused` count runs."""
 
     sc: Any
-    runs: dict
-    store: Any
+    store: RunStore
     jobs: int
     backend: str
     address: str | None
@@ -94,26 +93,15 @@ class Context:
             raise ProbeFailed(overrides, why)
         s = apply_overrides(self.sc, overrides)
         tasks = [RunTask.of(s, r, "plan", self.engine) for r in range(self.replicates)]
-        todo = [t for t in tasks if t.key not in self.runs]
-        self.reused += len(tasks) - len(todo)
-
-        prog = self.progress
-        if prog is not None and todo:
-            prog.add_runs(len(todo))
-
-        def on_result(t, res):
-            self.store(t.key, res)
-            self.runs[t.key] = json.loads(json.dumps(res, sort_keys=True))
-            self.computed += 1
-            if prog is not None:
-                prog.runs_done()
-
-        run_tasks(todo, on_result, jobs=self.jobs, backend=self.backend, address=self.address,
-                  on_progress=prog.task_progress if prog is not None and prog.enabled else None, pool=self.pool)
+        before = self.store.computed
+        self.reused += sum(1 for t in tasks if t.key in self.store)
+        runs = self.store.results(tasks, jobs=self.jobs, backend=self.backend, address=self.address, pool=self.pool,
+                                  progress=self.progress)
+        self.computed += self.store.computed - before
         for t in tasks:
-            if "error" in self.runs[t.key]:
-                raise ProbeFailed(overrides, str(self.runs[t.key]["error"]))
-        return [self.runs[t.key]["steady"]["step_s"] for t in tasks]
+            if "error" in runs[t.key]:
+                raise ProbeFailed(overrides, str(runs[t.key]["error"]))
+        return [runs[t.key]["steady"]["step_s"] for t in tasks]
 
 
 class ProbeFailed(Exception):
@@ -202,7 +190,7 @@ def _probe(ctx: Context, entry: dict, n: int, target: float, free: bool = False)
     out = _Probe(n, candidates=len(cands))
     if not cands:
         return out
-    st = search(sc, cands, ctx.runs, ctx.store, jobs=ctx.jobs, backend=ctx.backend, address=ctx.address,
+    st = search(sc, cands, ctx.store, jobs=ctx.jobs, backend=ctx.backend, address=ctx.address,
                 engine=ctx.engine, progress=ctx.progress, target_s=target, bounds=ctx.bounds, pool=ctx.pool)
     ctx.computed += st.computed_runs
     ctx.reused += st.reused_runs

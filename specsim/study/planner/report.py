@@ -60,7 +60,7 @@ def candidate_rows(evs, usd: dict[str, float]) -> list[dict]:
         gw = avg("gen_window_s") if any("gen_window_s" in s for s in e.steady.values()) else avg("generation_s")
         idle = avg("exposed_generation_s") / mean if c.training_gpus is not None and steps else math.nan
         gph = c.total_gpus * mean / 3600.0
-        rate = usd.get(c.hardware)
+        rate = c.usd_per_gpu_hour(usd)
         row.update({"step_s": mean, "step_s_lo": lo, "step_s_hi": hi, "generation_s": gw, "train_s": avg("train_s"),
                     "tau": avg("tau"), "mean_active_batch": avg("mean_active_batch"), "trainer_idle_share": idle,
                     "gpu_hours_per_step": gph, "usd_per_step": gph * rate if rate is not None else math.nan,
@@ -80,7 +80,8 @@ def _score(e, objective: str, usd: dict[str, float] | None = None):
     if objective == "min_gpu_hours":
         return (c.total_gpus * e.mean_step() / 3600.0, e.mean_step())
     if objective == "min_usd":
-        return (c.total_gpus * e.mean_step() / 3600.0 * (usd or {}).get(c.hardware, math.inf), e.mean_step())
+        rate = c.usd_per_gpu_hour(usd or {})
+        return (c.total_gpus * e.mean_step() / 3600.0 * (math.inf if rate is None else rate), e.mean_step())
     return (e.mean_step(), c.total_gpus)
 
 
@@ -95,13 +96,14 @@ def candidate_entry(e, usd: dict[str, float], run_steps: int | None = None) -> d
     out = {**c.as_dict(), "label": c.label(), "overrides": c.overrides, "replicates": len(steps),
            "step_s": m, "gpu_hours_per_step": _ci(gph), "tau": _ci([s["tau"] for s in e.steady.values()]),
            "per_replicate_step_s": steps}
-    if c.hardware in usd:
-        out["usd_per_step"] = scaled(out["gpu_hours_per_step"], usd[c.hardware])
-        out["usd_per_hour"] = c.total_gpus * usd[c.hardware]
+    rate = c.usd_per_gpu_hour(usd)   # a mixed pair's: its pools' prices blended by their GPUs
+    if rate is not None:
+        out["usd_per_step"] = scaled(out["gpu_hours_per_step"], rate)
+        out["usd_per_hour"] = c.usd_per_hour(usd)
     if run_steps:
         out["run_steps"] = run_steps
         out["gpu_hours_per_run"] = scaled(out["gpu_hours_per_step"], run_steps)
-        if c.hardware in usd:
+        if rate is not None:
             out["usd_per_run"] = scaled(out["usd_per_step"], run_steps)
     return out
 
@@ -235,9 +237,10 @@ def fronts(evs, usd: dict[str, float] | None = None, replicates: int | None = No
                      "gpu_hours_per_step": gph, "step_s": step, "replicates": len(steps),
                      "step_s_ci": _ci(steps), "gpu_hours_per_step_ci": _ci([e.cand.total_gpus * x / 3600.0
                                                                             for x in steps])}
-                if e.cand.hardware in usd:
-                    p["usd_per_step"] = gph * usd[e.cand.hardware]
-                    p["usd_per_step_ci"] = scaled(p["gpu_hours_per_step_ci"], usd[e.cand.hardware])
+                rate = e.cand.usd_per_gpu_hour(usd)
+                if rate is not None:
+                    p["usd_per_step"] = gph * rate
+                    p["usd_per_step_ci"] = scaled(p["gpu_hours_per_step_ci"], rate)
                 front.append(p)
                 best = step
         for p in front:

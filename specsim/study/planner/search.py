@@ -26,17 +26,14 @@ the candidate's scenario and replicate, the inputs' contents), stored atomically
 
 from __future__ import annotations
 
-import json
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from specsim import atomic
 from specsim.scenario import ScenarioError
-from specsim.study.executors import run_tasks
 from specsim.study.planner.bounds import Bound, BoundModel
 from specsim.study.planner.candidates import Candidate, candidate_scenario
+from specsim.study.store import RunStore
 from specsim.study.sweep import RunTask
 
 __all__ = ["Evaluated", "SearchState", "replicate_schedule", "search"]
@@ -104,11 +101,11 @@ def replicate_schedule(replicates: int, rounds: int) -> list[int]:
     return [max(a, b) for a, b in zip(out, [1] + out[:-1])]
 
 
-def search(sc, cands: list[Candidate], runs: dict, store: Callable[[str, dict], None], *, jobs: int, backend: str,
+def search(sc, cands: list[Candidate], store: RunStore, *, jobs: int, backend: str,
            address: str | None, engine: str, progress=None, target_s: float | None = None,
            bounds: BoundModel | None = None, pool=None) -> SearchState:
-    """Run the search (see the module doc). `runs`: stored runs by key (updated in place);
-    `store(key, result)` persists one new run. `target_s`: prune on this target step time (default:
+    """Run the search (see the module doc). `store`: the plan's runs (study/store.RunStore: reused
+    when stored, the rest run and kept there). `target_s`: prune on this target step time (default:
     the plan's target under the min_gpus / min_gpu_hours objectives); `bounds`: a BoundModel of
     `sc` to reuse (its engine worlds are cached)."""
     plan = sc.plan
@@ -128,11 +125,12 @@ def search(sc, cands: list[Candidate], runs: dict, store: Callable[[str, dict], 
     usd = dict(sc.output.gpu_hour_usd)
     if plan.max_usd_per_hour is not None:     # the $/hour budget: the cluster's price, before any bound
         for e in evs:
-            rate = e.cand.total_gpus * usd.get(e.cand.hardware, math.inf)
+            per_gpu = e.cand.usd_per_gpu_hour(usd)   # a mixed pair's: its pools' prices blended by their GPUs
+            rate = math.inf if per_gpu is None else e.cand.total_gpus * per_gpu
             if e.status == "pending" and rate > plan.max_usd_per_hour:
                 e.status, e.pruned_by = "pruned", "usd_budget"
-                e.reason = (f"{e.cand.total_gpus} GPUs × ${usd.get(e.cand.hardware, math.nan):g}/GPU-h = ${rate:,.0f}/h "
-                            f"> plan.max_usd_per_hour ${plan.max_usd_per_hour:,.0f}")
+                e.reason = (f"{e.cand.total_gpus} GPUs × ${math.nan if per_gpu is None else per_gpu:g}/GPU-h = "
+                            f"${rate:,.0f}/h > plan.max_usd_per_hour ${plan.max_usd_per_hour:,.0f}")
     if target_s is not None:
         for e in evs:
             if e.status == "pending" and e.bound.step_s * slack > target_s:
@@ -163,25 +161,19 @@ def search(sc, cands: list[Candidate], runs: dict, store: Callable[[str, dict], 
             t = task(e, rep)
             e.round = rnd
             owner.setdefault(t.key, []).append((e, rep))
-            if t.key in runs:
+            if t.key in store:
                 st.reused_runs += 1
-                absorb(e, rep, runs[t.key])
+                absorb(e, rep, store[t.key])
             elif len(owner[t.key]) == 1:
                 todo.append(t)
-        if progress is not None and todo:
-            progress.add_runs(len(todo))
 
         def on_result(t: RunTask, res: dict) -> None:
-            store(t.key, res)
-            runs[t.key] = json.loads(json.dumps(res, sort_keys=True))
             st.computed_runs += 1
             for e, rep in owner[t.key]:
-                absorb(e, rep, runs[t.key])
-            if progress is not None:
-                progress.runs_done()
+                absorb(e, rep, res)
 
-        inside = progress.task_progress if progress is not None and progress.enabled else None
-        run_tasks(todo, on_result, jobs=jobs, backend=backend, address=address, on_progress=inside, pool=pool)
+        store.results(todo, jobs=jobs, backend=backend, address=address, pool=pool, progress=progress,
+                      on_result=on_result)
 
     def prune_by_bound() -> int:
         """Prune a pending candidate only when a simulated one of its GPU type and arm dominates
@@ -290,7 +282,3 @@ def _keep(alive: list[Evaluated], fraction: float, within: float, objective: str
             if not any(dominates(dm, dg, m, g, objective, within) for dm, dg in pts):
                 keep.add(id(e))
     return [e for e in alive if id(e) in keep]
-
-
-def write_run(runs_dir, key: str, result: dict) -> None:
-    atomic.write_json(runs_dir / f"{key}.json", result)

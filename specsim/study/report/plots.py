@@ -39,7 +39,7 @@ GRAYS = {"data": "1.0", "exposed": "0.25", "reward": "0.95", "logprob": "0.75", 
 
 def _title(sc, what: str) -> str:
     tr = f" + {sc.training.gpus} train" if sc.pipeline.mode == "async" else " (colocated)"
-    return f"{sc.name}: {what}\n{sc.model} on {sc.rollout.gpus}{tr} {sc.hardware} GPUs, {sc.pipeline.mode}"
+    return f"{sc.name}: {what}\n{sc.model} on {sc.rollout.gpus}{tr} {sc.hardware_label} GPUs, {sc.pipeline.mode}"
 
 
 def _save(fig: Figure, stem: Path, data: pd.DataFrame) -> str:
@@ -409,7 +409,7 @@ def capacity_plan(stem: Path, sc, capacity: dict) -> str | None:
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [str(s) for s in sizes])
         ax.minorticks_off()
-        ax.set_xlabel(f"rollout GPUs ({sc.hardware}; engines of {capacity['gpus_per_engine']})")
+        ax.set_xlabel(f"rollout GPUs ({sc.rollout_hardware}; engines of {capacity['gpus_per_engine']})")
         ax.grid(True, ls=":", color="0.8")
     a1.set_ylabel("steady step time (s)")
     a2.set_ylabel("GPU-hours per 1,000 RL steps (all GPUs)")

@@ -75,7 +75,7 @@ def speedup_vs_scale(stem: Path, sc, frame: pd.DataFrame) -> str | None:
     ax.set_xlabel("cluster GPUs (generation + training)")
     ax.set_ylabel("E2E speedup of SD vs baseline")
     ax.legend(fontsize=8)
-    fig.suptitle(f"{sc.name}: SD speedup against cluster size, per policy lag\n{sc.model} on {sc.hardware}",
+    fig.suptitle(f"{sc.name}: SD speedup against cluster size, per policy lag\n{sc.model} on {sc.hardware_label}",
                  fontsize=9)
     return _save(fig, stem, data.rename(columns={"mean": "e2e_speedup"}))
 

@@ -81,7 +81,7 @@ def projection_steps_plot(stem: Path, sc, table: pd.DataFrame, replicates: int) 
     for p in ("AR", "SD"):
         _band(ax, by[p], money, p)
     ax.set_ylabel("$ per step" if money == "usd" else "GPU-hours per step")
-    ax.set_title("cost per step" + (f" at ${sc.output.gpu_hour_usd.get(sc.hardware):,.2f} per GPU-hour"
+    ax.set_title("cost per step" + (f" at ${sc.gpu_hour_price():,.2f} per GPU-hour"
                                     if money == "usd" else " (no output.gpu_hour_usd price)"), fontsize=10)
     ax.legend(fontsize=8, loc="best")
     for a in axes[2]:
@@ -90,7 +90,7 @@ def projection_steps_plot(stem: Path, sc, table: pd.DataFrame, replicates: int) 
         a.grid(alpha=0.25)
     shade = (f"shaded: 95 % interval over {replicates} replicates" if replicates >= 2
              else "one replicate: no interval")
-    fig.suptitle(f"{sc.name}: the whole run with and without SD — {sc.model} on {sc.hardware}; {shade}",
+    fig.suptitle(f"{sc.name}: the whole run with and without SD — {sc.model} on {sc.hardware_label}; {shade}",
                  fontsize=11)
     stem.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_csv(stem.with_suffix(".csv"), table)

@@ -85,14 +85,16 @@ def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str
     reps = analysis["replicates"]
     best = analysis["best"]
     summary = {
-        "scenario": sc.name, "description": sc.description, "model": sc.model, "hardware": sc.hardware,
+        "scenario": sc.name, "description": sc.description, "model": sc.model, "hardware": sc.hardware_label,
         "seed": sc.seed, "specsim_version": version, "file": _source(sc),
         "combinations": len(analysis["points"]), "replicates": reps, "rows": len(analysis["frame"]),
         "swept": {p: sc.sweep[p] for p in analysis["swept"]}, "zip": sc.sweep.get("zip", []),
         "baseline": {"overrides": dict(sc.pipeline.baseline), "mode": base.pipeline.mode,
                      "is_sync_ar": is_sync_ar(base)},
         "sync_ar": {"definition": "pipeline.mode=sync, speculation.policy=off on the point's total GPUs "
-                                  "(an async point's training GPUs join the colocated pool)",
+                                  "(an async point's training GPUs join the colocated pool)"
+                                  + (f", all on the rollout profile ({sc.rollout_hardware})"
+                                     if sc.mixed_hardware else ""),
                     "is_baseline": plan.sync_ar_is_baseline},
         "what_if": what_ifs_of(sc, plan),
         "rank_by": analysis["rank_by"],
