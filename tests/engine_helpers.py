@@ -11,8 +11,8 @@ from specsim.catalog.models import drafter_arch, load_model
 from specsim.cost.forward import prefill_batches_s
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.step import step_cost_table
-from specsim.sim.common import EngineConfig, EngineWork
 from specsim.policy import PolicyContext, SDPolicy
+from specsim.sim.common import EngineConfig, EngineWork
 
 
 def make_config(policy: SDPolicy, *, model="Qwen3-8B", hardware="h100_sxm", drafter="eagle3", tp=1,

@@ -201,8 +201,8 @@ def validate_cmd(
     import pandas as pd
 
     from specsim.atomic import output_folder
-    from specsim.validate.run import error_summary, validate
     from specsim.calibrate.kernels.a100_sweep import sweep_comparison
+    from specsim.validate.run import error_summary, validate
     from specsim.validate.targets import calibration_dir_if_any, find_calibration_dir, target_files
 
     if tolerance is not None and not tolerance > 0:

@@ -33,7 +33,6 @@ def explain(
     what_if:) on the same draws; the ladder, Shapley shares with intervals, a waterfall plot."""
     from specsim.explain.ladder import explain as run_explain
     from specsim.explain.ladder import explanation_markdown, write_explanation
-
     from specsim.scenario import load_scenario
     from specsim.study.store import open_results
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import stats
 
+from specsim.policy import PolicyContext, SDPolicy
 from specsim.sim.common import EngineConfig, EngineResult, EngineWork, conditional_tau, last_finishers_tau
 from specsim.sim.engine.loop import run_fast
 from specsim.sim.fastlaw import step_law
@@ -28,7 +29,6 @@ from specsim.sim.select import pick_engine
 from specsim.workload.acceptance.laws import alpha_from_tau
 from specsim.workload.lengths import growth_factor, sample_group_lengths, sample_prompt_lengths
 from specsim.world.specs import World
-from specsim.policy import PolicyContext, SDPolicy
 
 
 @dataclass(frozen=True)

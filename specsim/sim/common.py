@@ -33,8 +33,8 @@ import numpy as np
 
 from specsim.cost.step import StepCostTable
 from specsim.errors import InvariantError
-from specsim.workload.acceptance.context import ContextAcceptance
 from specsim.policy import PolicyContext, SDPolicy
+from specsim.workload.acceptance.context import ContextAcceptance
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from specsim.policy import choose_k
 from specsim.sim.common import EngineConfig, EngineResult, EngineWork, PrefillLog, Timeline, check_result
 from specsim.workload.acceptance.drafter import sample_tokens_per_verify
-from specsim.policy import choose_k
 
 
 def _blocks(tokens, block: int):

@@ -125,7 +125,6 @@ def project_scenario(path: str | Path, overrides: Sequence[str] = (), out: str |
     runs, the runs in flight), started once the folder is accepted, so a refused folder is one
     error and nothing else."""
     from specsim.study.executors import check_backend
-
     from specsim.study.plan import refuse_over_bound, run_tokens
     from specsim.world.resolve import resolve
 

@@ -39,6 +39,7 @@ import pandas as pd
 import yaml
 
 from specsim.errors import SpecError
+from specsim.policy import Off, policy_class
 from specsim.scenario import ScenarioError, apply_overrides, load_scenario
 from specsim.sim.cluster import engine_config, sequence_alphas
 from specsim.sim.common import EngineWork
@@ -54,7 +55,6 @@ from specsim.validate.targets import (
     target_files,
 )
 from specsim.world.resolve import resolve
-from specsim.policy import Off, SDPolicy, policy_class
 
 __all__ = ["METRICS", "ErrorGroup", "Target", "ValidationRow", "error_summary", "load_targets",
            "simulate_target", "validate"]

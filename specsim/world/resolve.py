@@ -20,6 +20,7 @@ from specsim.cost.memory import memory_plan
 from specsim.cost.step import StepWhatIf, step_cost_table
 from specsim.cost.training import check_training_fits
 from specsim.errors import LayoutError, SpecError
+from specsim.policy import from_section
 from specsim.scenario import Scenario, ScenarioError, source_file
 from specsim.workload.acceptance.context import ContextAcceptance, ContextCurve, normalising_scale
 from specsim.workload.acceptance.drafter import DrafterAcceptance, Staleness, staleness_from_taus, temperature_alpha
@@ -28,7 +29,6 @@ from specsim.workload.acceptance.spread import effective_concentration, length_b
 from specsim.workload.lengths import LengthDistribution
 from specsim.world.fields import scenario_field
 from specsim.world.specs import PipelineSpec, RolloutSpec, TrainerSpec, WorkloadSpec, World
-from specsim.policy import from_section
 from specsim.world.trainer import training_layout
 
 __all__ = ["World", "acceptance_model", "length_distribution", "resolve", "spread_concentration", "step_what_if",

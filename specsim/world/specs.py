@@ -18,10 +18,10 @@ from specsim.cost.layout import ParallelLayout
 from specsim.cost.memory import MemoryPlan
 from specsim.cost.step import StepCostTable
 from specsim.cost.training import TrainingLayout
+from specsim.policy import SDPolicy
 from specsim.workload.acceptance.context import ContextAcceptance
 from specsim.workload.acceptance.drafter import DrafterAcceptance
 from specsim.workload.lengths import LengthDistribution
-from specsim.policy import SDPolicy
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,12 @@ from specsim.cost.forward import prefill_batches_s
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.step import step_cost, step_cost_table
 from specsim.errors import SpecError
+from specsim.policy import Always, PolicyContext
 from specsim.scenario import ScenarioError
 from specsim.sim.common import EngineConfig
 from specsim.sim.engine.loop import run_fast
 from specsim.sim.reference import run_reference
 from specsim.workload.acceptance.drafter import DrafterAcceptance, expected_tokens_per_verify
-from specsim.policy import Always, PolicyContext, SDPolicy
 
 ALPHA, K = 0.6, 3
 

@@ -8,12 +8,12 @@ from engine_helpers import make_config, make_work
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specsim.policy import Adaptive, Always, Off, Schedule, Threshold, Toggle
 from specsim.sim.common import last_finishers_tau
 from specsim.sim.engine.loop import run_fast
 from specsim.sim.reference import run_reference
 from specsim.workload.acceptance.context import ContextAcceptance, ContextCurve
 from specsim.workload.acceptance.drafter import expected_tokens_per_verify
-from specsim.policy import Adaptive, Always, Off, Schedule, SDPolicy, Threshold, Toggle
 
 GRID = [
     ("AR ample", Off(), 10**7),
@@ -300,7 +300,7 @@ def test_toggle_speculates_exactly_when_the_predicted_speedup_clears_the_margin(
     """EfficientRollout's toggle: k where τ(α̂, k)·step(0)/step(k) >= 1 + margin, else 0, from the
     engine's own cost table; with an unreachable margin it never speculates (the AR rollout, to the
     step), with margin 0 it is argmax over {0, k}."""
-    from specsim.policy import Adaptive, Always, Off, Threshold, Toggle, choose_k
+    from specsim.policy import Off, Toggle, choose_k
 
     cfg = make_config(Toggle(k=5, margin=0.05), mean_alpha=0.55, max_batch=512)
     t, ctx = cfg.policy_ctx.table, cfg.policy_ctx
@@ -327,8 +327,8 @@ def test_toggle_prices_the_acceptance_at_the_batch_context_under_a_context_curve
     policy context) and is priced as it is."""
     from dataclasses import replace
 
+    from specsim.policy import Toggle, choose_k
     from specsim.workload.acceptance.context import ContextAcceptance, ContextCurve
-    from specsim.policy import Adaptive, Always, Off, Threshold, Toggle, choose_k
 
     cfg = make_config(Toggle(k=3, margin=0.05), mean_alpha=0.8, max_batch=64)
     curve = ContextAcceptance(ContextCurve((1000.0, 4000.0), (1.0, 0.1)))

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from engine_helpers import make_config, make_work
 
-from specsim.sim.fleet import loop as fleet_module
+from specsim.policy import Always, Off, Schedule, Threshold
 from specsim.sim.engine.loop import FastEngine
 from specsim.sim.fastlaw import step_law
+from specsim.sim.fleet import loop as fleet_module
 from specsim.sim.fleet.loop import Fleet, SwitchPayload
 from specsim.sim.fleet.state import INF
 from specsim.sim.reference import ReferenceEngine
-from specsim.policy import Always, Off, Schedule, SDPolicy, Threshold
 
 ROOT = Path(__file__).resolve().parents[2]
 

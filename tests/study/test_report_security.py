@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from markupsafe import escape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from markupsafe import escape
 
 from specsim.study.report.html import REPORT_FILE, render_page, safe_markdown
 from specsim.study.report.tables import md_text

@@ -17,12 +17,12 @@ from engine_helpers import make_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specsim.policy import Always
 from specsim.sim.cluster import sequence_alphas
 from specsim.sim.common import EngineWork
 from specsim.sim.reference import run_reference
 from specsim.workload.acceptance.drafter import DrafterAcceptance, alpha_from_tau, expected_tokens_per_verify
 from specsim.workload.acceptance.population import mean_alpha_from_tau, plain_mean_tau, reported_tau
-from specsim.policy import Always, SDPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 

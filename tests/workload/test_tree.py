@@ -14,6 +14,7 @@ from specsim.catalog.models import drafter_arch, load_model
 from specsim.cost.layout import ParallelLayout
 from specsim.cost.step import step_cost, tree_step_cost
 from specsim.errors import SpecError
+from specsim.policy import Always
 from specsim.scenario import ScenarioError, load_scenario
 from specsim.sim.common import EngineWork
 from specsim.sim.reference import run_reference
@@ -25,7 +26,6 @@ from specsim.workload.acceptance.drafter import (
 )
 from specsim.workload.acceptance.shapes import TreeShape, tree_summary
 from specsim.world.resolve import resolve
-from specsim.policy import Always, SDPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = str(ROOT / "scenarios" / "8b_rl_think_sync.yaml")

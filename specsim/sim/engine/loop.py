@@ -53,10 +53,10 @@ import math
 
 import numpy as np
 
+from specsim.policy import choose_k
 from specsim.sim.common import EngineConfig, EngineResult, EngineWork, check_result
 from specsim.sim.engine.state import FastState
 from specsim.sim.fastlaw import SCALAR_ADMIT, admissible_scalar, drain
-from specsim.policy import choose_k
 
 INF = float("inf")
 

@@ -31,12 +31,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 from specsim import atomic
 from specsim.atomic import dump_yaml
 from specsim.scenario import ScenarioError, load_scenario, source_file, to_yaml
-from specsim.study.plan import refuse_over_bound, scenario_run_tokens
 from specsim.study.executors import check_backend
+from specsim.study.plan import refuse_over_bound, scenario_run_tokens
 from specsim.study.planner.bounds import BoundModel
 from specsim.study.planner.candidates import enumerate_candidates
 from specsim.study.planner.report import answer, candidate_rows, fronts, plan_markdown, plot_fronts, write_tables

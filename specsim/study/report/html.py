@@ -23,9 +23,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
+import platform
 import re
 import xml.etree.ElementTree as ET
-import platform
 from pathlib import Path
 from typing import Any
 

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from specsim.calibrate.kernels import engine_overhead as eo
-from specsim.calibrate.kernels import terms as kf
 from specsim.calibrate.kernels import tables as kt
+from specsim.calibrate.kernels import terms as kf
 from specsim.calibrate.kernels.describe import hardware_info
 from specsim.calibrate.kernels.report import calibrate_from_kernels
 from specsim.catalog.hardware import load_hardware

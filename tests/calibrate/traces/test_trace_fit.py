@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 import yaml
 
-from specsim.calibrate.traces import PARAMS, calibrate, fit_acceptance, fit_hardware, fit_lengths, write_calibrated_profile
+from specsim.calibrate.traces import (
+    PARAMS,
+    calibrate,
+    fit_acceptance,
+    fit_hardware,
+    fit_lengths,
+    write_calibrated_profile,
+)
 from specsim.calibrate.traces.io import read_trace, write_engine_trace, write_kernel_trace
 from specsim.catalog.hardware import load_hardware
 from specsim.catalog.models import load_model
