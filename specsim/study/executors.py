@@ -235,7 +235,14 @@ def _execute_in_worker(index: tuple[int, int], task: RunTask) -> dict:
     if _worker_progress is None:
         return execute(task)
     q, every_s = _worker_progress
-    return execute(task, progress=lambda p: q.put((index, p)), progress_every_s=every_s)
+
+    def report(progress) -> None:
+        try:
+            q.put((index, progress))
+        except OSError:   # the parent closed its queue (it is shutting down): a report is best-effort
+            pass
+
+    return execute(task, progress=report, progress_every_s=every_s)
 
 
 def _kill_pool(pool: ProcessPoolExecutor) -> None:
