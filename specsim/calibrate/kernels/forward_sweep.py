@@ -170,6 +170,29 @@ def price_rows(df: pd.DataFrame, hw: HardwareSpec, generated_tokens: int = 50,
     return out
 
 
+def _fit_one_term(df: pd.DataFrame, hw: HardwareSpec, at, fit: np.ndarray, own: np.ndarray,
+                  bounds: tuple[float, float], xatol: float, generated_tokens: int) -> tuple[float, pd.DataFrame]:
+    """One profile term fitted on the `fit` rows: the bounded scalar minimum (scipy) of
+    Σ ln(priced / measured)² over the value v, `at(v)` being the profile with the term at v; and
+    every row priced before (`hw`) and after, with its role (fit; check: the fit model's other
+    rows; held-out: other models)."""
+    meas = df["median_ms"].to_numpy(float) * 1e-3
+
+    def cost(v: float) -> float:
+        r = np.log(price_rows(df[fit], at(v), generated_tokens) / meas[fit])
+        return float(r @ r)
+
+    v = float(optimize.minimize_scalar(cost, bounds=bounds, method="bounded", options={"xatol": xatol}).x)
+    before = price_rows(df, hw, generated_tokens)
+    after = price_rows(df, at(v), generated_tokens)
+    rows = pd.DataFrame({
+        "model": df["model"], "mode": df["mode"], "batch": df["batch"].astype(int), "seq": df["seq"].astype(int),
+        "gamma": df["gamma"].astype(int), "role": np.where(fit, "fit", np.where(own, "check", "held-out")),
+        "measured_ms": meas * 1e3, "priced_ms": after * 1e3,
+        "rel_error": after / meas - 1.0, "before_rel_error": before / meas - 1.0})
+    return v, rows
+
+
 def fit_stream_factor(df: pd.DataFrame, hw: HardwareSpec, generated_tokens: int = 50,
                       fit_model: str | None = None) -> SweepFit:
     """Fit β on the batch-1 target_decode rows (of `fit_model` only, when given: the other models'
@@ -181,24 +204,10 @@ def fit_stream_factor(df: pd.DataFrame, hw: HardwareSpec, generated_tokens: int 
     fit = ((df["mode"] == "target_decode") & (df["batch"] == 1)).to_numpy() & own
     if fit.sum() < 2:
         raise SpecError("rows", int(fit.sum()), "at least two target_decode rows at batch 1 to fit on")
-    meas = df["median_ms"].to_numpy(float) * 1e-3
-
     def at(beta: float) -> HardwareSpec:
         return replace(hw, kernel_fit=replace(hw.kernel_fit, insitu_stream_factor=float(beta)))
 
-    def cost(beta: float) -> float:
-        r = np.log(price_rows(df[fit], at(beta), generated_tokens) / meas[fit])
-        return float(r @ r)
-
-    res = optimize.minimize_scalar(cost, bounds=BETA_BOUNDS, method="bounded", options={"xatol": 1e-4})
-    beta = float(res.x)
-    before = price_rows(df, hw, generated_tokens)
-    after = price_rows(df, at(beta), generated_tokens)
-    rows = pd.DataFrame({
-        "model": df["model"], "mode": df["mode"], "batch": df["batch"].astype(int), "seq": df["seq"].astype(int),
-        "gamma": df["gamma"].astype(int), "role": np.where(fit, "fit", np.where(own, "check", "held-out")),
-        "measured_ms": meas * 1e3, "priced_ms": after * 1e3,
-        "rel_error": after / meas - 1.0, "before_rel_error": before / meas - 1.0})
+    beta, rows = _fit_one_term(df, hw, at, fit, own, BETA_BOUNDS, 1e-4, generated_tokens)
     return SweepFit(hw.name, beta, float(hw.kernel_fit.insitu_stream_factor), int(fit.sum()), rows)
 
 
@@ -370,24 +379,10 @@ def fit_piecewise_attention(df: pd.DataFrame, hw: HardwareSpec, generated_tokens
     if fit.sum() < 2:
         raise SpecError("rows", int(fit.sum()), "at least two target_decode rows that run cascade attention "
                         f"(>= {CASCADE_MIN_REQUESTS} requests sharing a prompt of >= 256 tokens)")
-    meas = df["median_ms"].to_numpy(float) * 1e-3
-
     def at(v: float) -> HardwareSpec:
         return with_multi_token_attention(hw, replace(mt, piecewise_attention_s=float(v)))
 
-    def cost(v: float) -> float:
-        r = np.log(price_rows(df[fit], at(v), generated_tokens) / meas[fit])
-        return float(r @ r)
-
-    res = optimize.minimize_scalar(cost, bounds=PIECEWISE_BOUNDS_S, method="bounded", options={"xatol": 1e-8})
-    v = float(res.x)
-    before = price_rows(df, hw, generated_tokens)
-    after = price_rows(df, at(v), generated_tokens)
-    rows = pd.DataFrame({
-        "model": df["model"], "mode": df["mode"], "batch": df["batch"].astype(int), "seq": df["seq"].astype(int),
-        "gamma": df["gamma"].astype(int), "role": np.where(fit, "fit", np.where(own, "check", "held-out")),
-        "measured_ms": meas * 1e3, "priced_ms": after * 1e3,
-        "rel_error": after / meas - 1.0, "before_rel_error": before / meas - 1.0})
+    v, rows = _fit_one_term(df, hw, at, fit, own, PIECEWISE_BOUNDS_S, 1e-8, generated_tokens)
     return PiecewiseFit(hw.name, v, int(fit.sum()), rows)
 
 
