@@ -134,15 +134,6 @@ class PipelineResult:
 
 
 # ----------------------------------------------------------------------------- step costs
-@dataclass(frozen=True)
-class _TrainingSide:
-    reward_s: float
-    logprob_s: float
-    train_s: float
-    weight_sync_s: float
-    drafter_update_s: float   # eagle3/mtp: when an update is due; self_quant: every step (requantize)
-
-
 class _Costs:
     """Trainer-side stage times of each step, from cost/training.py (pure, cached per step)."""
 
@@ -184,6 +175,233 @@ def _never_stale(world: World) -> bool:
 
 
 # ----------------------------------------------------------------------------- the run
+class _RLRun:
+    """One run's RL steps on a simpy clock: the state its phases share and the phases themselves.
+
+    State: the newest policy version generation may use, the policy version the newest published
+    drafter was trained for, and each step's record as its phases fill it in. Phases: generate (per
+    mode, in the subclasses `_ColocatedRun` and `_AsyncRun`), `train` (a step's training side, which
+    publishes the next version), `publish` (a version lands) and `records` (the StepRecords once the
+    clock has run out). The subclasses' hooks `_version_landed` and `_drafter_landed` carry a new
+    version or drafter to the engines; in sync mode there is nothing to carry (the next generation
+    reads the version when it starts)."""
+
+    #: a version lands when its weight sync begins (in-flight updates), not when it ends
+    lands_in_flight = False
+
+    def __init__(self, world: World, draws: list, *, engine: str, tick: Ticker | None):
+        self.world = world
+        self.draws = draws
+        self.n_steps = len(draws)
+        self.engine = engine
+        self.tick = tick
+        self.costs = _Costs(world)
+        self.env = simpy.Environment()
+        self.rows: list[dict] = [{"step": i} for i in range(self.n_steps)]
+        self.gens: list[GenerationResult | None] = [None] * self.n_steps
+        self.version = 0           # the newest policy version usable by generation
+        self.drafter_version = 0   # the policy version the newest published drafter was trained for
+
+    def versions_since_update(self, version: int) -> float:
+        """Drafter staleness of a generation with policy `version` (0 for drafters that never go stale)."""
+        return 0.0 if _never_stale(self.world) else float(max(version - self.drafter_version, 0))
+
+    def publish(self, version: int) -> None:
+        """Policy `version` lands (idempotent: the in-flight landing and the sync's end both call it)."""
+        if version <= self.version:
+            return
+        self.version = version
+        self._version_landed(version)
+
+    def _version_landed(self, version: int) -> None:
+        """Hook: the engines take `version`."""
+
+    def _drafter_landed(self) -> None:
+        """Hook: the engines take the drafter retrained for `drafter_version`."""
+
+    def start(self) -> None:
+        """Register the mode's simpy processes on `env`."""
+        raise NotImplementedError
+
+    def train(self, i: int):
+        """simpy process: step i's reward → logprob → train → weight sync (→ drafter update); it
+        publishes version i+1 and completes step i's record."""
+        costs, env, row = self.costs, self.env, self.rows[i]
+        lp, tr, du_due = costs.step(self.draws[i])
+        new_v = i + 1
+        row["train_start_s"] = env.now
+        yield env.timeout(costs.reward)
+        yield env.timeout(lp)
+        yield env.timeout(tr)
+        row["train_end_s"] = env.now
+        if self.lands_in_flight:
+            self.publish(new_v)
+        yield env.timeout(costs.sync)
+        du = 0.0
+        if costs.requant:
+            du += costs.requant
+            yield env.timeout(costs.requant)          # the quantized drafter of version i+1
+        self.publish(new_v)
+        if costs.drafter_due(new_v):
+            yield env.timeout(du_due)
+            du += du_due
+            self.drafter_version = new_v
+            self._drafter_landed()
+        row.update(reward_s=costs.reward, logprob_s=lp, train_s=tr, weight_sync_s=costs.sync,
+                   drafter_update_s=du, step_end_s=env.now)
+        if self.tick is not None:
+            self.tick.step_done()
+
+    def records(self) -> list[StepRecord]:
+        """The finished rows as StepRecords; step_s is the gap between consecutive step ends."""
+        records = []
+        prev_end = 0.0
+        for r in self.rows:
+            step_s = r["step_end_s"] - prev_end
+            records.append(StepRecord(step_s=step_s, exposed_generation_s=r.pop("trainer_wait_s"), **r))
+            prev_end = r["step_end_s"]
+        return records
+
+
+class _ColocatedRun(_RLRun):
+    """sync: one pool loads, generates and trains each step in sequence (simulate_generation times
+    each generation phase); with a `measured` policy estimate, each engine's α̂ is the one it
+    measured on the previous step (the first step: the drafter's)."""
+
+    def start(self) -> None:
+        self.env.process(self.generate_and_train())
+
+    def generate_and_train(self):
+        """simpy process: every step's data load, generation and training side, in sequence."""
+        world, env, tick, draws = self.world, self.env, self.tick, self.draws
+        ps = world.pipeline
+        measured = world.policy.estimate == "measured"
+        estimates: dict[str, float] = {}
+        for i in range(self.n_steps):
+            row = self.rows[i]
+            row["data_s"] = ps.data_s
+            yield env.timeout(ps.data_s)
+            row["gen_start_s"] = env.now
+            version = self.version
+            if tick is not None:
+                tick.base = sum(d.n_responses for d in draws[:i])
+            g = simulate_generation(world, draws[i], self.versions_since_update(version), engine=self.engine,
+                                    alpha_estimates=estimates if measured else None, tick=tick)
+            self.gens[i] = g
+            if tick is not None:
+                tick.finished(draws[i].n_responses)
+            if measured:
+                estimates = measured_alpha_estimates(world, g, estimates)
+            row.update(policy_version=version, versions_since_update=self.versions_since_update(version),
+                       generation_s=g.rollout_s, tau=g.mean_accept_len, mean_alpha=g.mean_alpha,
+                       tokens_per_step=g.tokens_per_seq_step,
+                       tokens=g.total_tokens, verify_steps=g.verify_steps,
+                       mean_active_batch=g.mean_active_batch, rollout_gpu_s=g.gpu_seconds,
+                       step_setter_tau=g.step_setter_tau(world.acceptance.proposal_rate),
+                       token_weighted_batch=g.token_weighted_batch,
+                       gen_window_s=g.rollout_s, mean_policy_age=0.0, max_policy_age=0.0)
+            yield env.timeout(g.rollout_s)
+            row["gen_end_s"] = env.now
+            row["trainer_wait_s"] = g.rollout_s
+            yield env.process(self.train(i))
+
+
+class _AsyncRun(_RLRun):
+    """async: the stream cluster generates continuously; step j's groups are released when version
+    j − L lands (steps 0..L at the start), the trainer takes step j once its groups have finished and
+    step j−1's training is done. A landed version (and, in flight, a retrained drafter) switches
+    every engine with the acceptance of its staleness."""
+
+    def __init__(self, world: World, draws: list, *, engine: str, tick: Ticker | None, engine_results: bool):
+        super().__init__(world, draws, engine=engine, tick=tick)
+        ps = world.pipeline
+        self.lag = ps.policy_lag
+        self.lands_in_flight = ps.partial_rollouts
+        self.stream = StreamCluster(world, draws, float(world.acceptance.alpha_at_version(0)), engine=engine,
+                                    window=not engine_results)
+        if tick is not None:
+            tick.source = self.stream.finished_responses
+        self.released: dict[int, float] = {}             # step -> when its groups were released
+        self.version_vsu: dict[int, float] = {0: 0.0}    # version -> staleness when the engines took it
+        self.generated = [self.env.event() for _ in range(self.n_steps)]
+
+    def start(self) -> None:
+        self.env.process(self.generate())
+        self.env.process(self.train_in_order())
+
+    def release(self, j: int) -> None:
+        """Hand step j's groups to the engines (once)."""
+        if j < self.n_steps and j not in self.released:
+            self.released[j] = self.env.now
+            self.stream.release_step(j, self.env.now)
+
+    def _switch_engines(self, in_flight: bool) -> None:
+        v = self.version
+        self.version_vsu[v] = self.versions_since_update(v)
+        self.stream.switch_all(self.env.now, v, float(self.world.acceptance.alpha_at_version(self.version_vsu[v])),
+                               in_flight=in_flight)
+
+    def _version_landed(self, version: int) -> None:
+        """The engines run `version` from now; step version + L may start."""
+        self._switch_engines(in_flight=self.lands_in_flight)
+        self.release(version + self.lag)
+
+    def _drafter_landed(self) -> None:
+        """In flight, the engines take the new drafter now; else with the next version."""
+        if self.lands_in_flight:
+            self._switch_engines(in_flight=True)
+
+    def generate(self):
+        """simpy process: advance the engines event to event and record each step when its last group
+        finishes. The data loader prefetches later batches while the engines work: only the first load
+        waits."""
+        env, stream, tick = self.env, self.stream, self.tick
+        self.rows[0]["data_s"] = self.world.pipeline.data_s
+        yield env.timeout(self.world.pipeline.data_s)
+        for j in range(min(self.lag + 1, self.n_steps)):
+            self.release(j)
+        before = stream.counters()
+        prev_f = env.now
+        for j in range(self.n_steps):
+            while (f := stream.advance(j, env.peek(), tick)) is None:
+                yield env.timeout(max(0.0, env.peek() - env.now))
+            yield env.timeout(max(0.0, f - env.now))
+            now = stream.counters()
+            self._record_generation(j, f, window=max(f - prev_f, 0.0),   # steps may finish out of order: the running max
+                                    delta={k: now[k] - before[k] for k in now})
+            before, prev_f = now, max(prev_f, f)
+            self.generated[j].succeed()
+
+    def _record_generation(self, j: int, f: float, *, window: float, delta: dict[str, float]) -> None:
+        """Step j's generation fields: finished at `f`, `window` s of pool time since the previous
+        finish, `delta` the stream counters accumulated over that window."""
+        world, stream = self.world, self.stream
+        ver = stream.step_versions(j)
+        lut = np.array([self.version_vsu.get(v, np.nan) for v in range(int(ver.max()) + 1)])
+        vsu = lut[ver]
+        released = self.released[j]
+        self.rows[j].update(
+            gen_start_s=released, gen_end_s=f, generation_s=f - released, gen_window_s=window,
+            policy_version=int(ver.min()), versions_since_update=float(vsu.mean()),
+            mean_policy_age=float(np.mean(j - ver)), max_policy_age=float(np.max(j - ver)),
+            tau=stream.step_tau(j), tokens_per_step=stream.step_tokens_per_seq_step(j),
+            mean_alpha=float(np.mean(world.acceptance.alpha_at_version(vsu))),
+            tokens=int(self.draws[j].response_tokens.sum()), verify_steps=delta["sd_steps"],
+            mean_active_batch=delta["weighted_active"] / (window * world.engines) if window > 0 else 0.0,
+            step_setter_tau=stream.step_setter_tau(j),
+            token_weighted_batch=(delta["token_batch_sum"] / delta["token_sum"] if delta["token_sum"] > 0
+                                  else float("nan")),
+            rollout_gpu_s=window * world.rollout.gpus)
+
+    def train_in_order(self):
+        """simpy process: the trainer takes each step once its rollouts are in, in order."""
+        for i in range(self.n_steps):
+            free = self.env.now
+            yield self.generated[i]
+            self.rows[i]["trainer_wait_s"] = self.env.now - free
+            yield self.env.process(self.train(i))
+
+
 def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, steps: int | None = None,
                  progress: ProgressHook | None = None, progress_every_s: float = PROGRESS_EVERY_S,
                  engine_results: bool = True) -> PipelineResult:
@@ -199,162 +417,16 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
     if n_steps < 1:
         raise SpecError("steps", n_steps, ">= 1")
     warmup = min(max(ps.warmup_steps, ps.fill_steps), n_steps - 1)
-    costs = _Costs(world)
     draws = [draw_step(world, i, replicate) for i in range(n_steps)]
     tick = None if progress is None else Ticker(progress, steps_total=n_steps, every_s=progress_every_s,
                                                 responses_total=sum(d.n_responses for d in draws))
-    env = simpy.Environment()
-    mode = ps.mode
-    lag = ps.policy_lag
-    partial = ps.partial_rollouts
-    rows: list[dict] = [{"step": i} for i in range(n_steps)]
-    gens: list[GenerationResult | None] = [None] * n_steps
-    acc = world.acceptance
-    state = {"version": 0, "drafter": 0}         # newest policy version usable by generation, drafter's
-
-    def vsu_of(version: int) -> float:
-        return 0.0 if _never_stale(world) else float(max(version - state["drafter"], 0))
-
-    stream = (StreamCluster(world, draws, float(acc.alpha_at_version(0)), engine=engine, window=not engine_results)
-              if mode == "async" else None)
-    if tick is not None and stream is not None:
-        tick.source = stream.finished_responses
-    released: dict[int, float] = {}
-    version_vsu = {0: 0.0}
-
-    def release(j: int) -> None:
-        if j < n_steps and j not in released:
-            released[j] = env.now
-            stream.release_step(j, env.now)
-
-    def publish(v: int) -> None:
-        if v <= state["version"]:
-            return
-        state["version"] = v
-        if stream is not None:                    # the engines run v from now; step v + L may start
-            version_vsu[v] = vsu_of(v)
-            stream.switch_all(env.now, v, float(acc.alpha_at_version(version_vsu[v])), in_flight=partial)
-            release(v + lag)
-
-    def training_side(i: int):
-        """reward → logprob → train → weight sync (→ drafter update); publishes version i+1."""
-        lp, tr, du_due = costs.step(draws[i])
-        new_v = i + 1
-        rows[i]["train_start_s"] = env.now
-        yield env.timeout(costs.reward)
-        yield env.timeout(lp)
-        yield env.timeout(tr)
-        rows[i]["train_end_s"] = env.now
-        if partial and mode == "async":
-            publish(new_v)                            # lands in flight
-        yield env.timeout(costs.sync)
-        du = 0.0
-        if costs.requant:
-            du += costs.requant
-            yield env.timeout(costs.requant)          # the quantized drafter of version i+1
-        publish(new_v)
-        if costs.drafter_due(new_v):
-            yield env.timeout(du_due)
-            du += du_due
-            state["drafter"] = new_v
-            if stream is not None and partial:        # in flight: the engines take the new drafter now
-                v = state["version"]
-                version_vsu[v] = vsu_of(v)
-                stream.switch_all(env.now, v, float(acc.alpha_at_version(version_vsu[v])), in_flight=True)
-        rows[i].update(reward_s=costs.reward, logprob_s=lp, train_s=tr, weight_sync_s=costs.sync,
-                       drafter_update_s=du, step_end_s=env.now)
-        if tick is not None:
-            tick.step_done()
-
-    if mode == "sync":
-        measured = world.policy.estimate == "measured"
-        estimates: dict[str, float] = {}   # engine -> α̂ measured on its previous step (first step: the drafter's)
-
-        def colocated():
-            nonlocal estimates
-            for i in range(n_steps):
-                rows[i]["data_s"] = ps.data_s
-                yield env.timeout(ps.data_s)
-                rows[i]["gen_start_s"] = env.now
-                version = state["version"]
-                if tick is not None:
-                    tick.base = sum(d.n_responses for d in draws[:i])
-                g = simulate_generation(world, draws[i], vsu_of(version), engine=engine,
-                                        alpha_estimates=estimates if measured else None, tick=tick)
-                gens[i] = g
-                if tick is not None:
-                    tick.finished(draws[i].n_responses)
-                if measured:
-                    estimates = measured_alpha_estimates(world, g, estimates)
-                rows[i].update(policy_version=version, versions_since_update=vsu_of(version),
-                               generation_s=g.rollout_s, tau=g.mean_accept_len, mean_alpha=g.mean_alpha,
-                               tokens_per_step=g.tokens_per_seq_step,
-                               tokens=g.total_tokens, verify_steps=g.verify_steps,
-                               mean_active_batch=g.mean_active_batch, rollout_gpu_s=g.gpu_seconds,
-                               step_setter_tau=g.step_setter_tau(world.acceptance.proposal_rate),
-                               token_weighted_batch=g.token_weighted_batch,
-                               gen_window_s=g.rollout_s, mean_policy_age=0.0, max_policy_age=0.0)
-                yield env.timeout(g.rollout_s)
-                rows[i]["gen_end_s"] = env.now
-                rows[i]["trainer_wait_s"] = g.rollout_s
-                yield env.process(training_side(i))
-
-        env.process(colocated())
-    else:
-        generated = [env.event() for _ in range(n_steps)]
-
-        def generator():
-            # the data loader prefetches later batches while the engines work: only the first load waits
-            rows[0]["data_s"] = ps.data_s
-            yield env.timeout(ps.data_s)
-            for j in range(min(lag + 1, n_steps)):
-                release(j)
-            before = stream.counters()
-            prev_f = env.now
-            for j in range(n_steps):
-                while (f := stream.advance(j, env.peek(), tick)) is None:
-                    yield env.timeout(max(0.0, env.peek() - env.now))
-                yield env.timeout(max(0.0, f - env.now))
-                now = stream.counters()
-                d = {k: now[k] - before[k] for k in now}
-                window = max(f - prev_f, 0.0)      # steps may finish out of order: the running max
-                ver = stream.step_versions(j)
-                lut = np.array([version_vsu.get(v, np.nan) for v in range(int(ver.max()) + 1)])
-                vsu = lut[ver]
-                rows[j].update(gen_start_s=released[j], gen_end_s=f, generation_s=f - released[j], gen_window_s=window,
-                               policy_version=int(ver.min()), versions_since_update=float(vsu.mean()),
-                               mean_policy_age=float(np.mean(j - ver)), max_policy_age=float(np.max(j - ver)),
-                               tau=stream.step_tau(j), tokens_per_step=stream.step_tokens_per_seq_step(j),
-                               mean_alpha=float(np.mean(acc.alpha_at_version(vsu))),
-                               tokens=int(draws[j].response_tokens.sum()), verify_steps=d["sd_steps"],
-                               mean_active_batch=d["weighted_active"] / (window * world.engines) if window > 0 else 0.0,
-                               step_setter_tau=stream.step_setter_tau(j),
-                               token_weighted_batch=(d["token_batch_sum"] / d["token_sum"] if d["token_sum"] > 0
-                                                     else float("nan")),
-                               rollout_gpu_s=window * world.rollout.gpus)
-                before, prev_f = now, max(prev_f, f)
-                generated[j].succeed()
-
-        def trainer():
-            for i in range(n_steps):
-                free = env.now
-                yield generated[i]
-                rows[i]["trainer_wait_s"] = env.now - free
-                yield env.process(training_side(i))
-
-        env.process(generator())
-        env.process(trainer())
-
-    env.run()
+    run = (_AsyncRun(world, draws, engine=engine, tick=tick, engine_results=engine_results)
+           if ps.mode == "async" else _ColocatedRun(world, draws, engine=engine, tick=tick))
+    run.start()
+    run.env.run()
     if tick is not None:
         tick.finish()
-    records = []
-    prev_end = 0.0
-    for r in rows:
-        step_s = r["step_end_s"] - prev_end
-        records.append(StepRecord(step_s=step_s, exposed_generation_s=r.pop("trainer_wait_s"), **r))
-        prev_end = r["step_end_s"]
-    res = PipelineResult(ps.name, mode, records, warmup, gens, time.perf_counter() - t_wall)
-    if stream is not None and engine_results:
-        res.engines = stream.results()
+    res = PipelineResult(ps.name, ps.mode, run.records(), warmup, run.gens, time.perf_counter() - t_wall)
+    if isinstance(run, _AsyncRun) and engine_results:
+        res.engines = run.stream.results()
     return res
