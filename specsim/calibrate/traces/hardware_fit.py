@@ -87,6 +87,36 @@ class HardwareFit:
         return rows
 
 
+@dataclass
+class _TraceRows:
+    """The rows a hardware fit explains: each trace row's group (its op or engine step, priced by
+    the cost model), the concatenated row table and the measured seconds; `predict` prices every
+    row with some efficiency parameters changed from `hw`'s."""
+
+    hw: HardwareSpec
+    groups: list[Group]
+    table: pd.DataFrame
+    measured: np.ndarray
+
+    def predict(self, values: dict) -> np.ndarray:
+        h = self.hw.with_efficiency(**values) if values else self.hw
+        out = np.empty(len(self.measured))
+        for g in self.groups:
+            out[g.idx] = g.predict(h)
+        return out
+
+
+@dataclass
+class _Solution:
+    """The least-squares fit of the parameters that stayed free (empty when none did)."""
+
+    free: list[str]
+    values: dict[str, float]
+    stderr: dict[str, float]
+    success: bool = True
+    message: str = "nothing to fit"
+
+
 def fit_hardware(
     hw: HardwareSpec,
     kernel_df: pd.DataFrame | Sequence[pd.DataFrame] | None = None,
@@ -105,6 +135,9 @@ def fit_hardware(
     drafter_kind: drafter of speculative engine steps / op=draft kernel rows without a `drafter`
     column (default eagle3, with a note). loss / f_scale: scipy least_squares robust loss on the
     log residuals ("linear" for plain least squares).
+
+    Three stages: the rows (`_trace_rows`), the parameters they determine (`_identifiable`) and
+    their fit (`_solve`), then the report (`_hardware_report`).
     """
     if hw.kernel_fit is not None:
         # trace fits price every op with the scalar efficiencies they fit; a measured-kernel fit
@@ -112,13 +145,26 @@ def fit_hardware(
         from dataclasses import replace as _replace
 
         hw = _replace(hw, kernel_fit=None)
-    kernel_dfs = as_list(kernel_df)
-    engine_dfs = as_list(engine_df)
+    notes: list[str] = []
+    rows = _trace_rows(hw, as_list(kernel_df), as_list(engine_df), model_name, drafter_kind, notes)
+    free, not_fitted = _identifiable(rows, notes)
+    if free and len(rows.measured) <= len(free):
+        raise SpecError("trace rows", len(rows.measured),
+                        f"more than the {len(free)} parameters the rows inform ({', '.join(free)}): a fit needs at "
+                        "least one row beyond its parameters to have an error at all", ", ".join(sources or []) or None)
+    prior_pred = rows.predict({})
+    solution = _solve(rows, free, loss, f_scale, not_fitted)
+    return _hardware_report(rows, solution, prior_pred, not_fitted, notes, sources)
+
+
+def _trace_rows(hw: HardwareSpec, kernel_dfs: list[pd.DataFrame], engine_dfs: list[pd.DataFrame],
+                model_name: str | None, drafter_kind: str | None, notes: list[str]) -> _TraceRows:
+    """Group every kernel and engine trace row for pricing (in that order, rows numbered across
+    traces); the grouping's notes (assumed drafters, models) go to `notes`."""
     if not kernel_dfs and not engine_dfs:
         raise SpecError("traces", None, "at least one kernel or engine trace to fit hardware efficiencies")
     models: dict = {}
     drafters: dict = {}
-    notes: list[str] = []
     groups: list[Group] = []
     tables: list[pd.DataFrame] = []
     offset = 0
@@ -133,18 +179,13 @@ def fit_hardware(
         tables.append(t)
         offset += len(t)
     table = pd.concat(tables, ignore_index=True)
-    measured = table["measured_s"].to_numpy(dtype=float)
-    log_meas = np.log(measured)
-    prior = hw.efficiency
+    return _TraceRows(hw, groups, table, table["measured_s"].to_numpy(dtype=float))
 
-    def predict(values: dict) -> np.ndarray:
-        h = hw.with_efficiency(**values) if values else hw
-        out = np.empty(len(measured))
-        for g in groups:
-            out[g.idx] = g.predict(h)
-        return out
 
-    # ---- which parameters the data can determine
+def _unsupported(rows: _TraceRows) -> tuple[list[str], dict[str, str]]:
+    """(parameters the kinds of rows present can inform, reason for each of the others): no
+    collectives without tp/ep/pp > 1, no scheduler overhead without engine steps, ..."""
+    table, groups = rows.table, rows.groups
     is_engine = (table["kind"] == "engine").to_numpy()
     multi_gpu = any(g.layout.tp > 1 or g.layout.ep > 1 or g.layout.pp > 1 for g in groups)
     spec_gpu = any(
@@ -179,7 +220,16 @@ def fit_hardware(
             not_fitted[p] = reason
         else:
             candidates.append(p)
-    base = np.log(predict({}))
+    return candidates, not_fitted
+
+
+def _identifiable(rows: _TraceRows, notes: list[str]) -> tuple[list[str], dict[str, str]]:
+    """(the parameters the rows determine, reason for each one they do not): present in the data
+    (`_unsupported`), moving some row by more than SENS_MIN when nudged, and not confounded with
+    another (`drop_confounded`)."""
+    candidates, not_fitted = _unsupported(rows)
+    prior = rows.hw.efficiency
+    base = np.log(rows.predict({}))
     free = []
     directions = {}
     for p in candidates:
@@ -188,7 +238,7 @@ def fit_hardware(
             nv = v * 0.8 if v * 0.8 >= LOWER[p] else min(1.0, v * 1.25)
         else:
             nv = v + {"step_overhead_s": 1e-3, "per_seq_overhead_s": 1e-5, "draft_overhead_s": 1e-3}[p]
-        delta = np.log(predict({p: nv})) - base
+        delta = np.log(rows.predict({p: nv})) - base
         moved = np.abs(delta).max()
         if moved > SENS_MIN:
             free.append(p)
@@ -207,31 +257,42 @@ def fit_hardware(
             "step_overhead_s was fitted with draft_overhead_s held at its prior: on these rows only "
             "step_overhead + k * draft_overhead is determined"
         )
+    return free, not_fitted
 
-    if free and len(measured) <= len(free):
-        raise SpecError("trace rows", len(measured),
-                        f"more than the {len(free)} parameters the rows inform ({', '.join(free)}): a fit needs at "
-                        "least one row beyond its parameters to have an error at all", ", ".join(sources or []) or None)
-    prior_pred = predict({})
-    values, stderr, success, message = {}, {}, True, "nothing to fit"
-    while free:
-        best = _least_squares(predict, log_meas, free, prior, loss, f_scale)
+
+def _solve(rows: _TraceRows, free: list[str], loss: str, f_scale: float, not_fitted: dict[str, str]) -> _Solution:
+    """Least squares on the log residuals of the `free` parameters; while one is barely constrained
+    by the data (1-sigma error above _MAX_REL_SE of its size) it keeps its prior (reason into
+    `not_fitted`) and the rest are fitted again."""
+    prior = rows.hw.efficiency
+    log_meas = np.log(rows.measured)
+    solution = _Solution(free=list(free), values={}, stderr={})
+    while solution.free:
+        free = solution.free
+        best = _least_squares(rows.predict, log_meas, free, prior, loss, f_scale)
         scale = np.array([SCALE[p] for p in free])
         values = dict(zip(free, best.x * scale))
         stderr = standard_errors(best, free, scale)
-        success, message = bool(best.success), str(best.message)
-        # a parameter the data barely constrain (1-sigma error above half its size) keeps its prior
+        solution = _Solution(free, values, stderr, bool(best.success), str(best.message))
         rel_se = {p: stderr[p] / max(abs(values[p]), abs(getattr(prior, p)), 1e-12) for p in free}
         worst = max(free, key=lambda p: rel_se[p] if np.isfinite(rel_se[p]) else np.inf)
         if not (rel_se[worst] > _MAX_REL_SE or not np.isfinite(rel_se[worst])):
             break
-        name, unit = YAML_NAME[worst]
+        _, unit = YAML_NAME[worst]
         not_fitted[worst] = (
             f"poorly determined by the data (fit gave {values[worst] / SCALE[worst]:.3g}"
             f"{' ' + unit if unit else ''} ± {stderr[worst] / SCALE[worst]:.2g}); kept the prior"
         )
-        free = [p for p in free if p != worst]
-        values, stderr = {}, {}
+        solution = _Solution([p for p in free if p != worst], {}, {}, solution.success, solution.message)
+    return solution
+
+
+def _hardware_report(rows: _TraceRows, solution: _Solution, prior_pred: np.ndarray, not_fitted: dict[str, str],
+                     notes: list[str], sources: Sequence[str] | None) -> HardwareFit:
+    """The HardwareFit: fitted efficiencies (priors for the rest), a note per parameter fitted at a
+    bound, and every row's prior and fitted prediction with its relative error."""
+    prior = rows.hw.efficiency
+    free, values = solution.free, solution.values
     for p in free:
         if values[p] <= LOWER[p] + 1e-12 or values[p] >= UPPER[p] - 1e-12:
             name, unit = YAML_NAME[p]
@@ -240,27 +301,28 @@ def fit_hardware(
                 "the data push it to the edge of the physical range"
             )
     eff = Efficiency(**{p: values.get(p, getattr(prior, p)) for p in (*PARAMS, "train_mfu")})
-    pred = predict(values)
+    pred = rows.predict(values)
+    table, measured = rows.table, rows.measured
     table["prior_s"] = prior_pred
     table["predicted_s"] = pred
     table["prior_rel_error"] = prior_pred / measured - 1.0
     table["rel_error"] = pred / measured - 1.0
     srcs = tuple(sources) if sources is not None else tuple(dict.fromkeys(table["source"]))
     return HardwareFit(
-        hardware=hw.name,
+        hardware=rows.hw.name,
         prior=prior,
         efficiency=eff,
         fitted=tuple(free),
         not_fitted={p: r for p, r in not_fitted.items() if p not in free},
-        stderr=stderr,
+        stderr=solution.stderr,
         residuals=table,
         rms_rel_error=rms(table["rel_error"]),
         prior_rms_rel_error=rms(table["prior_rel_error"]),
         n_rows=len(table),
         sources=srcs,
         notes=tuple(notes),
-        success=success,
-        message=message,
+        success=solution.success,
+        message=solution.message,
     )
 
 
