@@ -122,9 +122,54 @@ def fit_acceptance(
     Uses rows with k > 0; tau_row = tokens_emitted / active_batch, weighted by active_batch.
     fit_decay "auto": only with >= 2 distinct k. fit_staleness "auto": only with an rl_step column
     spanning >= 3 distinct steps; v = rl_step (policy versions since the drafter was trained).
-    """
 
-    dfs = as_list(engine_df)
+    Stages: the rows (`_speculative_rows`), the model they support (`_acceptance_model`), its
+    least-squares fit (`_AcceptanceModel.solve`) and the report (`_acceptance_report`).
+    """
+    rows = _speculative_rows(as_list(engine_df))
+    notes: list[str] = []
+    gap = abs(rows.tau.mean() - rows.tau_accepted.mean()) / rows.tau_accepted.mean()
+    if gap > 0.02:
+        notes.append(
+            f"tokens_emitted/active_batch differs from accepted_tokens/active_batch + 1 by {gap * 100:.1f} % "
+            "(sequences finishing mid-step or a different counting); tau uses tokens_emitted"
+        )
+    model = _acceptance_model(rows, fit_decay, fit_staleness, floor_alpha, notes)
+    if rows.tau.max() > int(rows.ks.max()) + 1 + 1e-9:
+        raise SpecError("tokens_emitted", float(rows.tau.max()), "<= (k+1) per sequence", ", ".join(rows.sources))
+    res = model.solve(rows)
+    return _acceptance_report(rows, model, res, notes)
+
+
+@dataclass
+class _SpeculativeRows:
+    """The speculative engine steps (k > 0) of the traces, one entry per row: k, sequences n
+    (active_batch), tau = tokens_emitted / n, tau_accepted = accepted_tokens / n + 1, the rl_step
+    (nan without the column) and the least-squares weight sqrt(n)."""
+
+    k: np.ndarray
+    n: np.ndarray
+    tau: np.ndarray
+    tau_accepted: np.ndarray
+    steps: np.ndarray
+    sources: tuple[str, ...]
+
+    @property
+    def w(self) -> np.ndarray:
+        return np.sqrt(self.n)
+
+    @property
+    def ks(self) -> np.ndarray:
+        return np.unique(self.k)
+
+    @property
+    def has_steps(self) -> bool:
+        """Every row carries its rl_step."""
+        return bool(np.isfinite(self.steps).all())
+
+
+def _speculative_rows(dfs: list[pd.DataFrame]) -> _SpeculativeRows:
+    """Validate each engine trace and keep its speculative rows; SpecError when none has k > 0."""
     if not dfs:
         raise SpecError("traces", None, "an engine trace with speculative steps (k > 0)")
     frames = []
@@ -149,70 +194,93 @@ def fit_acceptance(
         raise SpecError(
             "k", 0, "> 0 in some rows: acceptance is fitted from speculative steps only", ", ".join(sources)
         )
-    notes: list[str] = []
-    tau = data["emitted"].to_numpy() / data["n"].to_numpy()
-    tau_acc = data["accepted"].to_numpy() / data["n"].to_numpy() + 1.0
-    gap = abs(tau.mean() - tau_acc.mean()) / tau_acc.mean()
-    if gap > 0.02:
-        notes.append(
-            f"tokens_emitted/active_batch differs from accepted_tokens/active_batch + 1 by {gap * 100:.1f} % "
-            "(sequences finishing mid-step or a different counting); tau uses tokens_emitted"
-        )
-    k = data["k"].to_numpy()
-    w = np.sqrt(data["n"].to_numpy())
-    ks = np.unique(k)
-    do_decay = (len(ks) >= 2) if fit_decay == "auto" else bool(fit_decay)
-    steps = data["rl_step"].to_numpy()
-    has_steps = np.isfinite(steps).all() and len(np.unique(steps)) >= 3
-    do_stale = has_steps if fit_staleness == "auto" else bool(fit_staleness) and np.isfinite(steps).all()
-    if fit_staleness is True and not do_stale:
-        notes.append("staleness not fitted: no complete rl_step column")
-    floor = float(floor_alpha)
-    kmax = int(ks.max())
-    if tau.max() > kmax + 1 + 1e-9:
-        raise SpecError("tokens_emitted", float(tau.max()), "<= (k+1) per sequence", ", ".join(sources))
+    return _SpeculativeRows(
+        k=data["k"].to_numpy(), n=data["n"].to_numpy(),
+        tau=data["emitted"].to_numpy() / data["n"].to_numpy(),
+        tau_accepted=data["accepted"].to_numpy() / data["n"].to_numpy() + 1.0,
+        steps=data["rl_step"].to_numpy(), sources=sources)
 
-    names = ["alpha"] + (["decay"] if do_decay else []) + (["rate"] if do_stale else [])
-    lb = {"alpha": max(floor, 0.0) + 1e-9 if do_stale else 0.0, "decay": 0.05, "rate": 0.0}
-    ub = {"alpha": 0.999999, "decay": 1.0, "rate": 10.0}
 
-    def unpack(x):
-        v = dict(zip(names, x))
+@dataclass(frozen=True)
+class _AcceptanceModel:
+    """tau per row = expected_tokens_per_verify(alpha, k, decay), with alpha = floor + (alpha0 −
+    floor)·exp(−rate·rl_step) when staleness is fitted (else alpha0); its parameters `names`
+    (alpha, then decay and rate when fitted) and their bounds."""
+
+    floor: float
+    fit_decay: bool
+    fit_staleness: bool
+
+    @property
+    def names(self) -> list[str]:
+        return ["alpha"] + (["decay"] if self.fit_decay else []) + (["rate"] if self.fit_staleness else [])
+
+    @property
+    def lower(self) -> dict[str, float]:
+        return {"alpha": max(self.floor, 0.0) + 1e-9 if self.fit_staleness else 0.0, "decay": 0.05, "rate": 0.0}
+
+    @property
+    def upper(self) -> dict[str, float]:
+        return {"alpha": 0.999999, "decay": 1.0, "rate": 10.0}
+
+    def unpack(self, x) -> tuple[float, float, float]:
+        """(alpha0, decay, rate) of a parameter vector; decay 1 and rate 0 when not fitted."""
+        v = dict(zip(self.names, x))
         return v["alpha"], v.get("decay", 1.0), v.get("rate", 0.0)
 
-    def alphas(a0, rate, st):
-        return floor + (a0 - floor) * np.exp(-rate * st) if do_stale else np.full(len(st), a0)
+    def alphas(self, a0: float, rate: float, st: np.ndarray) -> np.ndarray:
+        """Per-row alpha at rl_step `st`, clipped to [0, 1]."""
+        floor = self.floor
+        a = floor + (a0 - floor) * np.exp(-rate * st) if self.fit_staleness else np.full(len(st), a0)
+        return np.clip(a, 0.0, 1.0)
 
-    def resid(x):
-        a0, d, rate = unpack(x)
-        a = np.clip(alphas(a0, rate, np.nan_to_num(steps)), 0.0, 1.0)
-        return w * (expected_tokens_per_verify(a, k, d) - tau)
+    def solve(self, rows: _SpeculativeRows):
+        """Weighted least squares on tau, started from the pooled tau at the most common k."""
+        names, lb, ub = self.names, self.lower, self.upper
+        k, tau, w, steps = rows.k, rows.tau, rows.w, np.nan_to_num(rows.steps)
 
-    # start from the pooled tau at the most common k
+        def resid(x):
+            a0, d, rate = self.unpack(x)
+            return w * (expected_tokens_per_verify(self.alphas(a0, rate, steps), k, d) - tau)
 
-    k0 = int(pd.Series(k).mode().iloc[0])
-    m0 = k == k0
-    t0 = float(np.clip(np.average(tau[m0], weights=data["n"].to_numpy()[m0]), 1.0 + 1e-6, k0 + 1 - 1e-6))
-    a_start = min(max(alpha_from_tau(t0, k0), lb["alpha"] + 1e-3), 0.99)
-    x0 = [a_start] + ([0.95] if do_decay else []) + ([0.01] if do_stale else [])
-    res = optimize.least_squares(
-        resid,
-        np.array(x0),
-        bounds=([lb[n] for n in names], [ub[n] for n in names]),
-        method="trf",
-        x_scale="jac",
-        ftol=1e-12,
-        xtol=1e-12,
-        gtol=1e-12,
-    )
-    a0, d, rate = unpack(res.x)
-    se = standard_errors(res, names, np.ones(len(names)))
-    staleness = Staleness(floor, float(rate)) if do_stale else None
-    a_rows = np.clip(alphas(a0, rate, np.nan_to_num(steps)), 0.0, 1.0)
-    tau_fit = expected_tokens_per_verify(a_rows, k, d)
-    n = data["n"].to_numpy()
+        k0 = int(pd.Series(k).mode().iloc[0])
+        m0 = k == k0
+        t0 = float(np.clip(np.average(tau[m0], weights=rows.n[m0]), 1.0 + 1e-6, k0 + 1 - 1e-6))
+        a_start = min(max(alpha_from_tau(t0, k0), lb["alpha"] + 1e-3), 0.99)
+        x0 = [a_start] + ([0.95] if self.fit_decay else []) + ([0.01] if self.fit_staleness else [])
+        return optimize.least_squares(
+            resid,
+            np.array(x0),
+            bounds=([lb[n] for n in names], [ub[n] for n in names]),
+            method="trf",
+            x_scale="jac",
+            ftol=1e-12,
+            xtol=1e-12,
+            gtol=1e-12,
+        )
+
+
+def _acceptance_model(rows: _SpeculativeRows, fit_decay: bool | str, fit_staleness: bool | str,
+                      floor_alpha: float, notes: list[str]) -> _AcceptanceModel:
+    """Which terms the rows support: position decay with >= 2 distinct k, staleness with a
+    complete rl_step column of >= 3 distinct steps ("auto"), or as asked."""
+    do_decay = (len(rows.ks) >= 2) if fit_decay == "auto" else bool(fit_decay)
+    has_steps = rows.has_steps and len(np.unique(rows.steps)) >= 3
+    do_stale = has_steps if fit_staleness == "auto" else bool(fit_staleness) and rows.has_steps
+    if fit_staleness is True and not do_stale:
+        notes.append("staleness not fitted: no complete rl_step column")
+    return _AcceptanceModel(float(floor_alpha), do_decay, do_stale)
+
+
+def _acceptance_report(rows: _SpeculativeRows, model: _AcceptanceModel, res, notes: list[str]) -> AcceptanceFit:
+    """The AcceptanceFit: the fitted parameters, measured vs fitted tau per k, and (with rl_step)
+    the alpha each RL step's rows alone give at the fitted decay."""
+    a0, d, rate = model.unpack(res.x)
+    se = standard_errors(res, model.names, np.ones(len(model.names)))
+    k, n, tau = rows.k, rows.n, rows.tau
+    tau_fit = expected_tokens_per_verify(model.alphas(a0, rate, np.nan_to_num(rows.steps)), k, d)
     by_k = []
-    for kk in ks:
+    for kk in rows.ks:
         m = k == kk
         by_k.append(
             {
@@ -223,39 +291,42 @@ def fit_acceptance(
                 "tau_fitted": float(np.average(tau_fit[m], weights=n[m])),
             }
         )
-    by_step = None
-    if np.isfinite(steps).all():
-        rows = []
-        for st in np.unique(steps):
-            m = steps == st
-
-            def r1(x, m=m):
-                return w[m] * (expected_tokens_per_verify(np.full(m.sum(), x[0]), k[m], d) - tau[m])
-
-            r = optimize.least_squares(r1, [min(max(a0, 0.01), 0.99)], bounds=([0.0], [0.999999]), method="trf")
-            rows.append(
-                {
-                    "rl_step": int(st),
-                    "rows": int(m.sum()),
-                    "tau_measured": float(np.average(tau[m], weights=n[m])),
-                    "alpha": float(r.x[0]),
-                }
-            )
-        by_step = pd.DataFrame(rows)
     rel = (tau_fit - tau) / tau
     return AcceptanceFit(
         alpha=float(a0),
         decay=float(d),
-        decay_fitted=do_decay,
-        staleness=staleness,
+        decay_fitted=model.fit_decay,
+        staleness=Staleness(model.floor, float(rate)) if model.fit_staleness else None,
         tau_by_k=pd.DataFrame(by_k),
-        by_step=by_step,
+        by_step=_alpha_by_step(rows, a0, d) if rows.has_steps else None,
         rms_rel_tau_error=float(np.sqrt(np.average(rel**2, weights=n))),
-        n_rows=len(data),
+        n_rows=len(k),
         alpha_stderr=se.get("alpha", float("nan")),
-        sources=sources,
+        sources=rows.sources,
         notes=tuple(notes),
     )
+
+
+def _alpha_by_step(rows: _SpeculativeRows, a0: float, d: float) -> pd.DataFrame:
+    """Per RL step: its rows, measured tau and the alpha its rows alone fit (decay held at `d`)."""
+    k, n, tau, w, steps = rows.k, rows.n, rows.tau, rows.w, rows.steps
+    out = []
+    for st in np.unique(steps):
+        m = steps == st
+
+        def r1(x, m=m):
+            return w[m] * (expected_tokens_per_verify(np.full(m.sum(), x[0]), k[m], d) - tau[m])
+
+        r = optimize.least_squares(r1, [min(max(a0, 0.01), 0.99)], bounds=([0.0], [0.999999]), method="trf")
+        out.append(
+            {
+                "rl_step": int(st),
+                "rows": int(m.sum()),
+                "tau_measured": float(np.average(tau[m], weights=n[m])),
+                "alpha": float(r.x[0]),
+            }
+        )
+    return pd.DataFrame(out)
 
 
 # =========================================================================== lengths
