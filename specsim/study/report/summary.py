@@ -345,7 +345,18 @@ def _values_text(values: dict) -> str:
 
 
 def summary_markdown(s: dict) -> str:
-    """summary.md: what a design review reads first."""
+    """summary.md: what a design review reads first — the set-up, the best configuration, the
+    ladder's explanation, AR vs SD at their best, every point ranked, the capacity plan, the plots
+    and the resolved scenario, one section each (`s` is summary.json's dict)."""
+    L: list[str] = []
+    for section in (_setup_section, _best_section, _explain_section, _best_ar_sd_section, _points_section,
+                    _capacity_section, _plots_section, _resolved_section):
+        L += section(s)
+    return "\n".join(L)
+
+
+def _setup_section(s: dict) -> list[str]:
+    """Title (marked COUNTERFACTUAL under a what-if), description, model, sweep and baseline."""
     L: list[str] = []
     wi = s.get("what_if") or []
     L.append(f"# {md_text(s['scenario'])}: speculative decoding in RL rollouts" + (" — COUNTERFACTUAL" if wi else ""))
@@ -367,49 +378,70 @@ def summary_markdown(s: dict) -> str:
              f"{' — the baseline itself' if s['sync_ar']['is_baseline'] else ''}")
     L.append(f"- speedups are steady-state (warm-up steps excluded) step-time ratios; intervals: {s['ci']}")
     L.append("")
+    return L
+
+
+def _best_section(s: dict) -> list[str]:
+    """The best point's table, the warnings and its margin over the runner-up (nothing without a best point)."""
     best = s.get("best")
-    if best:
-        L.append("## Best configuration")
+    if not best:
+        return []
+    L: list[str] = []
+    L.append("## Best configuration")
+    L.append("")
+    L.append(f"Ranked by mean `{s['rank_by']}` (within {100 * TIE_REL:.1f} % the "
+             f"simpler configuration wins: smaller k, no SD first). Best point #{best['point']}: {_values_text(best['values'])} "
+             f"— {best['sd_policy']}, k = {best['k']}, policy lag = {best['policy_lag']} ({best['mode']}).")
+    L.append("")
+    L.append("| quantity | value |")
+    L.append("|---|---|")
+    L.append(f"| E2E speedup vs sync AR | {fmt_ci(best['e2e_speedup_vs_sync_ar'])}× |")
+    L.append(f"| E2E speedup vs baseline | {fmt_ci(best['e2e_speedup'])}× |")
+    L.append(f"| generation speedup vs baseline | {fmt_ci(best['generation_speedup'])}× |")
+    L.append(f"| step time | {fmt_ci(best['step_s'], 1)} s |")
+    gen_label = ("generation latency (a step's prompts released → its last response; overlaps "
+                 "the steps in flight)" if best["mode"] == "async" else "generation time")
+    L.append(f"| {gen_label} | {fmt_ci(best['generation_s'], 1)} s |")
+    L.append(f"| exposed generation | {fmt_ci(best['exposed_generation_s'], 1)} s |")
+    idle = best.get("trainer_idle_share") or {}
+    if idle.get("mean") is not None:
+        L.append(f"| trainer idle (exposed generation ÷ step) | {fmt_ci(idle, 3)} — "
+                 f"{bottleneck_text(idle['mean'])} |")
+    L.append(f"| τ (tokens per verify) | {fmt_ci(best['tau'], 2)} |")
+    if (best.get("mean_active_batch") or {}).get("mean") is not None:
+        L.append(f"| active batch per engine (time-weighted) | {fmt_ci(best['mean_active_batch'], 2)} |")
+    L.append(f"| GPU-hours per step | {fmt_ci(best['gpu_hours_per_step'], 2)} |")
+    L.append("")
+    for w in s.get("warnings") or []:
+        L.append(f"- **warning**: {w}")
+    if s.get("warnings"):
         L.append("")
-        L.append(f"Ranked by mean `{s['rank_by']}` (within {100 * TIE_REL:.1f} % the "
-                 f"simpler configuration wins: smaller k, no SD first). Best point #{best['point']}: {_values_text(best['values'])} "
-                 f"— {best['sd_policy']}, k = {best['k']}, policy lag = {best['policy_lag']} ({best['mode']}).")
+    margin = s.get("best_vs_runner_up")
+    if margin:
+        L.append(runner_up_text(margin, s["rank_by"], _values_text(values_of(s, margin["runner_up"]))))
         L.append("")
-        L.append("| quantity | value |")
-        L.append("|---|---|")
-        L.append(f"| E2E speedup vs sync AR | {fmt_ci(best['e2e_speedup_vs_sync_ar'])}× |")
-        L.append(f"| E2E speedup vs baseline | {fmt_ci(best['e2e_speedup'])}× |")
-        L.append(f"| generation speedup vs baseline | {fmt_ci(best['generation_speedup'])}× |")
-        L.append(f"| step time | {fmt_ci(best['step_s'], 1)} s |")
-        gen_label = ("generation latency (a step's prompts released → its last response; overlaps "
-                     "the steps in flight)" if best["mode"] == "async" else "generation time")
-        L.append(f"| {gen_label} | {fmt_ci(best['generation_s'], 1)} s |")
-        L.append(f"| exposed generation | {fmt_ci(best['exposed_generation_s'], 1)} s |")
-        idle = best.get("trainer_idle_share") or {}
-        if idle.get("mean") is not None:
-            L.append(f"| trainer idle (exposed generation ÷ step) | {fmt_ci(idle, 3)} — "
-                     f"{bottleneck_text(idle['mean'])} |")
-        L.append(f"| τ (tokens per verify) | {fmt_ci(best['tau'], 2)} |")
-        if (best.get("mean_active_batch") or {}).get("mean") is not None:
-            L.append(f"| active batch per engine (time-weighted) | {fmt_ci(best['mean_active_batch'], 2)} |")
-        L.append(f"| GPU-hours per step | {fmt_ci(best['gpu_hours_per_step'], 2)} |")
-        L.append("")
-        for w in s.get("warnings") or []:
-            L.append(f"- **warning**: {w}")
-        if s.get("warnings"):
-            L.append("")
-        margin = s.get("best_vs_runner_up")
-        if margin:
-            L.append(runner_up_text(margin, s["rank_by"], _values_text(values_of(s, margin["runner_up"]))))
-            L.append("")
-    L += explain_markdown(s.get("explain"))
-    if s.get("best_ar") and s.get("best_sd"):
-        ar, sd = s["best_ar"], s["best_sd"]
-        L.append(f"Best AR point #{ar['point']} ({_values_text(ar['values'])}): step "
-                 f"{fmt_ci(ar['step_s'], 1)} s. Best SD point #{sd['point']} ({_values_text(sd['values'])}): step "
-                 f"{fmt_ci(sd['step_s'], 1)} s. **SD gain over the best AR configuration: "
-                 f"{fmt_ci(s.get('sd_gain_over_best_ar'))}×**.")
-        L.append("")
+    return L
+
+
+def _explain_section(s: dict) -> list[str]:
+    """The ladder's explanation of the best point (explain_markdown; nothing without one)."""
+    return explain_markdown(s.get("explain"))
+
+
+def _best_ar_sd_section(s: dict) -> list[str]:
+    """The best AR and the best SD point and SD's gain over the best AR configuration (when both exist)."""
+    if not (s.get("best_ar") and s.get("best_sd")):
+        return []
+    ar, sd = s["best_ar"], s["best_sd"]
+    return [(f"Best AR point #{ar['point']} ({_values_text(ar['values'])}): step "
+             f"{fmt_ci(ar['step_s'], 1)} s. Best SD point #{sd['point']} ({_values_text(sd['values'])}): step "
+             f"{fmt_ci(sd['step_s'], 1)} s. **SD gain over the best AR configuration: "
+             f"{fmt_ci(s.get('sd_gain_over_best_ar'))}×**."), ""]
+
+
+def _points_section(s: dict) -> list[str]:
+    """Every point, ranked, with a trainer-idle column when any point has one."""
+    L: list[str] = []
     L.append(f"## All points, ranked by `{s.get('rank_by', 'e2e_speedup_vs_sync_ar')}` (means over replicates; 95 % CI where n ≥ 2)")
     L.append("")
     idle_col = any((e.get("trainer_idle_share") or {}).get("mean") is not None for e in s["points"])
@@ -424,56 +456,68 @@ def summary_markdown(s: dict) -> str:
                  f"{fmt_ci(e['e2e_speedup_vs_sync_ar'])} | {fmt_ci(e['e2e_speedup'])} | "
                  f"{fmt_ci(e['generation_speedup'])} | {fmt_ci(e['step_s'], 1)} | {fmt_ci(e['tau'], 2)} |{extra}")
     L.append("")
+    return L
+
+
+def _capacity_section(s: dict) -> list[str]:
+    """The capacity plan: the minimum rollout GPUs reaching the target with and without SD, its
+    notes and one row per simulated size (nothing without a capacity plan)."""
     cap = s.get("capacity") or {}
-    if cap.get("rows"):
-        L.append("## Capacity plan")
-        L.append("")
-        sd_label = f"SD (k = {cap['k']}, best SD point #{cap['reference_point']})" if cap["has_sd"] else "SD: none"
-        n_rep = cap.get("replicates", 1)
-        reps = f"means over {n_rep} replicates (95 % CI)" if n_rep > 1 else "one replicate"
-        L.append(f"Rollout cluster sizes {cap['sizes']} (whole engines of {cap['gpus_per_engine']} GPUs), {reps}, "
-                 f"AR vs {sd_label}. Target step time: "
-                 + (f"{cap['target_step_s']:.1f} s ({cap['target_source']})." if cap.get("target_step_s") else "n/a."))
-        L.append("")
-        for v, label in (("ar", "without SD"), ("sd", "with SD")):
-            m = cap["minimum"].get(v)
-            if m is None:
-                continue
-            if m.get("simulated") is None:
-                L.append(f"- {label}: {m.get('note', 'target not reached')}")
-            else:
-                L.append(f"- minimum rollout GPUs reaching the target {label}: **{capacity_answer(m, cap['sizes'])}** "
-                         "(interpolation: log-log between simulated sizes)"
-                         + (f"; {m['note']}" if m.get("note") else ""))
-        L.append("")
-        for note in cap.get("notes", []):
-            L.append(f"- **note**: {note}")
-        if cap.get("notes"):
-            L.append("")
-        idle_col = any(r.get("trainer_idle_share") is not None for r in cap["rows"])
-        L.append("| variant | rollout GPUs | total GPUs | step s | GPU-hours / 1,000 steps |"
-                 + (" trainer idle | bottleneck |" if idle_col else "") + " note |")
-        L.append("|---|---|---|---|---|" + ("---|---|" if idle_col else "") + "---|")
-        for r in cap["rows"]:
-            step = fmt_ci({"mean": r["step_s"], "ci95": r.get("step_s_ci95")}, 1) if r["step_s"] is not None else "—"
-            gh = f"{r['gpu_hours_per_1000_steps']:,.0f}" if r["gpu_hours_per_1000_steps"] is not None else "—"
-            idle = r.get("trainer_idle_share")
-            extra = (f" {100 * idle:.1f} % | {bottleneck(idle)} |" if idle is not None else " — | — |") if idle_col else ""
-            L.append(f"| {r['variant'].upper()} | {r['rollout_gpus']} | {r['total_gpus'] or '—'} | {step} | {gh} |"
-                     f"{extra} {(r['error'] or '')[:120]} |")
-        L.append("")
-    if s.get("plots"):
-        L.append("## Plots")
-        L.append("")
-        for name, f in s["plots"].items():
-            L.append(f"- {name}: `plots/{f}` (data: `plots/{Path(f).with_suffix('.csv').name}`)")
-        L.append("")
-    L.append("## Resolved scenario")
+    if not cap.get("rows"):
+        return []
+    L: list[str] = []
+    L.append("## Capacity plan")
     L.append("")
+    sd_label = f"SD (k = {cap['k']}, best SD point #{cap['reference_point']})" if cap["has_sd"] else "SD: none"
+    n_rep = cap.get("replicates", 1)
+    reps = f"means over {n_rep} replicates (95 % CI)" if n_rep > 1 else "one replicate"
+    L.append(f"Rollout cluster sizes {cap['sizes']} (whole engines of {cap['gpus_per_engine']} GPUs), {reps}, "
+             f"AR vs {sd_label}. Target step time: "
+             + (f"{cap['target_step_s']:.1f} s ({cap['target_source']})." if cap.get("target_step_s") else "n/a."))
+    L.append("")
+    for v, label in (("ar", "without SD"), ("sd", "with SD")):
+        m = cap["minimum"].get(v)
+        if m is None:
+            continue
+        if m.get("simulated") is None:
+            L.append(f"- {label}: {m.get('note', 'target not reached')}")
+        else:
+            L.append(f"- minimum rollout GPUs reaching the target {label}: **{capacity_answer(m, cap['sizes'])}** "
+                     "(interpolation: log-log between simulated sizes)"
+                     + (f"; {m['note']}" if m.get("note") else ""))
+    L.append("")
+    for note in cap.get("notes", []):
+        L.append(f"- **note**: {note}")
+    if cap.get("notes"):
+        L.append("")
+    idle_col = any(r.get("trainer_idle_share") is not None for r in cap["rows"])
+    L.append("| variant | rollout GPUs | total GPUs | step s | GPU-hours / 1,000 steps |"
+             + (" trainer idle | bottleneck |" if idle_col else "") + " note |")
+    L.append("|---|---|---|---|---|" + ("---|---|" if idle_col else "") + "---|")
+    for r in cap["rows"]:
+        step = fmt_ci({"mean": r["step_s"], "ci95": r.get("step_s_ci95")}, 1) if r["step_s"] is not None else "—"
+        gh = f"{r['gpu_hours_per_1000_steps']:,.0f}" if r["gpu_hours_per_1000_steps"] is not None else "—"
+        idle = r.get("trainer_idle_share")
+        extra = (f" {100 * idle:.1f} % | {bottleneck(idle)} |" if idle is not None else " — | — |") if idle_col else ""
+        L.append(f"| {r['variant'].upper()} | {r['rollout_gpus']} | {r['total_gpus'] or '—'} | {step} | {gh} |"
+                 f"{extra} {(r['error'] or '')[:120]} |")
+    L.append("")
+    return L
+
+
+def _plots_section(s: dict) -> list[str]:
+    """Each plot's file and its data file (nothing without plots)."""
+    if not s.get("plots"):
+        return []
+    L = ["## Plots", ""]
+    for name, f in s["plots"].items():
+        L.append(f"- {name}: `plots/{f}` (data: `plots/{Path(f).with_suffix('.csv').name}`)")
+    L.append("")
+    return L
+
+
+def _resolved_section(s: dict) -> list[str]:
+    """The resolved scenario as YAML, in a fence longer than any backtick run inside it."""
     text = dump_yaml(s["resolved_scenario"], sort_keys=False).rstrip()
     fence = "`" * max(3, len(md_fence(text)))
-    L.append(f"{fence}yaml")
-    L.append(text)
-    L.append(fence)
-    L.append("")
-    return "\n".join(L)
+    return ["## Resolved scenario", "", f"{fence}yaml", text, fence, ""]
