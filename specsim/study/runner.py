@@ -22,8 +22,9 @@ Parallelism: jobs > 1 runs a spawn-context process pool (capped at the CPUs; see
 so a *script* that calls run_scenario must guard its entry point (``if __name__ == "__main__":``),
 as for any multiprocessing code; `python -c`, the CLI and notebooks need nothing. The pool starts
 as soon as the scenario has loaded, so its workers import the simulation while this process plans
-the study; this module therefore imports the report layer (matplotlib) and, through the plan, the
-world layer (scipy) only where they are used, not when it is imported.
+the study; this module therefore imports the report layer's plots, projection and page (matplotlib)
+and, through the plan, the world layer (scipy) only where they are used, not when it is imported
+(its tables need only pandas).
 backend="ray" runs the same tasks on Ray (a private local instance, or `address=` a cluster whose
 workers can import specsim).
 
@@ -58,7 +59,8 @@ from specsim.scenario import (
 from specsim.study import results_folder as results_dir
 from specsim.study.capacity import capacity_plan, capacity_sizes
 from specsim.study.executors import WorkerPool, check_backend, worker_pool
-from specsim.study.plan import plan_study, work_problem
+from specsim.study.plan import StudyPlan, plan_study, work_problem
+from specsim.study.report import tables
 from specsim.study.report.progress import Progress
 from specsim.study.results_folder import ResultsConflict, sha
 from specsim.study.store import ResultsFolder, RunFailed, open_results
@@ -216,8 +218,9 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
         resolved_text = to_yaml(sc)
         with open_results(out if out is not None else default_out(sc), force=force, fresh=fresh,
                           resolved_text=resolved_text, inputs=inputs_fingerprint(sc), warnings=warnings) as folder:
-            return _run_locked(sc, plan, folder, resolved_text, t0, progress, RunOptions(workers, backend, address, engine),
-                               plots, tuple(overrides), pool, then)
+            return _run_locked(RunContext(sc, plan, folder, resolved_text, RunOptions(workers, backend, address, engine),
+                                          t0, progress=progress, plots=plots, overrides=tuple(overrides), pool=pool,
+                                          then=then))
 
 
 @dataclass(frozen=True)
@@ -230,33 +233,49 @@ class RunOptions:
     engine: str = "fast"
 
 
-def _run_locked(sc: Scenario, plan, folder: ResultsFolder, resolved_text: str, t0: float, progress: bool,
-                opts: RunOptions, plots: bool | None, overrides: tuple[str, ...] = (), pool: WorkerPool | None = None,
-                then: Callable[[ResultsFolder, dict], None] | None = None) -> RunSummary:
-    """The run, holding the results folder's lock (store.open_results); `pool`: the workers
-    (executors.worker_pool), let go once the runs are done; `then(folder, summary)`: called, still
-    under the lock, before the summary is written (it may add to it: explain/in_run.py's ladder)."""
-    from specsim.study.report import html, projection, tables  # the report's imports (matplotlib) after the pool starts
-    from specsim.study.report.summary import summary_dict
+@dataclass(frozen=True)
+class RunContext:
+    """One `specsim run` inside its locked results folder (store.open_results): the scenario, its
+    study plan and resolved text, how the runs execute (`opts`, `pool`: the workers, let go once the
+    runs are done), whether to show progress and draw plots (None: the scenario's output.plots),
+    the --set overrides (for the summary's explain command), when the command started (`t0`,
+    perf_counter: the summary's wall_s) and `then(folder, summary)`, called still under the lock
+    before the summary is written (it may add to it: explain/in_run.py's ladder)."""
 
-    out_dir, store, warnings, inputs = folder.path, folder.store, folder.warnings, folder.inputs
-    workers, backend, address, engine = opts.workers, opts.backend, opts.address, opts.engine
-    points_dir = out_dir / "points"
-    cols = row_columns(swept_paths(sc))
-    runs = store.runs
-    done_points = results_dir.load_points(points_dir, plan.runs_of, cols, warnings)
-    # a point stands only on runs that are on disk and valid: one whose run is recomputed is too
-    done_points = {pid: rec for pid, rec in done_points.items() if all(k in runs for k in plan.runs_of[pid].keys)}
-    order = {p.point_id: i for i, p in enumerate(plan.points)}
-    file = source_file(sc)
+    sc: Scenario
+    plan: StudyPlan
+    folder: ResultsFolder
+    resolved_text: str
+    opts: RunOptions
+    t0: float
+    progress: bool = True
+    plots: bool | None = None
+    overrides: tuple[str, ...] = ()
+    pool: WorkerPool | None = None
+    then: Callable[[ResultsFolder, dict], None] | None = None
 
-    def write_points_csv() -> None:
-        tables.write_points_csv(out_dir / "points.csv", [done_points[pid]["row"] for pid in
-                                                         sorted(done_points, key=order.__getitem__)], cols)
 
-    def finalize(p: SweepPoint) -> bool:
-        if p.point_id in done_points:
+class _FinishedPoints:
+    """The sweep points finished so far, by point id: each one's record (tidy row, per-step rows,
+    the runs it used) as points/<id>.json holds it. It starts from the records on disk whose runs
+    are all still valid (a point stands only on runs that are on disk: one whose run is recomputed
+    is too) and grows as runs finish (`finalize`)."""
+
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
+        self.dir = ctx.folder.path / "points"
+        self.cols = row_columns(swept_paths(ctx.sc))
+        runs = ctx.folder.store.runs
+        loaded = results_dir.load_points(self.dir, ctx.plan.runs_of, self.cols, ctx.folder.warnings)
+        self.done = {pid: rec for pid, rec in loaded.items() if all(k in runs for k in ctx.plan.runs_of[pid].keys)}
+        self._order = {p.point_id: i for i, p in enumerate(ctx.plan.points)}
+
+    def finalize(self, p: SweepPoint) -> bool:
+        """Write point p's record once its run, baseline and sync-AR run are in (and neither of the
+        first two failed); True when it was written now."""
+        if p.point_id in self.done:
             return False
+        plan, runs = self.ctx.plan, self.ctx.folder.store.runs
         pr = plan.runs_of[p.point_id]
         k_run, k_base, k_sync = pr.point, pr.baseline, pr.sync_ar
         if not all(k in runs for k in pr.keys) or "error" in runs[k_run] or "error" in runs[k_base]:
@@ -264,100 +283,139 @@ def _run_locked(sc: Scenario, plan, folder: ResultsFolder, resolved_text: str, t
         sync = runs[k_sync] if "steady" in runs[k_sync] else None
         rec = {"point": p.as_dict(), "row": point_row(p, plan.point_scenarios[p.index], runs[k_run], runs[k_base], sync),
                "steps": step_rows(p, runs[k_run]), "runs": pr.as_dict()}
-        atomic.write_json(points_dir / f"{p.point_id}.json", rec)
-        done_points[p.point_id] = json.loads(json.dumps(rec, sort_keys=True))   # what a resume reads back
+        atomic.write_json(self.dir / f"{p.point_id}.json", rec)
+        self.done[p.point_id] = json.loads(json.dumps(rec, sort_keys=True))   # what a resume reads back
         return True
 
-    def failed(exc: RunFailed) -> ScenarioError:
-        """A point (or its baseline) that cannot run, named by its swept values."""
-        task = exc.task
-        bad = next(p for p in plan.points if task.key in (plan.runs_of[p.point_id].point, plan.runs_of[p.point_id].baseline))
-        what = "a point that can run" if task.role == "point" else f"a point whose {task.role} can run"
-        field, value = ("sweep", bad.label()) if bad.values else ("(scenario)", sc.name)
-        return ScenarioError(file, field, value, f"{what}: {exc.error}")
+    def write_csv(self) -> None:
+        """points.csv: the finished points' rows in sweep order."""
+        tables.write_points_csv(self.ctx.folder.path / "points.csv",
+                                [self.done[pid]["row"] for pid in sorted(self.done, key=self._order.__getitem__)],
+                                self.cols)
 
-    prog = Progress(progress, len(plan.points))
-    run_on = {"jobs": workers, "backend": backend, "address": address, "pool": pool, "progress": prog}
+    def rows(self) -> list[dict]:
+        return [self.done[p.point_id]["row"] for p in self.ctx.plan.points]
+
+    def steps(self) -> list[dict]:
+        return [s for p in self.ctx.plan.points for s in self.done[p.point_id]["steps"]]
+
+
+def _run_locked(ctx: RunContext) -> RunSummary:
+    """The run, holding the results folder's lock: every point's runs (`_execute`), then the
+    tables, plots and summary (with the inverse answers and how the run went) written from what
+    the run persisted."""
+    from specsim.study.report import html, projection  # the report's imports (matplotlib) after the pool starts
+    from specsim.study.report.summary import summary_dict
+
+    sc, plan, store, opts, out_dir = ctx.sc, ctx.plan, ctx.folder.store, ctx.opts, ctx.folder.path
+    points = _FinishedPoints(ctx)
+    analysis, cap_plan = _execute(ctx, points)
+    if ctx.pool is not None:
+        ctx.pool.shutdown()
+    computed, reused = store.computed, store.reused
+    capacity = tables.capacity_table(cap_plan, store.runs)
+    files, frame = _write_tables(ctx, points, cap_plan)
+    plot_files = _write_plots(ctx, analysis, frame, capacity, files)
+
+    wall = time.perf_counter() - ctx.t0
+    summary = summary_dict(sc, plan, analysis, capacity, resolved_text=ctx.resolved_text,
+                           version=specsim_version(), plots=plot_files, overrides=ctx.overrides)
+    summary["inverse"] = projection.inverse_answers(sc, frame)
+    summary["run"] = {"wall_s": wall, "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+                      "computed_runs": computed, "reused_runs": reused, "jobs": opts.workers, "backend": opts.backend,
+                      "out_dir": str(out_dir), "warnings": ctx.folder.warnings, "inputs": ctx.folder.inputs}
+    if ctx.then is not None:
+        ctx.then(ctx.folder, summary)
+    write_summary(out_dir, summary)
+    files += ["summary.json", "summary.md", html.REPORT_FILE, "resolved.yaml", "inputs.json"]
+    return RunSummary(out_dir, sc.name, len(points.rows()), len({p.index for p in plan.points}), replicates(sc),
+                      computed, reused, wall, summary.get("best", {}), summary, files, ctx.folder.warnings)
+
+
+def _execute(ctx: RunContext, points: _FinishedPoints) -> tuple[dict, dict]:
+    """Run (or reuse) every task under one progress display: baselines first (every point waits
+    for its baseline), then the points in sweep order, each point written as soon as its runs are
+    in; then the capacity plan's runs at several rollout sizes. Returns (analysis, capacity plan)."""
+    sc, plan, store, opts = ctx.sc, ctx.plan, ctx.folder.store, ctx.opts
+    prog = Progress(ctx.progress, len(plan.points))
+    run_on = {"jobs": opts.workers, "backend": opts.backend, "address": opts.address, "pool": ctx.pool,
+              "progress": prog}
     with prog:
-        for w in warnings:
+        for w in ctx.folder.warnings:
             prog.warn(w)
         prog.points.advance(0)
         for p in plan.points:
-            finalize(p)
-        if done_points:
-            write_points_csv()
-        prog.set_points(len(done_points))
-        # baselines first (every point waits for its baseline), then points in sweep order
+            points.finalize(p)
+        if points.done:
+            points.write_csv()
+        prog.set_points(len(points.done))
         tasks = sorted(plan.tasks.values(), key=lambda t: t.role == "point")
 
         def on_result(task: RunTask, result: dict) -> None:
             changed = False
             for p in plan.points:
                 if task.key in plan.runs_of[p.point_id].keys:
-                    changed |= finalize(p)
+                    changed |= points.finalize(p)
             if changed:
-                write_points_csv()
-                prog.set_points(len(done_points))
+                points.write_csv()
+                prog.set_points(len(points.done))
 
         try:
             store.results(tasks, must_run=lambda t: t.role in ("point", "baseline"), on_result=on_result, **run_on)
         except RunFailed as exc:
-            raise failed(exc) from None
-        missing = [p.label() for p in plan.points if p.point_id not in done_points]
+            raise _failed(sc, plan, exc) from None
+        missing = [p.label() for p in plan.points if p.point_id not in points.done]
         if missing:  # pragma: no cover - every task either finished or raised
             raise RuntimeError(f"points not finished: {missing}")
+        analysis = tables.analyse(sc, points.rows(), points.cols)
 
-        rows = [done_points[p.point_id]["row"] for p in plan.points]
-        steps = [s for p in plan.points for s in done_points[p.point_id]["steps"]]
-        analysis = tables.analyse(sc, rows, cols)
-
-        # ---- capacity plan: best SD config and its AR counterpart at several rollout sizes
-        cap_plan = capacity_plan(sc, plan, analysis, engine)
+        # capacity plan: best SD config and its AR counterpart at several rollout sizes
+        cap_plan = capacity_plan(sc, plan, analysis, opts.engine)
         # the smallest pools first: fewer engines, more events each, the longest runs (none ends last alone)
         store.results(sorted(cap_plan["tasks"].values(), key=lambda t: (t.doc["rollout"].get("gpus") or 0)), **run_on)
-    if pool is not None:
-        pool.shutdown()
-    computed, reused = store.computed, store.reused
-    capacity = tables.capacity_table(cap_plan, runs)
+    return analysis, cap_plan
 
-    # ---- tables
+
+def _failed(sc: Scenario, plan: StudyPlan, exc: RunFailed) -> ScenarioError:
+    """A point (or its baseline) that cannot run, named by its swept values."""
+    task = exc.task
+    bad = next(p for p in plan.points if task.key in (plan.runs_of[p.point_id].point, plan.runs_of[p.point_id].baseline))
+    what = "a point that can run" if task.role == "point" else f"a point whose {task.role} can run"
+    field, value = ("sweep", bad.label()) if bad.values else ("(scenario)", sc.name)
+    return ScenarioError(source_file(sc), field, value, f"{what}: {exc.error}")
+
+
+def _write_tables(ctx: RunContext, points: _FinishedPoints, cap_plan: dict):
+    """points.csv (+ points.parquet with pyarrow), steps.csv and runs.csv; (files written, the
+    points frame)."""
+    out_dir = ctx.folder.path
     files: list[str] = []
-    write_points_csv()
+    points.write_csv()
     files.append("points.csv")
-    frame = tables.points_frame(rows, cols)
+    frame = tables.points_frame(points.rows(), points.cols)
     if atomic.write_parquet(out_dir / "points.parquet", frame) is not None:
         files.append("points.parquet")
-    tables.write_steps_csv(out_dir / "steps.csv", steps)
+    tables.write_steps_csv(out_dir / "steps.csv", points.steps())
     files.append("steps.csv")
-    tables.write_runs_csv(out_dir / "runs.csv", plan, cap_plan, runs)
+    tables.write_runs_csv(out_dir / "runs.csv", ctx.plan, cap_plan, ctx.folder.store.runs)
     files.append("runs.csv")
+    return files, frame
 
-    # ---- plots (drawn from what the run persisted: points, runs, capacity, timeline.csv)
-    do_plots = sc.output.plots if plots is None else plots
-    plot_files: dict[str, str] = {}
-    if do_plots:
-        from specsim.study.report import plots as P
-        from specsim.study.timeline import write_timeline
 
-        timeline = write_timeline(out_dir, plan, analysis, runs, engine)
-        if timeline is not None:
-            files.append("timeline.csv")
-        plot_files = P.all_plots(out_dir / "plots", sc, plan, analysis, frame, capacity, runs, timeline)
-        plot_files.update(projection.projection_plots(out_dir / "plots", sc, frame))  # scale / k x tau
-        files += [f"plots/{Path(v).name}" for v in plot_files.values()]
-        files += [f"plots/{Path(v).with_suffix('.csv').name}" for v in plot_files.values()]
+def _write_plots(ctx: RunContext, analysis: dict, frame, capacity, files: list[str]) -> dict[str, str]:
+    """timeline.csv and every plot (with its data file), drawn from what the run persisted, when
+    plots are on; the files are added to `files`. Returns plot name -> file."""
+    sc, out_dir, runs = ctx.sc, ctx.folder.path, ctx.folder.store.runs
+    if not (sc.output.plots if ctx.plots is None else ctx.plots):
+        return {}
+    from specsim.study.report import plots, projection
+    from specsim.study.timeline import write_timeline
 
-    # ---- summary
-    wall = time.perf_counter() - t0
-    summary = summary_dict(sc, plan, analysis, capacity, resolved_text=resolved_text,
-                           version=specsim_version(), plots=plot_files, overrides=overrides)
-    summary["inverse"] = projection.inverse_answers(sc, frame)
-    summary["run"] = {"wall_s": wall, "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-                      "computed_runs": computed, "reused_runs": reused, "jobs": workers, "backend": backend,
-                      "out_dir": str(out_dir), "warnings": warnings, "inputs": inputs}
-    if then is not None:
-        then(folder, summary)
-    write_summary(out_dir, summary)
-    files += ["summary.json", "summary.md", html.REPORT_FILE, "resolved.yaml", "inputs.json"]
-    return RunSummary(out_dir, sc.name, len(rows), len({p.index for p in plan.points}), replicates(sc), computed,
-                      reused, wall, summary.get("best", {}), summary, files, warnings)
+    timeline = write_timeline(out_dir, ctx.plan, analysis, runs, ctx.opts.engine)
+    if timeline is not None:
+        files.append("timeline.csv")
+    plot_files = plots.all_plots(out_dir / "plots", sc, ctx.plan, analysis, frame, capacity, runs, timeline)
+    plot_files.update(projection.projection_plots(out_dir / "plots", sc, frame))  # scale / k x tau
+    files += [f"plots/{Path(v).name}" for v in plot_files.values()]
+    files += [f"plots/{Path(v).with_suffix('.csv').name}" for v in plot_files.values()]
+    return plot_files
