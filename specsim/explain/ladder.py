@@ -313,9 +313,80 @@ def explain(path: str | Path, overrides: Sequence[str] = (), *, point: str | Non
             store: RunStore | None = None) -> Explanation:
     """The ladder and Shapley attribution of one point of a scenario (module docstring). `store`:
     where its runs are kept and reused (study/store.RunStore: `specsim explain`'s output folder,
-    or the results folder of the run that asks for the ladder; None: in memory)."""
+    or the results folder of the run that asks for the ladder; None: in memory).
+
+    Phase 1 runs the plain point and every coalition of factors (the plain run's batch B* sets the
+    flat costs of the first rungs); phase 2 the rungs; the Shapley attribution reuses phase 1's runs."""
     from specsim.world.resolve import resolve
 
+    sc, reps, k = _explained_scenario(path, overrides, point, replicates, steps)
+    world = resolve(sc)
+    _refuse_fill_steps(world, steps)
+    tau = float(world.acceptance.tau(k))
+    factors = applicable_factors(sc)
+    names = [f.name for f in factors]
+    run = _Runner(sc, reps, jobs, store)
+
+    # ---- phase 1: the plain run (its batch sets the flat costs) and every coalition
+    coalitions = [frozenset(s) for size in range(len(names) + 1) for s in itertools.combinations(names, size)] \
+        if len(names) <= SHAPLEY_EXACT_MAX else [frozenset(), frozenset(names)]
+    refuse_over_bound(sc, 2 * reps * (len(coalitions) + len(names) + 4), run_tokens(world),
+                      "this explanation (an SD and an AR run per variant and replicate)", "--replicates or --steps")
+    run.run_all([variant_overrides(sc, s) for s in coalitions])
+    batch = float(np.mean(run.steady({}, "mean_active_batch")))
+    w = sc.workload
+    ctx = float(world.prompt_dist.mean_tokens(w.max_prompt_tokens) + 0.5 * world.response_dist.mean_tokens(
+        w.max_response_tokens))
+
+    def flat_c(ov: dict) -> float:
+        t = resolve(apply_overrides(sc, ov)).table
+        return max(0.0, (_table_ratio(t, k, batch, ctx) - 1.0) / k)
+
+    moe = world.model.moe is not None
+    flat = _FlatCosts(draft=flat_c({"what_if.verify_as_decode": True}),
+                      rest=flat_c({"what_if.verify_experts_as_decode": True}) if moe else None, full=flat_c({}))
+
+    # ---- phase 2: the rungs
+    rungs = _rungs(sc, names, flat)
+    run.run_all([ov for _, _, ov in rungs])
+    ladder = _ladder(run, rungs)
+    realised = run.gains({})
+    ceiling = run.gains(variant_overrides(sc, frozenset()))
+
+    # ---- Shapley over the factors, per replicate (log gains)
+    def value(s: frozenset) -> np.ndarray:
+        ov = variant_overrides(sc, s)
+        if ov and not run.has(ov):
+            run.run_all([ov])
+        return np.log(run.gains(ov))
+
+    phi = shapley(names, value)
+    total = np.log(realised) - np.log(ceiling)
+    shap = [{"factor": f.name, "label": f.label, "log_share": _log_ci(phi[f.name]),
+             "factor_ratio": _ci(np.exp(phi[f.name])),
+             "values": [float(x) for x in np.atleast_1d(phi[f.name])]} for f in factors]
+    at = _costs_at_batch(world, k, tau, batch, ctx, flat)
+    return Explanation(sc.name, {**parse_point(point)}, k, tau, reps, sc.pipeline.steps, batch, ladder, shap, at,
+                       _ci(realised), _ci(ceiling), {"total_log_gain": [float(x) for x in total]},
+                       _notes(sc, reps, names), len(run.keys), run.computed, run.reused)
+
+
+@dataclass(frozen=True)
+class _FlatCosts:
+    """The flat SD step costs of the first rungs, in decodes per drafted token at the plain run's
+    batch B*: the draft alone (verify priced as a decode), the verify without MoE expert coverage
+    (None for a dense model) and the full step."""
+
+    draft: float
+    rest: float | None
+    full: float
+
+
+def _explained_scenario(path: str | Path, overrides: Sequence[str], point: str | None, replicates: int | None,
+                        steps: int | None) -> tuple[Scenario, int, int]:
+    """(the point's scenario, replicates, its k): the scenario at `point` with its sweep off and
+    `steps` applied; SpecError for bad options, a what-if already on, or a point that does not
+    speculate."""
     if replicates is not None and not 1 <= int(replicates) <= 100:
         raise SpecError("--replicates", replicates, "in [1, 100]")
     if steps is not None and not 2 <= int(steps) <= 10000:
@@ -332,62 +403,51 @@ def explain(path: str | Path, overrides: Sequence[str] = (), *, point: str | Non
     k = k_of(sc)
     if k == 0:
         raise SpecError("--point", point, "a point that speculates (k > 0; AR has nothing to explain)")
-    world = resolve(sc)
+    return sc, reps, k
+
+
+def _refuse_fill_steps(world, steps: int | None) -> None:
+    """A fill step's time can be 0 in an idealised rung (no gain to divide by): the ladder needs a
+    steady step beyond the async pipeline's fill."""
     ps = world.pipeline
-    if ps.steady_includes_fill:   # a fill step's time can be 0 in an idealised rung: no gain to divide by
+    if ps.steady_includes_fill:
         raise SpecError("--steps" if steps is not None else "pipeline.steps", ps.steps,
                         f"at least {ps.fill_steps + 1} for `explain` at policy_lag {ps.policy_lag}: its ladder "
                         f"compares steady steps, and steps 0-{ps.fill_steps - 1} are the async pipeline's fill")
-    tau = float(world.acceptance.tau(k))
-    factors = applicable_factors(sc)
-    names = [f.name for f in factors]
+
+
+def _rungs(sc: Scenario, names: list[str], flat: _FlatCosts) -> list[tuple[str, str, dict]]:
+    """The ladder's rungs, (name, label, overrides) from the acceptance ceiling to the plain run:
+    draft and verify cost (flat at B*; MoE: the verify's expert coverage apart), spread and
+    staleness (those that apply), the batch/tail dynamics, async overlap (async points), trainer."""
     everything = frozenset(names)
-    run = _Runner(sc, reps, jobs, store)
-
-    # ---- phase 1: the plain run (its batch sets the flat costs) and every coalition
-    coalitions = [frozenset(s) for size in range(len(names) + 1) for s in itertools.combinations(names, size)] \
-        if len(names) <= SHAPLEY_EXACT_MAX else [frozenset(), everything]
-    refuse_over_bound(sc, 2 * reps * (len(coalitions) + len(names) + 4), run_tokens(world),
-                      "this explanation (an SD and an AR run per variant and replicate)", "--replicates or --steps")
-    run.run_all([variant_overrides(sc, s) for s in coalitions])
-    batch = float(np.mean(run.steady({}, "mean_active_batch")))
-    w = sc.workload
-    ctx = float(world.prompt_dist.mean_tokens(w.max_prompt_tokens) + 0.5 * world.response_dist.mean_tokens(
-        w.max_response_tokens))
-
-    def flat_c(ov: dict) -> float:
-        t = resolve(apply_overrides(sc, ov)).table
-        return max(0.0, (_table_ratio(t, k, batch, ctx) - 1.0) / k)
-
-    moe = world.model.moe is not None
-    c_draft = flat_c({"what_if.verify_as_decode": True})
-    c_rest = flat_c({"what_if.verify_experts_as_decode": True}) if moe else None
-    c_full = flat_c({})
     before_batch = everything - {"async", "trainer"}
     base_off = frozenset()
-
     rungs: list[tuple[str, str, dict]] = [("ceiling", ("acceptance ceiling (SD step = 1 decode, no spread, no "
                                                       "staleness, free trainer, sync)"), variant_overrides(sc, base_off))]
-    rungs.append(("draft", "draft cost (flat at B*)", variant_overrides(sc, base_off, flat_c=c_draft)))
-    if moe:
+    rungs.append(("draft", "draft cost (flat at B*)", variant_overrides(sc, base_off, flat_c=flat.draft)))
+    if flat.rest is not None:
         rungs.append(("verify_rest", "verify premium without MoE expert coverage (flat at B*)",
-                      variant_overrides(sc, base_off, flat_c=c_rest)))
+                      variant_overrides(sc, base_off, flat_c=flat.rest)))
         rungs.append(("coverage", "MoE expert coverage of the verify (flat at B*)",
-                      variant_overrides(sc, base_off, flat_c=c_full)))
+                      variant_overrides(sc, base_off, flat_c=flat.full)))
     else:
-        rungs.append(("verify", "verify premium (flat at B*)", variant_overrides(sc, base_off, flat_c=c_full)))
+        rungs.append(("verify", "verify premium (flat at B*)", variant_overrides(sc, base_off, flat_c=flat.full)))
     have = set()
     for name, label in (("spread", "acceptance spread"), ("staleness", "staleness")):
         if name in names:
             have.add(name)
-            rungs.append((name, label + " (flat cost at B*)", variant_overrides(sc, frozenset(have), flat_c=c_full)))
+            rungs.append((name, label + " (flat cost at B*)", variant_overrides(sc, frozenset(have), flat_c=flat.full)))
     rungs.append(("batch_tail", "batch/tail dynamics (the real cost table at every batch)",
                   variant_overrides(sc, before_batch)))
     if "async" in names:
         rungs.append(("async", "async overlap and drain", variant_overrides(sc, before_batch | {"async"})))
     rungs.append(("trainer", "trainer bound (= the plain run)", variant_overrides(sc, everything)))
-    run.run_all([ov for _, _, ov in rungs])
+    return rungs
 
+
+def _ladder(run: _Runner, rungs: list[tuple[str, str, dict]]) -> list[dict]:
+    """Each rung's gain and its factor over the rung below (per replicate, with intervals)."""
     ladder = []
     prev = None
     for name, label, ov in rungs:
@@ -396,34 +456,28 @@ def explain(path: str | Path, overrides: Sequence[str] = (), *, point: str | Non
                        "gains": [float(x) for x in g],
                        "what_if": ";".join(f"{k}={v}" for k, v in ov.items())})
         prev = g
-    realised = run.gains({})
-    ceiling = run.gains(variant_overrides(sc, base_off))
+    return ladder
 
-    # ---- Shapley over the factors, per replicate (log gains)
-    def value(s: frozenset) -> np.ndarray:
-        ov = variant_overrides(sc, s)
-        if ov and not run.has(ov):
-            run.run_all([ov])
-        return np.log(run.gains(ov))
 
-    phi = shapley(names, value)
-    total = np.log(realised) - np.log(ceiling)
-    shap = [{"factor": f.name, "label": f.label, "log_share": _log_ci(phi[f.name]),
-             "factor_ratio": _ci(np.exp(phi[f.name])),
-             "values": [float(x) for x in np.atleast_1d(phi[f.name])]} for f in factors]
-
-    # ---- costs at the point's batch
+def _costs_at_batch(world, k: int, tau: float, batch: float, ctx: float, flat: _FlatCosts) -> dict:
+    """The SD step's cost at the point's batch and context: SD step ÷ decode step, the per-token
+    gain τ ÷ that ratio, the flat costs, and (MoE) the experts a decode and a verify touch."""
     table = world.table
     b_int = max(1, round(batch))
     at = {"mean_active_batch": batch, "context_per_seq_tokens": ctx,
           "sd_over_decode_step": _table_ratio(table, k, batch, ctx),
           "per_token_sd_gain": tau / _table_ratio(table, k, batch, ctx),
-          "flat_decodes_per_k": {"draft": c_draft, "verify_without_coverage": c_rest, "full": c_full}}
-    if moe:
+          "flat_decodes_per_k": {"draft": flat.draft, "verify_without_coverage": flat.rest, "full": flat.full}}
+    if world.model.moe is not None:
         m = world.model.moe
         at["experts"] = {"experts": m.experts, "top_k": m.top_k,
                          "decode": {str(b): float(expert_coverage(m.experts, m.top_k, b)) for b in (1, 4, 8, b_int)},
                          "verify": {str(b): float(expert_coverage(m.experts, m.top_k, (k + 1) * b)) for b in (1, 4, 8, b_int)}}
+    return at
+
+
+def _notes(sc: Scenario, reps: int, names: list[str]) -> list[str]:
+    """What the reader should know: too few replicates for intervals, what `async off` means."""
     notes = []
     if reps < 2:
         notes.append("one replicate: no intervals (--replicates N, N >= 3)")
@@ -435,9 +489,7 @@ def explain(path: str | Path, overrides: Sequence[str] = (), *, point: str | Non
     if "async" in names:
         notes.append("async off = the point run synchronously (colocated) on its total GPUs"
                      + (f", all on the rollout profile ({sc.rollout_hardware})" if sc.mixed_hardware else ""))
-    return Explanation(sc.name, {**parse_point(point)}, k, tau, reps, sc.pipeline.steps, batch, ladder, shap, at,
-                       _ci(realised), _ci(ceiling), {"total_log_gain": [float(x) for x in total]}, notes, len(run.keys),
-                       run.computed, run.reused)
+    return notes
 
 
 # ============================================================================ outputs
