@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from specsim.atomic import output_path
 from specsim.calibrate.collect.timing import Runner, Shape, time_fn
@@ -168,41 +169,39 @@ def guess_hardware(device_name: str) -> str:
     return max(hits)[1] if hits else ""
 
 
+@dataclass(frozen=True)
+class _Session:
+    """What the measurements run on: torch, the device and its description (`machine`), the
+    hardware profile the trace names, whether CUDA graphs are used, and the model timed — its
+    spec, its draft head's (None: no draft) and how many of its layers are built (`n_layers` <
+    spec.layers: the stack is timed scaled, see CollectSpec)."""
+
+    torch: Any
+    device: str
+    machine: str
+    hardware: str | None
+    graphs: bool
+    spec: ModelSpec
+    draft_spec: ModelSpec | None
+    n_layers: int
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+    @property
+    def split(self) -> bool:
+        return self.n_layers < self.spec.layers
+
+
 def collect(args: CollectSpec, log: Callable[[str], None] = print) -> tuple[list[dict], dict]:
     """Run the measurements; returns (rows, header metadata). Stops early at the budget. Each
     shape's time (or why it was skipped) goes to `log` as it is measured."""
-    try:
-        import torch
-    except ImportError:
-        raise SpecError("--device", args.device or "default", "a machine with torch installed "
-                                                              "(pip install 'specsim[collect]' or pip install torch)") from None
+    torch = _import_torch(args)
     t_start = time.perf_counter()
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise SpecError("--device", device, "cpu, or cuda on a machine where torch sees a CUDA device")
-    if device == "cpu" and not args.tiny:
-        log("collect: warning: timing a full-size model on the CPU is slow and says nothing about a GPU")
-    if device == "cpu" and args.tiny:
-        torch.set_num_threads(1)
-    dtype = getattr(torch, DTYPES[args.dtype])
-    spec, draft_spec = model_config(args)
-    n_layers = args.layers or spec.layers
-    split = n_layers < spec.layers
-    if device.startswith("cuda"):
-        dev_name = torch.cuda.get_device_name(torch.device(device))
-        machine = f"{dev_name}; torch {torch.__version__}; CUDA {torch.version.cuda}"
-    else:
-        import platform
-
-        dev_name = f"CPU {platform.processor() or platform.machine()}"
-        machine = f"{dev_name}; torch {torch.__version__}"
-    hardware = args.hardware if args.hardware is not None else guess_hardware(dev_name)
-    graphs = device.startswith("cuda") and not args.no_cuda_graphs
-    log(
-        f"collect: {spec.name} ({n_layers} of {spec.layers} layers{', scaled' if split else ''}) on {machine}; "
-        f"{args.dtype}; CUDA graphs {'on' if graphs else 'off'}; budget {args.budget_s:g} s"
-    )
-    runner = Runner(torch, spec, n_layers, device, dtype, draft_spec, seed=args.seed)
+    s = _session(torch, args, log)
+    runner = Runner(s.torch, s.spec, s.n_layers, s.device, getattr(s.torch, DTYPES[args.dtype]), s.draft_spec,
+                    seed=args.seed)
     shapes = plan(args)
     rows: list[dict] = []
     any_graph = False
@@ -216,52 +215,113 @@ def collect(args: CollectSpec, log: Callable[[str], None] = print) -> tuple[list
             break
         t0 = time.perf_counter()
         label = f"[{i}/{len(shapes)}] {shape.op:7s} batch={shape.batch:<4d} q={shape.q:<5d} ctx={shape.ctx:<6d}"
-        if device.startswith("cuda"):
-            need = runner.kv_bytes(shape, 1 if shape.op == "draft" else None) + runner.act_bytes(shape)
-            free, _ = torch.cuda.mem_get_info(torch.device(device))
-            if need > 0.85 * free:
-                log(f"{label} skipped: needs {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free")
-                continue
-        try:
-            parts, _ = runner.callables(shape, split and shape.op != "draft")
-            times = {}
-            for part, fn in parts.items():
-                times[part], used = time_fn(torch, fn, device, args.warmup, args.repeats, graphs)
-                any_graph |= used
-            del parts
-        except RuntimeError as exc:  # out of memory or an unsupported kernel: skip the shape
-            if "out of memory" not in str(exc).lower():
-                raise
-            log(f"{label} skipped: out of memory")
-            if device.startswith("cuda"):
-                torch.cuda.empty_cache()
+        t, used_graph = _measure(s, runner, shape, args, label, log)
+        any_graph |= used_graph
+        if t is None:
             continue
-        if "full" in times:
-            t = times["full"]
-        else:
-            t = times["layers"] * spec.layers / n_layers + times["rest"]
-        rows.append(
-            {
-                "op": shape.op,
-                "model": spec.name,
-                "tp": 1,
-                "ep": 1,
-                "pp": 1,
-                "batch": shape.batch,
-                "q_per_seq": shape.q,
-                "ctx_per_seq": float(shape.ctx),
-                "time_s": float(t),
-                "weight_dtype": args.dtype,
-                "kv_dtype": args.dtype,
-                "drafter": "eagle3" if shape.op == "draft" else None,
-                "hardware": hardware or None,
-                "machine": machine,
-            }
-        )
+        rows.append(_row(s, shape, t, args.dtype))
         log(f"{label} {t * 1e3:9.3f} ms")
-        if device.startswith("cuda"):
-            torch.cuda.empty_cache()
+        if s.cuda:
+            s.torch.cuda.empty_cache()
         last = time.perf_counter() - t0
+    return rows, _collect_meta(s, runner, args, any_graph=any_graph, stopped=stopped, t_start=t_start)
+
+
+def _import_torch(args: CollectSpec):
+    """torch (optional: `specsim[collect]`); SpecError naming --device without it."""
+    try:
+        import torch
+    except ImportError:
+        raise SpecError("--device", args.device or "default", "a machine with torch installed "
+                                                              "(pip install 'specsim[collect]' or pip install torch)") from None
+    return torch
+
+
+def _session(torch, args: CollectSpec, log: Callable[[str], None]) -> _Session:
+    """Pick and check the device, build the model config and log what will be timed."""
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SpecError("--device", device, "cpu, or cuda on a machine where torch sees a CUDA device")
+    if device == "cpu" and not args.tiny:
+        log("collect: warning: timing a full-size model on the CPU is slow and says nothing about a GPU")
+    if device == "cpu" and args.tiny:
+        torch.set_num_threads(1)
+    spec, draft_spec = model_config(args)
+    n_layers = args.layers or spec.layers
+    if device.startswith("cuda"):
+        dev_name = torch.cuda.get_device_name(torch.device(device))
+        machine = f"{dev_name}; torch {torch.__version__}; CUDA {torch.version.cuda}"
+    else:
+        import platform
+
+        dev_name = f"CPU {platform.processor() or platform.machine()}"
+        machine = f"{dev_name}; torch {torch.__version__}"
+    s = _Session(torch, device, machine, args.hardware if args.hardware is not None else guess_hardware(dev_name),
+                 device.startswith("cuda") and not args.no_cuda_graphs, spec, draft_spec, n_layers)
+    log(
+        f"collect: {spec.name} ({n_layers} of {spec.layers} layers{', scaled' if s.split else ''}) on {machine}; "
+        f"{args.dtype}; CUDA graphs {'on' if s.graphs else 'off'}; budget {args.budget_s:g} s"
+    )
+    return s
+
+
+def _measure(s: _Session, runner: Runner, shape: Shape, args: CollectSpec, label: str,
+             log: Callable[[str], None]) -> tuple[float | None, bool]:
+    """(seconds of one forward pass of `shape` on the whole model, whether a CUDA graph was used);
+    None when the shape does not fit the free memory or runs out of it (logged as skipped). A
+    scaled stack's time is t(layers) · spec.layers / n_layers + t(embedding, norm, head)."""
+    torch = s.torch
+    any_graph = False
+    if s.cuda:
+        need = runner.kv_bytes(shape, 1 if shape.op == "draft" else None) + runner.act_bytes(shape)
+        free, _ = torch.cuda.mem_get_info(torch.device(s.device))
+        if need > 0.85 * free:
+            log(f"{label} skipped: needs {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free")
+            return None, any_graph
+    try:
+        parts, _ = runner.callables(shape, s.split and shape.op != "draft")
+        times = {}
+        for part, fn in parts.items():
+            times[part], used = time_fn(torch, fn, s.device, args.warmup, args.repeats, s.graphs)
+            any_graph |= used
+        del parts
+    except RuntimeError as exc:  # out of memory or an unsupported kernel: skip the shape
+        if "out of memory" not in str(exc).lower():
+            raise
+        log(f"{label} skipped: out of memory")
+        if s.cuda:
+            torch.cuda.empty_cache()
+        return None, any_graph
+    if "full" in times:
+        return times["full"], any_graph
+    return times["layers"] * s.spec.layers / s.n_layers + times["rest"], any_graph
+
+
+def _row(s: _Session, shape: Shape, t: float, dtype: str) -> dict:
+    """One kernel-trace row (traces/io.py's kernel columns) of a measured shape."""
+    return {
+        "op": shape.op,
+        "model": s.spec.name,
+        "tp": 1,
+        "ep": 1,
+        "pp": 1,
+        "batch": shape.batch,
+        "q_per_seq": shape.q,
+        "ctx_per_seq": float(shape.ctx),
+        "time_s": float(t),
+        "weight_dtype": dtype,
+        "kv_dtype": dtype,
+        "drafter": "eagle3" if shape.op == "draft" else None,
+        "hardware": s.hardware or None,
+        "machine": s.machine,
+    }
+
+
+def _collect_meta(s: _Session, runner: Runner, args: CollectSpec, *, any_graph: bool, stopped: str,
+                  t_start: float) -> dict:
+    """The trace's header: how it was measured (model, attention, layers timed, graphs, repeats,
+    draft head), on what, when, and whether the budget stopped it early."""
+    spec, n_layers = s.spec, s.n_layers
     meta = {
         "comment": (
             "measured by specsim calibrate collect: forward passes of a random-weight "
@@ -269,26 +329,26 @@ def collect(args: CollectSpec, log: Callable[[str], None] = print) -> tuple[list
             "no RoPE); median of repeats"
         ),
         "collected": _dt.datetime.now().isoformat(timespec="seconds"),
-        "machine": machine,
-        "device": device,
+        "machine": s.machine,
+        "device": s.device,
         "dtype": args.dtype,
         "layers_timed": (
             f"{n_layers} of {spec.layers}; time = t({n_layers} layers) * {spec.layers}/{n_layers} "
             "+ t(embedding + final norm + LM head)"
         )
-        if split
+        if s.split
         else f"{spec.layers} of {spec.layers}",
         "cuda_graphs": "yes" if any_graph else "no",
         "repeats": f"{args.repeats} timed after {args.warmup} warm-up passes (median)",
         "draft": "EAGLE-3-like head: fc 3h->h + 1 decoder layer + LM head over the draft vocabulary"
-        if draft_spec
+        if s.draft_spec
         else "none",
         "stopped_early": stopped or "no",
         "wall_s": f"{time.perf_counter() - t_start:.1f}",
     }
     if args.tiny:
         meta["tiny"] = "2-layer hidden-64 test model; not a catalog model, not for calibration"
-    return rows, meta
+    return meta
 
 
 @dataclass(frozen=True)
