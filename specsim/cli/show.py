@@ -256,16 +256,7 @@ def show_drafter(
     hw = load_hardware(hardware)
     with option_errors():
         layout = model_layout(target, tp=tp, weight_dtype=weight_dtype)
-    spec = drafter_kind(kind)
-    if not (spec.goes_stale and spec.retrainable):
-        for opt, val, default in (("--tau-after", tau_after, None), ("--rate-per-version", rate_per_version, None),
-                                  ("--update-every", update_every, 0)):
-            if val != default:
-                raise _bad_option(opt, val, f"omitted for a {kind} drafter (it never goes stale and is never retrained)")
-    if tau_after is not None and rate_per_version is not None:
-        raise _bad_option("--tau-after", tau_after, "given without --rate-per-version (one or the other)")
-    if tau_after is not None and after_versions is None:
-        raise _bad_option("--after-versions", after_versions, "given together with --tau-after")
+    _check_staleness_options(kind, tau_after, after_versions, rate_per_version, update_every)
     with option_errors(_DRAFTER_OPTIONS):
         acc = drafter_acceptance(kind, tau=tau, tau_k=tau_k, alpha=alpha, decay=decay, heterogeneity=heterogeneity,
                                  tau_after=tau_after, after_versions=after_versions, rate_per_version=rate_per_version,
@@ -276,10 +267,32 @@ def show_drafter(
     if tree is not None:
         with option_errors(_DRAFTER_OPTIONS):
             info["tree"] = tree_report(acc, tree)
-    cost = info["cost_batch1"]
     if fmt is Format.json:
         _emit_json(info)
         return
+    _print_drafter(info, acc, arch, target, k=k, context=context)
+
+
+def _check_staleness_options(kind: str, tau_after: float | None, after_versions: int | None,
+                             rate_per_version: float | None, update_every: int) -> None:
+    """The staleness options of `show drafter`: none for a drafter that never goes stale or is
+    never retrained; --tau-after or --rate-per-version, not both; --tau-after with --after-versions."""
+    spec = drafter_kind(kind)
+    if not (spec.goes_stale and spec.retrainable):
+        for opt, val, default in (("--tau-after", tau_after, None), ("--rate-per-version", rate_per_version, None),
+                                  ("--update-every", update_every, 0)):
+            if val != default:
+                raise _bad_option(opt, val, f"omitted for a {kind} drafter (it never goes stale and is never retrained)")
+    if tau_after is not None and rate_per_version is not None:
+        raise _bad_option("--tau-after", tau_after, "given without --rate-per-version (one or the other)")
+    if tau_after is not None and after_versions is None:
+        raise _bad_option("--after-versions", after_versions, "given together with --tau-after")
+
+
+def _print_drafter(info: dict, acc, arch, target, *, k: int, context: int) -> None:
+    """`show drafter`'s tables: τ by draft length, over RL steps, the batch-1 cost, and the
+    schedule's and the tree's answers when asked."""
+    cost = info["cost_batch1"]
     con = _console()
     updates = f"updated every {acc.update_every_steps} steps" if acc.update_every_steps else "never updated"
     con.print(f"[bold]{arch.kind}[/bold] drafter for {target.name}: alpha0 = {acc.alpha0:.4f}, decay {acc.decay:g}, "
