@@ -17,8 +17,9 @@ verl's fully-async mode run it (sim/stream.py). The rollout pool never stops at 
   (incl. its weight sync and drafter update) is done; its weight sync publishes version j+1.
 * Landing: with `partial_rollouts` (in-flight weight updates) a version lands when its sync begins
   and running sequences continue on it at once (their acceptance switches too); without, it lands
-  when the sync ends and each engine stops admitting, drains its running batch, then swaps. The
-  engines' pause to load weights is neglected.
+  when the sync ends and each engine stops admitting, drains its running batch, then swaps. In
+  flight, each engine stops for the weight sync's time at its first step boundary from the landing
+  on (it receives the new weights: StreamCluster.switch_all); a drained swap's load is neglected.
 * every trajectory records the version it started under: policy_version (the oldest), and
   mean/max policy age (j − version) per step; exposed_generation_s is the trainer's wait for F_j.
 * Reward runs on the training side (after the rollouts reach the trainer).
@@ -233,7 +234,8 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
         state["version"] = v
         if stream is not None:                    # the engines run v from now; step v + L may start
             version_vsu[v] = vsu_of(v)
-            stream.switch_all(env.now, v, float(acc.alpha_at_version(version_vsu[v])), in_flight=partial)
+            stream.switch_all(env.now, v, float(acc.alpha_at_version(version_vsu[v])), in_flight=partial,
+                              pause_s=costs.sync if partial else 0.0)   # in flight: the engines load v
             release(v + lag)
 
     def training_side(i: int):
