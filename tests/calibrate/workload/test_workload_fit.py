@@ -181,7 +181,7 @@ def test_nemo_rl_performance_fits_at_most_five_rows_each_pinning_its_parameter()
     block = load_fit_block(f)
     targets = load_targets([str(f)])
     fit = [t for t in targets if t.role == "fit"]
-    assert len(targets) == 15 and len(fit) == 3 <= 5
+    assert len(targets) == 15 and len(fit) == 3   # the issue allows 5
     params = {p.name: p.path for st in block.stages for p in st.parameters}
     assert sorted(params.values()) == ["hardware.efficiency.inprocess_seq_overhead_us",
                                        "hardware.trainer.moe_layer_overhead_ms", "hardware.trainer.moe_layer_overhead_ms"]
