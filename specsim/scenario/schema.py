@@ -441,8 +441,10 @@ class PipelineSection(Strict):
         "async: step j's groups are admitted once policy version j − lag exists (NeMo-RL `max_trajectory_age_steps`, "
         "AReaL `max_head_offpolicyness`); see `docs/async-rl.md`"))
     partial_rollouts: bool = Field(default=False, description=(
-        "async: in-flight weight updates — a new version lands (at the start of its sync) into running sequences; "
-        "without them each engine stops admitting, drains its batch, then swaps"))
+        "async: in-flight weight updates — a new version lands (at the start of its sync) into running sequences, "
+        "each engine stopping for the sync's transfer at its next step boundary while it loads the weights "
+        "(NeMo-RL `async_grpo.in_flight_weight_updates`); without them each engine stops admitting, drains its "
+        "batch, then swaps"))
     reward_s: float = Field(default=2.0, ge=0, le=1e7, description="reward computation time per step (s)")
     engine_prepare_s: float = Field(default=0.0, ge=0, le=1e5, description=(
         "sync (colocated) only: waking the sleeping rollout engine and refit bookkeeping per weight update, on top "
