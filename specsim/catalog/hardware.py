@@ -36,6 +36,11 @@ class Efficiency:
     comm: achieved / link bandwidth for NCCL collectives.
     step_overhead_s: fixed time of one engine step (scheduler, sampler, launches).
     per_seq_overhead_s: extra step time per running sequence (CPU bookkeeping).
+    inprocess_seq_overhead_s: host time per running sequence per step that an engine whose core
+        runs in its caller's process pays on top (`rollout.inprocess_engine`): vLLM's frontend
+        output processing (the sampled token's logprob made into Python objects, the request's
+        state updated) then runs serially with every engine step instead of in a process of its
+        own. Optional in a profile (0 when absent).
     draft_overhead_s: fixed time of one draft pass (launch, proposal bookkeeping).
     train_mfu: model-FLOPs utilisation of training forward+backward.
     """
@@ -47,6 +52,7 @@ class Efficiency:
     per_seq_overhead_s: float
     draft_overhead_s: float
     train_mfu: float
+    inprocess_seq_overhead_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -280,6 +286,8 @@ _EFF_KEYS = {
     "draft_overhead_ms": ("draft_overhead_s", 1e-3),
     "train_mfu": ("train_mfu", 1.0),
 }
+#: efficiency keys a profile may leave out (0 when absent)
+_EFF_OPTIONAL = {"inprocess_seq_overhead_us": ("inprocess_seq_overhead_s", 1e-6)}
 
 
 def list_hardware() -> list[str]:
@@ -340,6 +348,8 @@ _BOUNDS = {
     "efficiency.comm": (1e-3, 1.0, True, ""), "efficiency.train_mfu": (1e-3, 1.0, True, ""),
     "efficiency.step_overhead_ms": (0.0, 1e4, True, "ms"), "efficiency.per_seq_overhead_us": (0.0, 1e5, True, "µs"),
     "efficiency.draft_overhead_ms": (0.0, 1e4, True, "ms"),
+    # host time per sequence per step: Python object work of µs to a few hundred µs
+    "efficiency.inprocess_seq_overhead_us": (0.0, 1e4, True, "µs"),
     # GPU <-> host: PCIe Gen3 x16 (16 GB/s) is the least a datacenter GPU has, 5 TB/s is above
     # any chip-to-chip link shipped (NVLink-C2C 900 GB/s)
     "host_link_gbps_per_direction": (1.0, 5000.0, True, "GB/s"),
@@ -453,10 +463,13 @@ def _parse_profile(where: str, data: bytes) -> HardwareSpec:
     eff_doc = doc.get("efficiency")
     if not isinstance(eff_doc, dict):
         raise SpecError("efficiency", eff_doc, f"a mapping with {sorted(_EFF_KEYS)}", where)
-    _unknown(eff_doc, list(_EFF_KEYS), "efficiency.", where)
+    _unknown(eff_doc, [*_EFF_KEYS, *_EFF_OPTIONAL], "efficiency.", where)
     eff = {}
     for key, (attr, scale) in _EFF_KEYS.items():
         eff[attr] = num(key, eff_doc, "efficiency.") * scale
+    for key, (attr, scale) in _EFF_OPTIONAL.items():
+        if key in eff_doc:
+            eff[attr] = num(key, eff_doc, "efficiency.") * scale
     trainer_doc = doc.get("trainer") or {}
     if not isinstance(trainer_doc, dict):
         raise SpecError("trainer", trainer_doc, f"a mapping with {list(TRAINER_KEYS)}", where)

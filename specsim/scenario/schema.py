@@ -128,6 +128,12 @@ class RolloutSection(Strict):
                                                       "room for the trainer)")
     max_batched_tokens: int = Field(default=8192, ge=1, le=10**7,
                                     description="tokens per forward pass; sizes the activation workspace")
+    inprocess_engine: bool = Field(default=False, description=(
+        "the engine's core runs in its caller's process, so its frontend work (each running sequence's sampled "
+        "token and logprob made into Python objects) runs serially with every step: NeMo-RL sets "
+        "VLLM_ENABLE_V1_MULTIPROCESSING=0 and, with `vllm_cfg.async_engine: false`, drives vLLM's in-process "
+        "`LLM.generate`; each step then pays the profile's `efficiency.inprocess_seq_overhead_us` per running "
+        "sequence. false: vLLM's default (engine core in a process of its own; NeMo-RL's async engine)"))
     kv_block_tokens: int = Field(default=16, ge=1, le=4096,
                                  description="KV-cache block (page) size for admission and preemption")
     kv_capacity_tokens: int | None = Field(default=None, ge=1, le=10**12,
@@ -435,8 +441,10 @@ class PipelineSection(Strict):
         "async: step j's groups are admitted once policy version j − lag exists (NeMo-RL `max_trajectory_age_steps`, "
         "AReaL `max_head_offpolicyness`); see `docs/async-rl.md`"))
     partial_rollouts: bool = Field(default=False, description=(
-        "async: in-flight weight updates — a new version lands (at the start of its sync) into running sequences; "
-        "without them each engine stops admitting, drains its batch, then swaps"))
+        "async: in-flight weight updates — a new version lands (at the start of its sync) into running sequences, "
+        "each engine stopping for the sync's transfer at its next step boundary while it loads the weights "
+        "(NeMo-RL `async_grpo.in_flight_weight_updates`); without them each engine stops admitting, drains its "
+        "batch, then swaps"))
     reward_s: float = Field(default=2.0, ge=0, le=1e7, description="reward computation time per step (s)")
     engine_prepare_s: float = Field(default=0.0, ge=0, le=1e5, description=(
         "sync (colocated) only: waking the sleeping rollout engine and refit bookkeeping per weight update, on top "

@@ -17,8 +17,9 @@ verl's fully-async mode run it (sim/stream.py). The rollout pool never stops at 
   (incl. its weight sync and drafter update) is done; its weight sync publishes version j+1.
 * Landing: with `partial_rollouts` (in-flight weight updates) a version lands when its sync begins
   and running sequences continue on it at once (their acceptance switches too); without, it lands
-  when the sync ends and each engine stops admitting, drains its running batch, then swaps. The
-  engines' pause to load weights is neglected.
+  when the sync ends and each engine stops admitting, drains its running batch, then swaps. In
+  flight, each engine stops for the weight sync's time at its first step boundary from the landing
+  on (it receives the new weights: StreamCluster.switch_all); a drained swap's load is neglected.
 * every trajectory records the version it started under: policy_version (the oldest), and
   mean/max policy age (j − version) per step; exposed_generation_s is the trainer's wait for F_j.
 * Reward runs on the training side (after the rollouts reach the trainer).
@@ -335,15 +336,18 @@ class _AsyncRun(_RLRun):
             self.released[j] = self.env.now
             self.stream.release_step(j, self.env.now)
 
-    def _switch_engines(self, in_flight: bool) -> None:
+    def _switch_engines(self, in_flight: bool, pause_s: float = 0.0) -> None:
+        """Switch every engine to the newest version; `pause_s`: each engine stops that long at its
+        next step boundary to load the weights (an in-flight update, StreamCluster.switch_all)."""
         v = self.version
         self.version_vsu[v] = self.versions_since_update(v)
         self.stream.switch_all(self.env.now, v, float(self.world.acceptance.alpha_at_version(self.version_vsu[v])),
-                               in_flight=in_flight)
+                               in_flight=in_flight, pause_s=pause_s)
 
     def _version_landed(self, version: int) -> None:
         """The engines run `version` from now; step version + L may start."""
-        self._switch_engines(in_flight=self.lands_in_flight)
+        self._switch_engines(in_flight=self.lands_in_flight,
+                             pause_s=self.costs.sync if self.lands_in_flight else 0.0)
         self.release(version + self.lag)
 
     def _drafter_landed(self) -> None:

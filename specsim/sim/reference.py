@@ -83,8 +83,9 @@ class ReferenceEngine:
         self._push(t_s, "release", None)
 
     def switch(self, t_s: float, version: int, alphas, mean_alpha: float, in_flight: bool, laws=None,
-               lo: int = 0) -> None:
-        self._push(t_s, "switch", (version, np.asarray(alphas, dtype=float), float(mean_alpha), in_flight, lo))
+               lo: int = 0, pause_s: float = 0.0) -> None:
+        self._push(t_s, "switch", (version, np.asarray(alphas, dtype=float), float(mean_alpha), in_flight, lo,
+                                   float(pause_s)))
 
     def _push(self, t_s, kind, payload):
         self._seq += 1
@@ -103,6 +104,7 @@ class ReferenceEngine:
             if kind == "switch":
                 if payload[3]:
                     self._apply(payload)
+                    self.t += payload[5]      # in flight: the engine stops while it loads the weights
                 else:
                     self.gate = payload
         if self.gate is not None and not self.active:

@@ -238,14 +238,20 @@ class StreamCluster:
             if r[j + 1] > r[j]:
                 eng.release(np.arange(r[j], r[j + 1]), t_s)
 
-    def switch_all(self, t_s: float, version: int, mean_alpha: float, in_flight: bool) -> None:
-        """Every engine runs `version` at acceptance `mean_alpha` from t_s. The per-sequence
+    def switch_all(self, t_s: float, version: int, mean_alpha: float, in_flight: bool, pause_s: float = 0.0) -> None:
+        """Every engine runs `version` at acceptance `mean_alpha` from t_s. In flight, each engine
+        then stops `pause_s` at its first step boundary from t_s on: NeMo-RL's in-flight weight
+        update (`async_grpo.in_flight_weight_updates`) reaches vLLM as a `collective_rpc` that the
+        engine core runs between two steps, receiving the new weights over the refit broadcast
+        while it steps no sequence (running sequences keep their KV cache and resume after it;
+        NeMo-RL `algorithms/async_utils.py`, `prepare_for_refit` / `resume_after_refit`), so the
+        pause is the refit's transfer time (the pipeline passes its weight sync). The per-sequence
         acceptance and (fast engine) the steps-to-finish laws of every draft length the policy
         uses are computed once for the pool's unfinished steps and handed to each engine as
         slices (finished steps are left alone: a whole-run projection stays linear in its steps)."""
         j = self.current_step
         if self.fleet is not None:
-            self._switch_fleet(j, t_s, version, mean_alpha, in_flight)
+            self._switch_fleet(j, t_s, version, mean_alpha, in_flight, pause_s)
             return
         los = [int(r[j]) for r in self.ranges]
         tails = [u[lo:] for u, lo in zip(self.u, los)]
@@ -259,9 +265,10 @@ class StreamCluster:
         for eng, lo, a, b in zip(self.engines, los, offsets[:-1], offsets[1:]):
             part = None if laws is None else {k: StepLaw(*(x[a:b] for x in (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1)))
                                               for k, lw in laws.items()}
-            eng.switch(t_s, version, alphas[a:b], mean_alpha, in_flight, part, lo)
+            eng.switch(t_s, version, alphas[a:b], mean_alpha, in_flight, part, lo, pause_s)
 
-    def _switch_fleet(self, j: int, t_s: float, version: int, mean_alpha: float, in_flight: bool) -> None:
+    def _switch_fleet(self, j: int, t_s: float, version: int, mean_alpha: float, in_flight: bool,
+                      pause_s: float = 0.0) -> None:
         """switch_all on the fleet, for the unfinished responses that can be keyed before the next
         switch: those of the unfinished steps up to the one released with this version (a later
         step is released only after a later switch, which lands on an engine before it admits: a
@@ -277,7 +284,7 @@ class StreamCluster:
         seg, idx = seg[live], idx[live]
         alphas, laws = self._laws(mean_alpha, self.u_all[idx])
         toff = np.concatenate(([0], np.cumsum(np.bincount(seg, minlength=len(lo)))))
-        fl.switch(t_s, SwitchPayload(version, idx, toff, alphas, laws, in_flight, mean_alpha))
+        fl.switch(t_s, SwitchPayload(version, idx, toff, alphas, laws, in_flight, mean_alpha, pause_s))
 
     def _done(self, j: int) -> bool:
         if self.fleet is not None:

@@ -237,6 +237,7 @@ def resolve(sc: Scenario) -> World:
     try:
         hw = _load_pool_hardware(sc, "rollout")
         train_hw = hw if not sc.mixed_hardware else _load_pool_hardware(sc, "training")
+        hw = engine_host_hardware(hw, sc.rollout.inprocess_engine)
         model = load_model(sc.model, base_dir)
         r = sc.rollout
         dtypes = rollout_weight_dtypes(r.weight_dtype, model)
@@ -311,6 +312,17 @@ def resolve(sc: Scenario) -> World:
                  TrainerSpec(trainer, "none" if free else trainer.weight_sync,
                              float(sc.drafter.update_token_fraction)), context,
                  train_hw=train_hw if train_hw is not hw else None)
+
+
+def engine_host_hardware(hw: HardwareSpec, inprocess: bool) -> HardwareSpec:
+    """The rollout profile as the engine's host runs it: an in-process engine
+    (`rollout.inprocess_engine`) pays `efficiency.inprocess_seq_overhead_s` per running sequence on
+    every step beside the profile's own `per_seq_overhead_s` (a separate engine process overlaps
+    that frontend work with the next step)."""
+    eff = hw.efficiency
+    if not inprocess or eff.inprocess_seq_overhead_s == 0.0:
+        return hw
+    return hw.with_efficiency(per_seq_overhead_s=eff.per_seq_overhead_s + eff.inprocess_seq_overhead_s)
 
 
 def _load_pool_hardware(sc: Scenario, pool: str) -> HardwareSpec:

@@ -37,6 +37,7 @@ def _profile(tmp_path: Path, path: tuple[str, ...], value) -> Path:
     (("nvlink_gbps_per_direction",), 4.5e5), (("peak_dense_tflops", "bf16"), 989e12),
     (("peak_dense_tflops", "bf16"), 1e-3), (("collective_latency_us", "scaleout"), 1e-9),
     (("collective_latency_us", "nvlink"), 1e9), (("nvlink_domain_gpus",), 10**6),
+    (("efficiency", "inprocess_seq_overhead_us"), -1.0), (("efficiency", "inprocess_seq_overhead_us"), 1e6),
 ])
 def test_implausible_physical_values_are_refused(tmp_path, path, value):
     prof = _profile(tmp_path, path, value)

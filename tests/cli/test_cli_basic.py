@@ -168,6 +168,7 @@ def test_check_bad_inputs_exit_2(args, needles):
     (["training.dtype=fp4"], ["training.dtype", "got 'fp4'"]),
     (["training.global_batch_samples=0"], ["training.global_batch_samples", "got 0"]),
     (["training.weight_sync=carrier"], ["training.weight_sync", "got 'carrier'"]),
+    (["rollout.inprocess_engine=sometimes"], ["rollout.inprocess_engine", "got 'sometimes'"]),
 ])
 def test_trainer_fields_bad_input_exit_2(sets, needles):
     """The trainer fields from NeMo-RL's recipes: each bad value is one `error:` naming the field."""

@@ -138,8 +138,9 @@ def test_async_lag_zero_is_a_barrier_per_step(small):
     partial = _run(_async(small, **{"pipeline.policy_lag": 0, "pipeline.partial_rollouts": True}))
     for a, b in zip(res.records, partial.records):
         assert b.step_end_s <= a.step_end_s + 1e-9                     # in-flight updates never hurt
-    # with partial rollouts generation overlaps (only) the weight sync
-    assert partial.total_s < res.total_s
+    # in flight, step j + 1 is released when the sync begins, but every engine stops for the
+    # sync's transfer while it loads the weights (sim/stream.switch_all): at lag 0 nothing overlaps
+    assert partial.total_s == pytest.approx(res.total_s, rel=1e-9)
 
 
 def test_async_stream_fast_matches_reference(small):

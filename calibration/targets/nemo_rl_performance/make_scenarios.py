@@ -6,7 +6,7 @@ so nothing else needs it. What each field is and where it comes from:
 
 * Recipe values (GPUs, prompts x generations, max sequence, vLLM TP and gpu_memory_utilization,
   Megatron TP/CP/EP/PP, global batch, micro-batch token budgets, activation checkpointing, mode
-  and trajectory age) come from NVIDIA-NeMo/RL `examples/configs/recipes/llm/performance/` at tag
+  and trajectory age, and whether vLLM runs in-process: `vllm_cfg.async_engine`) come from NVIDIA-NeMo/RL `examples/configs/recipes/llm/performance/` at tag
   v0.6.0 (Qwen3 rows) and v0.5.0 (Llama rows), on `examples/configs/grpo_math_1B.yaml` defaults
   (`train_global_batch_size` 512, sequence packing with `train_mb_tokens` = max sequence x
   `train_micro_batch_size` and `logprob_mb_tokens` = max sequence x `logprob_batch_size`).
@@ -64,6 +64,14 @@ ROWS = {
 }
 
 
+# Rows whose recipe leaves `vllm_cfg.async_engine` at grpo_math_1B.yaml's false: NeMo-RL then drives
+# vLLM's in-process `LLM.generate` (its worker sets VLLM_ENABLE_V1_MULTIPROCESSING=0), so the
+# frontend's per-sequence work is serial with every step (`rollout.inprocess_engine`). The 235B
+# sync recipes (grpo-qwen3-235b-16n8g.yaml and those built on it) and every async recipe set
+# `async_engine: true` (vLLM's AsyncLLM, engine core in a process of its own).
+INPROCESS = {"v06_gb200_30b_sync_16", "v06_h100_30b_sync_32", "v05_h100_llama8b_sync_16", "v05_gb200_llama8b_sync_8"}
+
+
 def prompt_mean() -> float:
     s = math.log(PROMPT_P99 / PROMPT_MEDIAN) / stats.norm.ppf(0.99)
     return PROMPT_MEDIAN * math.exp(s * s / 2)
@@ -103,6 +111,10 @@ def scenario(row_id: str, spec: tuple) -> str:
         f"  tp: {gen_tp}                       # vllm_cfg.tensor_parallel_size",
         f"  gpu_memory_utilization: {mem}   # vllm_cfg.gpu_memory_utilization",
         f"  max_batched_tokens: {max_seq}",
+    ]
+    if row_id in INPROCESS:
+        lines.append("  inprocess_engine: true      # vllm_cfg.async_engine false: in-process LLM.generate")
+    lines += [
         "training:",
     ]
     if train:

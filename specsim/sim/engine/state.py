@@ -430,12 +430,13 @@ class FastState:
         self._push(t_s, "release", None)
 
     def switch(self, t_s: float, version: int, alphas: np.ndarray, mean_alpha: float, in_flight: bool,
-               laws: dict | None = None, lo: int = 0) -> None:
+               laws: dict | None = None, lo: int = 0, pause_s: float = 0.0) -> None:
         """From time t_s the engine runs policy `version`; responses lo: get acceptance `alphas`
         (`laws`: their steps-to-finish laws per draft length, when the caller computed them;
-        responses before lo have finished)."""
+        responses before lo have finished). In flight, the engine stops `pause_s` at its first
+        step boundary from t_s on (it loads the weights)."""
         self._push(t_s, "switch", (version, np.asarray(alphas, dtype=float), float(mean_alpha), in_flight,
-                                   laws, lo))
+                                   laws, lo, float(pause_s)))
 
     def _push(self, t_s, kind, payload):
         self._seq += 1
@@ -451,6 +452,8 @@ class FastState:
             if kind == "switch":
                 if payload[3]:
                     self._apply_switch(payload)
+                    if payload[6] > 0.0:
+                        self.idle_until(self.t + payload[6])
                 else:
                     self.gate = payload
         if self.gate is not None and self.n_act == 0:
@@ -458,7 +461,7 @@ class FastState:
             self.gate = None
 
     def _apply_switch(self, payload) -> None:
-        version, alphas, mean_alpha, _, laws, lo = payload
+        version, alphas, mean_alpha, _, laws, lo, _ = payload
         self.policy_version = version
         if np.array_equal(alphas, self.alphas[lo:]):
             return

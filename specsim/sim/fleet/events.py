@@ -23,7 +23,9 @@ class SwitchPayload:
     """A weight switch for the whole pool: responses `idx` (engine-sorted; engine e's are
     idx[toff[e]:toff[e+1]]) get acceptance `alphas` and steps-to-finish laws `laws` (k -> the
     StepLaw's five arrays, aligned with idx); `mean_alpha`: the acceptance the engines' policies
-    price with from then on (toggle, adaptive)."""
+    price with from then on (toggle, adaptive); `pause_s`: an in-flight switch stops each engine
+    for this long at its first step boundary from the switch on (the engine loads the new weights:
+    sim/stream.StreamCluster.switch_all)."""
 
     version: int
     idx: np.ndarray
@@ -32,6 +34,7 @@ class SwitchPayload:
     laws: dict
     in_flight: bool
     mean_alpha: float | None = None
+    pause_s: float = 0.0
 
 
 class FleetEvents(FleetState):
@@ -91,6 +94,7 @@ class FleetEvents(FleetState):
                 if kind == "switch":
                     if payload.in_flight:
                         self.apply_switch(sub, payload)
+                        self.t[sub] += payload.pause_s
                     else:
                         self.gate[sub] = p
                 self._step_ptr(sub)

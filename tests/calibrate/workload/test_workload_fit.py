@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specsim.calibrate.workload.fit import fit_file
+from specsim.calibrate.workload.fit import fit_file, load_fit_block
 from specsim.calibrate.workload.write_back import rewrite_yaml_fields, scenario_updates
 from specsim.errors import SpecError
 from specsim.validate.run import load_targets
@@ -171,3 +171,21 @@ def test_vllm_bs1_sweep_fits_the_short_drafts_and_predicts_the_long_ones():
         assert t.row.params["batch"] == 1
     (vanilla,) = [t for t in targets if t.metric == "engine_tpot_s"]
     assert vanilla.role == "prediction" and vanilla.row.params["run"] == "ar"
+
+
+def test_nemo_rl_performance_fits_at_most_five_rows_each_pinning_its_parameter():
+    """calibration/targets/nemo_rl_performance.yaml (issue #44: at most 5 of its 15 rows fit): three
+    fit rows, one parameter each (the MoE layer host time per GPU type, the in-process engine's
+    host time per sequence), each pinned by exactly its fit row; every other row a prediction."""
+    f = DEFAULT_TARGET_DIR / "nemo_rl_performance.yaml"
+    block = load_fit_block(f)
+    targets = load_targets([str(f)])
+    fit = [t for t in targets if t.role == "fit"]
+    assert len(targets) == 15 and len(fit) == 3   # the issue allows 5
+    params = {p.name: p.path for st in block.stages for p in st.parameters}
+    assert sorted(params.values()) == ["hardware.efficiency.inprocess_seq_overhead_us",
+                                       "hardware.trainer.moe_layer_overhead_ms", "hardware.trainer.moe_layer_overhead_ms"]
+    for stage in block.stages:
+        (p,) = stage.parameters
+        (row,) = [t for t in fit if p.name in t.row.pins]
+        assert [Path(s).name for s in p.scenarios] == [Path(row.row.scenario).name]
