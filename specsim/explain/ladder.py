@@ -51,11 +51,18 @@ from pathlib import Path
 
 import numpy as np
 
-from specsim.errors import SpecError
-from specsim.scenario import Scenario, apply_overrides, load_scenario
+from specsim import atomic
+from specsim.catalog.models import drafter_kind
+from specsim.cost.forward import expected_experts_hit
+from specsim.errors import SpecError, load_yaml_text
+from specsim.scenario import Scenario, apply_overrides, load_scenario, source_file
 from specsim.study.plan import refuse_over_bound, run_tokens
+from specsim.study.report.html import plots_of, render_page, write_page
+from specsim.study.report.tables import few_replicates_warning, fmt_ci, jsonable, md_text, mean_ci, ratio_ci
+from specsim.study.runner import specsim_version
 from specsim.study.store import RunFailed, RunStore
-from specsim.study.sweep import POINT_ALIASES, RunTask, baseline_of, k_of
+from specsim.study.sweep import POINT_ALIASES, RunTask, baseline_of, colocated_hardware, k_of
+from specsim.world.resolve import resolve
 
 __all__ = ["FACTORS", "POINT_ALIASES", "Explanation", "Factor", "expert_coverage", "explain", "parse_point", "shapley"]
 
@@ -86,8 +93,6 @@ def parse_point(text: str | None) -> dict:
     (`k=3,k=5`, or `k=3,speculation.k=5`) is an error, not the last one silently."""
     import yaml
 
-    from specsim.errors import load_yaml_text
-
     if not text:
         return {}
     out = {}
@@ -110,8 +115,6 @@ def parse_point(text: str | None) -> dict:
 def applicable_factors(sc: Scenario) -> list[Factor]:
     """The factors this point has: spread needs a heterogeneity, staleness a drafter that drifts,
     async an async pipeline; draft, verify and the trainer are always there."""
-    from specsim.catalog.models import drafter_kind
-
     d = sc.drafter
     stale = drafter_kind(d.kind).goes_stale and (d.staleness.tau_after is not None or bool(d.staleness.rate_per_version))
     has = {"draft": True, "verify": True, "spread": d.heterogeneity is not None, "staleness": stale,
@@ -122,7 +125,6 @@ def applicable_factors(sc: Scenario) -> list[Factor]:
 def _sync_changes(sc: Scenario) -> dict:
     r = sc.rollout
     engine = max(r.tp, r.ep) * r.pp
-    from specsim.study.sweep import colocated_hardware
 
     return {"pipeline.mode": "sync", "training.gpus": None,
             "rollout.gpus": max(engine, (sc.total_gpus // engine) * engine), **colocated_hardware(sc)}
@@ -201,8 +203,6 @@ def shapley(names: Sequence[str], value: Callable[[frozenset], np.ndarray], *,
 # ============================================================================ costs at the batch
 def expert_coverage(experts: int, top_k: int, tokens) -> np.ndarray:
     """Expected distinct experts E·(1 − (1 − top_k/E)^T) that T routed tokens touch (cost/forward.py)."""
-    from specsim.cost.forward import expected_experts_hit
-
     return np.asarray(expected_experts_hit(experts, top_k, np.asarray(tokens, dtype=float)), dtype=float)
 
 
@@ -264,8 +264,6 @@ class _Runner:
         return self.store.reused - self._counts0[1]
 
     def _tasks(self, ov: dict) -> tuple[list[RunTask], list[RunTask]]:
-        from specsim.scenario import source_file
-
         sd = apply_overrides(self.sc, ov) if ov else self.sc
         ar = baseline_of(apply_overrides(self.sc, _baseline_overrides(self.sc, ov)) if ov else self.sc)
         for x in (sd, ar):
@@ -296,15 +294,11 @@ class _Runner:
 
 def _ci(values) -> dict:
     """The interval of a gain or a ratio of gains: on the log scale (tables.ratio_ci), positive."""
-    from specsim.study.report.tables import ratio_ci
-
     return ratio_ci(list(np.asarray(values, float)))
 
 
 def _log_ci(values) -> dict:
     """The interval of a log gain (either sign): the plain t-interval."""
-    from specsim.study.report.tables import mean_ci
-
     return mean_ci(list(np.atleast_1d(np.asarray(values, float))), floor=None)
 
 
@@ -314,8 +308,6 @@ def explain(path: str | Path, overrides: Sequence[str] = (), *, point: str | Non
     """The ladder and Shapley attribution of one point of a scenario (module docstring). `store`:
     where its runs are kept and reused (study/store.RunStore: `specsim explain`'s output folder,
     or the results folder of the run that asks for the ladder; None: in memory)."""
-    from specsim.world.resolve import resolve
-
     if replicates is not None and not 1 <= int(replicates) <= 100:
         raise SpecError("--replicates", replicates, "in [1, 100]")
     if steps is not None and not 2 <= int(steps) <= 10000:
@@ -427,7 +419,6 @@ def explain(path: str | Path, overrides: Sequence[str] = (), *, point: str | Non
     notes = []
     if reps < 2:
         notes.append("one replicate: no intervals (--replicates N, N >= 3)")
-    from specsim.study.report.tables import few_replicates_warning
 
     few = few_replicates_warning(reps)
     if few:
@@ -443,8 +434,6 @@ def explain(path: str | Path, overrides: Sequence[str] = (), *, point: str | Non
 # ============================================================================ outputs
 def _fmt(m: dict | None, digits: int = 2) -> str:
     """A mean with its interval, as the run's summary prints it (study/report/tables.fmt_ci)."""
-    from specsim.study.report.tables import fmt_ci
-
     return fmt_ci(m, digits)
 
 
@@ -472,8 +461,6 @@ def shapley_rows(e: Explanation) -> list[dict]:
 
 def explanation_markdown(e: Explanation) -> str:
     """The ladder and the attribution as Markdown (explain.md)."""
-    from specsim.study.report.tables import md_text
-
     pt = md_text(", ".join(f"{k}={v}" for k, v in e.point.items())) or "the scenario as given"
     L = [f"# {md_text(e.scenario)}: where the speedup goes ({pt})", "",
          (f"k = {e.k}, τ = {e.tau:.2f}; {e.replicates} paired replicate(s) × {e.steps} steps; mean active batch "
@@ -518,9 +505,6 @@ def waterfall(stem: Path, e: Explanation) -> str:
     import pandas as pd
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
-
-    from specsim import atomic
-    from specsim.study.report.tables import few_replicates_warning
 
     data = pd.DataFrame(ladder_rows(e))
     fig = Figure(figsize=(1.6 + 1.05 * len(data), 4.8), layout="constrained")
@@ -567,11 +551,6 @@ def waterfall(stem: Path, e: Explanation) -> str:
 def write_explanation(out_dir: Path, e: Explanation) -> list[str]:
     """explain.md, explain.json, ladder.csv, shapley.csv and waterfall.png (+ its CSV) in out_dir."""
     import pandas as pd
-
-    from specsim import atomic
-    from specsim.study.report.html import plots_of, render_page, write_page
-    from specsim.study.report.tables import jsonable
-    from specsim.study.runner import specsim_version
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,7 @@ from specsim.errors import SpecError, YamlTooLarge, load_yaml_text, short_repr
 from specsim.scenario.base import SEP, Raw, ScenarioError
 from specsim.scenario.paths import model_for_path
 from specsim.scenario.schema import Scenario
+from specsim.workload.acceptance.engine_metrics import read_acceptance_metrics
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -133,7 +134,6 @@ def tau_from_metrics(doc: dict, file: str | None) -> dict:
     d = doc.get("drafter")
     if not isinstance(d, dict) or not isinstance(d.get("tau_from"), str) or not d["tau_from"]:
         return doc
-    from specsim.workload.acceptance.engine_metrics import read_acceptance_metrics
 
     src = d["tau_from"]
     path = Path(src).expanduser()

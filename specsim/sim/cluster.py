@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import stats
 
+from specsim.cost.step import step_cost_table
 from specsim.policy import PolicyContext, SDPolicy
 from specsim.sim.common import EngineConfig, EngineResult, EngineWork, conditional_tau, last_finishers_tau
 from specsim.sim.engine.loop import run_fast
@@ -392,7 +393,6 @@ def _fleet_generation(world: World, cfg: EngineConfig, draw: StepDraw, order, st
 
 def with_policy(world: World, policy: SDPolicy) -> World:
     """The same world under another SD policy (cost table extended to its draft lengths)."""
-    from specsim.cost.step import step_cost_table
     ks = tuple(sorted(set(world.table.ks) | set(policy.ks)))
     table = world.table if ks == world.table.ks else step_cost_table(
         world.model, world.drafter, world.hw, world.layout, world.rollout.max_batch, ks,

@@ -50,10 +50,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from specsim.errors import SpecError, os_reason
+from specsim.errors import LayoutError, SpecError, os_reason
+from specsim.inputs import resolve_input
 from specsim.scenario import ScenarioError, validate_doc
+from specsim.sim.pipeline import run_pipeline
 from specsim.sim.progress import PROGRESS_EVERY_S, ProgressHook, RunProgress
-from specsim.study.sweep import RunTask
+from specsim.study.sweep import RunTask, k_of
+from specsim.world.resolve import resolve
 
 __all__ = ["WorkerPool", "available_cpus", "check_backend", "default_jobs", "execute", "run_tasks", "sigint_latch",
            "worker_pool"]
@@ -156,10 +159,6 @@ def execute(task: RunTask | dict, progress: ProgressHook | None = None,
     `progress`: the run's progress hook (sim/progress.py); the result does not depend on it."""
     from dataclasses import asdict as _asdict
 
-    from specsim.errors import LayoutError
-    from specsim.sim.pipeline import run_pipeline
-    from specsim.world.resolve import resolve
-
     t = task if isinstance(task, RunTask) else RunTask(**task)
     try:
         sc = validate_doc(t.doc, t.file)
@@ -184,8 +183,6 @@ def per_token_sd_gain(world, steady: dict) -> float:
     gain a token sees at that batch, before the tail, the spread and the pipeline; NaN for AR).
     Context per sequence: the mean prompt plus half the mean response."""
     import math
-
-    from specsim.study.sweep import k_of
 
     k = k_of(world.scenario)
     tau = steady.get("tau", float("nan"))
@@ -439,8 +436,6 @@ def shippable(task: dict) -> dict:
     """A task whose input paths are absolute, as a worker on another machine (or in another
     folder) needs them: the scenario file, a hardware profile given as a path, and the length
     files (looked up as resolve does: as written, else next to the scenario file)."""
-    from specsim.inputs import resolve_input
-
     t = dict(task)
     doc = json_copy(t["doc"])
     file = t.get("file")

@@ -42,8 +42,10 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+import specsim
 from specsim import atomic
 from specsim.inputs import read_csv_frame
 from specsim.scenario import (
@@ -59,7 +61,10 @@ from specsim.study import results_folder as results_dir
 from specsim.study.capacity import capacity_plan, capacity_sizes
 from specsim.study.executors import WorkerPool, check_backend, worker_pool
 from specsim.study.plan import plan_study, work_problem
+from specsim.study.report import html, projection, tables
+from specsim.study.report import plots as P
 from specsim.study.report.progress import Progress
+from specsim.study.report.summary import summary_dict, summary_markdown, yaml_value
 from specsim.study.results_folder import ResultsConflict, sha
 from specsim.study.store import ResultsFolder, RunFailed, open_results
 from specsim.study.sweep import (
@@ -74,6 +79,7 @@ from specsim.study.sweep import (
     step_rows,
     swept_paths,
 )
+from specsim.study.timeline import write_timeline
 
 __all__ = ["ResultsConflict", "RunSummary", "capacity_sizes", "check_points", "run_scenario", "show_scenario",
            "specsim_version", "write_summary"]
@@ -115,9 +121,6 @@ def write_summary(out_dir: str | Path, summary: dict) -> None:
     """summary.json, summary.md (with the inverse answers) and report.html of a results folder
     from its summary dict; called again when a higher layer adds to the summary (the explain
     layer's ladder, specsim/explain/in_run.py)."""
-    from specsim.study.report import html, projection
-    from specsim.study.report.summary import summary_markdown
-
     out_dir = Path(out_dir)
     atomic.write_json(out_dir / "summary.json", summary)
     atomic.write_text(out_dir / "summary.md", summary_markdown(summary)
@@ -126,16 +129,9 @@ def write_summary(out_dir: str | Path, summary: dict) -> None:
 
 
 def specsim_version() -> str:
-    try:
-        import specsim
-
-        v = getattr(specsim, "__version__", None)
-        if v:
-            return str(v)
-    except ImportError:  # pragma: no cover
-        pass
-    from importlib.metadata import PackageNotFoundError, version
-
+    v = getattr(specsim, "__version__", None)
+    if v:
+        return str(v)
     try:
         return version("specsim")
     except PackageNotFoundError:  # pragma: no cover - running from a source tree
@@ -161,8 +157,6 @@ def _refuse_too_much(sc: Scenario, plan) -> None:
 
 def _where(values: dict) -> str:
     """A sweep point named by its swept values (the scenario itself when nothing is swept)."""
-    from specsim.study.report.summary import yaml_value
-
     return ", ".join(f"{k}={yaml_value(v)}" for k, v in values.items()) or "the scenario"
 
 
@@ -236,9 +230,6 @@ def _run_locked(sc: Scenario, plan, folder: ResultsFolder, resolved_text: str, t
     """The run, holding the results folder's lock (store.open_results); `pool`: the workers
     (executors.worker_pool), let go once the runs are done; `then(folder, summary)`: called, still
     under the lock, before the summary is written (it may add to it: explain/in_run.py's ladder)."""
-    from specsim.study.report import html, projection, tables  # the report's imports (matplotlib) after the pool starts
-    from specsim.study.report.summary import summary_dict
-
     out_dir, store, warnings, inputs = folder.path, folder.store, folder.warnings, folder.inputs
     workers, backend, address, engine = opts.workers, opts.backend, opts.address, opts.engine
     points_dir = out_dir / "points"
@@ -336,9 +327,6 @@ def _run_locked(sc: Scenario, plan, folder: ResultsFolder, resolved_text: str, t
     do_plots = sc.output.plots if plots is None else plots
     plot_files: dict[str, str] = {}
     if do_plots:
-        from specsim.study.report import plots as P
-        from specsim.study.timeline import write_timeline
-
         timeline = write_timeline(out_dir, plan, analysis, runs, engine)
         if timeline is not None:
             files.append("timeline.csv")

@@ -33,6 +33,8 @@ import numpy as np
 import pandas as pd
 
 from specsim import atomic
+from specsim.sim.pipeline import StepRecord
+from specsim.study.sweep import swept_paths, trainer_idle_share
 
 #: Per-point metrics aggregated over replicates (mean and 95 % CI).
 METRICS = ("e2e_speedup_vs_sync_ar", "e2e_speedup", "generation_speedup", "generation_speedup_vs_sync_ar",
@@ -70,8 +72,6 @@ def write_points_csv(path: Path, rows: list[dict], cols: list[str]) -> Path:
 def steps_columns() -> list[str]:
     """steps.csv columns: point identity, then every StepRecord field in its declared order."""
     from dataclasses import fields
-
-    from specsim.sim.pipeline import StepRecord
 
     return ["point", "point_id", "replicate"] + [f.name for f in fields(StepRecord)]
 
@@ -202,8 +202,6 @@ def _clean(v: Any) -> Any:
 # ============================================================================ analysis
 def analyse(sc, rows: list[dict], cols: list[str]) -> dict:
     """Aggregate rows per point; pick the best point, the best SD and the best AR point."""
-    from specsim.study.sweep import swept_paths
-
     df = points_frame(rows, cols)
     swept = swept_paths(sc)
     reps = int(df["replicate"].nunique()) if len(df) else 0
@@ -295,8 +293,6 @@ def capacity_table(cap_plan: dict, runs: dict) -> dict:
     plan's replicates (95 % t-interval of the step time where n ≥ 2); the target and the smallest
     rollout pool whose mean step reaches it, with and without SD. A size whose runs all failed
     carries the first error."""
-    from specsim.study.sweep import trainer_idle_share
-
     by_size: dict[tuple[str, int], dict] = {}
     for e in cap_plan["entries"]:
         g = by_size.setdefault((e["variant"], e["rollout_gpus"]),
