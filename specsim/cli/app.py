@@ -38,6 +38,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
+import pandas as pd
 import typer
 
 from specsim import __version__
@@ -199,8 +200,6 @@ def validate_cmd(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Run each published target's scenario and print measured vs simulated; exit 1 if any row fails."""
-    import pandas as pd
-
     if tolerance is not None and not tolerance > 0:
         raise _bad_option("--tolerance", tolerance, "a relative tolerance > 0")
     files = [str(f) for f in target_files(targets, calibration)]   # the default found before any folder is written
@@ -259,8 +258,6 @@ def _sweep_md(sweep) -> list[str]:
 
 
 def _write_validation(folder: Path, frame, rows, groups, sweep) -> None:
-    import pandas as pd
-
     write_csv(folder / "validation.csv", frame)
     if sweep is not None:
         write_csv(folder / "validation_sweep.csv", sweep[0])

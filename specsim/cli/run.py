@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.table import Table
 
 from specsim.atomic import dump_yaml
 from specsim.cli.common import (
@@ -101,8 +102,6 @@ def run(
 
 
 def _print_run(res) -> None:
-    from rich.table import Table
-
     s = res.summary
     con = console()
     if s.get("what_if"):
@@ -169,8 +168,6 @@ def show_scenario(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """The resolved scenario (after --set) and the points its sweep will run. Simulates nothing."""
-    from rich.table import Table
-
     with use_catalog(catalog):
         info = runner.show_scenario(scenario, list(sets or ()))
     if fmt is Format.json:

@@ -50,6 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
+import yaml
 
 from specsim import atomic
 from specsim.catalog.models import drafter_kind
@@ -91,8 +93,6 @@ def parse_point(text: str | None) -> dict:
     """`k=5,lag=2` (or dotted paths: `speculation.k=5`) as {dotted path: YAML value}, each value
     read by the one YAML loader (YAML 1.2 booleans, bounded integers); a field named twice
     (`k=3,k=5`, or `k=3,speculation.k=5`) is an error, not the last one silently."""
-    import yaml
-
     if not text:
         return {}
     out = {}
@@ -502,7 +502,6 @@ def waterfall(stem: Path, e: Explanation) -> str:
     lowers the gain, hatched where it raises it), the realised gain; whiskers: the rung gains' 95 %
     intervals; each gain is written past its whisker (below a rung that lowers the gain, above one
     that raises it), so no label sits on a bar or a whisker."""
-    import pandas as pd
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
@@ -550,8 +549,6 @@ def waterfall(stem: Path, e: Explanation) -> str:
 
 def write_explanation(out_dir: Path, e: Explanation) -> list[str]:
     """explain.md, explain.json, ladder.csv, shapley.csv and waterfall.png (+ its CSV) in out_dir."""
-    import pandas as pd
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic.write_csv(out_dir / "ladder.csv", pd.DataFrame(ladder_rows(e)))

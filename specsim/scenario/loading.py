@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -271,8 +272,6 @@ def _at(doc: Any, path: str) -> Any:
 
 def _once(new: Scenario, change: dict, seen: dict[str, int], pos: int, file: str | None) -> None:
     """Refuse a swept value equal, after the schema converted it, to one swept before it."""
-    import json
-
     dumped = new.model_dump(mode="json")
     key = json.dumps({p: _at(dumped, p) for p in change}, sort_keys=True, default=str)
     if key in seen:

@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import stats
 
-from specsim.cost.step import step_cost_table
 from specsim.policy import PolicyContext, SDPolicy
 from specsim.sim.common import EngineConfig, EngineResult, EngineWork, conditional_tau, last_finishers_tau
 from specsim.sim.engine.loop import run_fast
@@ -272,21 +271,8 @@ class GenerationResult:
         return self.rollout_s * self.gpus
 
     @property
-    def tokens_per_s_per_gpu(self) -> float:
-        return self.total_tokens / self.gpu_seconds if self.rollout_s > 0 else 0.0
-
-    @property
     def slowest(self) -> EngineResult:
         return max(self.engines, key=lambda e: e.rollout_s)
-
-    def response_table(self) -> dict[str, np.ndarray]:
-        ids = np.concatenate([e.response_ids for e in self.engines])
-        order = np.argsort(ids)
-        cat = {name: np.concatenate([getattr(e, name) for e in self.engines])[order]
-               for name in ("admit_s", "finish_s", "tokens", "preemptions")}
-        cat["engine"] = np.concatenate([np.full(len(e.response_ids), i) for i, e in enumerate(self.engines)])[order]
-        cat["response_id"] = ids[order]
-        return cat
 
 
 def engine_config(world: World, name: str, mean_alpha: float, policy: SDPolicy | None = None,
@@ -389,12 +375,3 @@ def _fleet_generation(world: World, cfg: EngineConfig, draw: StepDraw, order, st
         est = np.array([alpha_estimates.get(nm, cfg.policy_ctx.alpha_estimate) for nm in names], dtype=float)
     return run_fleet_closed(cfg, names, eng_of, order, group_of[order], prompt_of[order], lengths[order], z, laws, a,
                             est, tick)
-
-
-def with_policy(world: World, policy: SDPolicy) -> World:
-    """The same world under another SD policy (cost table extended to its draft lengths)."""
-    ks = tuple(sorted(set(world.table.ks) | set(policy.ks)))
-    table = world.table if ks == world.table.ks else step_cost_table(
-        world.model, world.drafter, world.hw, world.layout, world.rollout.max_batch, ks,
-        proposal_rate=world.acceptance.proposal_rate)
-    return replace(world, policy=policy, table=table)

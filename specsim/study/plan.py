@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from specsim.scenario import Scenario, ScenarioError, source_file
 from specsim.study.sweep import RunTask, SweepPoint, baseline_of, expand, point_scenario, sync_ar_of
@@ -97,8 +98,6 @@ def run_tokens(world) -> float:
 def scenario_run_tokens(sc: Scenario) -> float:
     """:func:`run_tokens` of a scenario without resolving its world (a plan's base scenario need
     not fit its own layout: the plan searches others)."""
-    from pathlib import Path
-
     file = source_file(sc)
     w = sc.workload
     dist = length_distribution(w.response_tokens, "workload.response_tokens", Path(file).parent if file else None)

@@ -32,7 +32,6 @@ import hashlib
 import itertools
 import json
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -402,7 +401,3 @@ def step_rows(point: SweepPoint, run: dict) -> list[dict]:
     """The point's per-RL-step records, each with point, point_id and replicate first."""
     return [{"point": point.index, "point_id": point.point_id, "replicate": point.replicate, **rec}
             for rec in run["steps"]]
-
-
-def describe_points(points: Iterable[SweepPoint]) -> list[dict]:
-    return [p.as_dict() for p in points]

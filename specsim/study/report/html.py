@@ -26,6 +26,7 @@ import math
 import platform
 import re
 import xml.etree.ElementTree as ET
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -277,8 +278,6 @@ def _is_nan(v) -> bool:
 
 
 def _version(module: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version(module)
     except PackageNotFoundError:

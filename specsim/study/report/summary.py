@@ -5,6 +5,7 @@ analysis behind them)."""
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -134,8 +135,6 @@ EXPLAIN_FACTS = ("token_weighted_batch", "mean_active_batch", "per_token_sd_gain
 
 def explain_command(call: dict) -> str:
     """The `specsim explain` command line of an explain block's `call` (shell-quoted)."""
-    import shlex
-
     parts = ["specsim", "explain", call["scenario"]]
     if call.get("point"):
         parts += ["--point", call["point"]]
