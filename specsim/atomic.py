@@ -10,10 +10,14 @@ import contextlib
 import io
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import yaml
 
 from specsim.errors import SpecError, os_reason
 
@@ -95,8 +99,6 @@ def write_json(path: str | os.PathLike, obj: Any, *, indent: int | None = 2) -> 
 
 
 def _json_default(obj: Any) -> Any:
-    import numpy as np
-
     if isinstance(obj, (np.generic, np.ndarray, Path, set, frozenset)):
         return plain(obj)
     raise OutputError(f"not JSON serialisable: {type(obj).__name__}")
@@ -107,8 +109,6 @@ def plain(obj: Any) -> Any:
     and lists, tuples and sets to lists, paths to strings, mapping keys likewise. Every YAML and
     JSON specsim writes goes through it, so a value that came through numpy or pandas (a swept
     true/false read back from a frame is a numpy bool) is written as the YAML/JSON it stands for."""
-    import numpy as np
-
     if isinstance(obj, dict):
         return {plain(k): plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, set, frozenset)):
@@ -129,8 +129,6 @@ class OutputError(RuntimeError):
 
 def dump_yaml(obj: Any, **kwargs: Any) -> str:
     """YAML text of `obj` made plain first (:func:`plain`; yaml.safe_dump's keyword arguments)."""
-    import yaml
-
     try:
         return yaml.safe_dump(plain(obj), **kwargs)
     except yaml.YAMLError as exc:   # a type plain() does not know: ours to fix, not the user's input
@@ -232,8 +230,6 @@ def _refuse(option: str, path: str, allowed: str):
 
 
 def _kind(st_mode: int) -> str:
-    import stat
-
     for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                        (stat.S_ISSOCK, "a socket")):
@@ -269,8 +265,6 @@ def output_path(path: str | os.PathLike | None, option: str = "--out", *, folder
     * a file (`folder=False`) that exists is replaced only with `force`; its folder must exist or
       be creatable.
     """
-    import stat
-
     text = "" if path is None else os.fspath(path)
     what = "folder" if folder else "file"
     if not str(text).strip():
@@ -355,8 +349,6 @@ def output_folder(path: str | os.PathLike | None, option: str = "--out", *, forc
 
 def check_regular_destination(dest: Path) -> None:
     """Refuse to replace a special file (a device, a FIFO, a socket) or a folder with a file."""
-    import stat
-
     try:
         st = os.stat(dest)
     except OSError:

@@ -25,8 +25,10 @@ the value), so an error about a huge value is printed at once.
 
 from __future__ import annotations
 
+import errno as _errno
 import re
 import reprlib
+import socket
 from typing import Any
 
 import yaml
@@ -184,9 +186,6 @@ _ERRNO_WORDS = {
 def os_reason(exc: BaseException) -> str:
     """What the operating system said, in words: 'no space left on the device (disk full)
     [ENOSPC]' for an OSError with errno ENOSPC; the strerror (or the class name) otherwise."""
-    import errno as _errno
-    import socket
-
     if isinstance(exc, socket.timeout):
         return "no answer before the timeout"
     if isinstance(exc, socket.gaierror):

@@ -15,9 +15,8 @@ Every read goes through :func:`read_bytes`, which
 row) and refuses NUL bytes (binary data); :func:`read_yaml` and :func:`read_json` parse with
 errors that carry the line. :func:`csv_records` and :func:`jsonl_records` parse strictly, one
 record per line, with line numbers: a stray quote, a quoted field running across lines or a row of
-the wrong width is an error naming the line, never rows merged into one. :func:`whole_number`
-reads an integer cell (``12`` or ``12.0``; ``12.5`` is an error, never rounded) and
-:func:`number_column` a single numeric column at C speed (numpy), so a 10⁷-row length file reads in
+the wrong width is an error naming the line, never rows merged into one.
+:func:`number_column` reads a single numeric column at C speed (numpy), so a 10⁷-row length file reads in
 seconds; longer columns are refused with the bound (:data:`MAX_ROWS`).
 
 Errors are :class:`specsim.errors.SpecError` naming the field the caller gives (the scenario field
@@ -28,19 +27,22 @@ allowed and the file.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
 import stat
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from specsim.errors import MAX_INT, SpecError, YamlTooLarge, load_yaml_text, os_reason, short_repr
 
 __all__ = ["MAX_INPUT_BYTES", "MAX_ROWS", "csv_records", "jsonl_records", "number_column", "read_bytes", "read_json",
-           "read_text", "read_yaml", "whole_number"]
+           "read_text", "read_yaml"]
 
 #: The largest input file read (bytes). A 10⁷-row length file is about 60 MB.
 MAX_INPUT_BYTES = 512 * 2**20
@@ -118,9 +120,6 @@ def read_text(path: str | os.PathLike, field: str = "(file)", what: str = "file"
 def read_yaml(path: str | os.PathLike, field: str = "(file)", what: str = "YAML file",
               max_bytes: int = MAX_YAML_BYTES) -> Any:
     """One YAML document (the bounded loader of specsim.errors: YAML 1.2 booleans, unique keys)."""
-    import yaml
-
-
     where = str(path)
     text = read_text(path, field, what, max_bytes)
     try:
@@ -261,20 +260,6 @@ def jsonl_records(lines: list[tuple[int, str]], field: str, where: str | None,
             for lineno, line in lines]
 
 
-def whole_number(raw: Any, field: str, where: str | None, label: str, minimum: int = 0) -> int:
-    """An integer cell: 12, '12', 12.0 or '12.0'; a fractional value (12.5) is an error, never rounded."""
-    allowed = f"a whole number >= {minimum} ({label})"
-    if isinstance(raw, bool):
-        raise SpecError(field, raw, allowed, where)
-    try:
-        f = float(raw)
-    except (TypeError, ValueError, OverflowError):
-        raise SpecError(field, raw, allowed, where) from None
-    if not np.isfinite(f) or f != int(f) or f < minimum or f > 2**53:
-        raise SpecError(field, raw, allowed, where)
-    return int(f)
-
-
 def number_column(cells: list[str] | np.ndarray, linenos: list[int] | np.ndarray | None, field: str,
                   where: str | None, *, integer: bool = False, positive: bool = True) -> np.ndarray:
     """A column of numeric text as a float array, converted in C (numpy); the first bad cell (not
@@ -307,7 +292,6 @@ def fast_number_column(text: str) -> np.ndarray | None:
     not that simple or any cell does not parse (the caller's line-by-line path then names the line)."""
     if '"' in text or "," in text or "\t" in text:
         return None
-    import io
 
     import pandas as pd
 
@@ -342,8 +326,6 @@ def fast_csv_column(text: str, names: tuple[str, ...]) -> np.ndarray | None:
     col = next((header.index(k) for k in names if k in header), None)
     if col is None:
         return None
-    import io
-    import warnings
 
     import pandas as pd
 
@@ -385,8 +367,6 @@ def resolve_input(path: str, base: str | os.PathLike | None = None) -> str:
 
 def read_csv_frame(path: str | os.PathLike, field: str = "(file)", what: str = "CSV file", **kwargs):
     """A CSV file as a pandas DataFrame (C parser), read through :func:`read_text`."""
-    import io
-
     import pandas as pd
 
     text = read_text(path, field, what)
@@ -398,8 +378,6 @@ def read_csv_frame(path: str | os.PathLike, field: str = "(file)", what: str = "
 
 def read_parquet_frame(path: str | os.PathLike, field: str = "(file)", what: str = "Parquet table"):
     """A Parquet file as a pandas DataFrame, read through :func:`read_bytes`."""
-    import io
-
     import pandas as pd
 
     data = read_bytes(path, field, what)

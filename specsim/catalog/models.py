@@ -17,7 +17,9 @@ Derived quantities follow the standard decoder block:
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import math
 import os
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -87,9 +89,6 @@ def catalog_entry(doc, cls, prefix: str, where: str) -> dict:
     """A catalog entry checked against the dataclass it builds: a mapping, known keys only (with a
     did-you-mean), numbers finite, whole where the field is an int, > 0 (>= 0 for counts that
     may be zero), text where it is text, true/false where it is a flag."""
-    import dataclasses
-    import math
-
     if not isinstance(doc, dict):
         raise SpecError(prefix, short_repr(doc), "a mapping of the entry's fields", where)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "name"}
@@ -239,12 +238,6 @@ def list_models() -> list[str]:
     bundled = bundled_models()
     lowered = {n.lower() for n in bundled}
     return bundled + [n for n in user_catalog() if n.lower() not in lowered]
-
-
-def model_origin(name: str) -> str:
-    """Where catalog model `name` comes from: 'user: <file>' or 'bundled'."""
-    user = {k.lower(): v for k, v in user_catalog().items()}
-    return f"user: {user[name.lower()]}" if name.lower() in user else "bundled"
 
 
 def _suggest(name: str, options: list[str]) -> str:

@@ -38,9 +38,12 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
+import pandas as pd
 import typer
 
 from specsim import __version__
+from specsim.atomic import output_folder, write_csv, write_text
+from specsim.calibrate.kernels.a100_sweep import sweep_comparison
 from specsim.cli import common
 from specsim.cli import explain as cli_explain
 from specsim.cli import plan as cli_plan
@@ -49,6 +52,14 @@ from specsim.cli import run as cli_run
 from specsim.cli.calibrate import calibrate_app
 from specsim.cli.common import CalibrationOpt, CatalogOpt, Format, FormatOpt, SetOpt, handle_errors, use_catalog
 from specsim.cli.show import show_app
+from specsim.explain.check import check_report
+from specsim.explain.show import hardware_listing, model_listing
+from specsim.scenario.plan_section import PlanSection
+from specsim.study.planner import plan_checks
+from specsim.study.runner import check_points
+from specsim.validate.run import error_summary, validate
+from specsim.validate.targets import calibration_dir_if_any, find_calibration_dir, target_files
+from specsim.world.resolve import resolve
 
 # the command bodies' short names for the shared helpers
 _bad_option, _b, _console, _emit_json = common.bad_option, common.billions, common.console, common.emit_json
@@ -90,8 +101,6 @@ class ListWhat(str, Enum):
 def list_cmd(what: Annotated[ListWhat, typer.Argument(help="What to list.")], catalog: CatalogOpt = None,
              fmt: FormatOpt = Format.table) -> None:
     """List the bundled hardware profiles or the model catalog (bundled and user: --catalog, $SPECSIM_CATALOG)."""
-    from specsim.explain.show import hardware_listing, model_listing
-
     with use_catalog(catalog):
         rows = hardware_listing() if what is ListWhat.hardware else model_listing()
     if fmt is Format.json:
@@ -123,11 +132,6 @@ def check(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Load and resolve a scenario (schema, catalog names, layout fit); print a summary and warnings."""
-    from specsim.explain.check import check_report
-    from specsim.scenario.plan_section import PlanSection
-    from specsim.study.runner import check_points
-    from specsim.world.resolve import resolve
-
     with use_catalog(catalog):
         sc = _load_scenario(scenario, sets)
         world = resolve(sc)
@@ -135,8 +139,6 @@ def check(
         info["sweep_rows"] = sc.rows  # rows the sweep asks for (limit MAX_SWEEP_ROWS)
         info["sweep"] = check_points(sc)  # refuses every point `run` would refuse
         if sc.plan != PlanSection():    # a plan section: what `plan` refuses before simulating
-            from specsim.study.planner import plan_checks
-
             info["plan"] = plan_checks(sc)[2]
     w, d = sc.workload, sc.drafter
     info["warnings"] += info["sweep"].pop("warnings")
@@ -198,13 +200,6 @@ def validate_cmd(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Run each published target's scenario and print measured vs simulated; exit 1 if any row fails."""
-    import pandas as pd
-
-    from specsim.atomic import output_folder
-    from specsim.calibrate.kernels.a100_sweep import sweep_comparison
-    from specsim.validate.run import error_summary, validate
-    from specsim.validate.targets import calibration_dir_if_any, find_calibration_dir, target_files
-
     if tolerance is not None and not tolerance > 0:
         raise _bad_option("--tolerance", tolerance, "a relative tolerance > 0")
     files = [str(f) for f in target_files(targets, calibration)]   # the default found before any folder is written
@@ -263,10 +258,6 @@ def _sweep_md(sweep) -> list[str]:
 
 
 def _write_validation(folder: Path, frame, rows, groups, sweep) -> None:
-    import pandas as pd
-
-    from specsim.atomic import write_csv, write_text
-
     write_csv(folder / "validation.csv", frame)
     if sweep is not None:
         write_csv(folder / "validation_sweep.csv", sweep[0])

@@ -26,9 +26,10 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from specsim.catalog.models import CATALOG_ENV
 from specsim.errors import LayoutError, SpecError, os_reason
-from specsim.scenario import ScenarioError
-from specsim.study.executors import sigint_latch
+from specsim.scenario import ScenarioError, load_scenario
+from specsim.study.executors import Terminated, sigint_latch
 from specsim.study.report.tables import jsonable
 
 COMMAND_LINE = "command line"
@@ -100,8 +101,6 @@ def user_errors() -> Iterator[None]:
         quiet_closed_stdout()   # the reader went away (`| head -1`): nothing left to say, not an error
         raise typer.Exit(0) from None
     except KeyboardInterrupt as exc:
-        from specsim.study.executors import Terminated
-
         typer.echo(f"{'terminated' if isinstance(exc, Terminated) else 'interrupted'}: every finished point is "
                    "already saved; rerun the same command to resume", err=True)
         raise typer.Exit(143 if isinstance(exc, Terminated) else EXIT_INTERRUPTED) from None
@@ -209,8 +208,6 @@ CatalogOpt = Annotated[list[str] | None, typer.Option(
 def use_catalog(dirs: list[str] | None) -> Iterator[None]:
     """Run the body with the `--catalog` directories prepended to $SPECSIM_CATALOG (worker processes
     inherit it); the variable is restored afterwards."""
-    from specsim.catalog.models import CATALOG_ENV
-
     if not dirs:
         yield
         return
@@ -263,8 +260,6 @@ def billions(params: float) -> str:
 
 def load_scenario_opts(path: str, sets: list[str] | None):
     """The scenario at `path` with the ``--set PATH=VALUE`` overrides applied."""
-    from specsim.scenario import load_scenario
-
     return load_scenario(path, list(sets or ()))
 
 

@@ -9,6 +9,11 @@ from typing import Annotated
 import typer
 
 from specsim.cli.common import Format, FormatOpt, SetOpt, console, emit_json, handle_errors
+from specsim.explain.ladder import explain as run_explain
+from specsim.explain.ladder import explanation_markdown, write_explanation
+from specsim.scenario import load_scenario
+from specsim.study.report.tables import jsonable
+from specsim.study.store import open_results
 
 
 @handle_errors
@@ -31,11 +36,6 @@ def explain(
 ) -> None:
     """Where the speedup goes: one point run with each mechanism switched off and on (scenario
     what_if:) on the same draws; the ladder, Shapley shares with intervals, a waterfall plot."""
-    from specsim.explain.ladder import explain as run_explain
-    from specsim.explain.ladder import explanation_markdown, write_explanation
-    from specsim.scenario import load_scenario
-    from specsim.study.store import open_results
-
     if out is None:
         out = str(Path("results") / f"{load_scenario(scenario, list(sets or ())).name}-explain")
     # the one output guard, before any work; the runs kept in <out>/runs/: a rerun resumes there
@@ -44,8 +44,6 @@ def explain(
                         store=folder.store)
         files = write_explanation(folder.path, e)
     if fmt is Format.json:
-        from specsim.study.report.tables import jsonable
-
         emit_json({**jsonable(e.as_dict()), "files": files})
         return
     console().print(explanation_markdown(e), markup=False)

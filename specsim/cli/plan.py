@@ -13,14 +13,15 @@ import typer
 
 from specsim.cli.common import Format, FormatOpt, SetOpt, console, emit_json, handle_errors
 from specsim.cli.run import Backend, ScenarioArg
+from specsim.errors import SpecError
+from specsim.study.planner import plan_scenario
+from specsim.study.planner.report import plan_markdown
 
 __all__ = ["plan"]
 
 
 def _gpus(text: str) -> list[int] | int:
     """'2048', '512,1024,2048' or '512:2048:512' (start:stop:step, inclusive)."""
-    from specsim.errors import SpecError
-
     try:
         if ":" in text:
             a, b, c = (int(x) for x in text.split(":"))
@@ -73,8 +74,6 @@ def plan(
 ) -> None:
     """Search the configurations a scenario's `plan:` allows: best AR and SD configuration, SD's gain at
     each one's own optimum, Pareto fronts, and inverse answers. Resumable."""
-    from specsim.study.planner import plan_scenario
-
     ov = list(sets or ())
     if gpus is not None:
         ov.append(f"plan.total_gpus={json.dumps(_gpus(gpus))}")
@@ -100,7 +99,6 @@ def plan(
     if fmt is Format.json:
         emit_json(res.summary)
         return
-    from specsim.study.planner.report import plan_markdown
 
     con = console()
     con.print(plan_markdown(res.summary), markup=False)

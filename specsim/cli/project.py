@@ -27,6 +27,8 @@ from specsim.cli.common import (
     load_scenario_opts,
     use_catalog,
 )
+from specsim.study.project_folder import project_scenario
+from specsim.study.projection import format_projection
 
 __all__ = ["project"]
 
@@ -50,9 +52,6 @@ def project(
 ) -> None:
     """Project a whole RL run: wall-clock and GPU-hours with and without SD, with 95 % intervals, and
     a results folder with the run step by step (per_step.csv, a plot, summary.md, report.html)."""
-    from specsim.study.project_folder import project_scenario
-    from specsim.study.projection import format_projection
-
     if not 1 <= replicates <= 1000:   # as sweep.replicates; the cost bound then weighs the runs
         raise bad_option("--replicates", replicates, ">= 1 and <= 1,000 paired replicates")
     with use_catalog(catalog):

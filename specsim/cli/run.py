@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.table import Table
 
 from specsim.atomic import dump_yaml
 from specsim.cli.common import (
@@ -32,6 +33,18 @@ from specsim.cli.common import (
     handle_errors,
     use_catalog,
 )
+from specsim.explain.in_run import run_and_explain
+from specsim.study import runner
+from specsim.study.report.summary import (
+    bottleneck_text,
+    counterfactual_note,
+    explain_lines,
+    ranked_points,
+    runner_up_text,
+    values_of,
+    yaml_value,
+)
+from specsim.study.report.tables import capacity_answer, fmt_ci
 
 __all__ = ["Backend", "run", "show_scenario"]
 
@@ -49,14 +62,11 @@ def _short_values(values: dict) -> str:
     unless two paths share it)."""
     last = [k.split(".")[-1] for k in values]
     names = last if len(set(last)) == len(last) else list(values)
-    from specsim.study.report.summary import yaml_value
 
     return ", ".join(f"{n}={yaml_value(v)}" for n, v in zip(names, values.values())) or "-"
 
 
 def _ci(m: dict | None, digits: int = 3) -> str:
-    from specsim.study.report.tables import fmt_ci
-
     return fmt_ci(m, digits)
 
 
@@ -82,8 +92,6 @@ def run(
     points.csv, steps.csv, summary.md/json and plots; the summary's explain block gives what the
     run measured at the best point and the `specsim explain` command for its ladder (computed too
     with `output.explain: ladder`). Resumable."""
-    from specsim.explain.in_run import run_and_explain
-
     with use_catalog(catalog):
         res = run_and_explain(scenario, list(sets or ()), out=out, jobs=jobs, backend=backend.value, address=address,
                               progress=not no_progress and fmt is Format.table, force=force, fresh=fresh)
@@ -94,17 +102,6 @@ def run(
 
 
 def _print_run(res) -> None:
-    from rich.table import Table
-
-    from specsim.study.report.summary import (
-        bottleneck_text,
-        counterfactual_note,
-        explain_lines,
-        ranked_points,
-        runner_up_text,
-        values_of,
-    )
-
     s = res.summary
     con = console()
     if s.get("what_if"):
@@ -153,8 +150,6 @@ def _print_run(res) -> None:
     for v, label in (("ar", "without SD"), ("sd", "with SD")):
         m = (cap.get("minimum") or {}).get(v)
         if m and m.get("simulated") and cap.get("target_step_s"):
-            from specsim.study.report.tables import capacity_answer
-
             con.print(f"capacity: {label}, minimum rollout GPUs for the {cap['target_step_s']:.1f} s target "
                       f"({cap['target_source']}): {capacity_answer(m, cap['sizes'])}")
         elif m and cap.get("target_step_s"):
@@ -173,10 +168,6 @@ def show_scenario(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """The resolved scenario (after --set) and the points its sweep will run. Simulates nothing."""
-    from rich.table import Table
-
-    from specsim.study import runner
-
     with use_catalog(catalog):
         info = runner.show_scenario(scenario, list(sets or ()))
     if fmt is Format.json:

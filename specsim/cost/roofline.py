@@ -96,16 +96,6 @@ def gemm_op_s(flops, nbytes, hw: HardwareSpec, math_dtype: str, m_tokens, n_kern
     return t, c, m
 
 
-def op_time_s(flops, nbytes, hw: HardwareSpec, math_dtype: str = "bf16"):
-    """Roofline time of one op (seconds)."""
-    return np.maximum(compute_time_s(flops, hw, math_dtype), memory_time_s(nbytes, hw))
-
-
-def arithmetic_intensity(flops, nbytes):
-    """FLOPs per byte; compare with the ridge point peak_flops / hbm_bw."""
-    return np.asarray(flops, dtype=float) / np.maximum(np.asarray(nbytes, dtype=float), 1e-30)
-
-
 def ridge_point(hw: HardwareSpec, math_dtype: str = "bf16") -> float:
     """Achieved FLOP/s over achieved bytes/s: ops above this intensity are compute-bound."""
     return (hw.flops_per_s(math_dtype) * hw.efficiency.compute) / (hw.hbm_bw_bytes_per_s * hw.efficiency.memory)

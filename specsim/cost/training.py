@@ -526,12 +526,6 @@ class TrainingMemory:
     def fits(self) -> bool:
         return self.total_bytes <= self.hbm_bytes
 
-    @property
-    def resident_fits(self) -> bool | None:
-        """Colocated only: does the model state fit beside the rollout engine's
-        gpu_memory_utilization share while generating (else it must be offloaded to CPU)."""
-        return None if self.resident_budget_bytes is None else self.state_bytes <= self.resident_budget_bytes
-
 
 def training_memory(model: ModelSpec, hw: HardwareSpec, tl: TrainingLayout, *,
                     gpu_memory_utilization: float | None = None) -> TrainingMemory:

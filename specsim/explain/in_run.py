@@ -29,7 +29,9 @@ from pathlib import Path
 
 from specsim import atomic
 from specsim.errors import SpecError
+from specsim.explain import ladder
 from specsim.inputs import read_json, read_text
+from specsim.study.report.tables import jsonable
 from specsim.study.runner import RunSummary, run_scenario
 from specsim.study.store import ResultsFolder
 
@@ -99,9 +101,6 @@ def _ladder(folder: ResultsFolder, summary: dict, block: dict, jobs: int) -> boo
     """The ladder of the run's best point into `block` (reused from explain/run_ladder.json when its
     key matches; its pipeline runs kept in and reused from the run's own runs/). False: it could
     not run (`ladder_error`)."""
-    from specsim.explain.ladder import explain, write_explanation
-    from specsim.study.report.tables import jsonable
-
     out_dir = folder.path
     key = _key(out_dir, summary, block["call"])
     lad = _stored(out_dir / LADDER_DIR / LADDER_FILE, key)
@@ -109,13 +108,13 @@ def _ladder(folder: ResultsFolder, summary: dict, block: dict, jobs: int) -> boo
         call = block["call"]
         t0 = time.perf_counter()
         try:
-            e = explain(call["scenario"], call["sets"], point=call["point"] or None, replicates=call["replicates"],
+            e = ladder.explain(call["scenario"], call["sets"], point=call["point"] or None, replicates=call["replicates"],
                         jobs=jobs, store=folder.store)
         except SpecError as exc:
             block["ladder_error"] = str(exc)
             folder.warnings.append(f"output.explain: ladder was not computed: {exc}")
             return False
-        write_explanation(out_dir / LADDER_DIR, e)
+        ladder.write_explanation(out_dir / LADDER_DIR, e)
         lad = jsonable(compact_ladder(e, time.perf_counter() - t0))
         atomic.write_json(out_dir / LADDER_DIR / LADDER_FILE, {"key": key, "ladder": lad})
     block["ladder"] = lad

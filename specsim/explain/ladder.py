@@ -50,12 +50,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
+import yaml
 
-from specsim.errors import SpecError
-from specsim.scenario import Scenario, apply_overrides, load_scenario
+from specsim import atomic
+from specsim.catalog.models import drafter_kind
+from specsim.cost.forward import expected_experts_hit
+from specsim.errors import SpecError, load_yaml_text
+from specsim.scenario import Scenario, apply_overrides, load_scenario, source_file
 from specsim.study.plan import refuse_over_bound, run_tokens
+from specsim.study.report.html import plots_of, render_page, write_page
+from specsim.study.report.tables import few_replicates_warning, fmt_ci, jsonable, md_text, mean_ci, ratio_ci
+from specsim.study.runner import specsim_version
 from specsim.study.store import RunFailed, RunStore
-from specsim.study.sweep import POINT_ALIASES, RunTask, baseline_of, k_of
+from specsim.study.sweep import POINT_ALIASES, RunTask, baseline_of, colocated_hardware, k_of
+from specsim.world.resolve import resolve
 
 __all__ = ["FACTORS", "POINT_ALIASES", "Explanation", "Factor", "expert_coverage", "explain", "parse_point", "shapley"]
 
@@ -84,9 +93,7 @@ def parse_point(text: str | None) -> dict:
     """`k=5,lag=2` (or dotted paths: `speculation.k=5`) as {dotted path: YAML value}, each value
     read by the one YAML loader (YAML 1.2 booleans, bounded integers); a field named twice
     (`k=3,k=5`, or `k=3,speculation.k=5`) is an error, not the last one silently."""
-    import yaml
 
-    from specsim.errors import load_yaml_text
 
     if not text:
         return {}
@@ -110,7 +117,6 @@ def parse_point(text: str | None) -> dict:
 def applicable_factors(sc: Scenario) -> list[Factor]:
     """The factors this point has: spread needs a heterogeneity, staleness a drafter that drifts,
     async an async pipeline; draft, verify and the trainer are always there."""
-    from specsim.catalog.models import drafter_kind
 
     d = sc.drafter
     stale = drafter_kind(d.kind).goes_stale and (d.staleness.tau_after is not None or bool(d.staleness.rate_per_version))
@@ -122,7 +128,6 @@ def applicable_factors(sc: Scenario) -> list[Factor]:
 def _sync_changes(sc: Scenario) -> dict:
     r = sc.rollout
     engine = max(r.tp, r.ep) * r.pp
-    from specsim.study.sweep import colocated_hardware
 
     return {"pipeline.mode": "sync", "training.gpus": None,
             "rollout.gpus": max(engine, (sc.total_gpus // engine) * engine), **colocated_hardware(sc)}
@@ -201,7 +206,6 @@ def shapley(names: Sequence[str], value: Callable[[frozenset], np.ndarray], *,
 # ============================================================================ costs at the batch
 def expert_coverage(experts: int, top_k: int, tokens) -> np.ndarray:
     """Expected distinct experts E·(1 − (1 − top_k/E)^T) that T routed tokens touch (cost/forward.py)."""
-    from specsim.cost.forward import expected_experts_hit
 
     return np.asarray(expected_experts_hit(experts, top_k, np.asarray(tokens, dtype=float)), dtype=float)
 
@@ -264,7 +268,6 @@ class _Runner:
         return self.store.reused - self._counts0[1]
 
     def _tasks(self, ov: dict) -> tuple[list[RunTask], list[RunTask]]:
-        from specsim.scenario import source_file
 
         sd = apply_overrides(self.sc, ov) if ov else self.sc
         ar = baseline_of(apply_overrides(self.sc, _baseline_overrides(self.sc, ov)) if ov else self.sc)
@@ -296,14 +299,12 @@ class _Runner:
 
 def _ci(values) -> dict:
     """The interval of a gain or a ratio of gains: on the log scale (tables.ratio_ci), positive."""
-    from specsim.study.report.tables import ratio_ci
 
     return ratio_ci(list(np.asarray(values, float)))
 
 
 def _log_ci(values) -> dict:
     """The interval of a log gain (either sign): the plain t-interval."""
-    from specsim.study.report.tables import mean_ci
 
     return mean_ci(list(np.atleast_1d(np.asarray(values, float))), floor=None)
 
@@ -317,7 +318,6 @@ def explain(path: str | Path, overrides: Sequence[str] = (), *, point: str | Non
 
     Phase 1 runs the plain point and every coalition of factors (the plain run's batch B* sets the
     flat costs of the first rungs); phase 2 the rungs; the Shapley attribution reuses phase 1's runs."""
-    from specsim.world.resolve import resolve
 
     sc, reps, k = _explained_scenario(path, overrides, point, replicates, steps)
     world = resolve(sc)
@@ -481,7 +481,6 @@ def _notes(sc: Scenario, reps: int, names: list[str]) -> list[str]:
     notes = []
     if reps < 2:
         notes.append("one replicate: no intervals (--replicates N, N >= 3)")
-    from specsim.study.report.tables import few_replicates_warning
 
     few = few_replicates_warning(reps)
     if few:
@@ -495,7 +494,6 @@ def _notes(sc: Scenario, reps: int, names: list[str]) -> list[str]:
 # ============================================================================ outputs
 def _fmt(m: dict | None, digits: int = 2) -> str:
     """A mean with its interval, as the run's summary prints it (study/report/tables.fmt_ci)."""
-    from specsim.study.report.tables import fmt_ci
 
     return fmt_ci(m, digits)
 
@@ -524,7 +522,6 @@ def shapley_rows(e: Explanation) -> list[dict]:
 
 def explanation_markdown(e: Explanation) -> str:
     """The ladder and the attribution as Markdown (explain.md)."""
-    from specsim.study.report.tables import md_text
 
     pt = md_text(", ".join(f"{k}={v}" for k, v in e.point.items())) or "the scenario as given"
     L = [f"# {md_text(e.scenario)}: where the speedup goes ({pt})", "",
@@ -567,12 +564,9 @@ def waterfall(stem: Path, e: Explanation) -> str:
     lowers the gain, hatched where it raises it), the realised gain; whiskers: the rung gains' 95 %
     intervals; each gain is written past its whisker (below a rung that lowers the gain, above one
     that raises it), so no label sits on a bar or a whisker."""
-    import pandas as pd
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
-    from specsim import atomic
-    from specsim.study.report.tables import few_replicates_warning
 
     data = pd.DataFrame(ladder_rows(e))
     fig = Figure(figsize=(1.6 + 1.05 * len(data), 4.8), layout="constrained")
@@ -618,12 +612,7 @@ def waterfall(stem: Path, e: Explanation) -> str:
 
 def write_explanation(out_dir: Path, e: Explanation) -> list[str]:
     """explain.md, explain.json, ladder.csv, shapley.csv and waterfall.png (+ its CSV) in out_dir."""
-    import pandas as pd
 
-    from specsim import atomic
-    from specsim.study.report.html import plots_of, render_page, write_page
-    from specsim.study.report.tables import jsonable
-    from specsim.study.runner import specsim_version
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

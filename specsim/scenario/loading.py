@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from specsim.errors import SpecError, YamlTooLarge, load_yaml_text, short_repr
 from specsim.scenario.base import SEP, Raw, ScenarioError
 from specsim.scenario.paths import model_for_path
 from specsim.scenario.schema import Scenario
+from specsim.workload.acceptance.engine_metrics import read_acceptance_metrics
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -133,7 +135,6 @@ def tau_from_metrics(doc: dict, file: str | None) -> dict:
     d = doc.get("drafter")
     if not isinstance(d, dict) or not isinstance(d.get("tau_from"), str) or not d["tau_from"]:
         return doc
-    from specsim.workload.acceptance.engine_metrics import read_acceptance_metrics
 
     src = d["tau_from"]
     path = Path(src).expanduser()
@@ -271,8 +272,6 @@ def _at(doc: Any, path: str) -> Any:
 
 def _once(new: Scenario, change: dict, seen: dict[str, int], pos: int, file: str | None) -> None:
     """Refuse a swept value equal, after the schema converted it, to one swept before it."""
-    import json
-
     dumped = new.model_dump(mode="json")
     key = json.dumps({p: _at(dumped, p) for p in change}, sort_keys=True, default=str)
     if key in seen:

@@ -4,6 +4,7 @@ many rows a `sweep:` section asks for, counted without expanding it."""
 from __future__ import annotations
 
 import difflib
+import json
 from typing import Any
 
 from pydantic import BaseModel
@@ -55,8 +56,6 @@ def path_problem(path: str, root: type[BaseModel]) -> str | None:
 
 
 def _value_key(v: Any) -> str:
-    import json
-
     return json.dumps(v, sort_keys=True, default=str)
 
 

@@ -21,6 +21,8 @@ from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from specsim.scenario.schema import Scenario
+
 __all__ = ["REGENERATE", "render_default", "render_type", "scenario_reference_markdown", "sections"]
 
 #: The shell command that rewrites the checked-in page.
@@ -163,7 +165,6 @@ def sections(root: type[BaseModel] | None = None) -> list[tuple[type[BaseModel],
     """Every model under `root` (default: Scenario) with the dotted paths it is used at, the root
     first (path ""), then depth-first in declaration order; a model used at several paths once."""
     if root is None:
-        from specsim.scenario.schema import Scenario
         root = Scenario
     order: list[type[BaseModel]] = []
     paths: dict[type[BaseModel], list[str]] = {}

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
+from specsim.catalog.hardware import list_hardware
 from specsim.catalog.models import drafter_kind_names
 from specsim.errors import SpecError
 from specsim.policy import KINDS
@@ -690,7 +691,6 @@ class Scenario(Strict):
         `hardware`, or one of `plan.hardware` (a misspelt name would silently price nothing)."""
         if not self.output.gpu_hour_usd:
             return self
-        from specsim.catalog.hardware import list_hardware
 
         known = set(list_hardware()) | set(self.hardware_profiles) | {hardware_key(h) for h in
                                                                         plan_hardware_names(self.plan.hardware)}

@@ -271,21 +271,8 @@ class GenerationResult:
         return self.rollout_s * self.gpus
 
     @property
-    def tokens_per_s_per_gpu(self) -> float:
-        return self.total_tokens / self.gpu_seconds if self.rollout_s > 0 else 0.0
-
-    @property
     def slowest(self) -> EngineResult:
         return max(self.engines, key=lambda e: e.rollout_s)
-
-    def response_table(self) -> dict[str, np.ndarray]:
-        ids = np.concatenate([e.response_ids for e in self.engines])
-        order = np.argsort(ids)
-        cat = {name: np.concatenate([getattr(e, name) for e in self.engines])[order]
-               for name in ("admit_s", "finish_s", "tokens", "preemptions")}
-        cat["engine"] = np.concatenate([np.full(len(e.response_ids), i) for i, e in enumerate(self.engines)])[order]
-        cat["response_id"] = ids[order]
-        return cat
 
 
 def engine_config(world: World, name: str, mean_alpha: float, policy: SDPolicy | None = None,
@@ -342,8 +329,9 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
     choice = pick_engine(engine, base_cfg, world.engines, world.rollout.max_batch, world.kv_capacity_tokens,
                          prompt_of, lengths)
     if choice.fleet:                 # the whole pool at once (sim/fleet/loop.py)
-        results = _fleet_generation(world, base_cfg, draw, order, starts, group_of, prompt_of, lengths, alphas,
-                                    mean_alpha, alpha_estimates, tick, v1_inputs=choice.v1_inputs)
+        pool = EngineWork(order, group_of[order], prompt_of[order], lengths[order], alphas[order])
+        results = _fleet_generation(world, base_cfg, draw, pool, starts, alpha_estimates, tick,
+                                    v1_inputs=choice.v1_inputs)
     else:
         runner = run_fast if choice.fast else run_reference
         results = []
@@ -364,37 +352,31 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
     return GenerationResult(rollout_s, results, world.rollout.gpus, world.policy.label, mean_alpha)
 
 
-def _fleet_generation(world: World, cfg: EngineConfig, draw: StepDraw, order, starts, group_of, prompt_of, lengths,
-                      alphas, mean_alpha: float, alpha_estimates: dict[str, float] | None,
-                      tick: Ticker | None = None, *, v1_inputs: bool = False) -> list[EngineResult]:
+def _fleet_generation(world: World, cfg: EngineConfig, draw: StepDraw, pool: EngineWork, starts,
+                      alpha_estimates: dict[str, float] | None, tick: Ticker | None = None, *,
+                      v1_inputs: bool = False) -> list[EngineResult]:
     """simulate_generation's engines as one fleet (sim/fleet/loop.py): the same responses and queue
     order as the per-engine loop; the step's noise (`step_noise`) and tabulated laws
     (`QuantileLaws`; `v1_inputs`: the per-engine fast engine's per-engine noise and exact laws).
-    Priced policies (toggle, adaptive) price with each engine's acceptance estimate."""
+    Priced policies (toggle, adaptive) price with each engine's acceptance estimate. `pool`: every
+    response in queue order (`response_ids` the order, grouped by engine; engine e's are
+    starts[e]:starts[e + 1]); the phase's mean acceptance is `cfg.policy_ctx.alpha_estimate`
+    (engine_config's)."""
+    order = pool.response_ids
     used = [e for e in range(world.engines) if starts[e + 1] > starts[e]]
     counts = [starts[e + 1] - starts[e] for e in used]
     eng_of = np.repeat(np.arange(len(used)), counts)
     z = step_noise(draw, order, np.repeat(np.asarray(used, dtype=np.int64), counts), per_engine=v1_inputs)
     pol, acc = cfg.policy, world.acceptance
     if v1_inputs:
-        a = alphas[order]
+        a = pool.alphas
         laws = exact_laws(a, pol.ks, cfg.position_decay, pol.tree_for, cfg.proposal_rate)
     else:
-        a, laws = quantile_laws(mean_alpha, acc.concentration, pol.ks, cfg.position_decay, pol.tree_for,
+        a, laws = quantile_laws(cfg.policy_ctx.alpha_estimate, acc.concentration, pol.ks, cfg.position_decay, pol.tree_for,
                                 cfg.proposal_rate)(draw.alpha_quantiles[order])
     names = [f"engine{e}" for e in used]
     est = None
     if alpha_estimates:
         est = np.array([alpha_estimates.get(nm, cfg.policy_ctx.alpha_estimate) for nm in names], dtype=float)
-    return run_fleet_closed(cfg, names, eng_of, order, group_of[order], prompt_of[order], lengths[order], z, laws, a,
-                            est, tick)
-
-
-def with_policy(world: World, policy: SDPolicy) -> World:
-    """The same world under another SD policy (cost table extended to its draft lengths)."""
-    from specsim.cost.step import step_cost_table
-    ks = tuple(sorted(set(world.table.ks) | set(policy.ks)))
-    table = world.table if ks == world.table.ks else step_cost_table(
-        world.model, world.drafter, world.hw, world.layout, world.rollout.max_batch, ks,
-        proposal_rate=world.acceptance.proposal_rate)
-    return replace(world, policy=policy, table=table)
+    return run_fleet_closed(cfg, names, eng_of, order, pool.group_ids, pool.prompt_tokens, pool.response_tokens, z,
+                            laws, a, est, tick)

@@ -90,10 +90,6 @@ class StepRecord:
     step_setter_tau: float = float("nan")       # τ of the response that finished last (set the generation's end)
     token_weighted_batch: float = float("nan")  # the active batch a generated token saw (Σ tokens × batch ÷ Σ tokens)
 
-    @property
-    def training_side_s(self) -> float:
-        return self.reward_s + self.logprob_s + self.train_s + self.weight_sync_s + self.drafter_update_s
-
 
 @dataclass
 class PipelineResult:

@@ -13,6 +13,7 @@ from typing import Any
 
 from specsim.scenario import Scenario, ScenarioError, apply_overrides, source_file
 from specsim.study.sweep import RunTask, is_ar, k_of, replicates
+from specsim.world.resolve import resolve
 
 __all__ = ["capacity_plan", "capacity_replicates", "capacity_sizes"]
 
@@ -59,7 +60,6 @@ def capacity_plan(sc: Scenario, plan, analysis: dict, engine: str) -> dict:
                 if n % per_engine:
                     raise ScenarioError(source_file(sc), "output.capacity.rollout_gpus", n,
                                         f"multiples of the {per_engine} GPUs of one engine")
-                from specsim.world.resolve import resolve
 
                 resolve(s)
             except ScenarioError as exc:

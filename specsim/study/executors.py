@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
+import math
 import multiprocessing
 import os
 import signal
@@ -50,12 +52,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from specsim.errors import SpecError, os_reason
+from specsim.errors import LayoutError, SpecError, os_reason
+from specsim.inputs import resolve_input
 from specsim.scenario import ScenarioError, validate_doc
+from specsim.sim.pipeline import run_pipeline
 from specsim.sim.progress import PROGRESS_EVERY_S, ProgressHook, RunProgress
-from specsim.study.sweep import RunTask
+from specsim.study.sweep import RunTask, k_of
+from specsim.world.resolve import resolve
 
-__all__ = ["WorkerPool", "available_cpus", "check_backend", "default_jobs", "execute", "run_tasks", "sigint_latch",
+__all__ = ["WorkerPool", "available_cpus", "check_backend", "execute", "run_tasks", "sigint_latch",
            "worker_pool"]
 
 BACKENDS = ("local", "ray")
@@ -75,10 +80,6 @@ def available_cpus() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
         return max(1, os.cpu_count() or 1)
-
-
-def default_jobs() -> int:
-    return max(1, min(2, available_cpus()))
 
 
 def check_backend(backend: str, jobs: int, address: str | None = None, *, probe: bool = True) -> int:
@@ -154,12 +155,6 @@ def execute(task: RunTask | dict, progress: ProgressHook | None = None,
     """Run one pipeline (in any process). Returns {"key", "steady", "steps", "meta"} or, for a
     scenario that cannot run (does not fit, bad layout), {"key", "error"} with the message.
     `progress`: the run's progress hook (sim/progress.py); the result does not depend on it."""
-    from dataclasses import asdict as _asdict
-
-    from specsim.errors import LayoutError
-    from specsim.sim.pipeline import run_pipeline
-    from specsim.world.resolve import resolve
-
     t = task if isinstance(task, RunTask) else RunTask(**task)
     try:
         sc = validate_doc(t.doc, t.file)
@@ -171,7 +166,7 @@ def execute(task: RunTask | dict, progress: ProgressHook | None = None,
         return {"key": t.key, "error": f"{exc.__class__.__name__}: {exc}"}
     steady = {k: float(v) for k, v in res.steady().items()}
     steady["per_token_sd_gain"] = per_token_sd_gain(world, steady)
-    steps = [{k: (float(v) if isinstance(v, float) else int(v)) for k, v in _asdict(r).items()} for r in res.records]
+    steps = [{k: (float(v) if isinstance(v, float) else int(v)) for k, v in asdict(r).items()} for r in res.records]
     meta = {"scenario": sc.name, "mode": sc.pipeline.mode, "policy": world.policy.label, "engines": world.engines,
             "gpus_per_engine": world.layout.gpus, "rollout_gpus": sc.rollout.gpus,
             "training_gpus": sc.training_gpus, "total_gpus": sc.total_gpus, "replicate": t.replicate,
@@ -183,10 +178,6 @@ def per_token_sd_gain(world, steady: dict) -> float:
     """τ × decode step ÷ SD step at the run's steady mean active batch, from its cost table (the
     gain a token sees at that batch, before the tail, the spread and the pipeline; NaN for AR).
     Context per sequence: the mean prompt plus half the mean response."""
-    import math
-
-    from specsim.study.sweep import k_of
-
     k = k_of(world.scenario)
     tau = steady.get("tau", float("nan"))
     batch = steady.get("token_weighted_batch")
@@ -439,8 +430,6 @@ def shippable(task: dict) -> dict:
     """A task whose input paths are absolute, as a worker on another machine (or in another
     folder) needs them: the scenario file, a hardware profile given as a path, and the length
     files (looked up as resolve does: as written, else next to the scenario file)."""
-    from specsim.inputs import resolve_input
-
     t = dict(task)
     doc = json_copy(t["doc"])
     file = t.get("file")
@@ -468,8 +457,6 @@ def _absolute(path: str, base: Path | None) -> str:
 
 
 def json_copy(doc: dict) -> dict:
-    import json
-
     return json.loads(json.dumps(doc))
 
 

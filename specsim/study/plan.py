@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from specsim.scenario import Scenario, ScenarioError, source_file
 from specsim.study.sweep import RunTask, SweepPoint, baseline_of, expand, point_scenario, sync_ar_of
+from specsim.world.resolve import length_distribution, resolve
+from specsim.world.specs import steady_fill_warning
 
 __all__ = ["PointRuns", "StudyPlan", "plan_study", "work_problem"]
 
@@ -95,10 +98,6 @@ def run_tokens(world) -> float:
 def scenario_run_tokens(sc: Scenario) -> float:
     """:func:`run_tokens` of a scenario without resolving its world (a plan's base scenario need
     not fit its own layout: the plan searches others)."""
-    from pathlib import Path
-
-    from specsim.world.resolve import length_distribution
-
     file = source_file(sc)
     w = sc.workload
     dist = length_distribution(w.response_tokens, "workload.response_tokens", Path(file).parent if file else None)
@@ -119,9 +118,6 @@ def refuse_over_bound(sc: Scenario, runs: int, tokens_per_run: float, what: str,
 
 def plan_study(sc: Scenario, engine: str = "fast") -> StudyPlan:
     """Expand the sweep, resolve each point and its baselines, and list the runs to compute."""
-    from specsim.world.resolve import resolve  # the world layer's imports (scipy) only when planning
-    from specsim.world.specs import steady_fill_warning
-
     points = expand(sc)
     point_sc: dict[int, Scenario] = {}
     runs_of: dict[str, PointRuns] = {}

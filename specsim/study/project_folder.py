@@ -39,8 +39,16 @@ import pandas as pd
 
 from specsim import atomic
 from specsim.scenario import Scenario, load_scenario, to_yaml
+from specsim.study.executors import check_backend
+from specsim.study.plan import refuse_over_bound, run_tokens
+from specsim.study.projection import gpus_of, projection_totals, simulate_runs, variants
+from specsim.study.report.progress import Progress
+from specsim.study.report.projection_run import project_markdown, projection_steps_plot, write_project_report
+from specsim.study.report.tables import few_replicates_warning, mean_ci
+from specsim.study.runner import specsim_version
 from specsim.study.store import ResultsFolder, open_results
 from specsim.study.sweep import inputs_fingerprint
+from specsim.world.resolve import resolve, weight_dtypes_of
 
 __all__ = ["STEP_METRICS", "ProjectResult", "default_project_out", "per_step_table", "project_scenario",
            "step_frame"]
@@ -102,8 +110,6 @@ def step_frame(steps: list[dict], kind: str, replicate: int, gpus: int, response
 def per_step_table(steps: pd.DataFrame) -> pd.DataFrame:
     """Per policy and step: each metric's mean and its 95 % t-interval over replicates
     (`<metric>`, `<metric>_lo`, `<metric>_hi`; NaN bounds with one replicate), and `replicates`."""
-    from specsim.study.report.tables import mean_ci
-
     rows = []
     for (policy, step), g in steps.groupby(["policy", "step"], sort=True):
         row = {"policy": policy, "step": int(step), "replicates": int(g["replicate"].nunique())}
@@ -124,10 +130,6 @@ def project_scenario(path: str | Path, overrides: Sequence[str] = (), out: str |
     `progress`: a display on stderr (study/report/progress.py: paired replicates done, pipeline
     runs, the runs in flight), started once the folder is accepted, so a refused folder is one
     error and nothing else."""
-    from specsim.study.executors import check_backend
-    from specsim.study.plan import refuse_over_bound, run_tokens
-    from specsim.world.resolve import resolve
-
     t0 = time.perf_counter()
     sc = load_scenario(path, list(overrides))
     workers = check_backend("local", jobs, None)
@@ -140,10 +142,6 @@ def project_scenario(path: str | Path, overrides: Sequence[str] = (), out: str |
 
 def _project_locked(sc: Scenario, folder: ResultsFolder, replicates: int, jobs: int, engine: str, progress: bool,
                     t0: float) -> ProjectResult:
-    from specsim.study.projection import gpus_of, projection_totals, simulate_runs, variants
-    from specsim.study.report.progress import Progress
-    from specsim.study.runner import specsim_version
-
     out_dir, warnings = folder.path, folder.warnings
     # points: paired replicates done; simulation runs: pipeline runs (SD and AR per replicate)
     with Progress(progress, replicates) as prog:
@@ -169,14 +167,10 @@ def _project_locked(sc: Scenario, folder: ResultsFolder, replicates: int, jobs: 
     atomic.write_csv(out_dir / "steps.csv", steps)
     atomic.write_csv(out_dir / "per_step.csv", table)
 
-    from specsim.study.report.projection_run import project_markdown, projection_steps_plot, write_project_report
-    from specsim.study.report.tables import few_replicates_warning
-
     plot = projection_steps_plot(out_dir / "plots" / "projection_steps", sc, table, replicates)
     files += ["plots/projection_steps.png", "plots/projection_steps.csv"]
     few = few_replicates_warning(replicates)
     notes = ([few] if few else []) + warnings
-    from specsim.world.resolve import weight_dtypes_of
 
     summary = {"scenario": sc.name, "description": sc.description, "model": sc.model, "hardware": sc.hardware_label,
                "seed": sc.seed, "specsim_version": specsim_version(), "projection": p,

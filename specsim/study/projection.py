@@ -35,6 +35,7 @@ from specsim.errors import LayoutError
 from specsim.scenario import Scenario, apply_overrides
 from specsim.sim.progress import RunProgress
 from specsim.study.plan import refuse_over_bound, run_tokens
+from specsim.study.report.tables import mean_ci, ratio_ci
 from specsim.study.store import RunFailed, RunStore
 from specsim.study.sweep import RunTask
 from specsim.world.resolve import resolve
@@ -76,8 +77,6 @@ def interval(values, domain: str = "positive") -> tuple[float, float | None, flo
     positive and multiplicative (tables.ratio_ci); "signed" (a difference: SD may save a negative
     time): the plain t-interval. One replicate: (mean, None, None) — no interval, never a
     zero-width one."""
-    from specsim.study.report.tables import mean_ci, ratio_ci
-
     vals = [float(v) for v in values]
     m = ratio_ci(vals) if domain == "ratio" else mean_ci(vals, floor=None if domain == "signed" else 0.0)
     if m["mean"] is None:

@@ -43,8 +43,10 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+import specsim
 from specsim import atomic
 from specsim.inputs import read_csv_frame
 from specsim.scenario import (
@@ -60,8 +62,9 @@ from specsim.study import results_folder as results_dir
 from specsim.study.capacity import capacity_plan, capacity_sizes
 from specsim.study.executors import WorkerPool, check_backend, worker_pool
 from specsim.study.plan import StudyPlan, plan_study, work_problem
-from specsim.study.report import tables
+from specsim.study.report import html, plots, projection, tables
 from specsim.study.report.progress import Progress
+from specsim.study.report.summary import summary_dict, summary_markdown, yaml_value
 from specsim.study.results_folder import ResultsConflict, sha
 from specsim.study.store import ResultsFolder, RunFailed, open_results
 from specsim.study.sweep import (
@@ -76,6 +79,7 @@ from specsim.study.sweep import (
     step_rows,
     swept_paths,
 )
+from specsim.study.timeline import write_timeline
 
 __all__ = ["ResultsConflict", "RunSummary", "capacity_sizes", "check_points", "run_scenario", "show_scenario",
            "specsim_version", "write_summary"]
@@ -117,8 +121,6 @@ def write_summary(out_dir: str | Path, summary: dict) -> None:
     """summary.json, summary.md (with the inverse answers) and report.html of a results folder
     from its summary dict; called again when a higher layer adds to the summary (the explain
     layer's ladder, specsim/explain/in_run.py)."""
-    from specsim.study.report import html, projection
-    from specsim.study.report.summary import summary_markdown
 
     out_dir = Path(out_dir)
     atomic.write_json(out_dir / "summary.json", summary)
@@ -128,16 +130,9 @@ def write_summary(out_dir: str | Path, summary: dict) -> None:
 
 
 def specsim_version() -> str:
-    try:
-        import specsim
-
-        v = getattr(specsim, "__version__", None)
-        if v:
-            return str(v)
-    except ImportError:  # pragma: no cover
-        pass
-    from importlib.metadata import PackageNotFoundError, version
-
+    v = getattr(specsim, "__version__", None)
+    if v:
+        return str(v)
     try:
         return version("specsim")
     except PackageNotFoundError:  # pragma: no cover - running from a source tree
@@ -163,7 +158,6 @@ def _refuse_too_much(sc: Scenario, plan) -> None:
 
 def _where(values: dict) -> str:
     """A sweep point named by its swept values (the scenario itself when nothing is swept)."""
-    from specsim.study.report.summary import yaml_value
 
     return ", ".join(f"{k}={yaml_value(v)}" for k, v in values.items()) or "the scenario"
 
@@ -304,9 +298,6 @@ def _run_locked(ctx: RunContext) -> RunSummary:
     """The run, holding the results folder's lock: every point's runs (`_execute`), then the
     tables, plots and summary (with the inverse answers and how the run went) written from what
     the run persisted."""
-    from specsim.study.report import html, projection  # the report's imports (matplotlib) after the pool starts
-    from specsim.study.report.summary import summary_dict
-
     sc, plan, store, opts, out_dir = ctx.sc, ctx.plan, ctx.folder.store, ctx.opts, ctx.folder.path
     points = _FinishedPoints(ctx)
     analysis, cap_plan = _execute(ctx, points)
@@ -408,8 +399,6 @@ def _write_plots(ctx: RunContext, analysis: dict, frame, capacity, files: list[s
     sc, out_dir, runs = ctx.sc, ctx.folder.path, ctx.folder.store.runs
     if not (sc.output.plots if ctx.plots is None else ctx.plots):
         return {}
-    from specsim.study.report import plots, projection
-    from specsim.study.timeline import write_timeline
 
     timeline = write_timeline(out_dir, ctx.plan, analysis, runs, ctx.opts.engine)
     if timeline is not None:

@@ -32,16 +32,19 @@ import hashlib
 import itertools
 import json
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import specsim
 from specsim import inputs
+from specsim.catalog import models
+from specsim.catalog.hardware import resolve_profile_path
 from specsim.errors import SpecError
 from specsim.policy import POLICY_FIELDS, policy_class
 from specsim.scenario import Scenario, ScenarioError, apply_overrides, source_file
+from specsim.study.comparison import baseline_scenario
 
 RESERVED = ("replicates", "zip")
 STAGES = ("data_s", "reward_s", "logprob_s", "train_s", "weight_sync_s", "drafter_update_s")
@@ -187,11 +190,7 @@ def inputs_fingerprint(sc: Scenario) -> dict:
     hardware profile file (the rollout pool's; with mixed pools the trainer's too, `training_hardware`), the model's catalog entry, the drafter's architecture, each empirical
     length file; plus the specsim version. An input that cannot be read is marked (resolve
     reports it properly)."""
-    from specsim import __version__
-    from specsim.catalog.hardware import resolve_profile_path
-    from specsim.catalog.models import drafter_arch, load_model
-
-    out: dict[str, Any] = {"specsim": __version__}
+    out: dict[str, Any] = {"specsim": specsim.__version__}
     pools = [("hardware", sc.rollout_hardware)] + ([("training_hardware", sc.training_hardware)]
                                                    if sc.mixed_hardware else [])
     for key, name in pools:   # the rollout pool's profile; the trainer's too when it is another
@@ -201,10 +200,10 @@ def inputs_fingerprint(sc: Scenario) -> dict:
             out[key] = f"unreadable:{name}"
     base = Path(source_file(sc)).parent if source_file(sc) else None
     try:
-        target = load_model(sc.model, base)
+        target = models.load_model(sc.model, base)
         out["model"] = _sha12(repr(target))
         d = sc.drafter
-        out["drafter"] = _sha12(repr(drafter_arch(d.kind, target, d.draft_vocab, d.draft_ffn)))
+        out["drafter"] = _sha12(repr(models.drafter_arch(d.kind, target, d.draft_vocab, d.draft_ffn)))
     except (SpecError, KeyError, TypeError, ValueError):
         out["model"] = f"unknown:{sc.model}"
     for name in ("response_tokens", "prompt_tokens"):
@@ -262,8 +261,6 @@ def is_ar(sc: Scenario) -> bool:
 
 
 def baseline_of(sc: Scenario) -> Scenario:
-    from specsim.study.comparison import baseline_scenario
-
     return baseline_scenario(sc)
 
 
@@ -404,7 +401,3 @@ def step_rows(point: SweepPoint, run: dict) -> list[dict]:
     """The point's per-RL-step records, each with point, point_id and replicate first."""
     return [{"point": point.index, "point_id": point.point_id, "replicate": point.replicate, **rec}
             for rec in run["steps"]]
-
-
-def describe_points(points: Iterable[SweepPoint]) -> list[dict]:
-    return [p.as_dict() for p in points]

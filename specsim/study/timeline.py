@@ -17,6 +17,8 @@ import pandas as pd
 from specsim import atomic, inputs
 from specsim.errors import SpecError
 from specsim.scenario import Scenario, apply_overrides
+from specsim.sim.cluster import draw_step, simulate_generation
+from specsim.world.resolve import resolve
 
 __all__ = ["timeline_frame", "write_timeline"]
 
@@ -28,9 +30,6 @@ def timeline_frame(sc_sd: Scenario, step: int, replicate: int, versions_since_up
                    engine: str = "fast", run_key: str = "") -> pd.DataFrame:
     """Simulate one step's generation AR and SD on the same draws; the timeline of the engine that
     is slowest under AR, for both."""
-    from specsim.sim.cluster import draw_step, simulate_generation
-    from specsim.world.resolve import resolve
-
     sc_ar = apply_overrides(sc_sd, {"speculation.policy": "off"})
     w_ar, w_sd = resolve(sc_ar), resolve(sc_sd)
     g_ar = simulate_generation(w_ar, draw_step(w_ar, step, replicate), versions_since_update, engine=engine)

@@ -37,6 +37,7 @@ seconds; its rows say model `tiny`, which calibration will refuse (not a catalog
 from __future__ import annotations
 
 import datetime as _dt
+import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -252,8 +253,6 @@ def _session(torch, args: CollectSpec, log: Callable[[str], None]) -> _Session:
         dev_name = torch.cuda.get_device_name(torch.device(device))
         machine = f"{dev_name}; torch {torch.__version__}; CUDA {torch.version.cuda}"
     else:
-        import platform
-
         dev_name = f"CPU {platform.processor() or platform.machine()}"
         machine = f"{dev_name}; torch {torch.__version__}"
     s = _Session(torch, device, machine, args.hardware if args.hardware is not None else guess_hardware(dev_name),

@@ -15,7 +15,7 @@ one-shot latency per call). The engine overheads are fitted to TPOT rows afterwa
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from specsim.calibrate.kernels import tables as kt
@@ -54,8 +54,6 @@ class SystemFit:
         """The fitted profile pricing fp8 GEMMs and MoE with the kernels a TPOT row's engine ran:
         block-scaled fp8 GEMM (`gemm.fp8_block`) for gemm_quant 'fp8_block', per-tensor fp8 MoE
         (`moe.fp8_tensor`) for moe_quant 'fp8', where those variants were fitted."""
-        from dataclasses import replace
-
         kfit = self.kernel_fit
         g, m = self.terms.get("gemm.fp8_block"), self.terms.get("moe.fp8_tensor")
         if gemm_quant == "fp8_block" and g is not None:
@@ -206,7 +204,6 @@ def fit_system(system: str, backend: str = "vllm", hw: HardwareSpec | None = Non
     changes = {"compute": g.flops_eff_max, "memory": g.weight_bw_eff}
     if "all_reduce" in terms:
         changes["comm"] = terms["all_reduce"].params["bw_eff"]
-    from dataclasses import replace
 
     fitted = replace(hw.with_efficiency(**changes), kernel_fit=kfit)
     if "all_reduce" in terms:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import replace as _replace
 
 import numpy as np
 import pandas as pd
@@ -142,8 +143,6 @@ def fit_hardware(
     if hw.kernel_fit is not None:
         # trace fits price every op with the scalar efficiencies they fit; a measured-kernel fit
         # (shape-dependent terms) would hide them, so it is set aside here (and in the written profile)
-        from dataclasses import replace as _replace
-
         hw = _replace(hw, kernel_fit=None)
     notes: list[str] = []
     rows = _trace_rows(hw, as_list(kernel_df), as_list(engine_df), model_name, drafter_kind, notes)

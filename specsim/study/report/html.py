@@ -26,6 +26,7 @@ import math
 import platform
 import re
 import xml.etree.ElementTree as ET
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from specsim import atomic, inputs
+from specsim.study.report.summary import counterfactual_note
 
 __all__ = ["REPORT_FILE", "caveats", "content_security_policy", "render_page", "render_report", "safe_markdown",
            "write_page", "write_report"]
@@ -70,7 +72,6 @@ def caveats(resolved: dict, summary: dict) -> list[str]:
     """The caveats of docs/validation.md that apply to this run, each by its rule."""
     out = []
     if summary.get("what_if"):
-        from specsim.study.report.summary import counterfactual_note
         out.append(counterfactual_note(summary["what_if"]))
     model, hw = str(resolved.get("model", "")), str(resolved.get("hardware", ""))
     mode = str((resolved.get("pipeline") or {}).get("mode", ""))
@@ -277,8 +278,6 @@ def _is_nan(v) -> bool:
 
 
 def _version(module: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version(module)
     except PackageNotFoundError:

@@ -20,15 +20,16 @@ backend of a notebook.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
-from matplotlib.patches import Patch, Rectangle
-from matplotlib.ticker import FuncFormatter
 
 from specsim import atomic
+from specsim.study.report.tables import capacity_answer, mean_ci, ratio_ci
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 STYLE = {"font.size": 10}
 HATCH = {"data": "--", "exposed": "////", "reward": "..", "logprob": "\\\\", "train": "", "sync": "xx", "gen_total": "oo"}
@@ -50,6 +51,8 @@ def _save(fig: Figure, stem: Path, data: pd.DataFrame) -> str:
 
 
 def _fig(w: float, h: float, **kw) -> tuple[Figure, Any]:
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(w, h), layout="constrained")
     axes = fig.subplots(**kw)
     return fig, axes
@@ -57,6 +60,8 @@ def _fig(w: float, h: float, **kw) -> tuple[Figure, Any]:
 
 # ============================================================================ (a) heatmap
 def heatmap_e2e_speedup(stem: Path, sc, frame: pd.DataFrame, analysis: dict) -> str | None:
+    from matplotlib.patches import Patch, Rectangle
+
     swept = analysis["swept"]
     if "speculation.k" in swept and "pipeline.policy_lag" in swept:
         xp, yp = "speculation.k", "pipeline.policy_lag"
@@ -127,8 +132,6 @@ def heatmap_e2e_speedup(stem: Path, sc, frame: pd.DataFrame, analysis: dict) -> 
 def tied_with_best(frame: pd.DataFrame, metric: str, keys: list[str], by, bx) -> dict:
     """Per cell (its `keys` values): is it statistically tied with the best cell (by, bx) — the
     95 % t-interval of cell ÷ best, paired over replicates, contains 1? Needs ≥ 2 common replicates."""
-    from specsim.study.report.tables import ratio_ci
-
     best = frame[(frame[keys[0]] == by) & (frame[keys[1]] == bx)].set_index("replicate")[metric]
     out = {}
     for cell, g in frame.groupby(keys, sort=True):
@@ -152,8 +155,6 @@ def _axis_label(path: str) -> str:
 def _interval_stats(df: pd.DataFrame, col: str) -> pd.DataFrame:
     """Per k: mean and the 95 % interval over replicates (NaN with one replicate): log-scale for a
     speedup (tables.ratio_ci), cut at 0 for τ."""
-    from specsim.study.report.tables import mean_ci, ratio_ci
-
     rows = []
     for k, g in df.groupby("k", sort=True):
         m = mean_ci(g[col].astype(float)) if col == "tau" else ratio_ci(g[col].astype(float).tolist())
@@ -228,6 +229,9 @@ def speedup_vs_k(stem: Path, sc, frame: pd.DataFrame, analysis: dict) -> str | N
 # ============================================================================ (c) rollout timeline
 def rollout_timeline(stem: Path, sc, data: pd.DataFrame) -> str | None:
     """From timeline.csv (specsim/study/timeline.py): AR and SD on the same draws, one engine."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
     if data is None or data.empty:
         return None
     info: dict[str, Any] = {"engine": data["engine"].iloc[0], "step": int(data["step"].iloc[0])}
@@ -362,6 +366,8 @@ def _gpus_of(runs: dict, key: str) -> str:
 
 # ============================================================================ (e) capacity plan
 def capacity_plan(stem: Path, sc, capacity: dict) -> str | None:
+    from matplotlib.ticker import FuncFormatter
+
     rows = [r for r in capacity["rows"] if r["step_s"] is not None]
     if not rows:
         return None
@@ -389,7 +395,6 @@ def capacity_plan(stem: Path, sc, capacity: dict) -> str | None:
     if target:
         src = " (AR at this size)" if capacity.get("target_source", "").startswith("AR step") else ""
         a1.axhline(target, ls=":", color="0.4", lw=1.2, label=f"target {target:.0f} s{src}")
-        from specsim.study.report.tables import capacity_answer
 
         ranged = False
         for v in ("ar", "sd"):
@@ -428,8 +433,6 @@ def sd_gain_by_lag(stem: Path, sc, frame: pd.DataFrame, analysis: dict) -> str |
     at that lag than the best AR configuration of the whole sweep (and than AR at the same lag)?
     The gain is the AR step ÷ the SD step, paired per replicate, with its log-scale 95 % interval
     (tables.ratio_ci). Needs a swept policy lag and both AR and SD points."""
-    from specsim.study.report.tables import ratio_ci
-
     lag = "pipeline.policy_lag"
     best_ar, rank = analysis.get("best_ar"), analysis["rank_by"]
     if lag not in analysis["swept"] or best_ar is None or "sd_policy" not in frame:

@@ -14,6 +14,12 @@ Its clock and ETA restart whenever a run starts or ends.
 
 from __future__ import annotations
 
+from rich.console import Console
+from rich.progress import BarColumn, ProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress as RichProgress
+from rich.table import Column
+from rich.text import Text
+
 from specsim.sim.progress import RunProgress
 
 #: redraws of the display per second. It shares the CPUs with the workers it reports on: rich's
@@ -32,18 +38,9 @@ class Progress:
         self.points = NullTask()
         self._inflight: dict[object, RunProgress] = {}
         if enabled:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self._p = Progress(TextColumn("{task.description:<20}"), BarColumn(), _count_column(),
-                               TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                               console=Console(stderr=True), transient=False, refresh_per_second=REFRESH_PER_S)
+            self._p = RichProgress(TextColumn("{task.description:<20}"), BarColumn(), _count_column(),
+                                   TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                                   console=Console(stderr=True), transient=False, refresh_per_second=REFRESH_PER_S)
             self._points = self._p.add_task("points", total=n_points, visible=n_points > 0)
             self._runs = self._p.add_task("simulation runs", total=0)
             self._inside = self._p.add_task("", total=0, visible=False, unit=" responses")
@@ -114,10 +111,6 @@ def inflight_label(runs: list[RunProgress]) -> str:
 
 def _count_column():
     """done/total, right-aligned, with thousands separators and the row's unit (if any)."""
-    from rich.progress import ProgressColumn
-    from rich.table import Column
-    from rich.text import Text
-
     class Count(ProgressColumn):
         def render(self, task):
             return Text(f"{int(task.completed):,}/{int(task.total or 0):,}{task.fields.get('unit', '')}",

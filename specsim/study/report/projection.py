@@ -17,13 +17,16 @@ Each answer needs the sweep to cover its axes; otherwise it is absent (never ext
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from specsim import atomic
 from specsim.study.report.tables import mean_ci
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 TARGET_SPEEDUPS = (1.25, 1.5, 2.0)
 LINES = ["-", "--", "-.", ":", (0, (5, 1, 1, 1))]
@@ -61,6 +64,8 @@ def _first_crossing(x: np.ndarray, y: np.ndarray, target: float) -> float | None
 
 
 def speedup_vs_scale(stem: Path, sc, frame: pd.DataFrame) -> str | None:
+    from matplotlib.figure import Figure
+
     if "total_gpus" not in frame or frame["total_gpus"].nunique() < 2:
         return None
     lag = "policy_lag"
@@ -81,6 +86,8 @@ def speedup_vs_scale(stem: Path, sc, frame: pd.DataFrame) -> str | None:
 
 
 def heatmap_k_tau(stem: Path, sc, frame: pd.DataFrame) -> str | None:
+    from matplotlib.figure import Figure
+
     if "drafter.tau" not in frame or "k" not in frame or frame["drafter.tau"].nunique() < 2 or frame["k"].nunique() < 2:
         return None
     data = frame.groupby(["drafter.tau", "k"])["generation_speedup"].mean().reset_index()

@@ -19,9 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
-from matplotlib.figure import Figure
 
 from specsim import atomic, inputs
+from specsim.study.report import html
+from specsim.study.report.tables import TRAINER_BOUND_IDLE
 
 __all__ = ["edge_over_run", "project_markdown", "projection_steps_plot", "write_project_report"]
 
@@ -41,7 +42,7 @@ def _band(ax, d: pd.DataFrame, col: str, policy: str, label: str | None = None, 
 
 def projection_steps_plot(stem: Path, sc, table: pd.DataFrame, replicates: int) -> str:
     """The per-step table over the run (see the module doc); written as stem.png and stem.csv."""
-    from specsim.study.report.tables import TRAINER_BOUND_IDLE
+    from matplotlib.figure import Figure
 
     money = "usd" if table["usd"].notna().any() else "gpu_h"
     fig = Figure(figsize=(11, 9.5), layout="constrained")
@@ -102,8 +103,6 @@ def edge_over_run(table: pd.DataFrame) -> dict:
     """How SD's edge moves over the run: AR step ÷ SD step averaged over the first and the last
     tenth of the steps (the final step excluded: nothing overlaps it), and the first step from
     which SD's trainer binds for good (idle share under TRAINER_BOUND_IDLE to the end; None if never)."""
-    from specsim.study.report.tables import TRAINER_BOUND_IDLE
-
     ar = table[table["policy"] == "AR"].set_index("step")
     sd = table[table["policy"] == "SD"].set_index("step")
     steps = sorted(set(ar.index) & set(sd.index))
@@ -182,8 +181,6 @@ def project_markdown(summary: dict, table: pd.DataFrame) -> str:
 
 def write_project_report(out_dir: Path) -> Path:
     """report.html of a projection folder, from the files in it (nothing is recomputed)."""
-    from specsim.study.report import html
-
     out_dir = Path(out_dir)
     summary = inputs.read_json(out_dir / "summary.json", "--out", "results file")
     resolved_text = inputs.read_text(out_dir / "resolved.yaml", "--out", "results file")

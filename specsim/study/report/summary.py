@@ -5,10 +5,12 @@ analysis behind them)."""
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
 from specsim.atomic import dump_yaml
+from specsim.scenario import source_file
 from specsim.study.report.tables import (
     NO_CI_NOTE,
     TIE_REL,
@@ -22,6 +24,8 @@ from specsim.study.report.tables import (
     md_fence,
     md_text,
 )
+from specsim.study.sweep import POINT_ALIASES, TRAINER_CAP_SHARE, baseline_of, is_sync_ar
+from specsim.world.resolve import weight_dtypes_of
 
 __all__ = ["EXPLAIN_FACTS", "counterfactual_note", "explain_block", "explain_command", "explain_lines",
            "explain_markdown", "summary_dict", "summary_markdown", "what_ifs_of"]
@@ -79,8 +83,6 @@ def runner_up_text(margin: dict, rank_by: str, runner_values: str) -> str:
 
 def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str, version: str,
                  plots: dict[str, str], overrides: Sequence[str] = ()) -> dict:
-    from specsim.study.sweep import baseline_of, is_sync_ar
-
     base = baseline_of(sc)
     reps = analysis["replicates"]
     best = analysis["best"]
@@ -108,7 +110,6 @@ def summary_dict(sc, plan, analysis: dict, capacity: dict, *, resolved_text: str
         "plots": {k: Path(v).name for k, v in plots.items()},
         "resolved_scenario": sc.model_dump(mode="json"),
     }
-    from specsim.world.resolve import weight_dtypes_of
 
     summary["rollout_weight_dtype"] = dataclasses.asdict(weight_dtypes_of(sc))
     summary["warnings"] = review_warnings(sc, best)
@@ -134,8 +135,6 @@ EXPLAIN_FACTS = ("token_weighted_batch", "mean_active_batch", "per_token_sd_gain
 
 def explain_command(call: dict) -> str:
     """The `specsim explain` command line of an explain block's `call` (shell-quoted)."""
-    import shlex
-
     parts = ["specsim", "explain", call["scenario"]]
     if call.get("point"):
         parts += ["--point", call["point"]]
@@ -150,8 +149,6 @@ def _explain_call(scenario_file: str, values: dict, overrides: Sequence[str], re
     overrides (except the sweep's, which explain drops), the point's swept values as `--point`
     (short names where there are: k, lag, ...; a value with a comma or an `=` as a --set, which
     --point cannot carry), and the sweep's replicates."""
-    from specsim.study.sweep import POINT_ALIASES
-
     short = {path: name for name, path in POINT_ALIASES.items()}
     point, sets = [], [o for o in overrides if not o.split("=", 1)[0].strip().startswith("sweep")]
     for path, v in values.items():
@@ -172,8 +169,6 @@ def explain_block(sc, best: dict | None, best_sd: dict | None, *, overrides: Seq
     explain layer fills it in after the sweep (specsim/explain/in_run.py). A counterfactual run
     (`what_if`) has no command: explain sets the what-ifs itself and refuses one already on.
     None without an SD point."""
-    from specsim.study.sweep import TRAINER_CAP_SHARE
-
     target = best if best is not None and best.get("k", 0) > 0 else best_sd
     if target is None:
         return None
@@ -329,8 +324,6 @@ def counterfactual_note(what_if: list[str]) -> str:
 
 
 def _source(sc) -> str | None:
-    from specsim.scenario import source_file
-
     return source_file(sc)
 
 

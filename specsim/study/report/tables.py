@@ -26,13 +26,17 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from specsim import atomic
+from specsim.sim.pipeline import StepRecord
+from specsim.study.sweep import swept_paths, trainer_idle_share
 
 #: Per-point metrics aggregated over replicates (mean and 95 % CI).
 METRICS = ("e2e_speedup_vs_sync_ar", "e2e_speedup", "generation_speedup", "generation_speedup_vs_sync_ar",
@@ -69,10 +73,6 @@ def write_points_csv(path: Path, rows: list[dict], cols: list[str]) -> Path:
 
 def steps_columns() -> list[str]:
     """steps.csv columns: point identity, then every StepRecord field in its declared order."""
-    from dataclasses import fields
-
-    from specsim.sim.pipeline import StepRecord
-
     return ["point", "point_id", "replicate"] + [f.name for f in fields(StepRecord)]
 
 
@@ -116,8 +116,6 @@ def mean_ci(values, floor: float | None = 0.0, ceiling: float | None = None) -> 
     (t = 12.7 at n = 2) otherwise reaches below zero ("speedup 1.02 [-1.22, 3.26]"). Intersecting a
     confidence interval with the parameter space keeps its coverage. floor=None: no domain below;
     ceiling: the domain's upper end where it has one (a share: 1)."""
-    from scipy import stats
-
     x = np.asarray([v for v in values if v is not None and math.isfinite(float(v))], float)
     n = len(x)
     if n == 0:
@@ -138,8 +136,6 @@ def ratio_ci(values) -> dict:
     (×/÷ the same factor around the geometric mean) as a ratio's spread is, instead of a symmetric
     interval that reaches below 0 at 2-3 replicates. `mean` stays the arithmetic mean of the
     ratios; `scale` says "log". Non-positive ratios (not ratios of times) give no interval."""
-    from scipy import stats
-
     m = mean_ci(values, floor=None)
     x = np.asarray([v for v in values if v is not None and math.isfinite(float(v))], float)
     m["scale"] = "log"
@@ -162,7 +158,6 @@ def few_replicates_warning(n: int) -> str | None:
     says so where it is printed)."""
     if not 2 <= n < MIN_REPLICATES_FOR_INTERVALS:
         return None
-    from scipy import stats
 
     t = float(stats.t.ppf(0.975, n - 1))
     return (f"intervals rest on {n} replicates (Student t = {t:.1f}): they are wide and move a lot from run to "
@@ -202,8 +197,6 @@ def _clean(v: Any) -> Any:
 # ============================================================================ analysis
 def analyse(sc, rows: list[dict], cols: list[str]) -> dict:
     """Aggregate rows per point; pick the best point, the best SD and the best AR point."""
-    from specsim.study.sweep import swept_paths
-
     df = points_frame(rows, cols)
     swept = swept_paths(sc)
     reps = int(df["replicate"].nunique()) if len(df) else 0
@@ -295,8 +288,6 @@ def capacity_table(cap_plan: dict, runs: dict) -> dict:
     plan's replicates (95 % t-interval of the step time where n ≥ 2); the target and the smallest
     rollout pool whose mean step reaches it, with and without SD. A size whose runs all failed
     carries the first error."""
-    from specsim.study.sweep import trainer_idle_share
-
     by_size: dict[tuple[str, int], dict] = {}
     for e in cap_plan["entries"]:
         g = by_size.setdefault((e["variant"], e["rollout_gpus"]),

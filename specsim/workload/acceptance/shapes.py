@@ -1,7 +1,7 @@
 """Draft shapes: what one SD step drafts per sequence, and the acceptance law of that shape.
 
 Every shape implements one interface, :class:`DraftShape`: `depth` (sequential draft passes, the
-longest path), `tokens` (draft tokens verified per sequence), `is_chain`, `label`,
+longest path), `tokens` (draft tokens verified per sequence), `label`,
 `draft_passes()` (tokens and logit rows per sequence of draft passes 2..D, what cost/step.py
 prices), `depth_acceptance(alpha, decay)` (beta_j, whose running product is
 S_j = P(accepted length >= j)), `expected_tokens(alpha, decay)` (1 + sum_j S_j) and `describe()`.
@@ -87,8 +87,6 @@ class DraftShape(Protocol):
     @property
     def tokens(self) -> int: ...
     @property
-    def is_chain(self) -> bool: ...
-    @property
     def label(self) -> str: ...
     def draft_passes(self) -> list[tuple[float, float]]: ...
     def depth_acceptance(self, alpha, decay: float = 1.0) -> np.ndarray: ...
@@ -149,10 +147,6 @@ class TreeShape:
     def tokens(self) -> int:
         """T: draft tokens in the tree (the verify pass runs over T + 1 per sequence)."""
         return int(self.nodes_per_depth.sum())
-
-    @property
-    def is_chain(self) -> bool:
-        return all(x == 1 for x in self.branching)
 
     @property
     def label(self) -> str:
@@ -217,10 +211,6 @@ class TopKTree:
     def tokens(self) -> int:
         """Draft tokens verified per sequence (N - 1; the verify pass runs over N)."""
         return self.verify_tokens - 1
-
-    @property
-    def is_chain(self) -> bool:
-        return self.topk == 1
 
     @property
     def label(self) -> str:
