@@ -174,7 +174,8 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
                     tokens_attn, 2)  # qkv + o projections
     # causal attention among the new tokens, and writing their KV
     causal = op_bf16(4 * heads_local * d_attn * (n / dp) * q * (q + 1) / 2, (n / dp) * q * kv_bytes_tok_layer)
-    attn_fixed = decode_attention_fixed_s(hw, n / dp)  # fitted launch + per-sequence attention time
+    # fitted launch + per-sequence and per-(sequence, KV head) block attention time
+    attn_fixed = decode_attention_fixed_s(hw, n / dp, max(model.kv_heads / tp, 1.0))
 
     layer_time = layer_comp = layer_mem = layer_comm = 0.0
     act_msg = tokens_attn * model.hidden * ab
@@ -259,6 +260,24 @@ CASCADE_MIN_PREFIX_TOKENS = 256
 CASCADE_MIN_REQUESTS = 8
 #: the q and kv tile sizes of that rule's performance model (its "default tile sizes")
 CASCADE_MODEL_TILE = 128
+
+
+#: tokens per KV-cache block of vLLM on CUDA (its default `block_size`, vllm/config/cache.py; the
+#: FlashAttention backend requires a multiple of 16): prefix caching shares whole blocks only
+KV_BLOCK_TOKENS = 16
+
+
+def cached_prefix_tokens(prompt_tokens, block_tokens: int = KV_BLOCK_TOKENS):
+    """Tokens of a prompt that vLLM V1's prefix cache serves to a request repeating it, i.e. the
+    prefix its requests share: floor((p − 1) / block) · block. `get_computed_blocks`
+    (vllm/v1/core/kv_cache_manager.py) caps a hit at num_tokens − 1 ("we must recompute the last
+    token to obtain logits") and hits whole blocks only, so the prompt's last block (the whole of
+    it when p is a multiple of the block) is recomputed into a block of the request's own. A
+    256-token prompt shares 240 tokens: below the cascade rule's 256 (`uses_cascade_attention`).
+    Elementwise."""
+    p = np.asarray(prompt_tokens, dtype=float)
+    out = np.floor(np.maximum(p - 1.0, 0.0) / block_tokens) * block_tokens
+    return float(out) if np.ndim(out) == 0 else out
 
 
 def _cdiv(a, b):
