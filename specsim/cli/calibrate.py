@@ -217,7 +217,7 @@ def a100_sweep_cmd(
          f"({fit.block.fit_rows} decode rows of {fit.fit_model} at batch > 1 without cascade attention)")
     _say(f"a100_sxm piecewise-graph attention: {fit.piecewise.piecewise_attention_s * 1e6:.1f} us per layer "
          f"({fit.piecewise.fit_rows} decode rows of {fit.fit_model} that run cascade attention)\n")
-    _say("every row at the three fits (before: without the piecewise term):")
+    _say("every row at the four fits (before: without the piecewise term):")
     _say(fit.summary.to_string(index=False, float_format=lambda v: f"{v:+.3f}"))
     for g in fit.grids:
         _say(f"\n{g.model} {g.mode}: priced / measured - 1 (rows: batch, columns: prompt tokens)")

@@ -90,7 +90,7 @@ class A100SweepFit:
     block: BlockFit             # block.block_s (per (sequence, KV head) block per layer), block.fit_rows
     piecewise: PiecewiseFit     # piecewise.piecewise_attention_s (per layer), piecewise.fit_rows
     fit_model: str
-    rows: pd.DataFrame          # every row at the three fits; role 'fit' where the row fitted any of them
+    rows: pd.DataFrame          # every row at the four fits; role 'fit' where the row fitted any of them
     summary: pd.DataFrame       # residual_summary(rows)
     grids: tuple[ResidualGrid, ...]
     ratios: pd.DataFrame        # verify_decode_ratios(rows): the 46 verify ÷ decode points
@@ -115,8 +115,9 @@ def residual_grids(rows: pd.DataFrame) -> tuple[ResidualGrid, ...]:
 
 def fit_a100_sweep(*, write_profile: bool = False, profile: str | Path = PROFILE, root: Path) -> A100SweepFit:
     """Fit β on FIT_MODEL's batch-1 decode rows, then the multi-token attention term on its verify
-    rows at batch < 8 at that β (the other models' rows held out); with `write_profile` write both,
-    with their provenance, into `profile`."""
+    rows at batch < 8 at that β, then the per-block time on its decode rows at batch > 1 without
+    cascade, then the piecewise term on its decode rows with cascade (the other models' rows held
+    out); with `write_profile` write all four, with their provenance, into `profile`."""
     df = read_sweeps([root / f for f in (FIT_SWEEP, *HELD_OUT)])
     hw = with_multi_token_attention(load_hardware(str(profile)), None)
     stream = fit_stream_factor(df, hw, fit_model=FIT_MODEL)
