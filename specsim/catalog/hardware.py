@@ -127,6 +127,7 @@ class MultiTokenAttentionFit:
     s_per_kv_token: float
     coresident_speedup: float
     piecewise_attention_s: float = 0.0
+    block_s: float = 0.0
 
     def wave_factor(self, n_cta):
         """w above, elementwise."""
@@ -555,8 +556,9 @@ _INSITU_BOUNDS = (0.0, 10.0, False, "(in-situ over isolated HBM streaming rate; 
 _MTA_BOUNDS = {"sms": (1.0, 1e5, True, "multiprocessors"), "tile_rows": (1.0, 4096.0, True, "query rows"),
                "s_per_kv_token_ns": (0.0, 1e6, False, "ns per cached token per block"),
                "coresident_speedup": (1.0, 2.0, True, "(an SM's throughput with two resident blocks over one)"),
-               "piecewise_attention_us": (0.0, 1e4, True, "us per layer (optional, default 0)")}
-_MTA_OPTIONAL = {"piecewise_attention_us": 0.0}
+               "piecewise_attention_us": (0.0, 1e4, True, "us per layer (optional, default 0)"),
+               "block_ns": (0.0, 1e6, True, "ns per (sequence, KV head) block per layer (optional, default 0)")}
+_MTA_OPTIONAL = {"piecewise_attention_us": 0.0, "block_ns": 0.0}
 _SHAPE_KEY = re.compile(r"h\d+_i\d+_e\d+_k\d+")
 
 
@@ -633,14 +635,15 @@ def _multi_token_attention(block, where: str) -> MultiTokenAttentionFit | None:
         return None
     p = "kernel_fit.multi_token_attention"
     block = _block(block, p, list(_MTA_BOUNDS), "sms, tile_rows, s_per_kv_token_ns, coresident_speedup and "
-                   "optionally piecewise_attention_us", where)
+                   "optionally piecewise_attention_us and block_ns", where)
     v = {key: _fit_num(block, key, b, f"{p}.{key}", where, whole=key in ("sms", "tile_rows"),
                        default=_MTA_OPTIONAL.get(key))
          for key, b in _MTA_BOUNDS.items()}
     return MultiTokenAttentionFit(sms=int(v["sms"]), tile_rows=int(v["tile_rows"]),
                                   s_per_kv_token=v["s_per_kv_token_ns"] * 1e-9,
                                   coresident_speedup=v["coresident_speedup"],
-                                  piecewise_attention_s=v["piecewise_attention_us"] * 1e-6)
+                                  piecewise_attention_s=v["piecewise_attention_us"] * 1e-6,
+                                  block_s=v["block_ns"] * 1e-9)
 
 
 def _moe_shapes(block, where: str) -> dict[str, dict[str, GemmFit]]:

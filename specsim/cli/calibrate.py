@@ -198,7 +198,7 @@ def workload_cmd(
 @handle_errors
 def a100_sweep_cmd(
     write_profile: Annotated[bool, typer.Option(
-        "--write-profile", help="Write β, the multi-token and the piecewise-graph attention terms into the a100_sxm profile.")] = False,
+        "--write-profile", help="Write β, the multi-token, per-block and piecewise-graph attention terms into the a100_sxm profile.")] = False,
     calibration: CalibrationOpt = None,
 ) -> None:
     """Fit a100_sxm's in-situ streaming factor and multi-token attention to EfficientRollout's A100 sweeps
@@ -213,9 +213,11 @@ def a100_sweep_cmd(
     _say(f"a100_sxm multi-token attention: {t.s_per_kv_token * 1e9:.2f} ns per cached token per block, "
          f"co-resident speedup {t.coresident_speedup:.3f} ({mt.fit_rows} verify rows of {fit.fit_model} at "
          f"batch < 8; {t.sms} SMs, {t.tile_rows}-row tiles)")
+    _say(f"a100_sxm attention per (sequence, KV head) block: {fit.block.block_s * 1e9:.1f} ns per layer "
+         f"({fit.block.fit_rows} decode rows of {fit.fit_model} at batch > 1 without cascade attention)")
     _say(f"a100_sxm piecewise-graph attention: {fit.piecewise.piecewise_attention_s * 1e6:.1f} us per layer "
          f"({fit.piecewise.fit_rows} decode rows of {fit.fit_model} that run cascade attention)\n")
-    _say("every row at the three fits (before: without the piecewise term):")
+    _say("every row at the four fits (before: without the piecewise term):")
     _say(fit.summary.to_string(index=False, float_format=lambda v: f"{v:+.3f}"))
     for g in fit.grids:
         _say(f"\n{g.model} {g.mode}: priced / measured - 1 (rows: batch, columns: prompt tokens)")

@@ -130,36 +130,30 @@ def _roofline_op(compute_rate: float, memory_rate: float):
     return op
 
 
-def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs, q_per_seq: float,
-              logits_per_seq: float | None = None, weight_dtype: str | None = None,
-              head_weight_dtype: str | None = None, expert_tokens_per_seq: float | None = None) -> PassCost:
-    """Affine cost of one forward pass of `n_seqs` sequences (array ok), q_per_seq new tokens each.
+@dataclass(frozen=True)
+class _LayerStack:
+    """Summed over every layer of a pass: time, compute side, memory side and collectives (s)."""
 
-    `expert_tokens_per_seq` (MoE; default q_per_seq): the tokens per sequence whose routing sets
-    how many distinct experts the pass reads -- a counterfactual knob (`what_if.verify_experts_as_decode`
-    prices a verify's expert reads as a decode's, 1 per sequence); FLOPs always count every token.
+    time_s: object
+    compute_s: object
+    memory_s: object
+    comm_s: object
 
-    `logits_per_seq`: tokens per sequence that go through the LM head (decode 1, verify k+1,
-    prefill 1, logprob q). `weight_dtype` overrides the layout's (a 4-bit self-drafter);
-    `head_weight_dtype` the LM head's (default: the pass's weight dtype; a self-drafter sharing
-    the target's head streams it at the target's dtype).
-    """
-    n = float(n_seqs) if np.ndim(n_seqs) == 0 else np.asarray(n_seqs, dtype=float)
-    q = float(q_per_seq) if np.ndim(q_per_seq) == 0 else np.asarray(q_per_seq, dtype=float)
-    logits = q if logits_per_seq is None else (
-        float(logits_per_seq) if np.ndim(logits_per_seq) == 0 else np.asarray(logits_per_seq, dtype=float))
+
+def _layer_stack(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n, q,
+                 weight_dtype: str | None, expert_tokens_per_seq: float | None) -> _LayerStack:
+    """Every layer's fixed ops (pass_cost's per-layer terms: projections, FFN or experts, causal
+    attention among the new tokens, the attention launch and per-block time, the layer's
+    collectives), layer group by layer group, plus the sliding-window layers."""
     wdt = weight_dtype or layout.weight_dtype
     wb = DTYPE_BYTES[wdt]
     # the routed experts' own dtype (a checkpoint quantizing only them), unless the pass overrides the dtype
     edt = (layout.expert_weight_dtype or wdt) if weight_dtype is None else wdt
-    ab = layout.act_bytes
     mdt = math_dtype(wdt)
     tp, ep, dp = layout.tp, layout.ep, layout.attn_dp
     shards = max(tp, ep)
-
     tokens_engine = n * q
     tokens_attn = tokens_engine / dp  # tokens each attention group (and each of its GPUs) sees
-
     mem_rate = hw.hbm_bw_bytes_per_s * hw.efficiency.memory
     op = _roofline_op(hw.flops_per_s(mdt) * hw.efficiency.compute, mem_rate)
     op_bf16 = _roofline_op(hw.flops_per_s("bf16") * hw.efficiency.compute, mem_rate)
@@ -174,10 +168,11 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
                     tokens_attn, 2)  # qkv + o projections
     # causal attention among the new tokens, and writing their KV
     causal = op_bf16(4 * heads_local * d_attn * (n / dp) * q * (q + 1) / 2, (n / dp) * q * kv_bytes_tok_layer)
-    attn_fixed = decode_attention_fixed_s(hw, n / dp)  # fitted launch + per-sequence attention time
+    # fitted launch + per-sequence and per-(sequence, KV head) block attention time
+    attn_fixed = decode_attention_fixed_s(hw, n / dp, max(model.kv_heads / tp, 1.0))
 
     layer_time = layer_comp = layer_mem = layer_comm = 0.0
-    act_msg = tokens_attn * model.hidden * ab
+    act_msg = tokens_attn * model.hidden * layout.act_bytes
     for count, g in model.layer_groups:   # (layers, one layer's spec): MoE layers, dense first layers
         per_layer = [attn_gemm]  # (time, compute, memory) of each fixed op per layer
         extra = g.extra_params_per_layer + g.norm_params_per_layer
@@ -207,7 +202,7 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
             g_comm = g_comm + comm.all_reduce_s(act_msg, tp, hw)
         if g.moe:
             if ep > 1:
-                dispatch = tokens_attn / tp * g.moe.top_k * g.hidden * ab
+                dispatch = tokens_attn / tp * g.moe.top_k * g.hidden * layout.act_bytes
                 g_comm = g_comm + 2 * comm.all_to_all_s(dispatch, ep, hw)
             else:
                 g_comm = g_comm + comm.all_reduce_s(act_msg, tp, hw)
@@ -223,33 +218,70 @@ def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs
         layer_time = layer_time + model.sliding_layers * t
         layer_comp = layer_comp + model.sliding_layers * c
         layer_mem = layer_mem + model.sliding_layers * m
+    return _LayerStack(layer_time, layer_comp, layer_mem, layer_comm)
 
-    head_tokens = n * logits / dp
-    hdt = head_weight_dtype or wdt
-    head_t, head_c, head_m = gemm_op_s(2 * head_tokens * model.hidden * model.vocab / tp,
-                                       model.hidden * model.vocab * DTYPE_BYTES[hdt] / tp, hw, math_dtype(hdt),
+
+def _lm_head(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, head_tokens, logits, hdt: str):
+    """(time, compute side, memory side) of the LM head (h × V) over `head_tokens` rows per GPU;
+    0 where a pass has no logits (a forward-only timing)."""
+    head_t, head_c, head_m = gemm_op_s(2 * head_tokens * model.hidden * model.vocab / layout.tp,
+                                       model.hidden * model.vocab * DTYPE_BYTES[hdt] / layout.tp, hw, math_dtype(hdt),
                                        head_tokens, 1)
     if np.any(np.asarray(logits) == 0):   # no logits: the LM head does not run (a forward-only timing)
         runs = np.asarray(logits) > 0
         head_t, head_c, head_m = (np.where(runs, x, 0.0) if np.ndim(x) or np.ndim(runs) else float(x * runs)
                                   for x in (head_t, head_c, head_m))
-    pp_comm = (layout.pp - 1) * comm.p2p_s(act_msg, hw, across_domain=False) if layout.pp > 1 else 0.0
+    return head_t, head_c, head_m
 
+
+def _cache_attention_per_ctx(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n, q):
+    """(compute side, memory side) of the attention over the cache per context token
+    (C = Σ c_i over the whole engine), all layers that read the whole cache: FLOPs
+    4·heads·d·q per token, its KV bytes streamed, and the multi-token law where q > 1."""
+    dp = layout.attn_dp
+    heads_local = model.heads / layout.tp
     L = model.kv_layers   # layers whose attention reads the whole cache
-    fixed = layer_time + head_t + pp_comm
-    # attention over the cache, per context token (C = Σ c_i over the whole engine)
-    ctx_c = L * compute_time_s(4 * heads_local * d_attn * q / dp, hw, "bf16")
-    ctx_m = L * memory_time_s(kv_bytes_tok_layer / dp, hw, stream="kv")
+    ctx_c = L * compute_time_s(4 * heads_local * model.attn_head_dim * q / dp, hw, "bf16")
+    ctx_m = L * memory_time_s(model.kv_bytes_per_token_layer(layout.tp, layout.kv_bytes) / dp, hw, stream="kv")
     # q > 1 on an engine whose attention kernel then runs unsplit, one block per query head
     ctx_c = np.maximum(ctx_c, L * multi_token_attention_per_ctx_s(hw, n / dp, q, heads_local) / dp)
+    return ctx_c, ctx_m
+
+
+def pass_cost(model: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, n_seqs, q_per_seq: float,
+              logits_per_seq: float | None = None, weight_dtype: str | None = None,
+              head_weight_dtype: str | None = None, expert_tokens_per_seq: float | None = None) -> PassCost:
+    """Affine cost of one forward pass of `n_seqs` sequences (array ok), q_per_seq new tokens each.
+
+    `expert_tokens_per_seq` (MoE; default q_per_seq): the tokens per sequence whose routing sets
+    how many distinct experts the pass reads -- a counterfactual knob (`what_if.verify_experts_as_decode`
+    prices a verify's expert reads as a decode's, 1 per sequence); FLOPs always count every token.
+
+    `logits_per_seq`: tokens per sequence that go through the LM head (decode 1, verify k+1,
+    prefill 1, logprob q). `weight_dtype` overrides the layout's (a 4-bit self-drafter);
+    `head_weight_dtype` the LM head's (default: the pass's weight dtype; a self-drafter sharing
+    the target's head streams it at the target's dtype).
+    """
+    n = float(n_seqs) if np.ndim(n_seqs) == 0 else np.asarray(n_seqs, dtype=float)
+    q = float(q_per_seq) if np.ndim(q_per_seq) == 0 else np.asarray(q_per_seq, dtype=float)
+    logits = q if logits_per_seq is None else (
+        float(logits_per_seq) if np.ndim(logits_per_seq) == 0 else np.asarray(logits_per_seq, dtype=float))
+    layers = _layer_stack(model, hw, layout, n, q, weight_dtype, expert_tokens_per_seq)
+    hdt = head_weight_dtype or weight_dtype or layout.weight_dtype
+    head_t, head_c, head_m = _lm_head(model, hw, layout, n * logits / layout.attn_dp, logits, hdt)
+    act_msg = n * q / layout.attn_dp * model.hidden * layout.act_bytes
+    pp_comm = (layout.pp - 1) * comm.p2p_s(act_msg, hw, across_domain=False) if layout.pp > 1 else 0.0
+
+    fixed = layers.time_s + head_t + pp_comm
+    ctx_c, ctx_m = _cache_attention_per_ctx(model, hw, layout, n, q)
     scalar = isinstance(n, float) and isinstance(q, float)
     if scalar:
         ctx_c = float(ctx_c)
     ones = 1.0 if scalar else np.ones(np.broadcast(n, q).shape)
     per_ctx = (max(ctx_c, ctx_m) if scalar else np.maximum(ctx_c, ctx_m)) * ones
-    comm_total = layer_comm + pp_comm
-    return PassCost(fixed_s=fixed, per_ctx_token_s=per_ctx, compute_s=layer_comp + head_c,
-                    memory_s=layer_mem + head_m, comm_s=comm_total * ones,
+    comm_total = layers.comm_s + pp_comm
+    return PassCost(fixed_s=fixed, per_ctx_token_s=per_ctx, compute_s=layers.compute_s + head_c,
+                    memory_s=layers.memory_s + head_m, comm_s=comm_total * ones,
                     _ctx_compute=ctx_c * ones, _ctx_memory=ctx_m * ones)
 
 
@@ -259,6 +291,24 @@ CASCADE_MIN_PREFIX_TOKENS = 256
 CASCADE_MIN_REQUESTS = 8
 #: the q and kv tile sizes of that rule's performance model (its "default tile sizes")
 CASCADE_MODEL_TILE = 128
+
+
+#: tokens per KV-cache block of vLLM on CUDA (its default `block_size`, vllm/config/cache.py; the
+#: FlashAttention backend requires a multiple of 16): prefix caching shares whole blocks only
+KV_BLOCK_TOKENS = 16
+
+
+def cached_prefix_tokens(prompt_tokens, block_tokens: int = KV_BLOCK_TOKENS):
+    """Tokens of a prompt that vLLM V1's prefix cache serves to a request repeating it, i.e. the
+    prefix its requests share: floor((p − 1) / block) · block. `get_computed_blocks`
+    (vllm/v1/core/kv_cache_manager.py) caps a hit at num_tokens − 1 ("we must recompute the last
+    token to obtain logits") and hits whole blocks only, so the prompt's last block (the whole of
+    it when p is a multiple of the block) is recomputed into a block of the request's own. A
+    256-token prompt shares 240 tokens: below the cascade rule's 256 (`uses_cascade_attention`).
+    Elementwise."""
+    p = np.asarray(prompt_tokens, dtype=float)
+    out = np.floor(np.maximum(p - 1.0, 0.0) / block_tokens) * block_tokens
+    return float(out) if np.ndim(out) == 0 else out
 
 
 def _cdiv(a, b):

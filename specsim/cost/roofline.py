@@ -71,13 +71,17 @@ def kernel_latency_s(hw: HardwareSpec, kernel: str = "gemm", math_dtype: str = "
     return 0.0 if g is None else float(n_kernels) * g.latency_s
 
 
-def decode_attention_fixed_s(hw: HardwareSpec, n_seqs):
-    """Per-layer decode-attention time that does not scale with KV bytes:
-    attn_latency_s + attn_per_seq_s · n (0 without a kernel fit)."""
+def decode_attention_fixed_s(hw: HardwareSpec, n_seqs, kv_heads_per_gpu: float = 0.0):
+    """Per-layer attention time that does not scale with KV bytes:
+    attn_latency_s + attn_per_seq_s · n + block_s · n · kv_heads (0 without a kernel fit;
+    block_s: hardware.MultiTokenAttentionFit's in-engine time per (sequence, KV head) block, 0
+    where not fitted)."""
     kf = hw.kernel_fit
     if kf is None:
         return 0.0 * n_seqs
-    return kf.attn_latency_s + kf.attn_per_seq_s * n_seqs
+    mt = kf.multi_token_attention
+    block = 0.0 if mt is None else mt.block_s * kv_heads_per_gpu
+    return kf.attn_latency_s + (kf.attn_per_seq_s + block) * n_seqs
 
 
 def gemm_op_s(flops, nbytes, hw: HardwareSpec, math_dtype: str, m_tokens, n_kernels: float = 1.0,

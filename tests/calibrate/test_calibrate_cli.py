@@ -141,14 +141,15 @@ def test_run_workload_fit_writes_the_fitted_field_with_the_command(tmp_path):
 
 
 # ----------------------------------------------------------------------------- calibrate a100-sweep
-def test_calibrate_a100_sweep_prints_the_three_fits_every_grid_and_the_comparison():
+def test_calibrate_a100_sweep_prints_the_four_fits_every_grid_and_the_comparison():
     r = runner.invoke(app, ["calibrate", "a100-sweep"])
     assert r.exit_code == 0, r.output
     out = r.output
     assert out.startswith("a100_sxm in-situ streaming factor: ") and "5 fit rows of Qwen2.5-7B" in out
     assert "a100_sxm multi-token attention: " in out and "60 verify rows of Qwen2.5-7B at batch < 8; 108 SMs" in out
     assert "a100_sxm piecewise-graph attention: " in out and "decode rows of Qwen2.5-7B that run cascade" in out
-    assert "every row at the three fits" in out
+    assert "a100_sxm attention per (sequence, KV head) block: " in out and "without cascade attention" in out
+    assert "every row at the four fits" in out
     assert "of 46 within 20 %" in out and "decode at batch 64 / batch 1" in out
     for model in ("Qwen2.5-7B", "Llama-3.1-8B-Instruct", "Qwen2.5-14B"):
         for mode in ("target_decode", "drafter_decode", "target_verify"):

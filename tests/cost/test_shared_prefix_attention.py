@@ -1,6 +1,7 @@
 """Attention over a prefix that a batch shares (cost/forward.shared_prefix_attention_s) and vLLM V1's
 cascade-attention rule (cost/forward.uses_cascade_attention): closed forms, the batch-1 limit,
-monotonicity, the piecewise-graph term, and the profile field's bad input."""
+monotonicity, the piecewise-graph term, the prefix vLLM's cache shares (cost/forward.cached_prefix_tokens),
+the per-(sequence, KV head) block time, and the profile fields' bad input."""
 
 from __future__ import annotations
 
@@ -15,7 +16,13 @@ from hypothesis import strategies as st
 from specsim.calibrate.kernels.forward_sweep import with_multi_token_attention
 from specsim.catalog.hardware import load_hardware
 from specsim.catalog.models import load_model
-from specsim.cost.forward import pass_cost, shared_prefix_attention_s, uses_cascade_attention
+from specsim.cost.forward import (
+    KV_BLOCK_TOKENS,
+    cached_prefix_tokens,
+    pass_cost,
+    shared_prefix_attention_s,
+    uses_cascade_attention,
+)
 from specsim.cost.layout import ParallelLayout
 from specsim.errors import SpecError
 
@@ -133,3 +140,44 @@ def test_piecewise_field_is_optional_and_bad_values_are_named(tmp_path):
     with pytest.raises(SpecError) as exc:
         load_hardware(str(bad))
     assert "piecewise_attention_us" in exc.value.field and str(bad) in str(exc.value)
+
+
+@given(st.integers(1, 200_000))
+def test_cached_prefix_is_whole_blocks_of_the_prompt_less_its_last_token(p):
+    got = cached_prefix_tokens(float(p))
+    assert got % KV_BLOCK_TOKENS == 0 and 0.0 <= got <= p - 1
+    assert got > p - 1 - KV_BLOCK_TOKENS
+
+
+def test_a_256_token_prompt_shares_240_tokens_and_never_cascades():
+    assert cached_prefix_tokens(256.0) == 240.0 and cached_prefix_tokens(257.0) == 256.0
+    np.testing.assert_array_equal(cached_prefix_tokens(np.array([1.0, 16.0, 17.0, 512.0])), [0.0, 0.0, 16.0, 496.0])
+    n = np.array([8.0, 16.0, 64.0, 256.0])
+    for model in (Q7B, L8B):
+        assert not uses_cascade_attention(n, 4.0, cached_prefix_tokens(256.0), model.heads, model.kv_heads, MT.sms).any()
+        assert uses_cascade_attention(n, 4.0, cached_prefix_tokens(512.0), model.heads, model.kv_heads, MT.sms).all()
+
+
+@given(st.floats(1.0, 512.0), st.sampled_from([1, 2, 4, 8]))
+@settings(max_examples=25, deadline=None)
+def test_block_time_adds_layers_x_sequences_x_kv_heads_per_gpu(n, tp):
+    lay = ParallelLayout(tp=tp)
+    on = pass_cost(L8B, A100, lay, n, 1.0, 1.0)
+    off = pass_cost(L8B, with_multi_token_attention(A100, replace(MT, block_s=0.0)), lay, n, 1.0, 1.0)
+    want = L8B.layers * MT.block_s * n * max(L8B.kv_heads / tp, 1.0)
+    assert on.fixed_s - off.fixed_s == pytest.approx(want, rel=1e-9)
+    assert on.per_ctx_token_s == off.per_ctx_token_s
+
+
+def test_block_field_is_optional_and_bad_values_are_named(tmp_path):
+    assert MT.block_s > 0.0     # a100_sxm carries the fitted value
+    text = (ROOT / "specsim" / "catalog" / "hardware_profiles" / "a100_sxm.yaml").read_text()
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("block_ns:"))
+    ok = tmp_path / "no_block.yaml"
+    ok.write_text(text.replace(line + "\n", ""))
+    assert load_hardware(str(ok)).kernel_fit.multi_token_attention.block_s == 0.0
+    bad = tmp_path / "bad_block.yaml"
+    bad.write_text(text.replace(line, line.split(":")[0] + ": -1"))
+    with pytest.raises(SpecError) as exc:
+        load_hardware(str(bad))
+    assert "block_ns" in exc.value.field and str(bad) in str(exc.value)

@@ -57,6 +57,7 @@ from specsim.catalog.hardware import HardwareSpec, MultiTokenAttentionFit, load_
 from specsim.catalog.models import drafter_arch, load_model
 from specsim.cost.forward import (
     CASCADE_MIN_REQUESTS,
+    cached_prefix_tokens,
     draft_cost,
     pass_cost,
     shared_prefix_attention_s,
@@ -135,15 +136,17 @@ def price_rows(df: pd.DataFrame, hw: HardwareSpec, generated_tokens: int = 50,
                drafter_kind: str = "self_quant", shared_prefix: bool = True) -> np.ndarray:
     """Forward time (s) of every row (module docstring), each at its model (TP 1).
 
-    `shared_prefix` (default): as the sweep runs, every request of a row holding the same
-    `seq`-token prompt (prefix caching, cascade attention where vLLM picks it), each with its own
-    (generated + 1) / 2 tokens on top: cost/forward.shared_prefix_attention_s. False: as `batch`
+    `shared_prefix` (default): as the sweep runs, every request of a row sharing the cached part of
+    the same `seq`-token prompt (prefix caching: cost/forward.cached_prefix_tokens, whole blocks of
+    seq − 1 tokens; cascade attention where vLLM picks it), each with the rest of the prompt and its
+    own (generated + 1) / 2 tokens on top: cost/forward.shared_prefix_attention_s. False: as `batch`
     distinct sequences of seq + (generated + 1) / 2 tokens (what an RL batch of distinct prompts runs)."""
     lay = ParallelLayout(tp=1)
     b = df["batch"].to_numpy(float)
     seq = df["seq"].to_numpy(float)
     suffix = (generated_tokens + 1) / 2.0
     ctx = b * (seq + suffix)
+    prefix = cached_prefix_tokens(seq)
     out = np.empty(len(df))
     for name in df["model"].unique():
         try:
@@ -163,7 +166,8 @@ def price_rows(df: pd.DataFrame, hw: HardwareSpec, generated_tokens: int = 50,
                 attn_model = model
                 cost = pass_cost(model, hw, lay, b[m], q, 0.0)
             if shared_prefix:
-                out[m] = cost.fixed_s + shared_prefix_attention_s(attn_model, hw, lay, b[m], q, seq[m], suffix,
+                out[m] = cost.fixed_s + shared_prefix_attention_s(attn_model, hw, lay, b[m], q, prefix[m],
+                                                                  seq[m] - prefix[m] + suffix,
                                                                   full_graph=mode != "drafter_decode")
             else:
                 out[m] = cost.time_s(ctx[m])
@@ -344,7 +348,8 @@ def cascade_rows(df: pd.DataFrame, sms: int) -> np.ndarray:
     for name in df["model"].unique():
         m = (df["model"] == name).to_numpy()
         model = load_model(CATALOG_OF.get(str(name), str(name)))
-        out[m] = uses_cascade_attention(df.loc[m, "batch"].to_numpy(float), q[m], df.loc[m, "seq"].to_numpy(float),
+        out[m] = uses_cascade_attention(df.loc[m, "batch"].to_numpy(float), q[m],
+                                        cached_prefix_tokens(df.loc[m, "seq"].to_numpy(float)),
                                         model.heads, model.kv_heads, sms)
     return out
 
@@ -361,6 +366,44 @@ class PiecewiseFit:
 
 #: search interval of the piecewise-graph attention time, s per layer
 PIECEWISE_BOUNDS_S = (0.0, 1e-3)
+#: search interval of the per-block attention time, s per (sequence, KV head) block per layer
+BLOCK_BOUNDS_S = (0.0, 1e-6)
+
+
+@dataclass(frozen=True)
+class BlockFit:
+    """Result of :func:`fit_block_attention`: the fitted time per block, its fit rows, every row."""
+
+    hardware: str
+    block_s: float
+    fit_rows: int
+    rows: pd.DataFrame   # as SweepFit.rows
+
+
+def fit_block_attention(df: pd.DataFrame, hw: HardwareSpec, generated_tokens: int = 50,
+                        fit_model: str | None = None) -> BlockFit:
+    """Fit MultiTokenAttentionFit.block_s (the in-engine attention time per (sequence, KV head)
+    block per layer: FlashAttention-2's decode grid, one block per sequence and KV head once the
+    query heads of a KV head are packed into its tile) on the target_decode rows at batch > 1 that
+    run without cascade attention (of `fit_model` only, when given), every other term as `hw`
+    prices it (β and the multi-token term fitted before, no piecewise term); the bounded scalar
+    minimum of Σ ln(priced / measured)² (scipy). The term scales with sequences × KV heads, so a
+    model with twice the KV heads per layer (Llama-3.1-8B: 8, Qwen2.5-7B: 4) pays twice per layer."""
+    mt = hw.kernel_fit.multi_token_attention if hw.kernel_fit is not None else None
+    if mt is None:
+        raise SpecError("hardware", hw.name, "a profile with a multi-token attention term (fit it first)")
+    own = np.ones(len(df), dtype=bool) if fit_model is None else (df["model"] == fit_model).to_numpy()
+    fit = ((df["mode"] == "target_decode").to_numpy() & own & ~cascade_rows(df, mt.sms)
+           & (df["batch"] > 1).to_numpy())
+    if fit.sum() < 2:
+        raise SpecError("rows", int(fit.sum()), "at least two target_decode rows at batch > 1 without cascade "
+                        "attention")
+
+    def at(v: float) -> HardwareSpec:
+        return with_multi_token_attention(hw, replace(mt, block_s=float(v)))
+
+    v, rows = _fit_one_term(df, hw, at, fit, own, BLOCK_BOUNDS_S, 1e-11, generated_tokens)
+    return BlockFit(hw.name, v, int(fit.sum()), rows)
 
 
 def fit_piecewise_attention(df: pd.DataFrame, hw: HardwareSpec, generated_tokens: int = 50,
@@ -422,6 +465,24 @@ def decode_growth(rows: pd.DataFrame, batch: int = 64) -> pd.DataFrame:
                         "priced_growth": big["priced_ms"] / one["priced_ms"]}).dropna()
     out["rel_error"] = out["priced_growth"] / out["measured_growth"] - 1.0
     return out.reset_index()
+
+
+def write_block_attention(profile: str | Path, fit: BlockFit, source: str, command: str) -> None:
+    """Write the fitted per-block time into the profile's `kernel_fit.multi_token_attention`
+    (`block_ns`), with its provenance inside the multi-token term's
+    (`kernel_fit.provenance.multi_token_attention_fit.block`), atomically; the written profile
+    must load. Run after write_multi_token_attention."""
+    def edit(kf: dict) -> None:
+        kf["multi_token_attention"]["block_ns"] = round(fit.block_s * 1e9, 3)
+        kf.setdefault("provenance", {}).setdefault("multi_token_attention_fit", {})["block"] = {
+            "how": (f"fitted by `{command}` to the {fit.fit_rows} target_decode rows at batch > 1 of {source} that run "
+                    "without cascade attention: FlashAttention-2's decode grid runs one block per (sequence, KV head) "
+                    "(flash_api.cpp `mha_varlen_fwd`, the seqlen_q = 1 ngroups swap), each with a fixed time beside "
+                    "its KV streaming"),
+            "fit_rows": fit.fit_rows}
+        kf["provenance"] = kf.pop("provenance")
+
+    _edit_kernel_fit(profile, edit)
 
 
 def write_piecewise_attention(profile: str | Path, fit: PiecewiseFit, source: str, command: str) -> None:
