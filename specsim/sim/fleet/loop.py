@@ -184,7 +184,7 @@ class Fleet(FleetEvents):
         segment's m >= 1 steps, so its time is m·c1 + c2·m² with c1 = fixed + per_ctx·(A + B·s − B/2)
         and c2 = per_ctx·B/2 (step j costs fixed + per_ctx·(A + B·(s + j)))."""
         s, A, B, n, k = self.s[e], self.A[e], self.B[e], self.n[e], self.k[e]
-        nf = self.slot_fin[e].min(axis=1)
+        nf = self.slot_fin[e, :self.hw].min(axis=1)
         b = nf.copy()
         kvc = (B > 0) & (n > 1)
         if kvc.any():
@@ -232,7 +232,7 @@ class Fleet(FleetEvents):
         if not len(F):
             return
         s_F = self.s[F]
-        r, c = cells(self.slot_fin[F] == s_F[:, None])
+        r, c = cells(self.slot_fin[F, :self.hw] == s_F[:, None])
         rows, first, cnt = runs(r)
         u = F[rows]
         eng = F[r]
@@ -258,7 +258,7 @@ class Fleet(FleetEvents):
         self.push_slots(eng, c, (u, first, cnt))
         self.slot_of[idx] = -1
         self.n[u] -= cnt
-        np.subtract.at(self.remaining, (eng, self.step_ids[idx]), 1)
+        self.count_finished(eng, idx)
         if self.batch_dependent:
             live = u[self.n[u] > 0]
             self.set_k(live, self.choose_k(live))
