@@ -313,8 +313,9 @@ class Fleet(FleetEvents):
 
     def check(self) -> None:
         """sim/common.check_result for every engine at once: each response emitted exactly its
-        length, τ within [1, k_max + 1], finish after admission and within its engine's rollout,
-        timelines monotone and KV within budget. Raises InvariantError naming the engine."""
+        length, τ within [1, k_max + 1], no slot in use past the high-water mark the rounds read
+        (FleetState.hw), finish after admission and within its engine's rollout, timelines
+        monotone and KV within budget. Raises InvariantError naming the engine."""
         def fail(e, quantity, detail):
             raise InvariantError(self.names[int(e)], int(self.steps[int(e)]), quantity, detail)
 
@@ -333,6 +334,9 @@ class Fleet(FleetEvents):
             e = int(np.flatnonzero(wrong)[0])
             fail(e, "tau", f"{self.sd_tokens[e]:.1f} SD tokens over {self.sd_seq_steps[e]:.0f} sequence-steps "
                            f"(τ = {tau[e]:.3f}; must lie in [1, {k_top + 1}] with no more tokens than emitted)")
+        above = (self.slot_resp[:, self.hw:] >= 0).any(axis=1)
+        if above.any():
+            fail(np.flatnonzero(above)[0], "slots", f"a response holds a slot at or past {self.hw}, the most handed out")
         late = (~np.isfinite(self.finish_s)) | (self.finish_s < self.admit_s - 1e-9) \
             | (self.finish_s > self.t[self.eng_of] + 1e-6)
         if late.any():
