@@ -391,9 +391,9 @@ def test_group_numbering_does_not_change_the_fleet(kv):
 
 @pytest.mark.parametrize("kv", [10**7, 16_000], ids=["ample", "tight"])
 def test_rounds_over_the_slots_handed_out_equal_rounds_over_every_slot(kv, monkeypatch):
-    """The rounds read the slot columns [0, hw) only (FleetState.hw: the most slots an engine ever
+    """The rounds read the slot columns [0, slots_seen) only (FleetState.slots_seen: the most slots an engine ever
     held, since free slots are handed out lowest first). Long prompts make the admission budget
-    bind at a fraction of max_batch; a fleet made to read every column (hw pinned at max_batch)
+    bind at a fraction of max_batch; a fleet made to read every column (slots_seen pinned at max_batch)
     gives bit-identical rollouts, open (arrivals, relay) and closed (drain)."""
     cfg = make_config(Always(k=3), max_batch=128, kv_capacity_tokens=kv)
     works = [make_work(70 + e, groups=6, group_size=8, median=500, cap=1200, prompt=1500) for e in range(4)]
@@ -415,15 +415,15 @@ def test_rounds_over_the_slots_handed_out_equal_rounds_over_every_slot(kv, monke
     for a, b in zip(fleets[:2], fleets[2:]):
         assert np.array_equal(a.finish_s, b.finish_s) and np.array_equal(a.t, b.t)
         assert np.array_equal(a.steps, b.steps) and np.array_equal(a.preempt, b.preempt)
-    assert all(fl.hw == cfg.max_batch for fl in fleets[2:])
+    assert all(fl.slots_seen == cfg.max_batch for fl in fleets[2:])
     if kv < 10**6:
-        assert max(fl.hw for fl in fleets[:2]) < cfg.max_batch // 2
+        assert max(fl.slots_seen for fl in fleets[:2]) < cfg.max_batch // 2
 
 
 def _pinned(fl, pop, *args):
     """pop_slots with the high-water mark pinned at max_batch: every round reads every column."""
     out = pop(fl, *args)
-    fl.hw = fl.max_batch
+    fl.slots_seen = fl.max_batch
     return out
 
 

@@ -33,7 +33,7 @@ def fit_batch(st: FleetState, e: np.ndarray) -> np.ndarray:
     k_old = st.k.copy()
     while over.any():
         ee = e[over]
-        rows = st.slot_seq[ee, :st.hw]
+        rows = st.slot_seq[ee, :st.slots_seen]
         col = np.argmax(rows, axis=1)             # the newest active response of each
         j = st.slot_resp[ee, col]
         st.unkey(j, ee)                           # progress counted under the boundary's k

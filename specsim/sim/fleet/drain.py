@@ -42,7 +42,7 @@ def no_admission(st: FleetState, e: np.ndarray) -> np.ndarray:
 def drains_before(st: FleetState, e: np.ndarray, t_cut: np.ndarray) -> np.ndarray:
     """Does each engine in e reach its next finish strictly before `t_cut`? (Else it has no
     finish-only round to drain: phase 5 clips its segment at the cut.)"""
-    m = (st.slot_fin[e, :st.hw].min(axis=1) - st.s[e]).astype(float)
+    m = (st.slot_fin[e, :st.slots_seen].min(axis=1) - st.s[e]).astype(float)
     c1, c2 = st.step_coefficients(e)
     return st.t[e] + m * c1 + c2 * m * m < t_cut
 
@@ -174,10 +174,10 @@ def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_
     arrival; a segment reaching the cut is left to phase 5, which clips it) and, with
     `watch_step`, up to the one that finishes the engine's last response of that step. Returns
     the mask (over D) of engines that advanced."""
-    rows = st.slot_resp[D, :st.hw]
+    rows = st.slot_resp[D, :st.slots_seen]
     live = rows >= 0
     if t_cut is not None:
-        live &= st.slot_fin[D, :st.hw] <= reachable(st, D, t_cut[D])[:, None]
+        live &= st.slot_fin[D, :st.slots_seen] <= reachable(st, D, t_cut[D])[:, None]
     r, c = cells(live)
     idx, eng, b = rows[r, c], D[r], st.slot_fin[D[r], c]
     order = np.argsort(eng * SPAN + b, kind="stable") if len(b) and b.max() < SPAN else np.lexsort((b, eng))

@@ -72,7 +72,7 @@ def relays(st: FleetState, S: np.ndarray, t_cut: np.ndarray) -> np.ndarray:
         good[at] &= ~np.isnan(st.laws[kv][0][head[at]])
     ok[ok] = good
     F = S[ok]
-    nf = st.slot_fin[F, :st.hw].min(axis=1)
+    nf = st.slot_fin[F, :st.slots_seen].min(axis=1)
     ok[ok] = drains_before(st, F, t_cut[F]) & kv_holds(st, st.SP[F], st.GB[F], st.s[F], nf, st.k[F], st.A[F], st.B[F],
                                                           st.n[F].astype(float))
     return ok
@@ -82,9 +82,9 @@ def _smallest_finishes(st: FleetState, W: np.ndarray) -> tuple[np.ndarray, np.nd
     """Each engine's finish cells in boundary order, up to RELAY_CELLS of them and only whole
     boundaries (a boundary tied with the first cell left out is left out too): (engine row,
     boundary, slot) per cell, engine-major."""
-    fin = st.slot_fin[W, :st.hw]
-    F = min(RELAY_CELLS, st.hw)
-    if F < st.hw:
+    fin = st.slot_fin[W, :st.slots_seen]
+    F = min(RELAY_CELLS, st.slots_seen)
+    if F < st.slots_seen:
         part = np.argpartition(fin, F, axis=1)[:, :F + 1]
         vals = np.take_along_axis(fin, part, axis=1)
         order = np.argsort(vals, axis=1, kind="stable")

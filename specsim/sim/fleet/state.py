@@ -12,7 +12,7 @@ one row of an array here:
   B = Σ μ, SP = Σ P, SL = Σ L, GB (prompt blocks of groups with an active member), the active
   count n, counters, the queue head;
 * per engine × slot (max_batch slots): the active response and its finish boundary, so the next
-  finish of every engine is one row-minimum, over the slots handed out so far (`hw`: the busiest
+  finish of every engine is one row-minimum, over the slots handed out so far (`slots_seen`: the busiest
   engine's peak batch; a pool whose KV holds 20 of 256 slots reads 20 columns).
 
 The queue of engine e is row e of `queue` from position `qhead[e]`: initially its responses in
@@ -242,8 +242,8 @@ class FleetState:
         self.adm_seq = 0
         # slots ever handed out: a stack that starts 0, 1, 2, ... on top hands out slot c only when
         # slots 0 .. c − 1 are all in use, so every live slot lies below the busiest engine's peak
-        # batch and the phases read columns [0, hw) only (the rest is free: BIG, −1)
-        self.hw = 0
+        # batch and the phases read columns [0, slots_seen) only (the rest is free: BIG, −1)
+        self.slots_seen = 0
 
     def _table_rows(self, cfg: EngineConfig) -> None:
         """The cost table as the phases read it: each draft length's row (krow, krow_of), the
@@ -270,7 +270,7 @@ class FleetState:
 
     def active_of(self, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(responses, their engines) active on engines e."""
-        rows = self.slot_resp[e, :self.hw]
+        rows = self.slot_resp[e, :self.slots_seen]
         r, c = cells(rows >= 0)
         return rows[r, c], e[r]
 
@@ -394,7 +394,7 @@ class FleetState:
         slots = self.free[eng, pos]
         self.ftop[e_set] -= counts
         if len(slots):
-            self.hw = max(self.hw, int(slots.max()) + 1)
+            self.slots_seen = max(self.slots_seen, int(slots.max()) + 1)
         return slots
 
     def push_slots(self, eng: np.ndarray, slots: np.ndarray, eng_runs: tuple | None = None) -> None:
