@@ -78,6 +78,9 @@ POOL_CASES = [
       "rollout.gpus=2048"], False),
     ("8B sync generation, 32 engines, 8,192 traj, tight KV (preemption)", "scenarios/8b_rl_think_sync.yaml",
      ["rollout.gpu_memory_utilization=0.3"], False),
+    # the 235B plan's KV-bound layout: TP2·EP2 engines whose KV holds ~60 sequences of their ~85 a step
+    ("235B plan TP2·EP2 async pipeline, 768 engines, KV-bound, 4096x16", "scenarios/235b_plan.yaml",
+     ["sweep={}", "rollout.tp=2", "rollout.ep=2", "pipeline.steps=6"], True),
 ]
 
 

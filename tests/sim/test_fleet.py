@@ -85,14 +85,18 @@ def test_fleet_matches_v1_and_reference_on_a_pool(label, policy, kv):
         assert preempted > 0
 
 
+@pytest.mark.parametrize("kv", [40_000, 12_000], ids=["kv-40k", "kv-12k-bound"])
 @pytest.mark.parametrize("in_flight", [True, False], ids=["in-flight", "gated"])
-def test_fleet_arrivals_and_switches_match_reference(in_flight):
+def test_fleet_arrivals_and_switches_match_reference(in_flight, kv):
     """Open pools: half of each engine's work at 0, the rest released mid-rollout, and a weight
     switch (acceptance 0.7 -> 0.5) between, in flight or gated (admission stops until the batch
-    drains). The fleet equals the v1 engines to rounding and the reference within 1 %."""
+    drains). The fleet equals the v1 engines to rounding and the reference within 1 %. At 12,000
+    KV tokens the pool is KV-bound (it admits all 48 and preempts as they grow): the relay and
+    the drain advance it through admissions and KV limits."""
     policy = Always(k=3)
-    cfg = make_config(policy, max_batch=48, kv_capacity_tokens=40_000)
+    cfg = make_config(policy, max_batch=48, kv_capacity_tokens=kv)
     fl_t, v1_t, ref_t = [], [], []
+    preempted = 0
     for seed in range(6):
         works = [make_work(10 * seed + e, groups=12, group_size=8, median=500, cap=1200, alpha=0.7)
                  for e in range(4)]
@@ -113,6 +117,7 @@ def test_fleet_arrivals_and_switches_match_reference(in_flight):
         fl.run()
         fl.check()
         res = fl.results()
+        preempted += int(fl.preempt.sum())
         for e, (w, z, r) in enumerate(zip(works, zs, res)):
             assert np.all(r.admit_s[half[e]:] >= t_late - 1e-9)
             assert np.array_equal(r.tokens, w.response_tokens)
@@ -130,6 +135,8 @@ def test_fleet_arrivals_and_switches_match_reference(in_flight):
     assert np.allclose(fl_t, v1_t, rtol=1e-9)
     rel = abs(np.mean(fl_t) - np.mean(ref_t)) / np.mean(ref_t)
     assert rel < 0.01, f"fleet {np.mean(fl_t):.3f}s vs reference {np.mean(ref_t):.3f}s ({rel:.2%})"
+    if kv < 20_000:
+        assert preempted > 0
 
 
 @pytest.mark.long
@@ -380,6 +387,44 @@ def test_group_numbering_does_not_change_the_fleet(kv):
     assert np.array_equal(sparse.finish_s, dense.finish_s) and np.array_equal(sparse.t, dense.t)
     if kv < 10**6:
         assert sparse.requeued and sparse.preempt.sum() > 0
+
+
+@pytest.mark.parametrize("kv", [10**7, 16_000], ids=["ample", "tight"])
+def test_rounds_over_the_slots_handed_out_equal_rounds_over_every_slot(kv, monkeypatch):
+    """The rounds read the slot columns [0, slots_seen) only (FleetState.slots_seen: the most slots an engine ever
+    held, since free slots are handed out lowest first). Long prompts make the admission budget
+    bind at a fraction of max_batch; a fleet made to read every column (slots_seen pinned at max_batch)
+    gives bit-identical rollouts, open (arrivals, relay) and closed (drain)."""
+    cfg = make_config(Always(k=3), max_batch=128, kv_capacity_tokens=kv)
+    works = [make_work(70 + e, groups=6, group_size=8, median=500, cap=1200, prompt=1500) for e in range(4)]
+    zs = [np.random.default_rng(e).standard_normal(len(w)) for e, w in enumerate(works)]
+    fleets = []
+    for pin in (False, True):
+        if pin:
+            monkeypatch.setattr(Fleet, "pop_slots", lambda self, *a, _pop=Fleet.pop_slots: _pinned(self, _pop, *a))
+        for open_ in (False, True):
+            fl = _pool(cfg, works, zs, open_=open_)
+            if open_:
+                half = [len(w) // 2 for w in works]
+                fl.release(np.concatenate([np.arange(fl.off[e], fl.off[e] + half[e]) for e in range(4)]), 0.0, np.arange(4))
+                fl.release(np.concatenate([np.arange(fl.off[e] + half[e], fl.off[e + 1]) for e in range(4)]), 5.0,
+                           np.arange(4))
+            fl.run()
+            fl.check()
+            fleets.append(fl)
+    for a, b in zip(fleets[:2], fleets[2:]):
+        assert np.array_equal(a.finish_s, b.finish_s) and np.array_equal(a.t, b.t)
+        assert np.array_equal(a.steps, b.steps) and np.array_equal(a.preempt, b.preempt)
+    assert all(fl.slots_seen == cfg.max_batch for fl in fleets[2:])
+    if kv < 10**6:
+        assert max(fl.slots_seen for fl in fleets[:2]) < cfg.max_batch // 2
+
+
+def _pinned(fl, pop, *args):
+    """pop_slots with the high-water mark pinned at max_batch: every round reads every column."""
+    out = pop(fl, *args)
+    fl.slots_seen = fl.max_batch
+    return out
 
 
 RUN_235B = ROOT / "scenarios" / "235b_run.yaml"

@@ -33,7 +33,7 @@ def fit_batch(st: FleetState, e: np.ndarray) -> np.ndarray:
     k_old = st.k.copy()
     while over.any():
         ee = e[over]
-        rows = st.slot_seq[ee]
+        rows = st.slot_seq[ee, :st.slots_seen]
         col = np.argmax(rows, axis=1)             # the newest active response of each
         j = st.slot_resp[ee, col]
         st.unkey(j, ee)                           # progress counted under the boundary's k
@@ -92,7 +92,7 @@ def admit(st: FleetState, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         cand = st.queue[ee, pos]
         gc = st.groups[cand]
         vals, first, _ = runs(gc)          # a group's queued members are contiguous, unless preempted
-        if st.requeued and len(vals) > 1 and len(np.unique(vals)) < len(vals):
+        if st.requeued and len(vals) > 1 and np.bincount(vals).max() > 1:
             _, first = np.unique(gc, return_index=True)
         opens = np.zeros(len(cand), dtype=bool)
         opens[first] = st.group_active[gc[first]] == 0

@@ -17,7 +17,7 @@ import numpy as np
 
 from specsim.sim.fleet.state import INF, FleetState, cells, per_engine, runs
 
-__all__ = ["drain", "drains_before", "head_arrival", "kv_holds", "no_admission", "reachable", "segment_prompts",
+__all__ = ["drain", "drains_before", "group_closes", "head_arrival", "kv_holds", "no_admission", "reachable", "segment_prompts",
            "tail_fits"]
 
 #: finish boundaries below this sort with their engine as one int64 key (engine · SPAN + boundary):
@@ -42,7 +42,7 @@ def no_admission(st: FleetState, e: np.ndarray) -> np.ndarray:
 def drains_before(st: FleetState, e: np.ndarray, t_cut: np.ndarray) -> np.ndarray:
     """Does each engine in e reach its next finish strictly before `t_cut`? (Else it has no
     finish-only round to drain: phase 5 clips its segment at the cut.)"""
-    m = (st.slot_fin[e].min(axis=1) - st.s[e]).astype(float)
+    m = (st.slot_fin[e, :st.slots_seen].min(axis=1) - st.s[e]).astype(float)
     c1, c2 = st.step_coefficients(e)
     return st.t[e] + m * c1 + c2 * m * m < t_cut
 
@@ -61,12 +61,30 @@ def segment_prompts(st: FleetState, idx, first, counts, seg_e, P, before) -> tup
     cells keeps its blocks)."""
     SP = st.SP[seg_e] - before(np.add.reduceat(P, first))
     seg_of = np.repeat(np.arange(len(first)), counts)
-    groups, inv, members = np.unique(st.groups[idx], return_inverse=True, return_counts=True)
-    closes = np.zeros(len(groups), dtype=np.int64)
-    np.maximum.at(closes, inv.reshape(-1), seg_of)
-    whole = members == st.group_active[groups]        # every active member among the drained cells
-    GB = st.GB[seg_e] - before(np.bincount(closes[whole], weights=st.group_pb[groups[whole]], minlength=len(first)))
+    gu, last, whole, _ = group_closes(st, st.groups[idx], seg_of)
+    GB = st.GB[seg_e] - before(np.bincount(last[whole], weights=st.group_pb[gu[whole]], minlength=len(first)))
     return SP, GB
+
+
+def group_closes(st: FleetState, g: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For cells of groups g at positions `at`: the groups (ascending, each once), the last
+    position among each one's cells, whether its cells are every active member of the group, and
+    each cell's group among them (np.unique's inverse). Few cells against the run's groups: one
+    np.unique; else bincounts over the group range, which skip the sort (same answer)."""
+    G = len(st.group_active)
+    if 16 * len(g) < G:
+        gu, inv, members = np.unique(g, return_inverse=True, return_counts=True)
+        inv = inv.reshape(-1)
+        last = np.zeros(len(gu), dtype=np.int64)
+        np.maximum.at(last, inv, at)
+        return gu, last, members == st.group_active[gu], inv
+    members = np.bincount(g, minlength=G)
+    gu = np.flatnonzero(members)
+    last_g = np.full(G, -1, dtype=np.int64)
+    np.maximum.at(last_g, g, at)
+    rank = np.zeros(G, dtype=np.int64)
+    rank[gu] = np.arange(len(gu))
+    return gu, last_g[gu], members[gu] == st.group_active[gu], rank[g]
 
 
 def kv_holds(st: FleetState, SP, GB, starts, bounds, k, a_seg, b_seg, n_seg) -> np.ndarray:
@@ -156,10 +174,10 @@ def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_
     arrival; a segment reaching the cut is left to phase 5, which clips it) and, with
     `watch_step`, up to the one that finishes the engine's last response of that step. Returns
     the mask (over D) of engines that advanced."""
-    rows = st.slot_resp[D]
+    rows = st.slot_resp[D, :st.slots_seen]
     live = rows >= 0
     if t_cut is not None:
-        live &= st.slot_fin[D] <= reachable(st, D, t_cut[D])[:, None]
+        live &= st.slot_fin[D, :st.slots_seen] <= reachable(st, D, t_cut[D])[:, None]
     r, c = cells(live)
     idx, eng, b = rows[r, c], D[r], st.slot_fin[D[r], c]
     order = np.argsort(eng * SPAN + b, kind="stable") if len(b) and b.max() < SPAN else np.lexsort((b, eng))
@@ -235,7 +253,7 @@ def _drain_commit(st: FleetState, cl: _DrainCells, sg: _DrainSegments) -> np.nda
         st.sd_tokens += per_engine(eng, np.where(rsd, d, 0.0), E)
         st.seq_sd_tokens[idx] += np.where(rsd, d, 0.0)
         st.seq_sd_steps[idx] += np.where(rsd, cl.b - cl.s0, 0.0)
-    np.subtract.at(st.remaining, (eng, st.step_ids[idx]), 1)
+    st.count_finished(eng, idx)
     u, u_first, u_cnt = runs(eng)
     last = u_first + u_cnt - 1                          # each engine's last finished response
     st.t[u] = st.finish_s[idx[last]]

@@ -184,7 +184,7 @@ class Fleet(FleetEvents):
         segment's m >= 1 steps, so its time is m·c1 + c2·m² with c1 = fixed + per_ctx·(A + B·s − B/2)
         and c2 = per_ctx·B/2 (step j costs fixed + per_ctx·(A + B·(s + j)))."""
         s, A, B, n, k = self.s[e], self.A[e], self.B[e], self.n[e], self.k[e]
-        nf = self.slot_fin[e].min(axis=1)
+        nf = self.slot_fin[e, :self.slots_seen].min(axis=1)
         b = nf.copy()
         kvc = (B > 0) & (n > 1)
         if kvc.any():
@@ -232,7 +232,7 @@ class Fleet(FleetEvents):
         if not len(F):
             return
         s_F = self.s[F]
-        r, c = cells(self.slot_fin[F] == s_F[:, None])
+        r, c = cells(self.slot_fin[F, :self.slots_seen] == s_F[:, None])
         rows, first, cnt = runs(r)
         u = F[rows]
         eng = F[r]
@@ -258,7 +258,7 @@ class Fleet(FleetEvents):
         self.push_slots(eng, c, (u, first, cnt))
         self.slot_of[idx] = -1
         self.n[u] -= cnt
-        np.subtract.at(self.remaining, (eng, self.step_ids[idx]), 1)
+        self.count_finished(eng, idx)
         if self.batch_dependent:
             live = u[self.n[u] > 0]
             self.set_k(live, self.choose_k(live))
@@ -313,8 +313,9 @@ class Fleet(FleetEvents):
 
     def check(self) -> None:
         """sim/common.check_result for every engine at once: each response emitted exactly its
-        length, τ within [1, k_max + 1], finish after admission and within its engine's rollout,
-        timelines monotone and KV within budget. Raises InvariantError naming the engine."""
+        length, τ within [1, k_max + 1], no slot in use past the high-water mark the rounds read
+        (FleetState.slots_seen), finish after admission and within its engine's rollout, timelines
+        monotone and KV within budget. Raises InvariantError naming the engine."""
         def fail(e, quantity, detail):
             raise InvariantError(self.names[int(e)], int(self.steps[int(e)]), quantity, detail)
 
@@ -333,6 +334,9 @@ class Fleet(FleetEvents):
             e = int(np.flatnonzero(wrong)[0])
             fail(e, "tau", f"{self.sd_tokens[e]:.1f} SD tokens over {self.sd_seq_steps[e]:.0f} sequence-steps "
                            f"(τ = {tau[e]:.3f}; must lie in [1, {k_top + 1}] with no more tokens than emitted)")
+        above = (self.slot_resp[:, self.slots_seen:] >= 0).any(axis=1)
+        if above.any():
+            fail(np.flatnonzero(above)[0], "slots", f"a response holds a slot at or past {self.slots_seen}, the most handed out")
         late = (~np.isfinite(self.finish_s)) | (self.finish_s < self.admit_s - 1e-9) \
             | (self.finish_s > self.t[self.eng_of] + 1e-6)
         if late.any():

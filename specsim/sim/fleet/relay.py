@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.sim.fleet.drain import drains_before, kv_holds
+from specsim.sim.fleet.drain import drains_before, group_closes, kv_holds
 from specsim.sim.fleet.state import BIG, FleetState, cells, per_engine
 
 __all__ = ["RELAY_CELLS", "RELAY_QUEUE", "relay", "relays"]
@@ -72,7 +72,7 @@ def relays(st: FleetState, S: np.ndarray, t_cut: np.ndarray) -> np.ndarray:
         good[at] &= ~np.isnan(st.laws[kv][0][head[at]])
     ok[ok] = good
     F = S[ok]
-    nf = st.slot_fin[F].min(axis=1)
+    nf = st.slot_fin[F, :st.slots_seen].min(axis=1)
     ok[ok] = drains_before(st, F, t_cut[F]) & kv_holds(st, st.SP[F], st.GB[F], st.s[F], nf, st.k[F], st.A[F], st.B[F],
                                                           st.n[F].astype(float))
     return ok
@@ -82,9 +82,9 @@ def _smallest_finishes(st: FleetState, W: np.ndarray) -> tuple[np.ndarray, np.nd
     """Each engine's finish cells in boundary order, up to RELAY_CELLS of them and only whole
     boundaries (a boundary tied with the first cell left out is left out too): (engine row,
     boundary, slot) per cell, engine-major."""
-    fin = st.slot_fin[W]
-    F = min(RELAY_CELLS, st.max_batch)
-    if F < st.max_batch:
+    fin = st.slot_fin[W, :st.slots_seen]
+    F = min(RELAY_CELLS, st.slots_seen)
+    if F < st.slots_seen:
         part = np.argpartition(fin, F, axis=1)[:, :F + 1]
         vals = np.take_along_axis(fin, part, axis=1)
         order = np.argsort(vals, axis=1, kind="stable")
@@ -290,11 +290,8 @@ def _finishes(st: FleetState, W: np.ndarray) -> _Finishes | None:
     local = np.arange(len(first)) - engine_first
     # what the start's batch loses at each boundary; the groups whose last active member finishes
     g_fin = st.groups[idx]
-    gu, inv, gcnt = np.unique(g_fin, return_inverse=True, return_counts=True)
-    inv = inv.reshape(-1)
-    last_of = np.zeros(len(gu), dtype=np.int64)
-    np.maximum.at(last_of, inv, np.arange(nc))
-    closes = (np.arange(nc) == last_of[inv]) & (gcnt[inv] == st.group_active[g_fin])
+    _, last_of, whole, inv = group_closes(st, g_fin, np.arange(nc))
+    closes = (np.arange(nc) == last_of[inv]) & whole[inv]
     g0, mu, s0 = st.g0[idx], st.mu[idx], st.s0[idx]
     P, L = st.P[idx], st.L[idx]
     drop_a, drop_b, drop_p, drop_l, dgb_fin, cnt_f = np.add.reduceat(
@@ -475,7 +472,7 @@ def _commit(st: FleetState, W: np.ndarray, f: _Finishes, ad: _Admitted, sg: _Seg
         st.sd_tokens += per_engine(feng, np.where(rsd, d, 0.0), E)
         st.seq_sd_tokens[fidx] += np.where(rsd, d, 0.0)
         st.seq_sd_steps[fidx] += np.where(rsd, bounds[fseg] - f.s0[cell_keep], 0.0)
-    np.subtract.at(st.remaining, (feng, st.step_ids[fidx]), 1)
+    st.count_finished(feng, fidx)
     st.mu[fidx] = 0.0
     st.slot_of[fidx] = -1
     np.subtract.at(st.group_active, f.g_fin[cell_keep], 1)
