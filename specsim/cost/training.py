@@ -228,16 +228,17 @@ def packed_bins(lengths, budget: int) -> int:
     gaps = np.sort(budget - big)
     medium = np.sort(L[(L > budget / 3) & (L <= budget / 2)])
     small = float(L[L <= budget / 3].sum())
-    j = 0
-    for i, x in enumerate(medium):                 # each into the smallest big-bin gap that holds it
-        j = int(np.searchsorted(gaps, x, side="left")) if j < len(gaps) and gaps[j] < x else j
-        if j >= len(gaps):
-            medium = medium[i:]
-            break
-        gaps[j] -= x
-        j += 1
-    else:
-        medium = medium[:0]
+    # each medium, smallest first, into the smallest big-bin gap that holds it: the gap it takes is
+    # j_i = max(j_{i-1} + 1, first gap ≥ x_i) = i + cummax(first_i − i) (gaps sorted, media ascending,
+    # and every gap before j_{i-1} is already below x_i); the first j_i past the gaps stops the filling
+    first = np.searchsorted(gaps, medium, side="left")
+    taken = np.arange(len(medium)) + np.maximum.accumulate(first - np.arange(len(medium))) if len(medium) else first
+    placed = int(np.searchsorted(taken, len(gaps), side="left"))
+    gaps[taken[:placed]] -= medium[:placed]
+    j = int(taken[placed - 1]) + 1 if placed else 0
+    if placed < len(medium):
+        j = len(gaps)
+    medium = medium[placed:]
     pair_bins = -(-len(medium) // 2)
     free = float(gaps[j:].sum() + gaps[:j].sum()) + pair_bins * budget - float(medium.sum())
     new_bins = int(np.ceil(max(0.0, small - free) / budget))
