@@ -118,7 +118,10 @@ def plan_case(scenario: str, jobs: int, sets: list[str], root: Path) -> dict:
     step = (lambda b: b["step_s"]["mean"] if b else None)
     return {"root": str(root), "wall_s": wall, "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
             "runs": s["computed_runs"], "simulated": s["simulated_candidates"], "candidates": s["candidates"],
-            "best_ar": step(a.get("best_ar")), "best_sd": step(a.get("best_sd"))}
+            "best_ar": step(a.get("best_ar")), "best_sd": step(a.get("best_sd")),
+            "best_ar_id": (a.get("best_ar") or {}).get("candidate"), "best_sd_id": (a.get("best_sd") or {}).get("candidate"),
+            "pruned_by": s.get("pruned_by", {}), "dropped": s.get("dropped_at_halving", {}),
+            "rounds": [(r["round"], r.get("runs")) for r in s.get("rounds", [])]}
 
 
 def print_plan(args) -> None:
@@ -138,10 +141,14 @@ def print_plan(args) -> None:
         table.add_row(k, str(r["candidates"]), str(r["simulated"]), str(r["runs"]), f"{r['wall_s']:.1f}",
                       f"{r['cpu_s']:.1f}", fmt(r["best_ar"]), fmt(r["best_sd"]))
     Console(width=None if sys.stdout.isatty() else 160).print(table)
+    for k, r in best.items():      # where the search's CPU went: what the bounds pruned, what halving dropped
+        print(f"{k}: pruned by {r['pruned_by'] or 'nothing'}; not run to full replicates {r['dropped'] or 'none'}; "
+              f"runs per round {r['rounds']}")
     if args.against:
         a, b = best[str(roots[0])], best[str(roots[1])]
+        same = (a["best_ar_id"], a["best_sd_id"]) == (b["best_ar_id"], b["best_sd_id"])
         print(f"ratio this tree / {roots[1]}: wall {a['wall_s'] / b['wall_s']:.2f}, CPU {a['cpu_s'] / b['cpu_s']:.2f}, "
-              f"runs {a['runs'] / max(b['runs'], 1):.2f}")
+              f"runs {a['runs'] / max(b['runs'], 1):.2f}; same optima: {'yes' if same else 'NO'}")
     print("load average (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
