@@ -403,7 +403,7 @@ def plan_markdown(summary: dict) -> str:
                                                                    if "runs" in r else "") for r in s["rounds"]),
               "- not run to full replicates: " + (", ".join(f"{k} {v}" for k, v in s.get("dropped_at_halving", {}).items())
                                                   or "none")
-              + " (cannot win: more than 3 standard errors of the paired per-step difference behind its arm's best)",
+              + " (cannot win: behind its arm's best by more than keep_within and the paired per-step difference's 99.9 % t limit)",
               ""]
     if summary.get("queries"):
         lines += ["## Inverse answers", ""]

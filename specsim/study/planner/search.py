@@ -14,12 +14,12 @@
        min_gpus no more GPUs) — it can then be neither the best of its GPU type nor on its arm's
        Pareto front ("trainer", "throughput" or "latency": whichever bound binds);
     4. each later round keeps, of every arm, its best `keep_fraction` by the objective that could
-       still win (`could_still_win`: no more than 3 standard errors of the paired per-step
-       difference, or `keep_within`, behind the arm's best — candidates far behind are "dropped:
-       cannot win" rather than run to full replicates), every candidate within `keep_within` of the
-       arm's best step, and every candidate that could be on its arm's front (not dominated by more
-       than `keep_within`), and runs more replicates; the last round runs `replicates`, so the front
-       is drawn from equal replicates.
+       still win (`could_still_win`, for min_step_time: behind the arm's best by no more than
+       `keep_within` or the paired per-step difference's one-sided 99.9 % Student t limit; the
+       others are "dropped: cannot win" rather than run to full replicates), every candidate
+       within `keep_within` of the arm's best step, and every candidate that could be on its arm's
+       front (not dominated by more than `keep_within`), and runs more replicates; the last round
+       runs `replicates`, so the front is drawn from equal replicates.
 
 Every simulated run is a plain pipeline run keyed like `specsim run`'s (`study/sweep.run_key`:
 the candidate's scenario and replicate, the inputs' contents), stored atomically in
@@ -294,28 +294,31 @@ def _score(e: Evaluated, objective: str, target_s: float | None) -> tuple:
     return (miss, m, e.cand.total_gpus)
 
 
-#: standard errors of the paired per-step difference by which a candidate must trail its arm's best
-#: before halving stops running it (`could_still_win`)
-WIN_Z = 3.0
+#: one-sided confidence with which a candidate must trail its arm's best before halving stops
+#: running it (`could_still_win`)
+WIN_CONFIDENCE = 0.999
 
 
-def could_still_win(e: Evaluated, best: Evaluated, within: float, z: float = WIN_Z) -> bool:
+def could_still_win(e: Evaluated, best: Evaluated, within: float, confidence: float = WIN_CONFIDENCE) -> bool:
     """Whether more replicates could still make `e` the best of its arm: its steady mean trails
-    `best`'s by at most `within` of it, or by at most z standard errors of the paired per-step
-    difference (step j of every candidate draws the same responses, so the difference of two
-    candidates' step j leaves out what the draws share; its spread over the steady steps of the
-    replicates both ran is the noise more replicates average). Fewer than two shared steady steps:
-    it could."""
+    `best`'s by at most `within` of it, or by no more than the paired per-step difference's
+    one-sided Student t limit at `confidence` (step j of every candidate draws the same responses,
+    so the difference of two candidates' step j leaves out what the draws share; its spread over
+    the steady steps both ran is the noise more replicates average). Fewer than three shared
+    steady steps: it could."""
+    from scipy import stats
+
     gap = e.mean_step() - best.mean_step()
     if gap <= within * best.mean_step():
         return True
     diffs = [s[j] - best.series[r][j] for r, s in e.series.items() if r in best.series
              for j in s if j in best.series[r]]
-    if len(diffs) < 2:
+    n = len(diffs)
+    if n < 3:
         return True
-    mean = sum(diffs) / len(diffs)
-    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1))
-    return gap <= z * sd / math.sqrt(len(diffs))
+    mean = sum(diffs) / n
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
+    return gap <= float(stats.t.ppf(confidence, n - 1)) * sd / math.sqrt(n)
 
 
 def _keep(alive: list[Evaluated], fraction: float, within: float, objective: str = "min_step_time",
