@@ -99,8 +99,12 @@ PLAN_SETS = ["workload.prompts=16", "plan.total_gpus=16", "plan.search.steps=8",
 
 
 def plan_case(scenario: str, jobs: int, sets: list[str], root: Path) -> dict:
-    """One `specsim plan` in checkout `root` (its package imported: cwd first on sys.path)."""
-    cmd = [sys.executable, "-m", "specsim", "plan", str(Path(scenario).resolve()), "--jobs", str(jobs),
+    """One `specsim plan` in checkout `root` (its package imported: cwd first on sys.path; a scenario
+    of this tree is read from `root`'s copy, which that version understands)."""
+    path = Path(scenario).resolve()
+    if path.is_relative_to(ROOT) and (Path(root) / path.relative_to(ROOT)).is_file():
+        path = Path(root) / path.relative_to(ROOT)
+    cmd = [sys.executable, "-m", "specsim", "plan", str(path), "--jobs", str(jobs),
            "--format", "json", "--no-progress"]
     for x in sets:
         cmd += ["--set", x]
