@@ -99,8 +99,12 @@ PLAN_SETS = ["workload.prompts=16", "plan.total_gpus=16", "plan.search.steps=8",
 
 
 def plan_case(scenario: str, jobs: int, sets: list[str], root: Path) -> dict:
-    """One `specsim plan` in checkout `root` (its package imported: cwd first on sys.path)."""
-    cmd = [sys.executable, "-m", "specsim", "plan", str(Path(scenario).resolve()), "--jobs", str(jobs),
+    """One `specsim plan` in checkout `root` (its package imported: cwd first on sys.path; a scenario
+    of this tree is read from `root`'s copy, which that version understands)."""
+    path = Path(scenario).resolve()
+    if path.is_relative_to(ROOT) and (Path(root) / path.relative_to(ROOT)).is_file():
+        path = Path(root) / path.relative_to(ROOT)
+    cmd = [sys.executable, "-m", "specsim", "plan", str(path), "--jobs", str(jobs),
            "--format", "json", "--no-progress"]
     for x in sets:
         cmd += ["--set", x]
@@ -118,7 +122,10 @@ def plan_case(scenario: str, jobs: int, sets: list[str], root: Path) -> dict:
     step = (lambda b: b["step_s"]["mean"] if b else None)
     return {"root": str(root), "wall_s": wall, "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
             "runs": s["computed_runs"], "simulated": s["simulated_candidates"], "candidates": s["candidates"],
-            "best_ar": step(a.get("best_ar")), "best_sd": step(a.get("best_sd"))}
+            "best_ar": step(a.get("best_ar")), "best_sd": step(a.get("best_sd")),
+            "best_ar_id": (a.get("best_ar") or {}).get("candidate"), "best_sd_id": (a.get("best_sd") or {}).get("candidate"),
+            "pruned_by": s.get("pruned_by", {}), "dropped": s.get("dropped_at_halving", {}),
+            "rounds": [(r["round"], r.get("runs")) for r in s.get("rounds", [])]}
 
 
 def print_plan(args) -> None:
@@ -138,10 +145,14 @@ def print_plan(args) -> None:
         table.add_row(k, str(r["candidates"]), str(r["simulated"]), str(r["runs"]), f"{r['wall_s']:.1f}",
                       f"{r['cpu_s']:.1f}", fmt(r["best_ar"]), fmt(r["best_sd"]))
     Console(width=None if sys.stdout.isatty() else 160).print(table)
+    for k, r in best.items():      # where the search's CPU went: what the bounds pruned, what halving dropped
+        print(f"{k}: pruned by {r['pruned_by'] or 'nothing'}; not run to full replicates {r['dropped'] or 'none'}; "
+              f"runs per round {r['rounds']}")
     if args.against:
         a, b = best[str(roots[0])], best[str(roots[1])]
+        same = (a["best_ar_id"], a["best_sd_id"]) == (b["best_ar_id"], b["best_sd_id"])
         print(f"ratio this tree / {roots[1]}: wall {a['wall_s'] / b['wall_s']:.2f}, CPU {a['cpu_s'] / b['cpu_s']:.2f}, "
-              f"runs {a['runs'] / max(b['runs'], 1):.2f}")
+              f"runs {a['runs'] / max(b['runs'], 1):.2f}; same optima: {'yes' if same else 'NO'}")
     print("load average (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 

@@ -66,3 +66,41 @@ def test_dominance_for_min_gpus_also_needs_no_more_gpus():
     assert not dominates(10.0, 16, 12.0, 8, "min_gpus")          # faster but on more GPUs
     assert not dominates(10.0, 16, 12.0, 8, "min_step_time")     # 160 > 96 GPU-seconds per step
     assert not dominates(10.0, 8, 10.2, 8, "min_step_time", margin=0.03)
+
+
+def _paired(i: int, gpus: int, steps: list[float]) -> Evaluated:
+    """A candidate with one replicate whose steady steps 4, 5, … are `steps` (paired by index)."""
+    e = _ev(i, gpus, [sum(steps) / len(steps)])
+    e.series = {0: {4 + j: s for j, s in enumerate(steps)}}
+    return e
+
+
+@given(st.lists(st.floats(50.0, 100.0), min_size=3, max_size=8), st.floats(0.0, 1.0),
+       st.lists(st.floats(0.0, 5.0), min_size=8, max_size=8))
+def test_halving_drops_as_cannot_win_only_what_trails_by_more_than_its_noise(base, offset, noise):
+    """Paired per-step series: a candidate is dropped as "cannot win" only when its mean trails the
+    best's by more than `keep_within` and by more than the one-sided t limit of the per-step
+    difference; a constant offset (no noise) within `keep_within` always goes on."""
+    from scipy import stats
+
+    from specsim.study.planner.search import WIN_CONFIDENCE, could_still_win
+
+    best = _paired(0, 8, base)
+    other = _paired(1, 8, [b * (1 + offset) + n for b, n in zip(base, noise)])
+    far = _paired(2, 8, [b + 100.0 for b in base])     # far behind by a constant: no noise, on the same GPUs
+    kept = _keep([best, other, far], 1.0, 0.03)
+    assert best in kept and far not in kept and far.dropped == "cannot win"
+    if other not in kept:
+        assert other.dropped == "cannot win" and not could_still_win(other, best, 0.03)
+        d = [other.series[0][j] - best.series[0][j] for j in best.series[0]]
+        m = sum(d) / len(d)
+        se = (sum((x - m) ** 2 for x in d) / (len(d) - 1)) ** 0.5 / len(d) ** 0.5
+        assert m > 0.03 * best.mean_step() and m > stats.t.ppf(WIN_CONFIDENCE, len(d) - 1) * se
+
+
+def test_a_candidate_that_cannot_win_still_runs_when_the_front_needs_it():
+    """Slower but on fewer GPUs (fewer GPU-hours per step): on its arm's front, so it goes on."""
+    best = _paired(0, 16, [10.0, 10.0, 10.0])
+    cheap = _paired(1, 4, [20.0, 20.0, 20.0])
+    kept = _keep([best, cheap], 1.0, 0.03)
+    assert cheap in kept and cheap.dropped == ""

@@ -160,24 +160,10 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
             state.computed_runs += ctx.computed
             state.reused_runs += ctx.reused
             inverse_runs = {"computed": ctx.computed, "reused": ctx.reused}
-        pruned: dict[str, int] = {}
-        for e in evs:
-            if e.status == "pruned":
-                pruned[e.pruned_by] = pruned.get(e.pruned_by, 0) + 1
         wall = time.perf_counter() - t0
         cpu = _cpu_s() - cpu0      # after the pool's workers are waited for: theirs is counted
-        search_info = {
-            "candidates": len(evs) + sum(1 for _ in rejected), "enumerated": len(evs),
-            "layouts_rejected": [{"hardware": r["hardware"], "layout": list(r["layout"]), "reason": r["reason"]}
-                                 for r in rejected],
-            "infeasible": sum(1 for e in evs if e.status == "infeasible") + len(rejected),
-            "pruned_by": pruned, "simulated_candidates": sum(1 for e in evs if e.status == "simulated"),
-            "finalists": sum(1 for e in evs if e.status == "simulated" and len(e.steady) >= reps),
-            "computed_runs": state.computed_runs, "reused_runs": state.reused_runs, "rounds": state.rounds,
-            "inverse_computed_runs": inverse_runs["computed"], "inverse_reused_runs": inverse_runs["reused"],
-            "wall_s": wall, "jobs": workers, "backend": backend,
-            "cpu_s": cpu, "cpu_s_per_computed_run": cpu / state.computed_runs if state.computed_runs else None,
-        }
+        search_info = _search_info(evs, rejected, state, inverse_runs, plan.search.replicates,
+                                   {"wall_s": wall, "jobs": workers, "backend": backend, "cpu_s": cpu})
         rows = candidate_rows(evs, usd)
         files = write_tables(out_dir, rows)
         plot = plot_fronts(out_dir / "fronts", sc, fr, plan.target_step_s) if sc.output.plots else None
@@ -205,6 +191,32 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
                                 "a step time that some GPU count reaches (" + "; ".join(q["text"] for q in mg)
                                 + f"; the rest of the plan is in {out_dir})")
         return PlanResult(out_dir, summary, files, warnings)
+
+
+def _search_info(evs, rejected: list, state, inverse_runs: dict, reps: int, cost: dict) -> dict:
+    """summary.json's `search`: what was enumerated, infeasible, pruned (by which bound, target or
+    budget), simulated, dropped at halving (and why) and where the CPU went (runs per round, CPU-s
+    per simulated run)."""
+    pruned: dict[str, int] = {}
+    dropped: dict[str, int] = {}
+    for e in evs:
+        if e.status == "pruned":
+            pruned[e.pruned_by] = pruned.get(e.pruned_by, 0) + 1
+        elif e.status == "simulated" and e.dropped:
+            dropped[e.dropped] = dropped.get(e.dropped, 0) + 1
+    cpu = cost["cpu_s"]
+    return {
+        "candidates": len(evs) + len(rejected), "enumerated": len(evs),
+        "layouts_rejected": [{"hardware": r["hardware"], "layout": list(r["layout"]), "reason": r["reason"]}
+                             for r in rejected],
+        "infeasible": sum(1 for e in evs if e.status == "infeasible") + len(rejected),
+        "pruned_by": pruned, "dropped_at_halving": dropped,
+        "simulated_candidates": sum(1 for e in evs if e.status == "simulated"),
+        "finalists": sum(1 for e in evs if e.status == "simulated" and len(e.steady) >= reps),
+        "computed_runs": state.computed_runs, "reused_runs": state.reused_runs, "rounds": state.rounds,
+        "inverse_computed_runs": inverse_runs["computed"], "inverse_reused_runs": inverse_runs["reused"],
+        **cost, "cpu_s_per_computed_run": cpu / state.computed_runs if state.computed_runs else None,
+    }
 
 
 def _cpu_s() -> float:
@@ -266,7 +278,7 @@ def page_table(frame):
         return v if len(v) <= REASON_CHARS else v[:REASON_CHARS - 1] + "…"
 
     def ci(row) -> str:
-        if not (row.step_s_lo == row.step_s_lo):
+        if row.step_s_lo != row.step_s_lo:
             return ""
         return f"[{row.step_s_lo:.4g}, {row.step_s_hi:.4g}]"
 

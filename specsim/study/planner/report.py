@@ -21,8 +21,8 @@ from specsim import atomic
 __all__ = ["CANDIDATE_COLUMNS", "answer", "candidate_entry", "candidate_rows", "fronts", "plan_markdown", "plot_fronts"]
 
 CANDIDATE_COLUMNS = (
-    "candidate", "status", "pruned_by", "round", "replicates_run", "hardware", "budget_gpus", "rollout_gpus",
-    "training_gpus", "total_gpus", "tp", "ep", "pp", "arm", "sd_policy", "k", "policy_lag",
+    "candidate", "status", "pruned_by", "dropped_at_halving", "round", "replicates_run", "hardware", "budget_gpus",
+    "rollout_gpus", "training_gpus", "total_gpus", "tp", "ep", "pp", "arm", "sd_policy", "k", "policy_lag",
     "bound_step_s", "bound_trainer_s", "bound_throughput_s", "bound_latency_s", "binding_bound",
     "step_s", "step_s_lo", "step_s_hi", "generation_s", "train_s", "tau", "mean_active_batch",
     "trainer_idle_share", "gpu_hours_per_step", "usd_per_step", "overrides", "reason",
@@ -42,7 +42,8 @@ def candidate_rows(evs, usd: dict[str, float]) -> list[dict]:
     rows = []
     for e in evs:
         c = e.cand
-        row: dict[str, Any] = {"candidate": c.cid, "status": e.status, "pruned_by": e.pruned_by, "round": e.round,
+        row: dict[str, Any] = {"candidate": c.cid, "status": e.status, "pruned_by": e.pruned_by,
+                               "dropped_at_halving": e.dropped, "round": e.round,
                                "replicates_run": len(e.steady), **c.as_dict()}
         b = e.bound
         row.update({"bound_step_s": b.step_s if b else math.nan, "bound_trainer_s": b.trainer_s if b else math.nan,
@@ -398,7 +399,12 @@ def plan_markdown(summary: dict) -> str:
                + (f", {s['cpu_s']:.0f} CPU-s ({s['cpu_s_per_computed_run']:.1f} per simulated run)"
                   if s.get("cpu_s_per_computed_run") else "")),
               "- halving rounds: " + "; ".join(f"round {r['round']}: {r['candidates']} at {r['replicates']} "
-                                                f"replicate(s)" for r in s["rounds"]), ""]
+                                                f"replicate(s)" + (f" ({r['runs']} runs, {r['wall_s']:.0f} s wall)"
+                                                                   if "runs" in r else "") for r in s["rounds"]),
+              "- not run to full replicates: " + (", ".join(f"{k} {v}" for k, v in s.get("dropped_at_halving", {}).items())
+                                                  or "none")
+              + " (cannot win: behind its arm's best by more than keep_within and the paired per-step difference's 99.9 % t limit)",
+              ""]
     if summary.get("queries"):
         lines += ["## Inverse answers", ""]
         for q in summary["queries"]:

@@ -13,10 +13,13 @@
        reach (`dominates`: no slower than its bound × slack, no more GPU-hours per step, for
        min_gpus no more GPUs) — it can then be neither the best of its GPU type nor on its arm's
        Pareto front ("trainer", "throughput" or "latency": whichever bound binds);
-    4. each later round keeps the best `keep_fraction` of every arm by the objective, every
-       candidate within `keep_within` of the arm's best step, and every candidate that could be on
-       its arm's front (not dominated by more than `keep_within`), and runs more replicates; the
-       last round runs `replicates`, so the front is drawn from equal replicates.
+    4. each later round keeps, of every arm, its best `keep_fraction` by the objective that could
+       still win (`could_still_win`, for min_step_time: behind the arm's best by no more than
+       `keep_within` or the paired per-step difference's one-sided 99.9 % Student t limit; the
+       others are "dropped: cannot win" rather than run to full replicates), every candidate
+       within `keep_within` of the arm's best step, and every candidate that could be on its arm's
+       front (not dominated by more than `keep_within`), and runs more replicates; the last round
+       runs `replicates`, so the front is drawn from equal replicates.
 
 Every simulated run is a plain pipeline run keyed like `specsim run`'s (`study/sweep.run_key`:
 the candidate's scenario and replicate, the inputs' contents), stored atomically in
@@ -54,7 +57,9 @@ class Evaluated:
     round: int = 0                   # last halving round it ran in (1-based; 0: never simulated)
     keys: dict[int, str] = field(default_factory=dict)     # replicate -> run key
     steady: dict[int, dict] = field(default_factory=dict)  # replicate -> steady figures
+    series: dict[int, dict[int, float]] = field(default_factory=dict)  # replicate -> {step: step_s}, steady steps
     meta: dict = field(default_factory=dict)
+    dropped: str = ""                # why halving did not run its next replicates ("cannot win", "halving")
 
     @property
     def group(self) -> tuple:
@@ -110,20 +115,43 @@ def search(sc, cands: list[Candidate], store: RunStore, *, jobs: int, backend: s
     `sc` to reuse (its engine worlds are cached)."""
     plan = sc.plan
     s = plan.search
-    slack = s.bound_slack
-    bm = bounds if bounds is not None else BoundModel(sc)
     if target_s is None and plan.objective != "min_step_time":
         target_s = plan.target_step_s
     evs = [Evaluated(c) for c in cands]
     st = SearchState(evs)
+    _bound_all(evs, bounds if bounds is not None else BoundModel(sc))
+    _prefilter(evs, plan, dict(sc.output.gpu_hour_usd), target_s)
+    runner = _Runner(sc, store, st, jobs, backend, address, engine, progress, pool)
+    schedule = replicate_schedule(s.replicates, s.halving_rounds)
+    _first_round(evs, runner, jobs, s.bound_slack, plan.objective)
+    alive = [e for e in evs if e.status == "simulated"]
+    for rnd, reps in enumerate(schedule[1:], start=2):
+        t0, runs0 = time.perf_counter(), st.computed_runs
+        alive = _keep(alive, s.keep_fraction, s.keep_within, plan.objective, target_s)
+        runner.batch([(e, r) for e in alive for r in range(reps)], rnd)
+        alive = [e for e in alive if e.status == "simulated"]
+        st.rounds.append({"round": rnd, "replicates": reps, "candidates": len(alive),
+                          "runs": st.computed_runs - runs0, "wall_s": time.perf_counter() - t0})
+    if len(schedule) == 1:   # one round: every simulated candidate at full replicates
+        runner.batch([(e, r) for e in alive for r in range(1, schedule[0])], 1)
+    return st
+
+
+def _bound_all(evs: list[Evaluated], bm: BoundModel) -> None:
+    """Every candidate's bound; a candidate the run refuses is infeasible with the run's reason
+    (`BoundModel.world` resolves it as `specsim run` does)."""
     for e in evs:
         try:
             e.bound = bm.bound(e.cand)
         except ScenarioError as exc:
-            # the run's own refusal (`BoundModel.world` resolves the candidate as `specsim run` does)
             e.status, e.pruned_by, e.reason = "infeasible", exc.field, f"{exc.field}: {exc.allowed}"
-    usd = dict(sc.output.gpu_hour_usd)
-    if plan.max_usd_per_hour is not None:     # the $/hour budget: the cluster's price, before any bound
+
+
+def _prefilter(evs: list[Evaluated], plan, usd: dict, target_s: float | None) -> None:
+    """Leave out, before any run, a candidate over the $/hour budget ("usd_budget": the cluster's
+    price) and, with a target, one whose bound × slack misses it ("target")."""
+    slack = plan.search.bound_slack
+    if plan.max_usd_per_hour is not None:
         for e in evs:
             per_gpu = e.cand.usd_per_gpu_hour(usd)   # a mixed pair's: its pools' prices blended by their GPUs
             rate = math.inf if per_gpu is None else e.cand.total_gpus * per_gpu
@@ -137,70 +165,67 @@ def search(sc, cands: list[Candidate], store: RunStore, *, jobs: int, backend: s
                 e.status, e.pruned_by = "pruned", "target"
                 e.reason = f"bound {e.bound.step_s:.1f} s × {slack:g} > target {target_s:g} s"
 
-    scenarios: dict[str, object] = {}
 
-    def task(e: Evaluated, rep: int) -> RunTask:
-        if e.cand.cid not in scenarios:
-            scenarios[e.cand.cid] = candidate_scenario(sc, e.cand)
-        t = RunTask.of(scenarios[e.cand.cid], rep, "plan", engine)
+@dataclass
+class _Runner:
+    """Runs (or reuses from the store) the candidates' replicates and absorbs their results."""
+
+    sc: object
+    store: RunStore
+    st: SearchState
+    jobs: int
+    backend: str
+    address: str | None
+    engine: str
+    progress: object
+    pool: object
+    scenarios: dict = field(default_factory=dict)
+
+    def task(self, e: Evaluated, rep: int) -> RunTask:
+        if e.cand.cid not in self.scenarios:
+            self.scenarios[e.cand.cid] = candidate_scenario(self.sc, e.cand)
+        t = RunTask.of(self.scenarios[e.cand.cid], rep, "plan", self.engine)
         e.keys[rep] = t.key
         return t
 
+    @staticmethod
     def absorb(e: Evaluated, rep: int, res: dict) -> None:
         if "error" in res:
             e.status, e.pruned_by, e.reason = "infeasible", "run", res["error"]
             return
         e.steady[rep] = res["steady"]
+        w = int(res["meta"].get("warmup_steps", 0))
+        e.series[rep] = {int(r["step"]): float(r["step_s"]) for r in res.get("steps", ()) if r["step"] >= w}
         e.meta = res["meta"]
         e.status = "simulated"
 
-    def run_batch(items: list[tuple[Evaluated, int]], rnd: int) -> None:
+    def batch(self, items: list[tuple[Evaluated, int]], rnd: int) -> None:
         todo: list[RunTask] = []
         owner: dict[str, list[tuple[Evaluated, int]]] = {}
         for e, rep in items:
-            t = task(e, rep)
+            t = self.task(e, rep)
             e.round = rnd
             owner.setdefault(t.key, []).append((e, rep))
-            if t.key in store:
-                st.reused_runs += 1
-                absorb(e, rep, store[t.key])
+            if t.key in self.store:
+                self.st.reused_runs += 1
+                self.absorb(e, rep, self.store[t.key])
             elif len(owner[t.key]) == 1:
                 todo.append(t)
 
         def on_result(t: RunTask, res: dict) -> None:
-            st.computed_runs += 1
+            self.st.computed_runs += 1
             for e, rep in owner[t.key]:
-                absorb(e, rep, res)
+                self.absorb(e, rep, res)
 
-        store.results(todo, jobs=jobs, backend=backend, address=address, pool=pool, progress=progress,
-                      on_result=on_result)
+        self.store.results(todo, jobs=self.jobs, backend=self.backend, address=self.address, pool=self.pool,
+                           progress=self.progress, on_result=on_result)
 
-    def prune_by_bound() -> int:
-        """Prune a pending candidate only when a simulated one of its GPU type and arm dominates
-        every point it could reach (`dominates`, at its bound × slack, the simulated one at its upper
-        95 % limit): it can then be neither the best of its GPU type under the objective nor on its
-        arm's Pareto front."""
-        sims: dict[tuple, list[tuple[float, int]]] = {}
-        for e in evs:
-            if e.status == "simulated":
-                sims.setdefault(e.front_group, []).append((e.upper_step(), e.cand.total_gpus))
-        n = 0
-        for e in evs:
-            if e.status != "pending":
-                continue
-            lb = e.bound.step_s * slack
-            hit = next(((st_, g) for st_, g in sorted(sims.get(e.front_group, ()))
-                        if dominates(st_, g, lb, e.cand.total_gpus, plan.objective)), None)
-            if hit is not None:
-                e.status, e.pruned_by = "pruned", e.bound.binding
-                e.reason = (f"{e.bound.binding} bound {e.bound.step_s:.1f} s × {slack:g}: dominated by a simulated "
-                            f"{hit[0]:.1f} s on {hit[1]} GPUs")
-                n += 1
-        return n
 
-    schedule = replicate_schedule(s.replicates, s.halving_rounds)
-    # ---- round 1: replicate 0 of every candidate, in waves, lowest bound first
-    t0 = time.perf_counter()
+def _first_round(evs: list[Evaluated], runner: _Runner, jobs: int, slack: float, objective: str) -> None:
+    """Round 1 of successive halving: replicate 0 of the candidates in waves (WAVES), lowest bound
+    first, each wave seeding every arm with its lowest-bound candidates; after each wave
+    `prune_by_bound`."""
+    t0, runs0 = time.perf_counter(), runner.st.computed_runs
     for share in WAVES:
         pending = sorted((e for e in evs if e.status == "pending"), key=lambda e: e.bound.step_s)
         if not pending:
@@ -215,22 +240,34 @@ def search(sc, cands: list[Candidate], store: RunStore, *, jobs: int, backend: s
                     per_group[e.group] = per_group.get(e.group, 0) + 1
         else:
             wave = pending
-        run_batch([(e, 0) for e in wave], 1)
-        prune_by_bound()
-    st.rounds.append({"round": 1, "replicates": 1, "candidates": sum(1 for e in evs if e.round == 1),
-                      "wall_s": time.perf_counter() - t0})
-    # ---- later rounds: keep the best of every arm, run more replicates
-    alive = [e for e in evs if e.status == "simulated"]
-    for rnd, reps in enumerate(schedule[1:], start=2):
-        t0 = time.perf_counter()
-        alive = _keep(alive, s.keep_fraction, s.keep_within, plan.objective, target_s)
-        run_batch([(e, r) for e in alive for r in range(reps)], rnd)
-        alive = [e for e in alive if e.status == "simulated"]
-        st.rounds.append({"round": rnd, "replicates": reps, "candidates": len(alive),
-                          "wall_s": time.perf_counter() - t0})
-    if len(schedule) == 1:   # one round: every simulated candidate at full replicates
-        run_batch([(e, r) for e in alive for r in range(1, schedule[0])], 1)
-    return st
+        runner.batch([(e, 0) for e in wave], 1)
+        prune_by_bound(evs, slack, objective)
+    runner.st.rounds.append({"round": 1, "replicates": 1, "candidates": sum(1 for e in evs if e.round == 1),
+                             "runs": runner.st.computed_runs - runs0, "wall_s": time.perf_counter() - t0})
+
+
+def prune_by_bound(evs: list[Evaluated], slack: float, objective: str) -> int:
+    """Prune a pending candidate only when a simulated one of its GPU type and arm dominates
+    every point it could reach (`dominates`, at its bound × slack, the simulated one at its upper
+    95 % limit): it can then be neither the best of its GPU type under the objective nor on its
+    arm's Pareto front. Returns how many it pruned."""
+    sims: dict[tuple, list[tuple[float, int]]] = {}
+    for e in evs:
+        if e.status == "simulated":
+            sims.setdefault(e.front_group, []).append((e.upper_step(), e.cand.total_gpus))
+    n = 0
+    for e in evs:
+        if e.status != "pending":
+            continue
+        lb = e.bound.step_s * slack
+        hit = next(((st_, g) for st_, g in sorted(sims.get(e.front_group, ()))
+                    if dominates(st_, g, lb, e.cand.total_gpus, objective)), None)
+        if hit is not None:
+            e.status, e.pruned_by = "pruned", e.bound.binding
+            e.reason = (f"{e.bound.binding} bound {e.bound.step_s:.1f} s × {slack:g}: dominated by a simulated "
+                        f"{hit[0]:.1f} s on {hit[1]} GPUs")
+            n += 1
+    return n
 
 
 def dominates(d_step: float, d_gpus: int, c_step: float, c_gpus: int, objective: str, margin: float = 0.0) -> bool:
@@ -257,12 +294,40 @@ def _score(e: Evaluated, objective: str, target_s: float | None) -> tuple:
     return (miss, m, e.cand.total_gpus)
 
 
+#: one-sided confidence with which a candidate must trail its arm's best before halving stops
+#: running it (`could_still_win`)
+WIN_CONFIDENCE = 0.999
+
+
+def could_still_win(e: Evaluated, best: Evaluated, within: float, confidence: float = WIN_CONFIDENCE) -> bool:
+    """Whether more replicates could still make `e` the best of its arm: its steady mean trails
+    `best`'s by at most `within` of it, or by no more than the paired per-step difference's
+    one-sided Student t limit at `confidence` (step j of every candidate draws the same responses,
+    so the difference of two candidates' step j leaves out what the draws share; its spread over
+    the steady steps both ran is the noise more replicates average). Fewer than three shared
+    steady steps: it could."""
+    from scipy import stats
+
+    gap = e.mean_step() - best.mean_step()
+    if gap <= within * best.mean_step():
+        return True
+    diffs = [s[j] - best.series[r][j] for r, s in e.series.items() if r in best.series
+             for j in s if j in best.series[r]]
+    n = len(diffs)
+    if n < 3:
+        return True
+    mean = sum(diffs) / n
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
+    return gap <= float(stats.t.ppf(confidence, n - 1)) * sd / math.sqrt(n)
+
+
 def _keep(alive: list[Evaluated], fraction: float, within: float, objective: str = "min_step_time",
           target_s: float | None = None) -> list[Evaluated]:
-    """Who runs the next round's replicates: the best `fraction` of each arm (GPU type, budget, arm;
-    by the objective), every one within `within` of its best step, and every one that could be on
-    its arm's Pareto front: not dominated by `within` (`dominates`) by another of its GPU type and
-    arm — so the front is drawn from equal replicates."""
+    """Who runs the next round's replicates: of each arm (GPU type, budget, arm; by the objective)
+    its best `fraction` that could still win (`could_still_win`), every one within `within` of its
+    best step, and every one that could be on its arm's Pareto front: not dominated by `within`
+    (`dominates`) by another of its GPU type and arm — so the front is drawn from equal replicates.
+    The others are marked `dropped` ("cannot win": in the best `fraction` but too far behind)."""
     groups: dict[tuple, list[Evaluated]] = {}
     for e in alive:
         groups.setdefault(e.group, []).append(e)
@@ -270,8 +335,15 @@ def _keep(alive: list[Evaluated], fraction: float, within: float, objective: str
     for members in groups.values():
         members.sort(key=lambda e: _score(e, objective, target_s))
         n = max(1, math.ceil(fraction * len(members)))
-        best = min(e.mean_step() for e in members)
-        keep |= {id(e) for i, e in enumerate(members) if i < n or e.mean_step() <= best * (1 + within)}
+        best = min(members, key=Evaluated.mean_step)
+        for i, e in enumerate(members):
+            if e.mean_step() <= best.mean_step() * (1 + within):
+                keep.add(id(e))
+            elif i < n:
+                if objective != "min_step_time" or could_still_win(e, best, within):
+                    keep.add(id(e))
+                else:
+                    e.dropped = "cannot win"
     fronts: dict[tuple, list[Evaluated]] = {}
     for e in alive:
         fronts.setdefault(e.front_group, []).append(e)
@@ -281,4 +353,8 @@ def _keep(alive: list[Evaluated], fraction: float, within: float, objective: str
             m, g = e.mean_step(), e.cand.total_gpus
             if not any(dominates(dm, dg, m, g, objective, within) for dm, dg in pts):
                 keep.add(id(e))
+                e.dropped = ""
+    for e in alive:
+        if id(e) not in keep and not e.dropped:
+            e.dropped = "halving"
     return [e for e in alive if id(e) in keep]
