@@ -29,43 +29,12 @@ LAZY_MODULES = {
     "aiconfigurator_core": "optional: the kernel tables' source (`specsim calibrate kernels`)",
     "prometheus_client": "optional: reading an engine's /metrics text (`calibrate acceptance`)",
     "fcntl": "POSIX only: the results folder's lock",
+    "resource": "POSIX only: the planner's CPU-time line",
 }
 #: specsim's own modules imported inside a function: (file under specsim/, function, module) -> why
 LAZY_OWN = {
     ("cli/launch.py", "main", "specsim.cli.app"):
         "a Ctrl-C while the command line imports exits 130 with one line (launch.py's doc)",
-}
-#: study/planner/ is being reworked by another change in flight (#48); its function-level imports are
-#: listed as found and hoisted once that lands. Not a model: a new site anywhere fails the tests below.
-PLANNER_DEFERRED = {
-    "study/planner/__init__.py": {
-        ("_without_plan", "specsim.scenario.plan_section"), ("plan_scenario", "specsim.study.report.tables"),
-        ("_cpu_s", "resource"), ("page_table", "pandas"), ("_write_page", "specsim"),
-        ("_write_page", "specsim.study.report.html"), ("candidate_overrides", "json"), ("candidates", "pandas"),
-        ("plan_checks", "specsim.scenario.plan_section"), ("plan_checks", "specsim.study.planner.candidates"),
-        ("plan_scenario", "specsim.study.executors"), ("plan_scenario", "specsim.study.runner"),
-        ("plan_scenario", "specsim.study.planner"), ("plan_scenario", "specsim.study.planner.baselines")},
-    "study/planner/baselines.py": {
-        ("_gpus_of", "specsim.scenario"), ("against_baselines", "specsim.study.planner.candidates"),
-        ("against_baselines", "specsim.study.planner.inverse"), ("against_baselines", "specsim.study.report.tables"),
-        ("_f", "specsim.study.report.tables")},
-    "study/planner/bounds.py": {
-        ("_tail_verify_steps", "specsim.workload.acceptance.laws"),
-        ("_tail_verify_steps", "specsim.workload.lengths.sampling"), ("world", "specsim.scenario"),
-        ("world", "specsim.world.resolve"), ("trainer_s", "specsim.cost")},
-    "study/planner/candidates.py": {
-        ("_key", "specsim.scenario.schema"), ("enumerate_candidates", "specsim.catalog.models"),
-        ("layout_problem", "specsim.world.resolve")},
-    "study/planner/inverse.py": {
-        ("_ci", "specsim.study.report.tables"), ("_probe", "specsim.study.planner.candidates"),
-        ("_probe", "specsim.study.planner.search"), ("min_gpus_for", "specsim.study.planner.report"),
-        ("_fmt", "specsim.study.report.tables"), ("tau_bracket", "specsim.workload.acceptance.laws"),
-        ("valid", "specsim.world.resolve")},
-    "study/planner/report.py": {
-        ("_ci", "specsim.study.report.tables"), ("candidate_rows", "json"),
-        ("paired_ratio", "specsim.study.report.tables"), ("_fmt", "specsim.study.report.tables"),
-        ("_entry_text", "specsim.study.report.tables"), ("plan_markdown", "specsim.study.report.tables")},
-    "study/planner/search.py": {("upper_step", "specsim.study.report.tables")},
 }
 #: the most function-level imports of specsim's own modules (issue #45)
 MAX_LAZY_OWN = 40
@@ -193,10 +162,10 @@ def _own(module: str) -> bool:
 
 def test_function_level_imports_are_allow_listed():
     """A module is imported at the top of the module that uses it, unless it is heavy or optional
-    (LAZY_MODULES) or the site is listed with its reason (LAZY_OWN, PLANNER_DEFERRED)."""
+    (LAZY_MODULES) or the site is listed with its reason (LAZY_OWN)."""
     stray = []
     for rel, fn, mod, line in _lazy_sites():
-        if (fn, mod) in PLANNER_DEFERRED.get(rel, set()) or (rel, fn, mod) in LAZY_OWN:
+        if (rel, fn, mod) in LAZY_OWN:
             continue
         if not _own(mod) and mod.split(".")[0] in LAZY_MODULES:
             continue
@@ -213,7 +182,7 @@ def test_few_function_level_imports_of_specsims_own_modules():
 def test_the_allow_lists_name_existing_sites():
     """A hoisted site leaves its allow-list entry (no stale permission)."""
     sites = {(rel, fn, mod) for rel, fn, mod, _ in _lazy_sites()}
-    listed = set(LAZY_OWN) | {(rel, fn, mod) for rel, pairs in PLANNER_DEFERRED.items() for fn, mod in pairs}
+    listed = set(LAZY_OWN)
     assert listed <= sites, sorted(listed - sites)
 
 

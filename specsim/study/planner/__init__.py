@@ -31,16 +31,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specsim import atomic
+from specsim import atomic, inputs
 from specsim.atomic import dump_yaml
 from specsim.scenario import ScenarioError, load_scenario, source_file, to_yaml
-from specsim.study.executors import check_backend
+from specsim.scenario.plan_section import PlanSection, plan_hardware_names
+from specsim.study.executors import check_backend, worker_pool
 from specsim.study.plan import refuse_over_bound, scenario_run_tokens
+from specsim.study.planner import inverse
+from specsim.study.planner.baselines import against_baselines
 from specsim.study.planner.bounds import BoundModel
-from specsim.study.planner.candidates import enumerate_candidates
+from specsim.study.planner.candidates import enumerate_candidates, plan_hardware
 from specsim.study.planner.report import answer, candidate_rows, fronts, plan_markdown, plot_fronts, write_tables
 from specsim.study.planner.search import search
+from specsim.study.report.html import plots_of, render_page, write_page
 from specsim.study.report.progress import Progress
+from specsim.study.report.tables import few_replicates_warning, jsonable
+from specsim.study.runner import specsim_version
 from specsim.study.store import open_results
 from specsim.study.sweep import inputs_fingerprint
 
@@ -73,7 +79,6 @@ class PlanResult:
 def _without_plan(sc):
     """The scenario the results folder is guarded by: without its plan and its prices (neither
     changes a run, so a widened plan or a new price reuses every run)."""
-    from specsim.scenario.plan_section import PlanSection
 
     return sc.model_copy(update={"plan": PlanSection(), "output": sc.output.model_copy(update={"gpu_hour_usd": {}})})
 
@@ -88,8 +93,6 @@ def plan_checks(sc) -> tuple[list, list, dict]:
                             "omitted for a sync (colocated) scenario: it has no rollout:training split")
     if plan.objective == "min_usd" or plan.max_usd_per_hour is not None:
         usd = sc.output.gpu_hour_usd
-        from specsim.scenario.plan_section import plan_hardware_names
-        from specsim.study.planner.candidates import plan_hardware
 
         missing = [h for h in plan_hardware_names(plan_hardware(sc, plan)) if h not in usd]
         if missing:
@@ -114,7 +117,6 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
     sc = load_scenario(path, list(overrides))
     workers = check_backend(backend, jobs, address)
     plan = sc.plan
-    from specsim.study.report.tables import few_replicates_warning
 
     warnings: list[str] = [w for w in [few_replicates_warning(plan.search.replicates)] if w]
     if min_gpus_for is not None and not (math.isfinite(min_gpus_for) and min_gpus_for > 0):
@@ -128,7 +130,6 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
         out_dir, store = folder.path, folder.store
         atomic.write_text(out_dir / "plan.yaml", dump_yaml(plan.model_dump(mode="json"), sort_keys=False))
         bounds = BoundModel(sc)
-        from specsim.study.executors import worker_pool
 
         # one worker pool for every wave, round, baseline and probe of the plan (starting one per
         # wave cost 14 % of a 256 x 16 plan's CPU)
@@ -141,8 +142,6 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
             ans = answer(evs, plan, reps, usd)
             fr = fronts(evs, usd, reps)
             queries = []
-            from specsim.study.planner import inverse
-            from specsim.study.planner.baselines import against_baselines
 
             layouts: dict[str, list] = {}
             for c in cands:
@@ -169,8 +168,6 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
         plot = plot_fronts(out_dir / "fronts", sc, fr, plan.target_step_s) if sc.output.plots else None
         if plot:
             files += ["fronts.png", "fronts.csv"]
-        from specsim.study.report.tables import jsonable
-        from specsim.study.runner import specsim_version
 
         summary = jsonable({
             "scenario": sc.name, "model": sc.model, "mode": sc.pipeline.mode, "hardware": sorted({c.hardware for c in cands}),
@@ -302,8 +299,6 @@ def page_table(frame):
 
 def _write_page(out_dir: Path, sc, summary: dict, md: str, warnings: list[str]) -> None:
     """The plan's report.html: the summary, the fronts, every evaluated candidate, the scenario."""
-    from specsim import inputs
-    from specsim.study.report.html import plots_of, render_page, write_page
 
     frame = inputs.read_csv_frame(out_dir / "candidates.csv", "--out", "plan file")
     write_page(out_dir, render_page(
@@ -321,10 +316,4 @@ def _write_page(out_dir: Path, sc, summary: dict, md: str, warnings: list[str]) 
         provenance={"specsim": summary.get("version", ""), "created (UTC)": summary.get("created_utc", ""),
                     **{f"input sha256 ({k})": v for k, v in sorted((summary.get("inputs") or {}).items())}}))
 
-
-def candidate_overrides(entry: dict) -> list[str]:
-    """`--set` strings that make the scenario one reported configuration (for `specsim run`)."""
-    import json
-
-    return [f"{k}={json.dumps(v)}" for k, v in entry["overrides"].items()]
 

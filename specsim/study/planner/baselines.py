@@ -14,11 +14,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from specsim.scenario import apply_overrides
+from specsim.study.planner.candidates import splits
+from specsim.study.planner.inverse import ProbeFailed
+from specsim.study.report.tables import fmt_ci, mean_ci, ratio_ci
+
 __all__ = ["against_baselines"]
 
 
 def _gpus_of(sc, ov: dict) -> int:
-    from specsim.scenario import apply_overrides
 
     s = apply_overrides(sc, ov)
     return int(s.rollout.gpus + (s.training.gpus or 0 if s.pipeline.mode == "async" else 0))
@@ -27,9 +31,6 @@ def _gpus_of(sc, ov: dict) -> int:
 def against_baselines(ctx, ans: dict) -> list[dict]:
     """One entry per baseline: its label, its steps' interval, and the paired ratios to the best
     configuration of the plan's objective (best SD when it wins the objective, else best AR)."""
-    from specsim.study.planner.candidates import splits
-    from specsim.study.planner.inverse import ProbeFailed
-    from specsim.study.report.tables import mean_ci, ratio_ci
 
     best = _overall_best(ans)
     if best is None:
@@ -96,6 +97,5 @@ def _overall_best(ans: dict) -> dict | None:
 
 
 def _f(m, d):
-    from specsim.study.report.tables import fmt_ci
 
     return fmt_ci(m, d)

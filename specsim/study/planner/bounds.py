@@ -39,7 +39,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.scenario import Scenario, apply_overrides
+from specsim.cost import training as tc
+from specsim.scenario import Scenario, ScenarioError, apply_overrides
+from specsim.workload.acceptance.laws import expected_tokens_per_verify
+from specsim.workload.lengths.sampling import sample_group_lengths, sample_prompt_lengths
+from specsim.world.resolve import resolve
 
 __all__ = ["Bound", "BoundModel"]
 
@@ -114,8 +118,6 @@ class BoundModel:
 
     def world(self, c):
         """The candidate's resolved world, as `specsim run` resolves it (raises its ScenarioError)."""
-        from specsim.scenario import ScenarioError
-        from specsim.world.resolve import resolve
 
         key = self._key(c)
         if key not in self._worlds:
@@ -149,7 +151,6 @@ class BoundModel:
         (+ the engines' prepare, colocated), one after another on the trainer pool."""
         key = (c.hardware, c.rollout_gpus, c.training_gpus, c.layout)
         if key not in self._trainer:
-            from specsim.cost import training as tc
 
             w = self.world(c)
             tl = w.trainer.layout
@@ -184,7 +185,6 @@ def _low(x: np.ndarray) -> float:
 
 
 def _workload_draws(w) -> Draws:
-    from specsim.workload.lengths.sampling import sample_group_lengths, sample_prompt_lengths
 
     wl = w.workload
     rng = np.random.default_rng(12345)
@@ -231,7 +231,6 @@ class TailGroups:
 def _tail_groups(w, k: int, d: Draws) -> TailGroups:
     """Each sampled response's engine steps L_j / t_j (t_j the tokens it emits per step at its own
     acceptance α_j drawn from the fresh drafter, its own fixed seed; staleness only lowers α)."""
-    from specsim.workload.acceptance.laws import expected_tokens_per_verify
 
     rng = np.random.default_rng(54321)
     acc = w.acceptance

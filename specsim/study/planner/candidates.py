@@ -16,8 +16,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from specsim.catalog.models import load_model
 from specsim.scenario import Scenario, ScenarioError, apply_overrides, source_file
 from specsim.scenario.plan_section import PAIR_SEP, hardware_pair
+from specsim.scenario.schema import hardware_key
+from specsim.world.resolve import resolve
 
 __all__ = ["Candidate", "LayoutKey", "configurations", "default_layouts", "enumerate_candidates", "hardware_overrides",
            "plan_hardware", "splits"]
@@ -131,7 +134,6 @@ def plan_hardware(sc: Scenario, plan) -> list[str]:
 
 
 def _key(name: str) -> str:
-    from specsim.scenario.schema import hardware_key
 
     return hardware_key(name.strip())
 
@@ -184,7 +186,6 @@ def default_shares(n: int) -> list[float]:
 def enumerate_candidates(sc: Scenario, plan) -> tuple[list[Candidate], list[dict]]:
     """Every candidate of the plan (before any bound), and the rejected (hardware, layout)
     pairs with the reason. Raises ScenarioError naming the constraint when nothing is left."""
-    from specsim.catalog.models import load_model
 
     file = source_file(sc)
     model = load_model(sc.model)
@@ -264,7 +265,6 @@ def configurations(sc: Scenario, plan, hw: str, layouts: list[LayoutKey], budget
 def layout_problem(sc: Scenario, hw: str, lay: LayoutKey, k_max: int) -> str | None:
     """Why a rollout layout cannot run on `hw` (one engine; the memory plan with the drafter at
     the largest k), or None."""
-    from specsim.world.resolve import resolve
 
     g = max(lay[0], lay[1]) * lay[2]
     ov: dict[str, Any] = {**hardware_overrides(hw, uses_pool_fields(sc)), "rollout.gpus": g, "rollout.tp": lay[0],

@@ -39,8 +39,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specsim.scenario import ScenarioError, apply_overrides
+from specsim.study.planner.candidates import configurations
+from specsim.study.planner.report import candidate_entry
+from specsim.study.planner.search import search
+from specsim.study.report.tables import fmt_ci, mean_ci
 from specsim.study.store import RunStore
 from specsim.study.sweep import RunTask
+from specsim.workload.acceptance.laws import tau_scalar
+from specsim.world.resolve import resolve
 
 __all__ = ["Context", "bisect_int", "break_even_tau", "min_gpus_for", "stops_paying", "tau_overrides"]
 
@@ -74,7 +80,6 @@ class Context:
     def valid(self, overrides: dict) -> str | None:
         """Why `specsim run` would refuse the scenario with `overrides` (None: it accepts it). No
         simulation: the scenario is loaded and resolved exactly as the run resolves it."""
-        from specsim.world.resolve import resolve
 
         key = json.dumps(overrides, sort_keys=True, default=str)
         if key not in self._valid:
@@ -147,7 +152,6 @@ def bisect_float(lo: float, hi: float, ok, tol: float) -> tuple[float, float]:
 
 
 def _ci(v):
-    from specsim.study.report.tables import mean_ci
 
     return mean_ci(v or [])
 
@@ -176,8 +180,6 @@ class _Probe:
 def _probe(ctx: Context, entry: dict, n: int, target: float, free: bool = False) -> _Probe:
     """Search every allowed layout × split of n GPUs at the entry's GPU type, SD policy, k, lag
     (`free`: also every SD policy × k and lag the plan allows for the entry's arm)."""
-    from specsim.study.planner.candidates import configurations
-    from specsim.study.planner.search import search
 
     sc = ctx.sc
     arm = [(entry["sd_policy"], int(entry["k"]))]
@@ -204,7 +206,6 @@ def _probe(ctx: Context, entry: dict, n: int, target: float, free: bool = False)
 def min_gpus_for(ctx: Context, ans: dict, target: float, grow_max: int = 4) -> list[dict]:
     """The fewest GPUs whose best AR (SD) configuration reaches `target` (see the module doc):
     from the plan's budget, doubled up to `grow_max` times until it is met, then bisected."""
-    from specsim.study.planner.report import candidate_entry
 
     out = []
     for arm in ("ar", "sd"):
@@ -262,7 +263,6 @@ def min_gpus_for(ctx: Context, ans: dict, target: float, grow_max: int = 4) -> l
 
 
 def _fmt(m, d=1):
-    from specsim.study.report.tables import fmt_ci
 
     return fmt_ci(m, d)
 
@@ -301,7 +301,6 @@ def tau_bracket(ctx: Context, base: dict) -> tuple[float, float, float]:
     the run's own checks decide (τ ≤ the most a k-draft with the drafter's position decay gives,
     a staleness whose `tau_after` stays valid), each edge found by bisection on validity from the
     scenario's own τ, TAU_EDGE inside the valid range."""
-    from specsim.workload.acceptance.laws import tau_scalar
 
     d = ctx.sc.drafter
     own = float(d.general_tau if d.init == "general" else d.tau)

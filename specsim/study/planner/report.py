@@ -9,6 +9,7 @@ mean of the per-replicate ratios best-AR step ÷ best-SD step, with its interval
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from specsim import atomic
+from specsim.study.report.tables import fmt_ci, md_text, mean_ci, ratio_ci
 
 __all__ = ["CANDIDATE_COLUMNS", "answer", "candidate_entry", "candidate_rows", "fronts", "plan_markdown", "plot_fronts"]
 
@@ -30,15 +32,12 @@ CANDIDATE_COLUMNS = (
 
 
 def _ci(values) -> dict:
-    from specsim.study.report.tables import mean_ci
 
     return mean_ci(values)
 
 
 def candidate_rows(evs, usd: dict[str, float]) -> list[dict]:
     """One row per candidate (pruned and infeasible ones too), sorted by status then step time."""
-    import json
-
     rows = []
     for e in evs:
         c = e.cand
@@ -165,7 +164,6 @@ def answer(evs, plan, replicates: int, usd: dict[str, float]) -> dict:
 def paired_ratio(a, b) -> dict:
     """a's mean step ÷ b's, paired over the replicates both ran (the same draws), with its interval
     (`tables.ratio_ci`, log scale); `paired_replicates` lists them."""
-    from specsim.study.report.tables import ratio_ci
 
     common = sorted(set(a.steady) & set(b.steady))
     out = ratio_ci([a.steady[r]["step_s"] / b.steady[r]["step_s"] for r in common])
@@ -323,14 +321,12 @@ def plot_fronts(stem: Path, sc, fr: dict, target: float | None) -> str | None:
 
 
 def _fmt(m: dict | None, digits: int = 1) -> str:
-    from specsim.study.report.tables import fmt_ci
 
     return fmt_ci(m, digits)
 
 
 def _entry_text(b: dict) -> str:
     """One best configuration: label, step, GPU-hours and $ per step (per run with plan.run_steps)."""
-    from specsim.study.report.tables import md_text
 
     usd = (f", {_sig(b['usd_per_step'], money=True)} per step (${b['usd_per_hour']:,.4g}/h)"
            if b.get("usd_per_step") else "")
@@ -346,7 +342,6 @@ def plan_markdown(summary: dict) -> str:
     """summary.md of a plan (the printed summary says the same)."""
     a = summary["answer"]
     s = summary["search"]
-    from specsim.study.report.tables import md_text
 
     lines = [f"# {md_text(summary['scenario'])}: plan", "",
              f"{md_text(summary['model'])} — objective **{a['objective']}**"

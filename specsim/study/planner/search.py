@@ -33,9 +33,12 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from scipy import stats
+
 from specsim.scenario import ScenarioError
 from specsim.study.planner.bounds import Bound, BoundModel
 from specsim.study.planner.candidates import Candidate, candidate_scenario
+from specsim.study.report.tables import mean_ci
 from specsim.study.store import RunStore
 from specsim.study.sweep import RunTask
 
@@ -81,7 +84,6 @@ class Evaluated:
         return sum(s) / len(s) if s else math.inf
 
     def upper_step(self) -> float:
-        from specsim.study.report.tables import mean_ci
 
         m = mean_ci(self.steps())
         if m["ci95"]:
@@ -306,8 +308,6 @@ def could_still_win(e: Evaluated, best: Evaluated, within: float, confidence: fl
     so the difference of two candidates' step j leaves out what the draws share; its spread over
     the steady steps both ran is the noise more replicates average). Fewer than three shared
     steady steps: it could."""
-    from scipy import stats
-
     gap = e.mean_step() - best.mean_step()
     if gap <= within * best.mean_step():
         return True
