@@ -28,10 +28,12 @@ from small_sweep import TINY_SYNC
 
 from specsim.cli.app import app
 
-N_EXAMPLES = 2000
+N_EXAMPLES = 1000
 #: every valid case is checked; one in RUN_EVERY (chosen by the file's CRC, so the same ones every
-#: time) is also run: a run costs ~50 checks, and 2,000 checks with ~220 runs keep the suite fast
-RUN_EVERY = 3
+#: time) is also run: a run costs ~10 checks, and 1,000 checks (~330 valid, ~80 of each broken kind)
+#: with ~40 runs keep the suite fast; every (mode, policy, drafter kind) combination is run besides
+#: by test_every_mode_policy_and_drafter_runs (derandomized draws reach ~26 of its 32)
+RUN_EVERY = 8
 COUNTS: Counter = Counter()
 
 BASE = {**TINY_SYNC, "name": "fuzz"}
@@ -191,6 +193,28 @@ def test_fuzz_check_and_run(runner, tmp_path_factory, case):
     assert err.count("\n") <= 1, "one paragraph"
     assert re.search(r"got |must|allowed|needs|unknown|valid YAML", err), err
     COUNTS["invalid: " + kind] += 1
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("policy", ["off", "always", "threshold", "adaptive"])
+@pytest.mark.parametrize("kind", ["eagle3", "mtp", "self_quant", "ngram"])
+def test_every_mode_policy_and_drafter_runs(runner, tmp_path, mode, policy, kind):
+    """Each of the valid generator's 2 x 4 x 4 (pipeline mode, speculation policy, drafter kind)
+    combinations checks OK and finishes a short run (the fuzz above runs a CRC-chosen sample)."""
+    doc = {**copy.deepcopy(BASE), "drafter": {"kind": kind, "tau": 2.0, "tau_at_k": 3},
+           "speculation": {"policy": policy, "k": 2, "max_batch": 8, "k_max": 4},
+           "pipeline": {"mode": mode, "steps": 2, "warmup_steps": 0, "policy_lag": 1}}
+    if mode == "async":
+        doc["training"] = {"gpus": 1}
+    path = _write(tmp_path, doc)
+    res, out = _check(runner, path)
+    assert res.exit_code == 0, out
+    run = runner.invoke(app, ["run", str(path), "--out", str(tmp_path / "out"), "--jobs", "1", "--no-progress",
+                              "--format", "json"])
+    _no_traceback(run.output)
+    assert run.exit_code == 0, run.output
+    assert (tmp_path / "out" / "points.csv").is_file()
+    COUNTS["valid: mode x policy x drafter, run finished"] += 1
 
 
 # ============================================================================ #15 classes

@@ -168,8 +168,10 @@ def test_token_weighted_batch_is_finite_and_bounded(small, mode):
     at every step or segment): finite in every steady step of sync and async runs, on every
     engine, within [1, max_batch], and at least the time-weighted mean batch (tokens per second
     grow with the batch, so tokens lean towards the full batch); async counts the pool's tokens
-    between consecutive step finishes, as its mean active batch does. Capped batch: max_batch 16."""
-    sc = apply_overrides(small, {"rollout.max_batch": 16})
+    between consecutive step finishes, as its mean active batch does. Capped batch: max_batch 16,
+    8 x 16 responses on 4 engines (32 each: two full batches, then the drain; the bounds hold at
+    any size, and the reference engine walks every verify step)."""
+    sc = apply_overrides(small, {"rollout.max_batch": 16, "workload.prompts": 8})
     sc = sc if mode == "sync" else _async(sc, **{"pipeline.policy_lag": 1, "pipeline.steps": 5})
     world = resolve(sc)
     for engine in ("fast", "fleet", "reference"):

@@ -45,19 +45,26 @@ def _run(scenario: Path, out: Path) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory) -> Path:
+    """The uninterrupted sweep (one `specsim run` process), the table both interrupted runs must end with."""
+    scenario = tmp_path_factory.mktemp("clean") / "killme.yaml"
+    scenario.write_text(yaml.safe_dump(SCENARIO))
+    out = scenario.parent / "clean"
+    proc = _run(scenario, out)
+    assert proc.wait(timeout=300) == 0, proc.stderr.read().decode()
+    return out
+
+
 def _finished_points(out: Path) -> int:
     return len(list((out / "points").glob("*.json"))) if (out / "points").is_dir() else 0
 
 
 @pytest.mark.skipif(os.name != "posix", reason="SIGKILL is POSIX")
-def test_sigkill_mid_sweep_then_resume(tmp_path):
+def test_sigkill_mid_sweep_then_resume(tmp_path, clean):
     scenario = tmp_path / "killme.yaml"
     scenario.write_text(yaml.safe_dump(SCENARIO))
     total = 16
-
-    clean = tmp_path / "clean"
-    proc = _run(scenario, clean)
-    assert proc.wait(timeout=300) == 0, proc.stderr.read().decode()
 
     killed = tmp_path / "killed"
     proc = _run(scenario, killed)
@@ -88,13 +95,11 @@ def test_sigkill_mid_sweep_then_resume(tmp_path):
 
 
 @pytest.mark.skipif(os.name != "posix", reason="SIGINT delivery as on a terminal is POSIX")
-def test_ctrl_c_mid_sweep_exits_130_cleanly_and_resumes(tmp_path, sigint_deliverable):
+def test_ctrl_c_mid_sweep_exits_130_cleanly_and_resumes(tmp_path, sigint_deliverable, clean):
     """Ctrl-C (SIGINT): exit 130 with one line saying how to resume, no traceback; the rerun
     completes the same table as an uninterrupted run."""
     scenario = tmp_path / "killme.yaml"
     scenario.write_text(yaml.safe_dump(SCENARIO))
-    clean = tmp_path / "clean"
-    assert _run(scenario, clean).wait(timeout=300) == 0
 
     out = tmp_path / "interrupted"
     proc = _run(scenario, out)

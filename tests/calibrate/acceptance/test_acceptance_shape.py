@@ -140,12 +140,20 @@ def test_write_scenarios_edits_only_the_shape_lines(tmp_path):
     assert acc.tau(3) == pytest.approx(3.32, abs=1e-9)
 
 
-def test_fitted_shape_is_what_the_eagle3_scenarios_carry():
+@pytest.fixture(scope="module")
+def published_fit():
+    """The published curves and fit_all on them (deterministic; the slowest step of these tests),
+    computed once for the tests that read it."""
+    curves = FIT.load_curves(CURVES)
+    return curves, FIT.fit_all(curves)
+
+
+def test_fitted_shape_is_what_the_eagle3_scenarios_carry(published_fit):
     """The written shape is the fit's (rounded as written); rerun the recipe with --write after
     changing the data."""
     from specsim.scenario import load_scenario
     from specsim.world.resolve import acceptance_model
-    _, best = FIT.fit_all(FIT.load_curves(CURVES))
+    _, (_, best) = published_fit
     for name in _recipe().SCENARIOS:
         acc = acceptance_model(load_scenario(ROOT / "scenarios" / name))
         assert acc.concentration == pytest.approx(best.c, rel=5e-3), name
@@ -154,16 +162,19 @@ def test_fitted_shape_is_what_the_eagle3_scenarios_carry():
                                                         concentration=acc.concentration).alpha0)
 
 
-def test_acceptance_shape_recipe_prints_the_fit_and_writes_nothing(capsys, monkeypatch):
+def test_acceptance_shape_recipe_prints_the_fit_and_writes_nothing(capsys, monkeypatch, published_fit):
     """`python calibration/recipes/acceptance_shape.py` (no --write) prints every variant, the chosen
     shape (the one the EAGLE-3 scenarios carry), the per-curve residuals and the tau(k) tables, and
-    leaves the scenarios as they are -- from any working directory."""
+    leaves the scenarios as they are -- from any working directory. fit_all on the published curves
+    is the fixture's (the same pure call; any other curves are fitted)."""
     import re
 
     from specsim.scenario import load_scenario
     from specsim.world.resolve import acceptance_model
 
     recipe = _recipe()
+    fit_all, (published, fitted) = FIT.fit_all, published_fit
+    monkeypatch.setattr(FIT, "fit_all", lambda curves: fitted if curves == published else fit_all(curves))
     monkeypatch.chdir(ROOT / "tests")
     before = {n: (ROOT / "scenarios" / n).read_text() for n in recipe.SCENARIOS}
     assert recipe.main([]) == 0
