@@ -111,17 +111,23 @@ def test_no_cross_file_private_imports(path):
             f"{path.relative_to(PACKAGE)}:{line} imports the private module {mod}")
 
 
-def test_the_checks_see_a_violation(tmp_path):
-    """The walker finds function-level and relative imports (a test that can fail)."""
+def _walk_a_planted_module(tmp_path, text: str, walker):
+    """`walker` over specsim/cost/bad.py holding `text`, in a package rooted at tmp_path."""
+    global PACKAGE
     bad = tmp_path / "specsim" / "cost" / "bad.py"
     bad.parent.mkdir(parents=True)
-    bad.write_text("def f():\n    from specsim.study.sweep import _x\n    from . import roofline\n")
-    global PACKAGE
+    bad.write_text(text)
     saved, PACKAGE = PACKAGE, tmp_path / "specsim"
     try:
-        found = _imports(bad)
+        return walker(bad)
     finally:
         PACKAGE = saved
+
+
+def test_the_checks_see_a_violation(tmp_path):
+    """The walker finds function-level and relative imports (a test that can fail)."""
+    found = _walk_a_planted_module(tmp_path, "def f():\n    from specsim.study.sweep import _x\n"
+                                   "    from . import roofline\n", _imports)
     assert ("specsim.study.sweep", ["_x"], 2) in found
     assert ("specsim.cost", ["roofline"], 3) in found
 
@@ -187,14 +193,7 @@ def test_the_allow_lists_name_existing_sites():
 
 
 def test_the_function_level_walker_sees_a_lazy_import(tmp_path):
-    bad = tmp_path / "specsim" / "cost" / "bad.py"
-    bad.parent.mkdir(parents=True)
-    bad.write_text("import math\n\ndef f():\n    from specsim.study.sweep import x\n"
-                   "    def g():\n        import matplotlib\n    from . import roofline\n")
-    global PACKAGE
-    saved, PACKAGE = PACKAGE, tmp_path / "specsim"
-    try:
-        found = _function_imports(bad)
-    finally:
-        PACKAGE = saved
+    found = _walk_a_planted_module(tmp_path, "import math\n\ndef f():\n    from specsim.study.sweep import x\n"
+                                   "    def g():\n        import matplotlib\n    from . import roofline\n",
+                                   _function_imports)
     assert found == [("f", "specsim.study.sweep", 4), ("g", "matplotlib", 6), ("f", "specsim.cost", 7)]

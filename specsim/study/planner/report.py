@@ -266,8 +266,9 @@ def short_label(c) -> str:
 
 
 def plot_fronts(stem: Path, sc, fr: dict, target: float | None) -> str | None:
-    """Step time vs GPU-hours per step, AR and SD fronts, each point with its 95 % intervals on both
-    axes and its configuration written beside it (PNG + the CSV it is drawn from)."""
+    """Step time vs GPU-hours per step, AR and SD fronts, each point with its step time's 95 %
+    interval as a bar and its configuration written beside it (PNG + the CSV it is drawn from, which
+    holds both intervals)."""
     from matplotlib.figure import Figure
 
     rows = []
