@@ -394,9 +394,9 @@ def plan_markdown(summary: dict) -> str:
                f"{s['reused_runs']} reused; {s['wall_s']:.1f} s wall on {s['jobs']} worker(s)"
                + (f", {s['cpu_s']:.0f} CPU-s ({s['cpu_s_per_computed_run']:.1f} per simulated run)"
                   if s.get("cpu_s_per_computed_run") else "")),
-              "- halving rounds: " + "; ".join(f"round {r['round']}: {r['candidates']} at {r['replicates']} "
-                                                f"replicate(s)" + (f" ({r['runs']} runs, {r['wall_s']:.0f} s wall)"
-                                                                   if "runs" in r else "") for r in s["rounds"]),
+              "- halving, pass by pass: " + ", then ".join(
+                  f"{r['candidates']} at {r['replicates']} replicate(s)"
+                  + (f" ({r['runs']} runs, {r['wall_s']:.0f} s wall)" if "runs" in r else "") for r in s["rounds"]),
               "- not run to full replicates: " + (", ".join(f"{k} {v}" for k, v in s.get("dropped_at_halving", {}).items())
                                                   or "none")
               + " (cannot win: behind its arm's best by more than keep_within and the paired per-step difference's 99.9 % t limit)",
