@@ -338,13 +338,16 @@ def explain(path: str | Path, overrides: Sequence[str] = (), *, point: str | Non
     ctx = float(world.prompt_dist.mean_tokens(w.max_prompt_tokens) + 0.5 * world.response_dist.mean_tokens(
         w.max_response_tokens))
 
-    def flat_c(ov: dict) -> float:
-        t = resolve(apply_overrides(sc, ov)).table
-        return max(0.0, (_table_ratio(t, k, batch, ctx) - 1.0) / k)
+    def flat_c(table) -> float:
+        return max(0.0, (_table_ratio(table, k, batch, ctx) - 1.0) / k)
+
+    def what_if_table(field: str):
+        return resolve(apply_overrides(sc, {field: True})).table
 
     moe = world.model.moe is not None
-    flat = _FlatCosts(draft=flat_c({"what_if.verify_as_decode": True}),
-                      rest=flat_c({"what_if.verify_experts_as_decode": True}) if moe else None, full=flat_c({}))
+    flat = _FlatCosts(draft=flat_c(what_if_table("what_if.verify_as_decode")),
+                      rest=flat_c(what_if_table("what_if.verify_experts_as_decode")) if moe else None,
+                      full=flat_c(world.table))
 
     # ---- phase 2: the rungs
     rungs = _rungs(sc, names, flat)

@@ -13,7 +13,7 @@ from typing import Any
 
 from specsim.scenario import Scenario, ScenarioError, apply_overrides, source_file
 from specsim.study.sweep import RunTask, is_ar, k_of, replicates
-from specsim.world.resolve import resolve
+from specsim.world.resolve import check
 
 __all__ = ["capacity_plan", "capacity_replicates", "capacity_sizes"]
 
@@ -61,7 +61,7 @@ def capacity_plan(sc: Scenario, plan, analysis: dict, engine: str) -> dict:
                     raise ScenarioError(source_file(sc), "output.capacity.rollout_gpus", n,
                                         f"multiples of the {per_engine} GPUs of one engine")
 
-                resolve(s)
+                check(s)
             except ScenarioError as exc:
                 errors.append({"rollout_gpus": n, "variant": variant, "error": str(exc)})
                 continue

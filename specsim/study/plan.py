@@ -1,8 +1,10 @@
 """A study's plan: every sweep point, the stored runs its row is computed from, and the tasks
 that produce those runs once each (a baseline shared by many points is simulated once).
 
-`plan_study` resolves every point and its baselines before anything runs, so a point that cannot
-exist fails at once (exit 2, naming `sweep`) instead of after hours of simulation.
+`plan_study` checks every point and its baselines before anything runs (world/resolve.check: every
+check `resolve` makes), so a point that cannot exist fails at once (exit 2, naming `sweep`) instead
+of after hours of simulation. It builds no World: the worker that runs a point resolves it, once
+(study/executors.execute); the plan keeps the scenarios, keys and cost estimates its tasks need.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 
 from specsim.scenario import Scenario, ScenarioError, source_file
 from specsim.study.sweep import RunTask, SweepPoint, baseline_of, expand, point_scenario, sync_ar_of
-from specsim.world.resolve import length_distribution, resolve
+from specsim.world.resolve import check, length_distribution, pipeline_spec
 from specsim.world.specs import steady_fill_warning
 
 __all__ = ["PointRuns", "StudyPlan", "plan_study", "work_problem"]
@@ -117,7 +119,7 @@ def refuse_over_bound(sc: Scenario, runs: int, tokens_per_run: float, what: str,
 
 
 def plan_study(sc: Scenario, engine: str = "fast") -> StudyPlan:
-    """Expand the sweep, resolve each point and its baselines, and list the runs to compute."""
+    """Expand the sweep, check each point and its baselines, and list the runs to compute."""
     points = expand(sc)
     point_sc: dict[int, Scenario] = {}
     runs_of: dict[str, PointRuns] = {}
@@ -134,14 +136,14 @@ def plan_study(sc: Scenario, engine: str = "fast") -> StudyPlan:
                 psc = point_scenario(sc, p)
                 base = baseline_of(psc)
                 sync = sync_ar_of(psc)
-                world = resolve(psc)      # fail fast (exit 2) on a point that cannot exist
+                check(psc)      # fail fast (exit 2) on a point that cannot exist
             except ScenarioError as exc:
                 if not p.values:   # no sweep: the error names the field the user wrote, not `sweep`
                     raise
                 raise ScenarioError(source_file(sc), "sweep", p.label(),
                                     f"points that can run ({exc.field}: {exc.allowed})") from None
             try:
-                resolve(base)
+                check(base)
             except ScenarioError as exc:
                 field, value = ("sweep", p.label()) if p.values else ("pipeline.baseline",
                                                                       dict(sc.pipeline.baseline) or "{}")
@@ -150,10 +152,11 @@ def plan_study(sc: Scenario, engine: str = "fast") -> StudyPlan:
             same = sync.model_dump() == base.model_dump()
             all_sync_is_base &= same
             per_index[p.index] = (psc, base, None if same else sync)
-            tokens_of_index[p.index] = run_tokens(world)
+            tokens_of_index[p.index] = scenario_run_tokens(psc)
             point_sc[p.index] = psc
-            if world.pipeline.steady_includes_fill:
-                notes.append((p.values, steady_fill_warning(world.pipeline)))
+            pipeline = pipeline_spec(psc)
+            if pipeline.steady_includes_fill:
+                notes.append((p.values, steady_fill_warning(pipeline)))
         psc, base, sync = per_index[p.index]
         t_run = RunTask.of(psc, p.replicate, "point", engine)
         t_base = RunTask.of(base, p.replicate, "baseline", engine)

@@ -40,15 +40,15 @@ import pandas as pd
 from specsim import atomic
 from specsim.scenario import Scenario, load_scenario, to_yaml
 from specsim.study.executors import check_backend
-from specsim.study.plan import refuse_over_bound, run_tokens
-from specsim.study.projection import gpus_of, projection_totals, simulate_runs, variants
+from specsim.study.plan import refuse_over_bound, scenario_run_tokens
+from specsim.study.projection import projection_totals, simulate_runs, variants
 from specsim.study.report.progress import Progress
 from specsim.study.report.projection_run import project_markdown, projection_steps_plot, write_project_report
 from specsim.study.report.tables import few_replicates_warning, mean_ci
 from specsim.study.runner import specsim_version
 from specsim.study.store import ResultsFolder, open_results
 from specsim.study.sweep import inputs_fingerprint
-from specsim.world.resolve import resolve, weight_dtypes_of
+from specsim.world.resolve import check, weight_dtypes_of
 
 __all__ = ["STEP_METRICS", "ProjectResult", "default_project_out", "per_step_table", "project_scenario",
            "step_frame"]
@@ -134,7 +134,8 @@ def project_scenario(path: str | Path, overrides: Sequence[str] = (), out: str |
     sc = load_scenario(path, list(overrides))
     workers = check_backend("local", jobs, None)
     # the cost bound before the folder: work refused costs nothing, and leaves no folder behind
-    refuse_over_bound(sc, 2 * replicates, run_tokens(resolve(sc)), "this projection", "--replicates")
+    check(sc)
+    refuse_over_bound(sc, 2 * replicates, scenario_run_tokens(sc), "this projection", "--replicates")
     with open_results(out if out is not None else default_project_out(sc), force=force, fresh=fresh,
                       resolved_text=to_yaml(sc), inputs=inputs_fingerprint(sc), what="projection") as folder:
         return _project_locked(sc, folder, replicates, workers, engine, progress, t0)
@@ -159,8 +160,8 @@ def _project_locked(sc: Scenario, folder: ResultsFolder, replicates: int, jobs: 
     p = projection_totals(sc, results)
     price = p.get("gpu_hour_usd")
     responses = sc.workload.prompts * sc.workload.group_size
-    frames = [step_frame(results[kind][r]["steps"], kind, r, gpus_of(world), responses, price)
-              for kind, (_, world) in variants(sc).items() for r in range(replicates)]
+    frames = [step_frame(results[kind][r]["steps"], kind, r, variant.total_gpus, responses, price)
+              for kind, variant in variants(sc).items() for r in range(replicates)]
     steps = pd.concat(frames, ignore_index=True)
     table = per_step_table(steps)
     files = ["steps.csv", "per_step.csv"]

@@ -34,24 +34,20 @@ import pandas as pd
 from specsim.errors import LayoutError
 from specsim.scenario import Scenario, apply_overrides
 from specsim.sim.progress import RunProgress
-from specsim.study.plan import refuse_over_bound, run_tokens
+from specsim.study.plan import refuse_over_bound, scenario_run_tokens
 from specsim.study.report.tables import mean_ci, ratio_ci
 from specsim.study.store import RunFailed, RunStore
 from specsim.study.sweep import RunTask
-from specsim.world.resolve import resolve
+from specsim.world.resolve import check
 
 AR = {"speculation.policy": "off"}
 
 
-def gpus_of(world) -> int:
-    """GPUs the run holds: sync, the colocated pool; async, the rollout and training pools."""
-    return world.rollout.gpus + (world.trainer.layout.gpus if world.pipeline.mode == "async" else 0)
-
-
-def variants(sc: Scenario) -> dict[str, tuple[Scenario, object]]:
-    """{"sd": (scenario, world), "ar": (its AR twin, world)}: the two runs a projection compares."""
-    ar = apply_overrides(sc, AR)
-    return {"sd": (sc, resolve(sc)), "ar": (ar, resolve(ar))}
+def variants(sc: Scenario) -> dict[str, Scenario]:
+    """{"sd": the scenario, "ar": its AR twin}: the two runs a projection compares. Each is resolved
+    only by the worker that runs it; a run holds `Scenario.total_gpus` GPUs (sync, the colocated
+    pool; async, the rollout and training pools)."""
+    return {"sd": sc, "ar": apply_overrides(sc, AR)}
 
 
 def run_totals(steps: list[dict], gpus: int) -> dict[str, float]:
@@ -97,8 +93,10 @@ def simulate_runs(sc: Scenario, *, replicates: int = 2, engine: str = "fast", jo
     ends (2 per replicate: a progress bar); `on_progress(run, p)` inside each run (sim/progress.py),
     then `on_progress(run, None)` when it ends, `run` = ("sd" or "ar", replicate)."""
     both = variants(sc)
-    refuse_over_bound(sc, 2 * replicates, run_tokens(both["sd"][1]), "this projection", "--replicates")
-    tasks = [RunTask.of(both[kind][0], r, f"projection_{kind}", engine)
+    for variant in both.values():
+        check(variant)   # a twin that cannot exist is one error before anything runs
+    refuse_over_bound(sc, 2 * replicates, scenario_run_tokens(sc), "this projection", "--replicates")
+    tasks = [RunTask.of(both[kind], r, f"projection_{kind}", engine)
              for r in range(replicates) for kind in ("sd", "ar")]
     run_of = {t.key: (t.role.removeprefix("projection_"), t.replicate) for t in tasks}
     store = store if store is not None else RunStore()
@@ -123,10 +121,9 @@ def simulate_runs(sc: Scenario, *, replicates: int = 2, engine: str = "fast", jo
 def projection_totals(sc: Scenario, results: dict[str, list[dict]]) -> dict:
     """The projection's totals from simulate_runs' results: each an interval (interval())."""
     both = variants(sc)
-    per = {kind: [run_totals(res["steps"], gpus_of(both[kind][1])) for res in rows] for kind, rows in results.items()}
+    per = {kind: [run_totals(res["steps"], both[kind].total_gpus) for res in rows] for kind, rows in results.items()}
     replicates = len(per["sd"])
-    out = {"scenario": sc.name, "steps": both["sd"][1].pipeline.steps, "replicates": replicates,
-           "gpus": gpus_of(both["sd"][1])}
+    out = {"scenario": sc.name, "steps": sc.pipeline.steps, "replicates": replicates, "gpus": sc.total_gpus}
     for kind, rows in per.items():
         for key in rows[0]:
             out[f"{kind}_{key}"] = interval([row[key] for row in rows])

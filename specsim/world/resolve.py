@@ -14,13 +14,14 @@ from pathlib import Path
 import numpy as np
 
 from specsim.catalog.hardware import HardwareSpec, load_hardware
-from specsim.catalog.models import drafter_arch, drafter_kind, load_model
+from specsim.catalog.models import DrafterArch, ModelSpec, drafter_arch, drafter_kind, load_model
+from specsim.cost.forward import math_dtype
 from specsim.cost.layout import ParallelLayout
-from specsim.cost.memory import memory_plan
+from specsim.cost.memory import MemoryPlan, memory_plan
 from specsim.cost.step import StepWhatIf, step_cost_table
-from specsim.cost.training import check_training_fits
+from specsim.cost.training import TrainingLayout, check_training_fits
 from specsim.errors import LayoutError, SpecError
-from specsim.policy import from_section
+from specsim.policy import SDPolicy, from_section
 from specsim.scenario import Scenario, ScenarioError, source_file
 from specsim.workload.acceptance.context import ContextAcceptance, ContextCurve, normalising_scale
 from specsim.workload.acceptance.drafter import DrafterAcceptance, Staleness, staleness_from_taus, temperature_alpha
@@ -31,8 +32,8 @@ from specsim.world.fields import scenario_field
 from specsim.world.specs import PipelineSpec, RolloutSpec, TrainerSpec, WorkloadSpec, World
 from specsim.world.trainer import training_layout
 
-__all__ = ["World", "acceptance_model", "length_distribution", "resolve", "spread_concentration", "step_what_if",
-           "vllm_default_max_num_seqs"]
+__all__ = ["World", "acceptance_model", "check", "length_distribution", "pipeline_spec", "resolve", "spread_concentration",
+           "step_what_if", "vllm_default_max_num_seqs"]
 
 
 def length_distribution(spec, field_path: str, base_dir: Path | None) -> LengthDistribution:
@@ -230,8 +231,72 @@ def weight_dtypes_of(sc: Scenario) -> WeightDtypes:
     return rollout_weight_dtypes(sc.rollout.weight_dtype, model)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Checked:
+    """What `resolve` derives from a scenario before its step-cost table: every spec whose
+    construction checks the scenario (hardware, model, layout and memory plan, the SD policy,
+    acceptance and length models, the trainer's layout and memory fit)."""
+
+    hw: HardwareSpec
+    train_hw: HardwareSpec
+    model: ModelSpec
+    arch: DrafterArch
+    layout: ParallelLayout
+    mem: MemoryPlan
+    kv_cap: int
+    policy: SDPolicy
+    acc: DrafterAcceptance
+    resp: LengthDistribution
+    prompt: LengthDistribution
+    context: ContextAcceptance | None
+    max_batch: int
+    trainer: TrainingLayout
+
+
+def check(sc: Scenario) -> None:
+    """Raise the ScenarioError `resolve(sc)` would raise, without building its World (the step-cost
+    table, which checks nothing, is left out). A study's parent checks every point this way before
+    anything runs, so a point that cannot exist fails at once; the worker that runs the point
+    resolves it, once."""
+    _checked(sc)
+
+
 def resolve(sc: Scenario) -> World:
     """Resolve a scenario; raises ScenarioError (with the file) for anything that cannot run."""
+    c = _checked(sc)
+    try:
+        table = step_cost_table(c.model, c.arch if c.policy.kind != "off" else None, c.hw, c.layout, c.max_batch,
+                                c.policy.ks, first_pass_q={k: c.acc.tau(k, tree=c.policy.tree_for(k))
+                                                           if c.arch.catches_up_on_accepted else 1.0
+                                                           for k in c.policy.ks if k},
+                                tree=c.policy.tree, proposal_rate=c.acc.proposal_rate, what_if=step_what_if(sc))
+    except SpecError as exc:   # `_checked` makes the table's own checks; this keeps any it missed an exit 2
+        raise ScenarioError(exc.where or source_file(sc), scenario_field(exc.field), exc.value,
+                            f"must be {exc.allowed}") from None
+    w, r, free = sc.workload, sc.rollout, sc.what_if.free_trainer
+    return World(sc, c.hw, c.model, c.arch, c.layout, c.mem, c.kv_cap, r.gpus // c.layout.gpus, c.policy, c.acc,
+                 c.resp, c.prompt, table,
+                 WorkloadSpec(int(sc.seed), w.prompts, w.group_size, w.max_prompt_tokens, w.max_response_tokens,
+                              float(w.group_correlation), float(w.length_growth_per_step)),
+                 RolloutSpec(r.gpus, c.max_batch, r.kv_block_tokens, r.dispatch),
+                 pipeline_spec(sc),
+                 TrainerSpec(c.trainer, "none" if free else c.trainer.weight_sync,
+                             float(sc.drafter.update_token_fraction)), c.context,
+                 train_hw=c.train_hw if c.train_hw is not c.hw else None)
+
+
+def pipeline_spec(sc: Scenario) -> PipelineSpec:
+    """The scenario's pipeline as the simulator runs it (`what_if.free_trainer` zeroes the reward,
+    engine-prepare and data times)."""
+    p, free = sc.pipeline, sc.what_if.free_trainer
+    return PipelineSpec(sc.name, p.mode, p.steps, p.warmup_steps, p.policy_lag, p.partial_rollouts,
+                        0.0 if free else float(p.reward_s), 0.0 if free else float(p.engine_prepare_s),
+                        0.0 if free else float(p.data_s))
+
+
+def _checked(sc: Scenario) -> _Checked:
+    """Every spec `resolve` builds before the step-cost table, each built once and checked as it is;
+    a SpecError or LayoutError becomes a ScenarioError naming the scenario file and field."""
     file = source_file(sc)
     base_dir = Path(file).parent if file else None
     try:
@@ -283,10 +348,8 @@ def resolve(sc: Scenario) -> World:
         prompt = length_distribution(w.prompt_tokens, "workload.prompt_tokens", base_dir)
         context = context_model(sc, acc, resp, prompt)
         max_batch = r.max_batch or vllm_default_max_num_seqs(hw)
-        table = step_cost_table(model, arch if uses_drafter else None, hw, layout, max_batch, policy.ks,
-                                first_pass_q={k: acc.tau(k, tree=policy.tree_for(k)) if arch.catches_up_on_accepted
-                                              else 1.0 for k in policy.ks if k},
-                                tree=policy.tree, proposal_rate=acc.proposal_rate, what_if=step_what_if(sc))
+        for wdt in {layout.weight_dtype, *([arch.weight_dtype] if uses_drafter and arch.weight_dtype else [])}:
+            hw.flops_per_s(math_dtype(wdt))   # the step-cost table's GEMMs need a peak at their math dtype
         trainer = training_layout(sc, model, train_hw)
         if sc.what_if.free_trainer:
             trainer = dataclasses.replace(trainer, free=True)
@@ -300,18 +363,8 @@ def resolve(sc: Scenario) -> World:
                             gpu_memory_utilization=sc.rollout.gpu_memory_utilization if colocated else None)
     except LayoutError as exc:
         raise ScenarioError(file, "training", trainer.describe(), str(exc)) from None
-    p = sc.pipeline
-    free = sc.what_if.free_trainer
-    return World(sc, hw, model, arch, layout, mem, int(kv_cap), r.gpus // layout.gpus, policy, acc, resp, prompt, table,
-                 WorkloadSpec(int(sc.seed), w.prompts, w.group_size, w.max_prompt_tokens, w.max_response_tokens,
-                              float(w.group_correlation), float(w.length_growth_per_step)),
-                 RolloutSpec(r.gpus, max_batch, r.kv_block_tokens, r.dispatch),
-                 PipelineSpec(sc.name, p.mode, p.steps, p.warmup_steps, p.policy_lag, p.partial_rollouts,
-                              0.0 if free else float(p.reward_s), 0.0 if free else float(p.engine_prepare_s),
-                              0.0 if free else float(p.data_s)),
-                 TrainerSpec(trainer, "none" if free else trainer.weight_sync,
-                             float(sc.drafter.update_token_fraction)), context,
-                 train_hw=train_hw if train_hw is not hw else None)
+    return _Checked(hw, train_hw, model, arch, layout, mem, int(kv_cap), policy, acc, resp, prompt, context,
+                    max_batch, trainer)
 
 
 def engine_host_hardware(hw: HardwareSpec, inprocess: bool) -> HardwareSpec:
