@@ -26,7 +26,7 @@ from specsim.scenario import Scenario, ScenarioError, source_file
 from specsim.workload.acceptance.context import ContextAcceptance, ContextCurve, normalising_scale
 from specsim.workload.acceptance.drafter import DrafterAcceptance, Staleness, staleness_from_taus, temperature_alpha
 from specsim.workload.acceptance.shapes import DEFAULT_SIBLING_FACTOR, TopKTree
-from specsim.workload.acceptance.spread import effective_concentration, length_bins
+from specsim.workload.acceptance.spread import SpreadScope, effective_concentration, length_bins
 from specsim.workload.lengths import LengthDistribution
 from specsim.world.fields import scenario_field
 from specsim.world.specs import PipelineSpec, RolloutSpec, TrainerSpec, WorkloadSpec, World
@@ -406,6 +406,6 @@ def spread_concentration(sc: Scenario, acc: DrafterAcceptance, resp: LengthDistr
     if d.spread_scope == "between" or acc.concentration is None:
         return acc.concentration
     lengths = length_bins(resp.ppf, sc.workload.max_response_tokens)
-    return effective_concentration(float(acc.alpha0), float(acc.concentration), lengths, d.spread_scope,
-                                   int(d.spread_segment_tokens), float(d.spread_segment_correlation), int(d.tau_at_k),
+    spread = SpreadScope(d.spread_scope, int(d.spread_segment_tokens), float(d.spread_segment_correlation))
+    return effective_concentration(float(acc.alpha0), float(acc.concentration), lengths, spread, int(d.tau_at_k),
                                    float(acc.decay))

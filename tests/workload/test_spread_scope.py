@@ -9,9 +9,11 @@ import copy
 import numpy as np
 import pytest
 
+from specsim.errors import SpecError
 from specsim.scenario import ScenarioError, validate_doc
 from specsim.workload.acceptance.laws import expected_tokens_per_verify, sample_tokens_per_verify
 from specsim.workload.acceptance.spread import (
+    SpreadScope,
     effective_concentration,
     length_bins,
     segment_effective_alphas,
@@ -27,14 +29,14 @@ M, C, K, D = 0.8, 6.71, 5, 0.94
 def test_within_with_segments_longer_than_every_response_is_between():
     lengths = np.array([10, 500, 4000, 32768])
     rng = np.random.default_rng(1)
-    lat = segment_latents(rng, 4, 1, "between")
-    a = segment_effective_alphas(M, C, lengths, 32768, K, D, scope="within", latents=lat)
-    b = segment_effective_alphas(M, C, lengths, 32768, K, D, scope="between", latents=lat)
+    lat = segment_latents(rng, 4, 1, SpreadScope("between"))
+    a = segment_effective_alphas(M, C, lengths, SpreadScope("within", 32768), K, D, latents=lat)
+    b = segment_effective_alphas(M, C, lengths, SpreadScope("between", 32768), K, D, latents=lat)
     assert np.allclose(a, b, atol=1e-6)
     lb = length_bins(LengthDistribution.lognormal_from_median_p99(5000, 30000).ppf, 32768)
     for scope in ("within", "both"):
-        assert effective_concentration(M, C, lb, scope, 32768, 0.0, K, D) == C
-    assert effective_concentration(M, C, lb, "between", 16, 0.0, K, D) == C
+        assert effective_concentration(M, C, lb, SpreadScope(scope, 32768), K, D) == C
+    assert effective_concentration(M, C, lb, SpreadScope("between", 16), K, D) == C
 
 
 def test_per_response_alpha_concentrates_like_one_over_n():
@@ -42,13 +44,13 @@ def test_per_response_alpha_concentrates_like_one_over_n():
     L = 256
     var = {}
     for n in (1, 4, 16, 64):
-        a = segment_effective_alphas(M, C, np.full(20000, n * L), L, K, D, scope="within", rng=rng)
+        a = segment_effective_alphas(M, C, np.full(20000, n * L), SpreadScope("within", L), K, D, rng=rng)
         var[n] = float(np.var(a))
     for n in (4, 16, 64):
         assert var[n] * n == pytest.approx(var[1], rel=0.15), var
     # correlated segments average out more slowly; `both` keeps half the spread however short
-    a_rho = segment_effective_alphas(M, C, np.full(20000, 64 * L), L, K, D, scope="within", rho=0.8, rng=rng)
-    a_both = segment_effective_alphas(M, C, np.full(20000, 64 * L), L, K, D, scope="both", rng=rng)
+    a_rho = segment_effective_alphas(M, C, np.full(20000, 64 * L), SpreadScope("within", L, 0.8), K, D, rng=rng)
+    a_both = segment_effective_alphas(M, C, np.full(20000, 64 * L), SpreadScope("both", L), K, D, rng=rng)
     assert var[64] < np.var(a_rho) < var[1] and np.var(a_both) > 0.4 * var[1]
 
 
@@ -56,8 +58,8 @@ def test_effective_alpha_conserves_expected_verify_steps_monte_carlo():
     """Each response's steps, drawn token by token at its segments' α, average len / τ_k(α_eff)."""
     rng = np.random.default_rng(3)
     L, ell = 64, 640
-    lat = segment_latents(rng, 40, 10, "within")
-    eff = segment_effective_alphas(M, C, np.full(40, ell), L, K, D, scope="within", latents=lat)
+    lat = segment_latents(rng, 40, 10, SpreadScope("within"))
+    eff = segment_effective_alphas(M, C, np.full(40, ell), SpreadScope("within", L), K, D, latents=lat)
     from scipy import special, stats
     seg_alpha = stats.beta.ppf(special.ndtr(lat), M * C, (1 - M) * C)
     for i in range(40):
@@ -92,3 +94,13 @@ def test_bad_scope_inputs_are_located_errors():
         d["drafter"][key] = value
         with pytest.raises(ScenarioError, match=f"drafter.{key}"):
             validate_doc(d, None)
+
+
+@pytest.mark.parametrize(("fields", "named"), [(("sideways",), "spread_scope"), (("within", 0), "spread_segment_tokens"),
+                                               (("within", 64, 1.0), "spread_segment_correlation"),
+                                               (("both", 64, -0.1), "spread_segment_correlation")])
+def test_a_scope_that_cannot_exist_is_refused_naming_its_field(fields, named):
+    with pytest.raises(SpecError) as exc:
+        SpreadScope(*fields)
+    assert exc.value.field == named
+

@@ -36,6 +36,7 @@ set by its longest responses); with L ≥ the longest response it is c itself.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -45,7 +46,7 @@ from specsim.errors import SpecError
 from specsim.workload.acceptance.context import ALPHA_MAX
 from specsim.workload.acceptance.laws import expected_tokens_per_verify
 
-__all__ = ["SCOPES", "effective_concentration", "length_bins", "segment_effective_alphas", "segment_latents"]
+__all__ = ["SCOPES", "SpreadScope", "effective_concentration", "length_bins", "segment_effective_alphas", "segment_latents"]
 
 SCOPES = ("between", "within", "both")
 #: responses per length bin of :func:`effective_concentration`'s fixed-seed quadrature
@@ -54,21 +55,35 @@ _DRAWS = 1000
 LENGTH_BINS = 32
 
 
-def _check(scope: str, segment_tokens: int, rho: float) -> None:
-    if scope not in SCOPES:
-        raise SpecError("spread_scope", scope, " | ".join(SCOPES))
-    if int(segment_tokens) < 1:
-        raise SpecError("spread_segment_tokens", segment_tokens, ">= 1")
-    if not 0.0 <= float(rho) < 1.0:
-        raise SpecError("spread_segment_correlation", rho, "in [0, 1)")
+@dataclass(frozen=True)
+class SpreadScope:
+    """What one draw of a sequence's α covers (module docstring): `kind` between | within | both,
+    redrawn every `segment_tokens` tokens along a response, neighbouring segments' latent normals
+    correlated by `rho` (the drafter's spread_scope, spread_segment_tokens and
+    spread_segment_correlation). Checked when made: a SpecError names the bad one."""
+
+    kind: str = "between"
+    segment_tokens: int = 1024
+    rho: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in SCOPES:
+            raise SpecError("spread_scope", self.kind, " | ".join(SCOPES))
+        if int(self.segment_tokens) < 1:
+            raise SpecError("spread_segment_tokens", self.segment_tokens, ">= 1")
+        if not 0.0 <= float(self.rho) < 1.0:
+            raise SpecError("spread_segment_correlation", self.rho, "in [0, 1)")
 
 
-def segment_latents(rng: np.random.Generator, n_responses: int, n_segments: int, scope: str,
-                    rho: float = 0.0) -> np.ndarray:
-    """Standard-normal latents (n_responses, n_segments) of each segment's α under `scope`:
+#: one draw per response for its whole length
+_ONE_DRAW = SpreadScope("between", 10**9)
+
+
+def segment_latents(rng: np.random.Generator, n_responses: int, n_segments: int, spread: SpreadScope) -> np.ndarray:
+    """Standard-normal latents (n_responses, n_segments) of each segment's α under `spread`:
     between = one normal per response repeated; within = an AR(1) of correlation ρ along the
     segments (stationary: every marginal N(0, 1)); both = √½·(response normal) + √½·(AR(1))."""
-    _check(scope, 1, rho)
+    scope, rho = spread.kind, spread.rho
     z0 = rng.standard_normal((n_responses, 1))
     if scope == "between":
         return np.repeat(z0, n_segments, axis=1)
@@ -90,23 +105,22 @@ def _beta_of_latent(mean_alpha: float, concentration: float):
     return lambda z: np.interp(z, grid, vals)
 
 
-def segment_effective_alphas(mean_alpha: float, concentration: float | None, lengths, segment_tokens: int, k: int,
-                             decay: float = 1.0, *, scope: str = "within", rho: float = 0.0,
-                             rng: np.random.Generator | None = None, latents: np.ndarray | None = None) -> np.ndarray:
+def segment_effective_alphas(mean_alpha: float, concentration: float | None, lengths, spread: SpreadScope, k: int,
+                             decay: float = 1.0, *, rng: np.random.Generator | None = None,
+                             latents: np.ndarray | None = None) -> np.ndarray:
     """Per response (lengths (n,)): the constant α with the same expected verify steps at draft
-    length k as its n_i = ⌈len_i / L⌉ segment draws (module docstring). Segment j covers
-    min(L, len − jL) tokens. `latents` (n, max segments) may be given (else drawn from `rng` with
-    :func:`segment_latents`); α of a segment = Beta⁻¹(Φ(latent); mean, c)."""
-    _check(scope, segment_tokens, rho)
+    length k as its n_i = ⌈len_i / L⌉ segment draws (module docstring; L = spread.segment_tokens).
+    Segment j covers min(L, len − jL) tokens. `latents` (n, max segments) may be given (else drawn
+    from `rng` with :func:`segment_latents`); α of a segment = Beta⁻¹(Φ(latent); mean, c)."""
     lengths = np.asarray(lengths, dtype=float)
     n = lengths.size
-    L = float(segment_tokens)
+    L = float(spread.segment_tokens)
     n_seg = np.maximum(1, np.ceil(lengths / L)).astype(int)
     width = int(n_seg.max()) if n else 1
     if concentration is None or n == 0:
         return np.full(n, float(mean_alpha))
     if latents is None:
-        latents = segment_latents(rng if rng is not None else np.random.default_rng(0), n, width, scope, rho)
+        latents = segment_latents(rng if rng is not None else np.random.default_rng(0), n, width, spread)
     alpha = np.minimum(_beta_of_latent(float(mean_alpha), float(concentration))(latents[:, :width]), ALPHA_MAX)
     start = np.arange(width)[None, :] * L
     tok = np.clip(lengths[:, None] - start, 0.0, L)
@@ -131,26 +145,25 @@ def length_bins(response_ppf, max_response_tokens: int) -> tuple[float, ...]:
 
 @lru_cache(maxsize=256)
 def effective_concentration(mean_alpha: float, concentration: float | None, lengths: tuple[float, ...],
-                            scope: str, segment_tokens: int, rho: float, k: int, decay: float = 1.0) -> float | None:
+                            spread: SpreadScope, k: int, decay: float = 1.0) -> float | None:
     """c_eff (module docstring): the Beta concentration whose variance is the token-weighted
-    variance of the responses' α_eff under `scope`, over equally likely response `lengths`
+    variance of the responses' α_eff under `spread`, over equally likely response `lengths`
     (:func:`length_bins`). `between`, no spread, or every response in one segment:
     `concentration` itself. A fixed-seed quadrature (the same answer on every call): the variance
     ratio is taken against the one-segment α of the same draws, which cancels most of its noise."""
-    _check(scope, segment_tokens, rho)
-    if concentration is None or scope == "between" or mean_alpha <= 0.0:
+    if concentration is None or spread.kind == "between" or mean_alpha <= 0.0:
         return concentration
+    segment_tokens = spread.segment_tokens
     lengths = np.asarray(lengths, dtype=float)
     if np.all(np.ceil(lengths / segment_tokens) <= 1):
         return concentration
     rng = np.random.default_rng(0x5C0E)
     num = den = wsum = 0.0
     for ell in lengths:
-        lat = segment_latents(rng, _DRAWS, max(int(np.ceil(ell / segment_tokens)), 1), scope, rho)
-        eff = segment_effective_alphas(mean_alpha, concentration, np.full(_DRAWS, ell), segment_tokens, k, decay,
-                                       scope=scope, rho=rho, latents=lat)
-        single = segment_effective_alphas(mean_alpha, concentration, np.full(_DRAWS, ell), 10**9, k, decay,
-                                          scope="between", latents=lat[:, :1])
+        lat = segment_latents(rng, _DRAWS, max(int(np.ceil(ell / segment_tokens)), 1), spread)
+        eff = segment_effective_alphas(mean_alpha, concentration, np.full(_DRAWS, ell), spread, k, decay, latents=lat)
+        single = segment_effective_alphas(mean_alpha, concentration, np.full(_DRAWS, ell), _ONE_DRAW, k, decay,
+                                          latents=lat[:, :1])
         num += ell * float(np.var(eff))
         den += ell * float(np.var(single))
         wsum += ell
