@@ -254,10 +254,10 @@ class _Checked:
 
 
 def check(sc: Scenario) -> None:
-    """Raise the ScenarioError `resolve(sc)` would raise, without building its World (the step-cost
-    table, which checks nothing, is left out). A study's parent checks every point this way before
-    anything runs, so a point that cannot exist fails at once; the worker that runs the point
-    resolves it, once."""
+    """Raise the ScenarioError `resolve(sc)` would raise, without building its World: the step-cost
+    table is not priced (the one check its pricing makes, a peak at the GEMMs' math dtype on this
+    GPU, is made here). A study's parent checks every point this way before anything runs, so a
+    point that cannot exist fails at once; the worker that runs the point resolves it, once."""
     _checked(sc)
 
 
@@ -348,7 +348,7 @@ def _checked(sc: Scenario) -> _Checked:
         prompt = length_distribution(w.prompt_tokens, "workload.prompt_tokens", base_dir)
         context = context_model(sc, acc, resp, prompt)
         max_batch = r.max_batch or vllm_default_max_num_seqs(hw)
-        for wdt in {layout.weight_dtype, *([arch.weight_dtype] if uses_drafter and arch.weight_dtype else [])}:
+        for wdt in [layout.weight_dtype, *([arch.weight_dtype] if uses_drafter and arch.weight_dtype else [])]:
             hw.flops_per_s(math_dtype(wdt))   # the step-cost table's GEMMs need a peak at their math dtype
         trainer = training_layout(sc, model, train_hw)
         if sc.what_if.free_trainer:
