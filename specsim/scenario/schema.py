@@ -221,6 +221,10 @@ class TrainingSection(Strict):
     mfu: float | None = Field(default=None, ge=1e-3, le=1,
                               description="override the hardware profile's `train_mfu` (the share of the math dtype's "
                                           "peak the trainer's GEMM and attention math reaches)")
+    layer_overhead_ms: float | None = Field(default=None, ge=0, le=1000, description=(
+        "host time of one dense layer pass (ms; kernel launches and framework Python no FLOP or byte term "
+        "covers); null: the trainer profile's `trainer.layer_overhead_ms`. A scenario whose `mfu` was fitted to its "
+        "own stage times with no host time (the `8b_*` scenarios) sets 0: its fitted efficiency holds that time"))
     logprob_efficiency: float | None = Field(default=None, ge=1e-3, le=1,
                                              description="share of peak the trainer's logprob forwards' math reaches; "
                                                          "null: the trainer's `mfu` (the same framework runs them). "

@@ -7,8 +7,8 @@ experts spread over ep of the tp·cp·dp ranks (cost/training.py). Micro-batches
 logprob micro-batches to `training.logprob_micro_batch_tokens` (null: the same); an RL step runs
 ⌈samples / training.global_batch_samples⌉ optimizer steps. The math runs at `training.mfu`, else the
 trainer pool's hardware profile's `efficiency.train_mfu` (`training.hardware`, else `hardware`); the
-host side of a layer pass and the GPU's host link come from that profile (`trainer:`,
-`host_link_gbps_per_direction`). `weight_sync: nemo_rl` is NeMo-RL's:
+host side of a layer pass (`training.layer_overhead_ms` overrides the dense part) and the GPU's host
+link come from that profile (`trainer:`, `host_link_gbps_per_direction`). `weight_sync: nemo_rl` is NeMo-RL's:
 `ipc` when colocated, `nccl_broadcast` with separate pools. What a TrainingLayout costs is in
 :mod:`specsim.cost.training`.
 """
@@ -84,7 +84,8 @@ def training_layout(sc, model: ModelSpec, hw: HardwareSpec) -> TrainingLayout:
                               global_batch_samples=t.global_batch_samples,
                               logprob_micro_batch_tokens=t.logprob_micro_batch_tokens,
                               activation_checkpointing=bool(t.activation_checkpointing), math_dtype=t.dtype,
-                              layer_overhead_s=hw.train_layer_overhead_s,
+                              layer_overhead_s=(hw.train_layer_overhead_s if t.layer_overhead_ms is None
+                                                else float(t.layer_overhead_ms) * 1e-3),
                               moe_layer_overhead_s=hw.train_moe_layer_overhead_s,
                               host_bw_bytes_per_s=hw.host_bw_bytes_per_s)
     except SpecError as exc:

@@ -13,7 +13,7 @@ from specsim.catalog.models import drafter_arch, load_model
 from specsim.cost import training as tc
 from specsim.cost.layout import ParallelLayout
 from specsim.errors import LayoutError, SpecError
-from specsim.scenario import apply_overrides, load_scenario
+from specsim.scenario import ScenarioError, apply_overrides, load_scenario
 from specsim.world.trainer import training_layout
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -419,3 +419,22 @@ def test_nemo_rl_defaults(sc, model, hw):
     asy = apply_overrides(bare, {"pipeline.mode": "async", "training.gpus": 16})
     assert training_layout(asy, model, hw).weight_sync == "nccl_broadcast"
     assert tl.host_bw_bytes_per_s == hw.host_bw_bytes_per_s and tl.moe_layer_overhead_s == hw.train_moe_layer_overhead_s
+
+
+def test_layer_overhead_override(sc, model, hw, seqs):
+    """`training.layer_overhead_ms` replaces the profile's dense host time per layer pass (null: the
+    profile's), leaves the MoE part alone, and adds micro-batches · layers · (3 + ckpt) · t to training;
+    a negative value is refused naming the field."""
+    profile = training_layout(apply_overrides(sc, {"training.layer_overhead_ms": None}), model, hw)
+    assert profile.layer_overhead_s == hw.train_layer_overhead_s
+    zero = training_layout(apply_overrides(sc, {"training.layer_overhead_ms": 0.0}), model, hw)
+    own = training_layout(apply_overrides(sc, {"training.layer_overhead_ms": 1.5}), model, hw)
+    assert own.layer_overhead_s == pytest.approx(1.5e-3, rel=1e-12)
+    assert own.moe_layer_overhead_s == zero.moe_layer_overhead_s == hw.train_moe_layer_overhead_s
+    c0, c1 = tc.train_cost(model, hw, zero, seqs), tc.train_cost(model, hw, own, seqs)
+    passes = 3 + (1 if own.activation_checkpointing else 0)
+    assert c1.total_s - c0.total_s == pytest.approx(c1.micro_batches * model.layers / own.pp * passes * 1.5e-3,
+                                                    rel=1e-9)
+    with pytest.raises(ScenarioError) as err:
+        apply_overrides(sc, {"training.layer_overhead_ms": -1.0})
+    assert "training.layer_overhead_ms" in str(err.value) and "-1" in str(err.value)
