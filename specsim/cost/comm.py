@@ -57,6 +57,22 @@ def pool_link(a: HardwareSpec, b: HardwareSpec, group_gpus: int) -> tuple[float,
             max(a.scaleout_latency_s, b.scaleout_latency_s))
 
 
+def node_gpus(hw: HardwareSpec) -> int:
+    """GPUs of one host, each with its own scale-out NIC: `gpus_per_node`, else the NVLink domain
+    (HGX: the 8 GPUs of a baseboard share one host and its 8 NICs)."""
+    return int(hw.gpus_per_node or hw.nvlink_domain_gpus)
+
+
+def node_scaleout_s(nbytes, a: HardwareSpec, b: HardwareSpec | None = None):
+    """Time for `nbytes` to cross between hosts when NCCL spreads them over every NIC of a host:
+    NCCL builds one ring (channel) per NIC, so a ring collective or broadcast across hosts moves a
+    host's share through all its NICs at once (nccl-tests' bus bandwidth across nodes is the host's
+    NIC total, not one NIC's):  t = nbytes / (node_gpus · bw_scaleout · eff_comm), at the slower of
+    the two profiles' hosts when a pool of profile `b` takes part (as :func:`pool_link`)."""
+    bw = min(node_gpus(h) * h.scaleout_bw_bytes_per_s * h.efficiency.comm for h in (a, b or a))
+    return nbytes / bw
+
+
 def _zero(x):
     return 0.0 if np.ndim(x) == 0 else np.zeros_like(np.asarray(x, dtype=float))
 

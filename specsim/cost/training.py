@@ -589,9 +589,7 @@ def weight_sync_s(model: ModelSpec, hw: HardwareSpec, rollout: ParallelLayout, r
                Bridge's HF export gathers each tensor over tp/ep and broadcasts it over pp, within
                one trainer model copy of max(tp·cp, ep)·pp GPUs) and hands its engine its shard by
                CUDA IPC: t = all_gather(W, copy) .
-    nccl_broadcast: NeMo-RL's separate pools: the whole model gathered to trainer rank 0 as above,
-               then broadcast to every rollout GPU (`packed_broadcast_producer`: each receives all
-               of W): t = all_gather(W, copy) + broadcast(W, rollout GPUs + 1).
+    nccl_broadcast: NeMo-RL's separate pools, packed and overlapped (:func:`packed_broadcast_s`).
     none:      a free trainer (what_if.free_trainer): the weights arrive at no cost.
 
     `hw` is the trainer's profile (the gather within one trainer model copy runs on it);
@@ -609,14 +607,10 @@ def weight_sync_s(model: ModelSpec, hw: HardwareSpec, rollout: ParallelLayout, r
         raise SpecError("weight_sync", method, f"separate pools with two profiles ({hw.name} trains, "
                                                f"{rollout_hw.name} generates): colocated pools are the same GPUs")
     bw, lat = comm.pool_link(hw, rollout_hw or hw, span)
-    if method in ("ipc", "nccl_broadcast"):
-        copy = training_gpus if trainer is None else min(trainer.gpus, max(trainer.tp * trainer.cp, trainer.ep)
-                                                         * trainer.pp)
-        gather = float(comm.all_gather_s(total, copy, hw))
-        if method == "ipc":
-            return gather
-        # comm.broadcast_s over the pools' link (the same formula; equal to it on one profile)
-        return gather + (0.0 if span <= 1 else float(lat * np.ceil(np.log2(span)) + total / bw))
+    if method == "nccl_broadcast":
+        return packed_broadcast_s(total, hw, _copy_gpus(training_gpus, trainer), span, rollout_hw=rollout_hw).total_s
+    if method == "ipc":
+        return float(comm.all_gather_s(total, _copy_gpus(training_gpus, trainer), hw))
     if method == "reshard":
         n = training_gpus
         if colocated:  # 1/n of each shard is already on the GPU
@@ -626,6 +620,79 @@ def weight_sync_s(model: ModelSpec, hw: HardwareSpec, rollout: ParallelLayout, r
         raise SpecError("weight_sync", method, " or ".join(WEIGHT_SYNCS))
     engines = max(1, rollout_gpus // rollout.gpus)
     return float(lat * np.ceil(np.log2(engines + 1)) + max(b, total / training_gpus) / bw)
+
+
+def _copy_gpus(training_gpus: int, trainer: TrainingLayout | None) -> int:
+    """GPUs of one trainer model copy, over which the HF export gathers each tensor:
+    max(tp·cp, ep)·pp (the whole pool without a layout)."""
+    if trainer is None:
+        return training_gpus
+    return min(trainer.gpus, max(trainer.tp * trainer.cp, trainer.ep) * trainer.pp)
+
+
+#: NeMo-RL's refit bucket: NRL_REFIT_BUFFER_MEMORY_RATIO (default 0.02) of the GPU's memory, at most
+#: 5 GiB (`nemo_rl/utils/packed_tensor.py` `get_target_packed_tensor_size`, v0.4.0 on, PR #1379)
+REFIT_BUCKET_MEMORY_RATIO = 0.02
+REFIT_BUCKET_MAX_BYTES = 5 * 1024**3
+
+
+@dataclass(frozen=True)
+class PackedBroadcast:
+    """NeMo-RL's separate-pool refit of one policy version (:func:`packed_broadcast_s`): the HF
+    export on the trainer, the broadcast from trainer rank 0, the number of packed buckets."""
+
+    export_s: float
+    broadcast_s: float
+    buckets: int
+
+    @property
+    def total_s(self) -> float:
+        """Two buffers on two CUDA streams overlap the export of bucket k+1 with the broadcast of
+        bucket k: the slower side, plus one bucket of the faster one (pipeline fill and drain)."""
+        fast, slow = sorted((self.export_s, self.broadcast_s))
+        return slow + fast / self.buckets
+
+
+def packed_broadcast_s(weight_bytes: float, hw: HardwareSpec, copy_gpus: int, span_gpus: int, *,
+                       rollout_hw: HardwareSpec | None = None) -> PackedBroadcast:
+    """NeMo-RL's refit between separate pools (`weight_sync: nemo_rl`, async), as v0.4.0 on runs it
+    (`megatron_policy_worker.broadcast_weights_for_collective` → `utils/packed_tensor.py`
+    `packed_broadcast_producer`; the vLLM side `packed_broadcast_consumer`):
+
+    * one NCCL communicator holds every trainer and every rollout GPU (PR #1264); every trainer
+      rank runs Megatron-Bridge's HF export (`export_hf_weights`: each tensor broadcast from its
+      pipeline stage to all pp ranks, gathered over tp and over ep), so each ends with the whole
+      policy W, and trainer rank 0 broadcasts it (src=0) to the group;
+    * the tensors are packed into buckets of b = min(0.02 · GPU memory, 5 GiB) (PR #1379), two
+      buffers on two streams: the export of the next bucket overlaps the broadcast of this one
+      (:attr:`PackedBroadcast.total_s`).
+
+    Export, over one model copy of c = `copy_gpus` GPUs: inside one NVLink domain an all-gather
+    of W (:func:`specsim.cost.comm.all_gather_s`); across hosts each host lacks W · (1 − g/c) of
+    the copy (g = its GPUs) and receives it over all its NICs (every GPU fetches its own tp/ep
+    position's shard over its own NIC): t = hop_lat(c) + node_scaleout(W · (1 − g/c)).
+    Broadcast, ring over the `span_gpus` GPUs of both pools: per bucket the ring's latency, and W
+    crosses each host boundary once over the host's NICs: t = n_b · hop_lat(span) +
+    node_scaleout(W) (NVLink bandwidth when both pools fit one NVLink domain of one profile).
+    Not priced: the export's per-tensor host work (format conversion, the copy into the bucket).
+    """
+    bucket = min(REFIT_BUCKET_MEMORY_RATIO * hw.hbm_bytes, REFIT_BUCKET_MAX_BYTES)
+    buckets = max(1, int(np.ceil(weight_bytes / bucket)))
+    g = comm.node_gpus(hw)
+    if copy_gpus <= hw.nvlink_domain_gpus:
+        export = float(comm.all_gather_s(weight_bytes, copy_gpus, hw))
+    else:
+        export = comm.hop_latency_s(hw, copy_gpus) + float(comm.node_scaleout_s(weight_bytes * (1 - g / copy_gpus), hw))
+    if span_gpus <= 1:
+        return PackedBroadcast(export, 0.0, buckets)
+    one_domain = (rollout_hw is None or rollout_hw.name == hw.name) and span_gpus <= hw.nvlink_domain_gpus
+    if one_domain:
+        bw, _ = comm.link(hw, span_gpus)
+        wire = weight_bytes / bw
+    else:
+        wire = float(comm.node_scaleout_s(weight_bytes, hw, rollout_hw))
+    lat = max(comm.hop_latency_s(h, span_gpus) for h in (hw, rollout_hw or hw))
+    return PackedBroadcast(export, buckets * lat + wire, buckets)
 
 
 def offload_onload_s(model: ModelSpec, tl: TrainingLayout) -> float:

@@ -195,8 +195,8 @@ class TrainingSection(Strict):
         default="nemo_rl", description=(
             "how new weights reach the rollout engines (cost/training.weight_sync_s): `nemo_rl` = NeMo-RL's, `ipc` when "
             "colocated (every trainer GPU gathers the whole model, its engine takes its shard by CUDA IPC) and "
-            "`nccl_broadcast` with separate pools (the whole model gathered to one trainer rank and broadcast to every "
-            "rollout GPU); `broadcast` = a pipelined broadcast in which each rollout GPU receives only its shard; "
+            "`nccl_broadcast` with separate pools (every trainer rank assembles the whole model, trainer rank 0 broadcasts "
+            "it to every rollout GPU in packed buckets, export and broadcast overlapped); `broadcast` = a pipelined broadcast in which each rollout GPU receives only its shard; "
             "`reshard` = each rollout GPU all-gathers its shard from the trainer's ZeRO shards"))
     hardware: str | None = Field(default=None, description=(
         "the trainer pool's hardware profile (a name or a path, as the top-level `hardware`); null: the top-level "

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from specsim.cost import training as tc
 from specsim.errors import SpecError
 from specsim.policy import Off, policy_class
 from specsim.scenario import ScenarioError, apply_overrides, load_scenario
@@ -320,6 +321,10 @@ def simulate_target(t: Target, runs: Runs) -> tuple[float, float | None, float |
         sc = load_scenario(scen, ov)
         k = getattr(sc.speculation, policy_class(sc.speculation.policy).k_field)
         return float(resolve(sc).acceptance.tau(k, p.step)), None, None, None
+    if m == "refit_s":
+        w = resolve(load_scenario(scen, ov))
+        return float(tc.refit_s(w.model, w.trainer_hw, w.layout, w.rollout.gpus, w.trainer.layout,
+                                colocated=w.pipeline.mode == "sync", rollout_hw=w.hw)), None, None, None
     if m in ("engine_speedup_at_batch", "engine_tpot_s"):
         world = resolve(load_scenario(scen, ov + [f"rollout.max_batch={p.batch}"]))
         ar, sd = fixed_batch_runs(world, p.batch, p.prompt, p.tokens)

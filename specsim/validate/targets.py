@@ -113,6 +113,7 @@ METRIC_PARAMS: dict[str, type[_Strict]] = {
     "engine_tpot_s": EngineRunParams,   # mean time per output token of a running sequence, that run
     "exposed_generation_s": RunParams,  # generation time the trainer waits for (async)
     "effective_step_s": RunParams,      # steady step time (async: the pipeline's period)
+    "refit_s": NoParams,                # one policy version's weight transfer to the engines (closed form)
     "ordinal": OrdinalParams,
 }
 METRICS = tuple(METRIC_PARAMS)

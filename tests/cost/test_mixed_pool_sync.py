@@ -50,14 +50,16 @@ def test_same_profile_passed_as_the_rollout_one_changes_nothing(method):
     assert tc.weight_sync_s(MODEL, H100, LAYOUT, 24, 8, method=method, colocated=False, rollout_hw=H100) == plain
 
 
-def test_nccl_broadcast_between_two_profiles_is_the_trainer_gather_plus_a_broadcast_on_the_slower_nic():
+def test_nccl_broadcast_between_two_profiles_overlaps_the_trainer_gather_with_a_broadcast_on_the_slower_nics():
     trainer = _nic(H100, 400, "t")
     engines = _nic(H20, 100, "r", 40.0)          # the slower NIC and the longer latency
     w = tc.rollout_weight_bytes(MODEL, LAYOUT)
     gather = float(comm.all_gather_s(w, 8, trainer))
     span = 24 + 8
-    bw = engines.scaleout_bw_bytes_per_s * engines.efficiency.comm
-    want = gather + 40e-6 * np.ceil(np.log2(span)) + w / bw
+    host_bw = comm.node_gpus(engines) * engines.scaleout_bw_bytes_per_s * engines.efficiency.comm
+    buckets = int(np.ceil(w / (tc.REFIT_BUCKET_MEMORY_RATIO * trainer.hbm_bytes)))
+    wire = buckets * comm.hop_latency_s(engines, span) + w / host_bw
+    want = max(gather, wire) + min(gather, wire) / buckets
     got = tc.weight_sync_s(MODEL, trainer, LAYOUT, 24, 8, method="nccl_broadcast", colocated=False,
                            rollout_hw=engines)
     assert got == pytest.approx(want, rel=1e-12)

@@ -377,8 +377,8 @@ def test_nemo_rl_refit_ipc_colocated_and_nccl_broadcast_separate():
     ipc = tc.weight_sync_s(m, hw, roll, 128, 128, method="ipc", trainer=tl)
     assert ipc == pytest.approx(float(comm.all_gather_s(w, 128, hw)), rel=1e-12)
     nccl = tc.weight_sync_s(m, hw, roll, 128, 128, method="nccl_broadcast", colocated=False, trainer=tl)
-    assert nccl == pytest.approx(ipc + float(comm.broadcast_s(w, 256, hw)), rel=1e-12)
-    assert nccl > 10 * tc.weight_sync_s(m, hw, roll, 128, 128, method="broadcast", colocated=False)
+    assert nccl == pytest.approx(tc.packed_broadcast_s(w, hw, 128, 256).total_s, rel=1e-12)
+    assert nccl > tc.weight_sync_s(m, hw, roll, 128, 128, method="broadcast", colocated=False)
     swap = tc.offload_onload_s(m, tl)
     assert swap == pytest.approx(2 * tc.model_state_bytes(m, tl) / 64e9, rel=1e-12)
     assert tc.refit_s(m, hw, roll, 128, tl, colocated=True) == pytest.approx(ipc + swap, rel=1e-12)
@@ -438,3 +438,40 @@ def test_layer_overhead_override(sc, model, hw, seqs):
     with pytest.raises(ScenarioError) as err:
         apply_overrides(sc, {"training.layer_overhead_ms": -1.0})
     assert "training.layer_overhead_ms" in str(err.value) and "-1" in str(err.value)
+
+
+def test_packed_broadcast_closed_form_and_overlap():
+    """NeMo-RL's separate-pool refit (PR #1264 / #1379): across hosts the export brings each host the
+    W·(1 − g/c) of the model copy it lacks and the broadcast carries W across each host boundary, both
+    over the host's g NICs at once; buckets of 0.02 · HBM; two buffers overlap export and broadcast."""
+    from specsim.cost import comm
+
+    hw = load_hardware("h100_sxm")
+    w = 470e9
+    host_bw = 8 * hw.scaleout_bw_bytes_per_s * hw.efficiency.comm
+    r = tc.packed_broadcast_s(w, hw, 128, 256)
+    assert r.buckets == int(np.ceil(w / (0.02 * hw.hbm_bytes)))
+    assert r.export_s == pytest.approx(comm.hop_latency_s(hw, 128) + w * (1 - 8 / 128) / host_bw, rel=1e-12)
+    assert r.broadcast_s == pytest.approx(r.buckets * comm.hop_latency_s(hw, 256) + w / host_bw, rel=1e-12)
+    assert r.total_s == pytest.approx(max(r.export_s, r.broadcast_s) + min(r.export_s, r.broadcast_s) / r.buckets)
+    # overlapped: never above the serial sum, never below the slower side
+    assert max(r.export_s, r.broadcast_s) <= r.total_s < r.export_s + r.broadcast_s
+    # a model copy inside one NVLink domain gathers over NVLink
+    assert tc.packed_broadcast_s(w, hw, 8, 256).export_s == pytest.approx(float(comm.all_gather_s(w, 8, hw)))
+    # one pool of one GPU: nothing to broadcast
+    assert tc.packed_broadcast_s(w, hw, 1, 1).total_s == 0.0
+    # a second, slower profile on the rollout side bounds the wire
+    slow = replace(hw, name="slow", scaleout_bw_bytes_per_s=hw.scaleout_bw_bytes_per_s / 4)
+    assert tc.packed_broadcast_s(w, hw, 128, 256, rollout_hw=slow).broadcast_s > 3 * r.broadcast_s
+
+
+@settings(max_examples=40, deadline=None)
+@given(w=st.floats(1e9, 2e12), copy=st.sampled_from([8, 16, 64, 128, 256]), extra=st.integers(1, 512))
+def test_packed_broadcast_monotone(w, copy, extra):
+    """More bytes never refit faster; the refit is at least the wire time of W over one host's NICs."""
+    hw = load_hardware("h100_sxm")
+    a = tc.packed_broadcast_s(w, hw, copy, copy + extra)
+    b = tc.packed_broadcast_s(2 * w, hw, copy, copy + extra)
+    assert b.total_s >= a.total_s
+    if copy + extra > hw.nvlink_domain_gpus:
+        assert a.total_s >= w / (8 * hw.scaleout_bw_bytes_per_s * hw.efficiency.comm)
