@@ -32,8 +32,10 @@ The RL step on the trainer (NeMo-RL GRPO, Megatron policy):
    weights go to host memory, and come back before the logprob and training (`offload_before_refit`,
    `offload_after_refit`, `prepare_for_training`), over the GPU's host link; the refit streams the
    whole model to every rank (Megatron-Bridge's HF export all-gathers each tensor over tp/ep and
-   broadcasts it over pp) and into the colocated engine by CUDA IPC. Separate pools: the whole model
-   is gathered to trainer rank 0 and broadcast to every rollout GPU (`packed_broadcast_producer`).
+   broadcasts it over pp) and into the colocated engine by CUDA IPC. Separate pools: every trainer
+   rank assembles the whole model the same way and trainer rank 0 broadcasts it to every rollout
+   GPU in packed buckets, export and broadcast overlapped (`packed_broadcast_producer`, PR #1379):
+   :func:`packed_broadcast_s`.
 
 Per micro-batch of T packed tokens, on one pipeline stage, per GPU (T_g = T / (tp·cp)):
     compute   = [2·P·T_g + 4·n_h·d·Σ_j ℓ_j²/2 / (tp·cp)] · (layers/pp)/layers / (eff · peak_dtype)
