@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from specsim.scenario import ScenarioError, apply_overrides, load_scenario
-from specsim.sim.pipeline import StepRecord, run_pipeline
+from specsim.sim.pipeline import RunStopped, StepRecord, run_pipeline
 from specsim.study.comparison import baseline_scenario, compare
 from specsim.world.resolve import resolve
 
@@ -388,8 +388,6 @@ def test_a_stopped_run_is_provably_above_its_threshold(small, mode):
     RunStopped, whose floor lies between T and the full run's mean (the floor is sound); at or above
     the mean it never stops and the run is the same run; each step is at least its trainer-side
     stages (`step_floor_s`, the floor's term)."""
-    from specsim.sim.pipeline import RunStopped
-
     sc = small if mode == "sync" else _async(small, **{"pipeline.steps": 6, "pipeline.warmup_steps": 2})
     world = resolve(sc)
     full = run_pipeline(world)

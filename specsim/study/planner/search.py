@@ -12,18 +12,22 @@
        and arm (its upper 95 % limit where it has one) dominates every point the candidate could
        reach (`dominates`: no slower than its bound × slack, no more GPU-hours per step, for
        min_gpus no more GPUs) — it can then be neither the best of its GPU type nor on its arm's
-       Pareto front ("trainer", "throughput" or "latency": whichever bound binds);
+       Pareto front ("trainer", "throughput" or "latency": whichever bound binds); from the second
+       wave on each run carries the step above which it cannot win (`stop_thresholds`) and ends
+       as soon as its steps and its trainer's floor for the rest prove it over (sim/pipeline.py
+       `stop_above_s`; pruned "stopped");
     4. each later round keeps, of every arm, its best `keep_fraction` by the objective that could
-       still win (`could_still_win`, for min_step_time: behind the arm's best by no more than
-       `keep_within` or the paired per-step difference's one-sided 99.9 % Student t limit; the
-       others are "dropped: cannot win" rather than run to full replicates), every candidate
-       within `keep_within` of the arm's best step, and every candidate that could be on its arm's
-       front (not dominated by more than `keep_within`), and runs more replicates; the last round
-       runs `replicates`, so the front is drawn from equal replicates.
+       still win (`could_still_win`, for min_step_time: behind the arm's best by no more than the
+       paired per-step difference's one-sided 99.9 % Student t limit, or `keep_within`; the others
+       are "dropped: cannot win" rather than run to full replicates) and every candidate that could
+       be on its arm's front (`dominated_beyond_noise`: not dominated by more than the paired
+       difference's 95 % interval), and runs more replicates; the last round runs `replicates`, so
+       the front is drawn from equal replicates.
 
 Every simulated run is a plain pipeline run keyed like `specsim run`'s (`study/sweep.run_key`:
 the candidate's scenario and replicate, the inputs' contents), stored atomically in
-`<out>/runs/<key>.json` and reused on rerun; so a candidate rerun with `specsim run --set ...`
+`<out>/runs/<key>.json` and reused on rerun (a stopped run too, for a threshold below its
+floor: study/store.py); so a candidate rerun with `specsim run --set ...`
 (its `overrides`) at the same replicates gives the same numbers.
 """
 
