@@ -51,7 +51,7 @@ __all__ = ["Evaluated", "SearchState", "replicate_schedule", "search"]
 
 #: round-1 waves: the share of the remaining candidates each wave runs (the last runs the rest)
 WAVES = (0.05, 0.25, 1.0)
-#: `pruned_by` of a candidate whose run was stopped because it could not win (`stop_threshold`)
+#: `pruned_by` of a candidate whose run was stopped because it could not win (`stop_thresholds`)
 STOPPED = "stopped"
 
 
@@ -222,7 +222,7 @@ class _Runner:
 
     def batch(self, items: list[tuple[Evaluated, int]], rnd: int, stops: dict[int, float] | None = None) -> None:
         """Run (or reuse) replicate `rep` of each (candidate, rep); `stops`: by id(candidate), the step
-        above which its run stops (`stop_threshold`)."""
+        above which its run stops (`stop_thresholds`)."""
         todo: dict[str, RunTask] = {}
         owner: dict[str, list[tuple[Evaluated, int]]] = {}
         for e, rep in items:
