@@ -268,9 +268,10 @@ def _shape(xs: list[float]) -> str:
 
 @functools.lru_cache(maxsize=None)
 def plan() -> dict:
-    """The full plan (scenarios/235b_plan.yaml, --jobs 2): its answer and wall seconds."""
+    """The full plan (scenarios/235b_plan.yaml, --jobs 2): its answer, wall seconds and CPU seconds
+    (its own and its workers', summary.json's search.cpu_s)."""
     info, wall = timed("plan", "scenarios/235b_plan.yaml", "--jobs", "2")
-    return {**info["answer"], "wall_s": wall}
+    return {**info["answer"], "wall_s": wall, "cpu_s": info["search"]["cpu_s"]}
 
 
 def _step(entry: dict) -> str:
@@ -312,6 +313,7 @@ EXPENSIVE: dict[str, Callable[[], str]] = {
     "plan.best-sd-step": lambda: _step(plan()["best_sd"]),
     "plan.sd-gain": lambda: _ci(plan()["sd_gain_at_optima"], 2),
     "plan.minutes": lambda: f"{plan()['wall_s'] / 60:.0f}",
+    "plan.cpu-minutes": lambda: f"{plan()['cpu_s'] / 60:.1f}",
     "plan256.sd-gain": lambda: _ci(timed('plan', 'scenarios/235b_plan.yaml', '--jobs', '2', '--set',
                                          'workload.prompts=256')[0]["answer"]["sd_gain_at_optima"], 2),
     "suite.tests": lambda: f"{suite()[0]:,}",

@@ -24,7 +24,11 @@ and prints its wall and CPU seconds (the children's user + system time, workers 
 it simulated, the candidates and the best AR and SD steps. `--against DIR` runs the same command in
 another checkout (DIR's `specsim` package, e.g. the main branch) in the same invocation, alternating
 the two `--repeat` times, and prints the ratios (this tree ÷ DIR): both sides share the machine's
-load, so the ratio is what to quote.
+load, so the ratio is what to quote. `--against REV` (a git revision of this repository, e.g.
+a97fb80, the planner before issue #48) exports that revision with `git archive` into a temporary
+folder and runs it there:
+
+    python benchmarks/run.py --plan scenarios/235b_plan.yaml --against a97fb80    # issue #48's target
 """
 
 from __future__ import annotations
@@ -129,7 +133,26 @@ def plan_case(scenario: str, jobs: int, sets: list[str], root: Path) -> dict:
 
 
 def print_plan(args) -> None:
-    roots = [ROOT] + ([Path(args.against).resolve()] if args.against else [])
+    with tempfile.TemporaryDirectory(prefix="specsim-against-") as tmp:
+        roots = [ROOT] + ([against_root(args.against, Path(tmp))] if args.against else [])
+        _print_plan(args, roots)
+
+
+def against_root(against: str, tmp: Path) -> Path:
+    """The checkout `--against` names: a folder as it is, or a git revision of this repository
+    exported (`git archive`, read-only on the repository) into `tmp`."""
+    if Path(against).is_dir():
+        return Path(against).resolve()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", against], check=False,
+                             capture_output=True)
+    if archive.returncode != 0:
+        raise SystemExit(f"--against {against}: neither a folder nor a git revision of {ROOT} "
+                         f"({archive.stderr.decode(errors='replace').strip()})")
+    subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive.stdout, check=True)
+    return tmp
+
+
+def _print_plan(args, roots: list[Path]) -> None:
     sets = args.sets or PLAN_SETS
     results: dict[str, list[dict]] = {str(r): [] for r in roots}
     for _ in range(args.repeat):
@@ -166,8 +189,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300, help="RL steps of the projected run (with --project)")
     ap.add_argument("--plan", nargs="?", const=PLAN_DEFAULT, default=None, metavar="SCENARIO",
                     help="time `specsim plan` instead (default 8b_rl_think_async at 16 prompts on 16 GPUs)")
-    ap.add_argument("--against", default=None, metavar="DIR",
-                    help="with --plan: also run it in this checkout and print the ratios")
+    ap.add_argument("--against", default=None, metavar="DIR|REV",
+                    help="with --plan: also run it in this checkout (or git revision) and print the ratios")
     ap.add_argument("--repeat", type=int, default=1, help="with --plan: runs per checkout (the fastest is shown)")
     args = ap.parse_args()
     if args.plan:

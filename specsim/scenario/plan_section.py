@@ -47,8 +47,9 @@ class PlanSearchSection(Strict):
     """How the plan's search spends simulations.
 
     Survivors of the analytic bounds are simulated with successive halving: every one at one
-    replicate, the best `keep_fraction` of each arm (AR / SD) at each GPU count — and every one
-    within `keep_within` of its arm's best — go on to the next round, the last round runs
+    replicate, the best `keep_fraction` of each arm (AR / SD) at each GPU count that could still
+    win, and every one that could be on its arm's front, go on to the next round (each judged by
+    the paired per-step noise, or `keep_within` where that is larger), the last round runs
     `replicates` replicates. Replicate r of every candidate draws the same responses (paired)."""
 
     replicates: int = Field(default=3, ge=1, le=100, description=(
@@ -60,9 +61,10 @@ class PlanSearchSection(Strict):
         "`replicates`; between them the replicate count grows geometrically"))
     keep_fraction: float = Field(default=0.25, gt=0, le=1, description=(
         "share of each arm's candidates (per GPU count and GPU type) kept after a halving round"))
-    keep_within: float = Field(default=0.03, ge=0, le=10, description=(
-        "also keep every candidate whose mean step time is within this relative margin of its arm's best "
-        "(so noise between near-ties cannot drop the true best)"))
+    keep_within: float = Field(default=0.0, ge=0, le=10, description=(
+        "a floor on the noise margin: also keep every candidate whose mean step time is within this "
+        "relative margin of its arm's best or of a point that dominates it (0: the paired per-step noise "
+        "alone decides; exact ties are always kept)"))
     bound_slack: float = Field(default=0.9, gt=0, le=1, description=(
         "the analytic step-time bounds are multiplied by this before they prune (a margin for the bounds' "
         "expected-length terms; 1 prunes hardest)"))

@@ -171,6 +171,15 @@ def _never_stale(world: World) -> bool:
     return not world.drafter.spec.goes_stale
 
 
+class RunStopped(Exception):
+    """A run ended by `run_pipeline(stop_above_s=...)`: after `step` (-1: before the first) its
+    steady mean step is at least `floor_step_s` > `stop_above_s`, so it cannot come in under it."""
+
+    def __init__(self, step: int, floor_step_s: float, stop_above_s: float):
+        super().__init__(step, floor_step_s, stop_above_s)   # simpy re-raises a copy made from args
+        self.step, self.floor_step_s, self.stop_above_s = int(step), float(floor_step_s), float(stop_above_s)
+
+
 # ----------------------------------------------------------------------------- the run
 class _RLRun:
     """One run's RL steps on a simpy clock: the state its phases share and the phases themselves.
@@ -185,6 +194,9 @@ class _RLRun:
 
     #: a version lands when its weight sync begins (in-flight updates), not when it ends
     lands_in_flight = False
+    #: end the run (RunStopped) once its steady mean step is provably above this (run_pipeline)
+    stop_above_s: float | None = None
+    warmup = 0
 
     def __init__(self, world: World, draws: list, *, engine: str, tick: Ticker | None):
         self.world = world
@@ -248,6 +260,30 @@ class _RLRun:
                    drafter_update_s=du, step_end_s=env.now)
         if self.tick is not None:
             self.tick.step_done()
+        self.stop_if_above(i)
+
+    def step_floor_s(self, j: int) -> float:
+        """A floor on step j's step_s: its trainer-side stages, which run one after another once
+        step j-1 has ended (reward, logprob, train, weight sync, requantization, the drafter's
+        update when due; sync mode adds the data load). Exact for a trainer-bound step."""
+        c = self.costs
+        lp, tr, du = c.step(self.draws[j])
+        data = self.world.pipeline.data_s if self.world.pipeline.mode == "sync" else 0.0
+        return data + c.reward + lp + tr + c.sync + c.requant + (du if c.drafter_due(j + 1) else 0.0)
+
+    def stop_if_above(self, i: int) -> None:
+        """Raise RunStopped when, after step i (-1: before the first), the steady mean step is
+        provably above `stop_above_s`: (the steady steps ended so far + `step_floor_s` of every
+        later steady step) / the steady steps."""
+        if self.stop_above_s is None:
+            return
+        w, n = self.warmup, self.n_steps
+        done = 0.0
+        if i >= w:
+            done = self.rows[i]["step_end_s"] - (self.rows[w - 1]["step_end_s"] if w > 0 else 0.0)
+        floor = (done + sum(self.step_floor_s(j) for j in range(max(i + 1, w), n))) / (n - w)
+        if floor > self.stop_above_s:
+            raise RunStopped(i, floor, self.stop_above_s)
 
     def records(self) -> list[StepRecord]:
         """The finished rows as StepRecords; step_s is the gap between consecutive step ends."""
@@ -404,13 +440,18 @@ class _AsyncRun(_RLRun):
 
 def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, steps: int | None = None,
                  progress: ProgressHook | None = None, progress_every_s: float = PROGRESS_EVERY_S,
-                 engine_results: bool = True) -> PipelineResult:
+                 engine_results: bool = True, stop_above_s: float | None = None) -> PipelineResult:
     """Simulate `steps` RL steps (default pipeline.steps) of a resolved scenario on a simpy clock.
     `progress`: called with a RunProgress at the start, at most every `progress_every_s` seconds
     of wall clock while the run goes, and at the end (sim/progress.py); it changes no result.
     `engine_results`: async runs keep every engine's per-response result (`PipelineResult.engines`);
     False leaves it empty (a caller that reads only the step records: a few hundred steps of
-    65,536 trajectories hold gigabytes of them)."""
+    65,536 trajectories hold gigabytes of them).
+    `stop_above_s`: raise RunStopped (no result) as soon as the steady mean step is provably above
+    it — checked before the first step and after each: (steady steps ended + Σ floors of the steady
+    steps to come) / steady steps > stop_above_s, the floor of a step being its trainer-side stages
+    (`_RLRun.step_floor_s`; a step ends no earlier than its training after the previous one's end).
+    A run that is not stopped is the same run as without it (a planner's "cannot win")."""
     t_wall = time.perf_counter()
     ps = world.pipeline
     n_steps = int(steps if steps is not None else ps.steps)
@@ -422,6 +463,8 @@ def run_pipeline(world: World, *, engine: str = "fast", replicate: int = 0, step
                                                 responses_total=sum(d.n_responses for d in draws))
     run = (_AsyncRun(world, draws, engine=engine, tick=tick, engine_results=engine_results)
            if ps.mode == "async" else _ColocatedRun(world, draws, engine=engine, tick=tick))
+    run.stop_above_s, run.warmup = stop_above_s, warmup
+    run.stop_if_above(-1)
     run.start()
     run.env.run()
     if tick is not None:

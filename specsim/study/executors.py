@@ -55,7 +55,7 @@ from typing import Any
 from specsim.errors import LayoutError, SpecError, os_reason
 from specsim.inputs import resolve_input
 from specsim.scenario import ScenarioError, validate_doc
-from specsim.sim.pipeline import run_pipeline
+from specsim.sim.pipeline import RunStopped, run_pipeline
 from specsim.sim.progress import PROGRESS_EVERY_S, ProgressHook, RunProgress
 from specsim.study.sweep import RunTask, k_of
 from specsim.world.resolve import resolve
@@ -153,7 +153,9 @@ def _probe_address(address: str) -> None:
 def execute(task: RunTask | dict, progress: ProgressHook | None = None,
             progress_every_s: float = PROGRESS_EVERY_S) -> dict:
     """Run one pipeline (in any process). Returns {"key", "steady", "steps", "meta"} or, for a
-    scenario that cannot run (does not fit, bad layout), {"key", "error"} with the message.
+    scenario that cannot run (does not fit, bad layout), {"key", "error"} with the message, or,
+    for a task with `stop_above_s` that the run provably cannot come in under, {"key", "stopped":
+    {"step", "floor_step_s", "stop_above_s"}} (sim/pipeline.RunStopped: no result).
     `progress`: the run's progress hook (sim/progress.py); the result does not depend on it."""
     t = task if isinstance(task, RunTask) else RunTask(**task)
     try:
@@ -161,9 +163,12 @@ def execute(task: RunTask | dict, progress: ProgressHook | None = None,
         sc._source_file = t.file
         world = resolve(sc)
         res = run_pipeline(world, engine=t.engine, replicate=t.replicate, progress=progress,
-                           progress_every_s=progress_every_s, engine_results=False)
+                           progress_every_s=progress_every_s, engine_results=False, stop_above_s=t.stop_above_s)
     except (ScenarioError, SpecError, LayoutError) as exc:
         return {"key": t.key, "error": f"{exc.__class__.__name__}: {exc}"}
+    except RunStopped as stop:
+        return {"key": t.key, "stopped": {"step": stop.step, "floor_step_s": stop.floor_step_s,
+                                          "stop_above_s": stop.stop_above_s}}
     steady = {k: float(v) for k, v in res.steady().items()}
     steady["per_token_sd_gain"] = per_token_sd_gain(world, steady)
     steps = [{k: (float(v) if isinstance(v, float) else int(v)) for k, v in asdict(r).items()} for r in res.records]

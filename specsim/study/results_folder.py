@@ -206,6 +206,11 @@ def run_problem(doc, key: str) -> str | None:
         return f"key {key!r}, got {doc.get('key')!r}"
     if "error" in doc:
         return None if isinstance(doc["error"], str) and set(doc) == {"key", "error"} else "an error string"
+    if "stopped" in doc:   # a run stopped because it could not win (study/store.py)
+        stop = doc["stopped"]
+        ok = set(doc) == {"key", "stopped"} and isinstance(stop, dict) and all(
+            _num(stop.get(k)) for k in ("step", "floor_step_s", "stop_above_s"))
+        return None if ok else "a stopped run's step, floor_step_s and stop_above_s"
     steady, steps, meta = doc.get("steady"), doc.get("steps"), doc.get("meta")
     if not isinstance(steady, dict) or not all(_num(steady.get(k)) for k in STEADY_KEYS):
         return f"steady figures {list(STEADY_KEYS)} as numbers"

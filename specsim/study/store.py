@@ -16,6 +16,12 @@ Counting. `computed` is the runs simulated by this store, `reused` the distinct 
 that it held from an earlier command (on disk when it was opened); a run computed here and asked
 for again is neither.
 
+Stopped runs. A task with `stop_above_s` (the planner's run of a candidate that may not win) can
+end as {"key", "stopped": {step, floor_step_s, stop_above_s}}: no result, only the proof that its
+steady mean step is at least floor_step_s. It is kept in runs/ under its key like any run, but is
+never one of `runs`: `results` reuses it only for a task whose own `stop_above_s` is below its
+floor (that task would stop too); any other task with its key runs it in full (and replaces it).
+
 One error policy. A run that cannot run (executors.execute returns {"key", "error"}: a scenario
 that does not fit, a bad layout: deterministic for its key) is recorded like any result -- written
 to runs/ and returned -- so a rerun never simulates it again; a task the caller says must run
@@ -67,7 +73,9 @@ class RunStore:
         self._runs: dict[str, dict] = {}
         if self.folder is not None:
             self._runs = results_dir.load_runs(self.folder / RUNS_DIR, self.warnings)
-        self._earlier = set(self._runs)     # what an earlier command stored
+        self._stopped = {k: v for k, v in self._runs.items() if "stopped" in v}   # see the module doc
+        self._runs = {k: v for k, v in self._runs.items() if "stopped" not in v}
+        self._earlier = set(self._runs) | set(self._stopped)     # what an earlier command stored
         self._reused: set[str] = set()
         self.computed = 0
 
@@ -89,11 +97,26 @@ class RunStore:
     def get(self, key: str) -> dict | None:
         return self._runs.get(key)
 
+    def answer(self, task: RunTask) -> dict | None:
+        """The stored result that answers `task`: its run, or a stopped run of its key whose floor
+        is above the task's own `stop_above_s` (the task would stop too); else None."""
+        if task.key in self._runs:
+            return self._runs[task.key]
+        stop = self._stopped.get(task.key)
+        if stop is not None and task.stop_above_s is not None \
+                and stop["stopped"]["floor_step_s"] > task.stop_above_s:
+            return stop
+        return None
+
     def _keep(self, task: RunTask, result: dict) -> dict:
         if self.folder is not None:
             atomic.write_json(self.folder / RUNS_DIR / f"{task.key}.json", result)
         kept = json.loads(json.dumps(result, sort_keys=True))   # what a resumed command reads back
-        self._runs[task.key] = kept
+        if "stopped" in kept:
+            self._stopped[task.key] = kept
+        else:
+            self._runs[task.key] = kept
+            self._stopped.pop(task.key, None)
         self.computed += 1
         return kept
 
@@ -109,17 +132,16 @@ class RunStore:
         shows them in flight), or `on_progress` (executors.OnProgress) directly."""
         need = must_run if callable(must_run) else (lambda t, all_=bool(must_run): all_)
         todo: dict[str, RunTask] = {}
-        asked: list[RunTask] = []
+        asked: dict[str, dict | None] = {}
         for t in tasks:
-            asked.append(t)
-            if t.key in self._runs:
+            res = asked[t.key] = self.answer(t)
+            if res is not None:
                 if t.key in self._earlier:
                     self._reused.add(t.key)
-                res = self._runs[t.key]
                 if "error" in res and need(t):
                     raise RunFailed(t, str(res["error"]))
-            elif t.key not in todo:
-                todo[t.key] = t
+            elif t.key not in todo or _stops_later(t, todo[t.key]):
+                todo[t.key] = t     # of two tasks of one key, the one that stops later answers both
         if progress is not None and todo:
             progress.add_runs(len(todo))
         inside = on_progress
@@ -137,7 +159,12 @@ class RunStore:
 
         run_tasks(list(todo.values()), deliver, jobs=jobs, backend=backend, address=address, on_progress=inside,
                   pool=pool)
-        return {t.key: self._runs[t.key] for t in asked}
+        return {k: v if v is not None else self._runs.get(k, self._stopped.get(k)) for k, v in asked.items()}
+
+
+def _stops_later(a: RunTask, b: RunTask) -> bool:
+    """Whether task `a` stops its run later than `b` (a higher `stop_above_s`; None: never)."""
+    return b.stop_above_s is not None and (a.stop_above_s is None or a.stop_above_s > b.stop_above_s)
 
 
 @dataclass

@@ -243,6 +243,9 @@ class RunTask:
     replicate: int
     engine: str = "fast"
     role: str = "point"     # point | baseline | sync_ar | capacity (informational)
+    #: stop the run once its steady mean step is provably above this (sim/pipeline.run_pipeline):
+    #: a planner's run that cannot win; not part of the key (a run it does not stop is the same run)
+    stop_above_s: float | None = None
 
     @classmethod
     def of(cls, sc: Scenario, replicate: int, role: str, engine: str = "fast") -> RunTask:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from specsim.scenario import ScenarioError, apply_overrides, load_scenario
-from specsim.sim.pipeline import StepRecord, run_pipeline
+from specsim.sim.pipeline import RunStopped, StepRecord, run_pipeline
 from specsim.study.comparison import baseline_scenario, compare
 from specsim.world.resolve import resolve
 
@@ -379,3 +379,30 @@ def test_async_steady_means_leave_out_the_fill(small):
     short = resolve(_async(apply_overrides(small, {"pipeline.steps": 3, "pipeline.warmup_steps": 1})))
     assert short.pipeline.steady_includes_fill and short.pipeline.steady_from_step == 2
     assert any("run at least 4 steps" in w for w in doctor_warnings(short))
+
+
+# ----------------------------------------------------------------------------- stopping a run that cannot win
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_stopped_run_is_provably_above_its_threshold(small, mode):
+    """run_pipeline(stop_above_s=T): below the run's steady mean (and only there) it raises
+    RunStopped, whose floor lies between T and the full run's mean (the floor is sound); at or above
+    the mean it never stops and the run is the same run; each step is at least its trainer-side
+    stages (`step_floor_s`, the floor's term)."""
+    sc = small if mode == "sync" else _async(small, **{"pipeline.steps": 6, "pipeline.warmup_steps": 2})
+    world = resolve(sc)
+    full = run_pipeline(world)
+    mean = full.steady()["step_s"]
+    same = run_pipeline(world, stop_above_s=mean * (1 + 1e-9))
+    assert [r.step_s for r in same.records] == [r.step_s for r in full.records]
+    stops = []
+    for f in (0.2, 0.5, 0.8, 0.95, 0.999):
+        with pytest.raises(RunStopped) as exc:
+            run_pipeline(world, stop_above_s=mean * f)
+        e = exc.value
+        assert mean * f < e.floor_step_s <= mean * (1 + 1e-12) and e.stop_above_s == mean * f
+        assert -1 <= e.step < len(full.records)
+        stops.append(e.step)
+    assert stops == sorted(stops)          # a higher threshold stops no earlier
+    for r in full.records:
+        stages = r.reward_s + r.logprob_s + r.train_s + r.weight_sync_s + r.drafter_update_s
+        assert r.step_s >= stages + (r.data_s if mode == "sync" else 0.0) - 1e-9

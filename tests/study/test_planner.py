@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import yaml
@@ -450,3 +451,30 @@ def test_the_plan_searches_a_schedule_arm(tiny):
     assert sd and {c.policy for c in sd} == {"schedule"}
     pol = resolve(candidate_scenario(sc, sd[0])).policy
     assert isinstance(pol, Schedule) and pol.ks == (0, 1, 3)
+
+
+def test_runs_stopped_once_they_cannot_win_change_no_answer(tiny, planned, tmp_path, monkeypatch):
+    """With no noise margin (step_noise_s = 0: every run's threshold is a simulated point's mean,
+    scaled by GPUs), later waves' runs stop once their steps and the trainer's floor for the rest
+    prove their steady mean above it: every stopped candidate's full run (brute force, replicate 0)
+    is indeed above its threshold, the best AR and SD and the fronts are the brute-force ones, and
+    a rerun reuses the stopped runs (nothing simulated)."""
+    import importlib
+
+    search_mod = importlib.import_module("specsim.study.planner.search")
+    monkeypatch.setattr(search_mod, "step_noise_s", lambda d, confidence=0.999: 0.0)
+    out = tmp_path / "stopped"
+    res = plan_scenario(tiny, out=out, jobs=1)
+    s = res.search
+    assert s["stopped_runs"] == s["pruned_by"].get("stopped", 0) > 0
+    brute1, brute2 = _brute(tiny, 1), _brute(tiny, 2)
+    df = res.candidates()
+    for row in df[df.pruned_by == "stopped"].itertuples():
+        floor, limit = (float(x) for x in re.findall(r"at least ([\d.]+) s .*> ([\d.]+) s", row.reason)[0])
+        assert floor >= limit and brute1[row.candidate][1] > limit - 0.05     # the reason rounds to 0.1 s
+    for arm in ("ar", "sd"):
+        assert res.answer[f"best_{arm}"]["candidate"] == planned[0].answer[f"best_{arm}"]["candidate"]
+        assert [p["candidate"] for p in res.summary["fronts"][arm]] == brute_fronts(brute2)[arm]
+    again = plan_scenario(tiny, out=out, jobs=1)      # (a stopped run the baselines ran in full is read in full)
+    assert again.search["computed_runs"] == 0 and 0 < again.search["stopped_runs"] <= s["stopped_runs"]
+    assert all(again.answer[f"best_{a}"]["candidate"] == res.answer[f"best_{a}"]["candidate"] for a in ("ar", "sd"))

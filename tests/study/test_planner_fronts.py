@@ -104,3 +104,67 @@ def test_a_candidate_that_cannot_win_still_runs_when_the_front_needs_it():
     cheap = _paired(1, 4, [20.0, 20.0, 20.0])
     kept = _keep([best, cheap], 1.0, 0.03)
     assert cheap in kept and cheap.dropped == ""
+
+
+series = st.lists(st.floats(50.0, 100.0), min_size=3, max_size=8)
+
+
+@given(series, st.lists(st.tuples(st.integers(4, 16), st.floats(0.0, 0.1), st.floats(0.0, 3.0)),
+                        min_size=1, max_size=8), st.sampled_from(["min_step_time", "min_gpus"]))
+def test_halving_leaves_out_only_what_a_kept_point_dominates_beyond_its_noise(base, others, objective):
+    """Paired series (noise, offset, GPUs): every candidate halving leaves out is dominated beyond
+    the paired noise by another (`dominated_beyond_noise`) or, in its arm's best quarter, cannot win;
+    the fastest always goes on; of two candidates with the same series and GPUs neither dominates."""
+    from specsim.study.planner.search import could_still_win, dominated_beyond_noise
+
+    evs = [_paired(0, 8, base)]
+    for i, (g, off, amp) in enumerate(others, start=1):
+        evs.append(_paired(i, g, [b * (1 + off) + amp * ((j * 7919 + i) % 5 - 2) for j, b in enumerate(base)]))
+    evs.append(_paired(len(evs), evs[-1].cand.total_gpus, list(evs[-1].series[0].values())))   # an exact twin
+    kept = _keep(evs, 0.25, 0.0, objective)
+    best = min(evs, key=Evaluated.mean_step)
+    assert best in kept
+    assert not dominated_beyond_noise(evs[-1], evs[-2], objective) and not dominated_beyond_noise(evs[-2], evs[-1],
+                                                                                                  objective)
+    for e in evs:
+        if e not in kept:
+            assert any(dominated_beyond_noise(e, d, objective) for d in evs if d is not e) or \
+                (e.dropped == "cannot win" and not could_still_win(e, best, 0.0))
+
+
+def test_near_ties_without_noise_are_left_out_and_exact_ties_kept():
+    """The trainer-bound finalists: 1 % slower by a constant (no noise) on more GPUs is dominated and
+    left out (a fixed 3 % margin kept it); the same series on the same GPUs is kept beside the best;
+    on fewer GPUs (fewer GPU-hours per step) it stays for the front."""
+    base = [100.0, 101.0, 99.5, 100.5, 100.2, 99.8]
+    best = _paired(0, 2032, base)
+    twin = _paired(1, 2032, base)
+    near = _paired(2, 2036, [b * 1.01 for b in base])
+    cheaper = _paired(3, 2000, [b * 1.01 for b in base])
+    kept = _keep([best, twin, near, cheaper], 0.25, 0.0)
+    assert best in kept and twin in kept and cheaper in kept and near not in kept
+    assert near not in _keep([best, near], 1.0, 0.0) and near.dropped == "cannot win"
+    assert near in _keep([best, near], 1.0, 0.03)          # keep_within is a floor on the margin
+
+
+@given(st.lists(st.tuples(st.integers(4, 16), series), min_size=1, max_size=6), st.integers(4, 16),
+       st.floats(0.0, 0.05), st.sampled_from(["min_step_time", "min_gpus"]))
+def test_a_run_stops_only_where_a_simulated_candidate_dominates_it_beyond_the_noise(sims, gpus, within, objective):
+    """stop_thresholds: a run whose steady mean ends above its threshold is slower, and costs more
+    GPU-hours per step, than some simulated candidate of its arm by more than that one's noise
+    margin (`step_noise_s`, or `within`; for min_gpus on no more GPUs): it could be neither the best
+    nor on the front. The threshold is never below the fastest simulated mean."""
+    from specsim.study.planner.search import step_noise_s, stop_thresholds
+
+    evs = [_paired(i, g, s) for i, (g, s) in enumerate(sims)]
+    new = _paired(len(evs), gpus, [1.0, 1.0, 1.0])
+    new.status = "pending"
+    limit = stop_thresholds([*evs, new], [new], objective, within).get(id(new))
+    refs = [d for d in evs if objective != "min_gpus" or d.cand.total_gpus <= gpus]
+    if not refs:
+        assert limit is None
+        return
+    assert limit is not None and limit >= min(d.mean_step() for d in refs)
+    above = limit * (1 + 1e-9)
+    assert any(dominates(d.mean_step() + max(step_noise_s(d), within * d.mean_step()), d.cand.total_gpus, above,
+                         gpus, objective) for d in refs)

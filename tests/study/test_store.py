@@ -6,6 +6,7 @@ it; `open_results` is the output rule, the lock, the scenario guard and the inpu
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import pytest
@@ -82,3 +83,28 @@ def test_open_results_guards_locks_and_stamps(tmp_path):
     with pytest.raises(results_folder.ResultsConflict, match="another one"), \
             open_results(out, resolved_text="a: 2\n"):       # another scenario's folder
         pass
+
+
+def test_a_stopped_run_is_kept_apart_and_reused_only_by_a_task_that_would_stop_too(tmp_path):
+    """A task with stop_above_s below its run's steady mean ends as {"key", "stopped"} (no result):
+    written to runs/ (a valid stored run), never one of `runs`; a later task of its key is answered
+    by it only when its own stop_above_s is below the stopped run's floor; a task without one (or
+    above the floor) runs in full and replaces it."""
+    full = execute(_task(0))
+    mean = full["steady"]["step_s"]
+    low = dataclasses.replace(_task(0), stop_above_s=0.5 * mean)
+    store = RunStore(tmp_path)
+    got = store.results([low])[low.key]
+    stop = got["stopped"]
+    assert set(got) == {"key", "stopped"} and 0.5 * mean < stop["floor_step_s"] <= mean * (1 + 1e-12)
+    assert low.key not in store and store.computed == 1
+    doc = json.loads((tmp_path / "runs" / f"{low.key}.json").read_text(encoding="utf-8"))
+    assert results_folder.run_problem(doc, low.key) is None
+    again = RunStore(tmp_path)
+    lower = dataclasses.replace(low, stop_above_s=0.4 * mean)
+    assert again.answer(lower) == got and again.results([lower])[low.key] == got and again.computed == 0
+    higher = dataclasses.replace(low, stop_above_s=stop["floor_step_s"] * 1.01)
+    assert again.answer(higher) is None and again.answer(_task(0)) is None
+    res = again.results([low, _task(0)])      # one key: the task that stops later (never) answers both
+    assert again.computed == 1 and res[low.key]["steady"] == full["steady"] and low.key in again
+    assert again.answer(low)["steady"] == full["steady"]

@@ -192,8 +192,8 @@ def plan_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pa
 
 def _search_info(evs, rejected: list, state, inverse_runs: dict, reps: int, cost: dict) -> dict:
     """summary.json's `search`: what was enumerated, infeasible, pruned (by which bound, target or
-    budget), simulated, dropped at halving (and why) and where the CPU went (runs per round, CPU-s
-    per simulated run)."""
+    budget, or "stopped": a run ended once it could not win), simulated, dropped at halving (and
+    why) and where the CPU went (runs per round, runs stopped, CPU-s per simulated run)."""
     pruned: dict[str, int] = {}
     dropped: dict[str, int] = {}
     for e in evs:
@@ -210,7 +210,8 @@ def _search_info(evs, rejected: list, state, inverse_runs: dict, reps: int, cost
         "pruned_by": pruned, "dropped_at_halving": dropped,
         "simulated_candidates": sum(1 for e in evs if e.status == "simulated"),
         "finalists": sum(1 for e in evs if e.status == "simulated" and len(e.steady) >= reps),
-        "computed_runs": state.computed_runs, "reused_runs": state.reused_runs, "rounds": state.rounds,
+        "computed_runs": state.computed_runs, "reused_runs": state.reused_runs, "stopped_runs": state.stopped_runs,
+        "rounds": state.rounds,
         "inverse_computed_runs": inverse_runs["computed"], "inverse_reused_runs": inverse_runs["reused"],
         **cost, "cpu_s_per_computed_run": cpu / state.computed_runs if state.computed_runs else None,
     }

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from specsim import atomic
+from specsim.study.planner.search import STOPPED
 from specsim.study.report.tables import fmt_ci, md_text, mean_ci, ratio_ci
 
 __all__ = ["CANDIDATE_COLUMNS", "answer", "candidate_entry", "candidate_rows", "fronts", "plan_markdown", "plot_fronts"]
@@ -389,7 +390,10 @@ def plan_markdown(summary: dict) -> str:
             lines.append(f"- {arm.upper()}: {r['label']} — step {_fmt(r['step_s'])} s")
     lines += ["", "## Search", "",
               f"- candidates: {s['candidates']} ({s['infeasible']} infeasible); pruned by bounds: "
-              + (", ".join(f"{k} {v}" for k, v in s["pruned_by"].items()) or "none"),
+              + (", ".join(f"{k} {v}" for k, v in s["pruned_by"].items() if k != STOPPED) or "none")
+              + (f"; stopped once they could not win: {s['pruned_by'][STOPPED]} (their steps run + the trainer's "
+                 "time of the rest proved the steady mean above a simulated point that dominates them)"
+                 if s["pruned_by"].get(STOPPED) else ""),
               (f"- simulated: {s['simulated_candidates']} candidates; {s['computed_runs']} runs simulated, "
                f"{s['reused_runs']} reused; {s['wall_s']:.1f} s wall on {s['jobs']} worker(s)"
                + (f", {s['cpu_s']:.0f} CPU-s ({s['cpu_s_per_computed_run']:.1f} per simulated run)"
@@ -399,7 +403,9 @@ def plan_markdown(summary: dict) -> str:
                   + (f" ({r['runs']} runs, {r['wall_s']:.0f} s wall)" if "runs" in r else "") for r in s["rounds"]),
               "- not run to full replicates: " + (", ".join(f"{k} {v}" for k, v in s.get("dropped_at_halving", {}).items())
                                                   or "none")
-              + " (cannot win: behind its arm's best by more than keep_within and the paired per-step difference's 99.9 % t limit)",
+              + " (cannot win: behind its arm's best by more than the paired per-step difference's 99.9 % t limit "
+                "and keep_within; halving: neither in its arm's best keep_fraction nor, beyond that noise, "
+                "undominated)",
               ""]
     if summary.get("queries"):
         lines += ["## Inverse answers", ""]

@@ -12,23 +12,28 @@
        and arm (its upper 95 % limit where it has one) dominates every point the candidate could
        reach (`dominates`: no slower than its bound × slack, no more GPU-hours per step, for
        min_gpus no more GPUs) — it can then be neither the best of its GPU type nor on its arm's
-       Pareto front ("trainer", "throughput" or "latency": whichever bound binds);
+       Pareto front ("trainer", "throughput" or "latency": whichever bound binds); from the second
+       wave on each run carries the step above which it cannot win (`stop_thresholds`) and ends
+       as soon as its steps and its trainer's floor for the rest prove it over (sim/pipeline.py
+       `stop_above_s`; pruned "stopped");
     4. each later round keeps, of every arm, its best `keep_fraction` by the objective that could
-       still win (`could_still_win`, for min_step_time: behind the arm's best by no more than
-       `keep_within` or the paired per-step difference's one-sided 99.9 % Student t limit; the
-       others are "dropped: cannot win" rather than run to full replicates), every candidate
-       within `keep_within` of the arm's best step, and every candidate that could be on its arm's
-       front (not dominated by more than `keep_within`), and runs more replicates; the last round
-       runs `replicates`, so the front is drawn from equal replicates.
+       still win (`could_still_win`, for min_step_time: behind the arm's best by no more than the
+       paired per-step difference's one-sided 99.9 % Student t limit, or `keep_within`; the others
+       are "dropped: cannot win" rather than run to full replicates) and every candidate that could
+       be on its arm's front (`dominated_beyond_noise`: not dominated by more than the paired
+       difference's 95 % interval), and runs more replicates; the last round runs `replicates`, so
+       the front is drawn from equal replicates.
 
 Every simulated run is a plain pipeline run keyed like `specsim run`'s (`study/sweep.run_key`:
 the candidate's scenario and replicate, the inputs' contents), stored atomically in
-`<out>/runs/<key>.json` and reused on rerun; so a candidate rerun with `specsim run --set ...`
+`<out>/runs/<key>.json` and reused on rerun (a stopped run too, for a threshold below its
+floor: study/store.py); so a candidate rerun with `specsim run --set ...`
 (its `overrides`) at the same replicates gives the same numbers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -46,6 +51,8 @@ __all__ = ["Evaluated", "SearchState", "replicate_schedule", "search"]
 
 #: round-1 waves: the share of the remaining candidates each wave runs (the last runs the rest)
 WAVES = (0.05, 0.25, 1.0)
+#: `pruned_by` of a candidate whose run was stopped because it could not win (`stop_thresholds`)
+STOPPED = "stopped"
 
 
 @dataclass
@@ -96,6 +103,7 @@ class SearchState:
     evaluated: list[Evaluated]
     computed_runs: int = 0
     reused_runs: int = 0
+    stopped_runs: int = 0      # runs (computed or reused) stopped because they could not win
     rounds: list[dict] = field(default_factory=list)
 
 
@@ -125,7 +133,7 @@ def search(sc, cands: list[Candidate], store: RunStore, *, jobs: int, backend: s
     _prefilter(evs, plan, dict(sc.output.gpu_hour_usd), target_s)
     runner = _Runner(sc, store, st, jobs, backend, address, engine, progress, pool)
     schedule = replicate_schedule(s.replicates, s.halving_rounds)
-    _first_round(evs, runner, jobs, s.bound_slack, plan.objective)
+    _first_round(evs, runner, jobs, s.bound_slack, plan.objective, s.keep_within)
     alive = [e for e in evs if e.status == "simulated"]
     for rnd, reps in enumerate(schedule[1:], start=2):
         t0, runs0 = time.perf_counter(), st.computed_runs
@@ -183,17 +191,28 @@ class _Runner:
     pool: object
     scenarios: dict = field(default_factory=dict)
 
-    def task(self, e: Evaluated, rep: int) -> RunTask:
+    def task(self, e: Evaluated, rep: int, stop_above_s: float | None = None) -> RunTask:
         if e.cand.cid not in self.scenarios:
             self.scenarios[e.cand.cid] = candidate_scenario(self.sc, e.cand)
         t = RunTask.of(self.scenarios[e.cand.cid], rep, "plan", self.engine)
+        if stop_above_s is not None:
+            t = dataclasses.replace(t, stop_above_s=float(stop_above_s))
         e.keys[rep] = t.key
         return t
 
-    @staticmethod
-    def absorb(e: Evaluated, rep: int, res: dict) -> None:
+    def absorb(self, e: Evaluated, rep: int, res: dict) -> None:
         if "error" in res:
             e.status, e.pruned_by, e.reason = "infeasible", "run", res["error"]
+            return
+        if "stopped" in res:
+            stop = res["stopped"]
+            e.status, e.pruned_by = "pruned", STOPPED
+            steps = self.scenarios[e.cand.cid].pipeline.steps
+            e.reason = (f"stopped: cannot win — after step {stop['step']} of {steps} its steady "
+                        f"mean step is at least {stop['floor_step_s']:.1f} s (the steps run + the trainer's time "
+                        f"of the rest) > {stop['stop_above_s']:.1f} s, where a simulated candidate of its arm "
+                        "dominates it")
+            self.st.stopped_runs += 1
             return
         e.steady[rep] = res["steady"]
         w = int(res["meta"].get("warmup_steps", 0))
@@ -201,32 +220,37 @@ class _Runner:
         e.meta = res["meta"]
         e.status = "simulated"
 
-    def batch(self, items: list[tuple[Evaluated, int]], rnd: int) -> None:
-        todo: list[RunTask] = []
+    def batch(self, items: list[tuple[Evaluated, int]], rnd: int, stops: dict[int, float] | None = None) -> None:
+        """Run (or reuse) replicate `rep` of each (candidate, rep); `stops`: by id(candidate), the step
+        above which its run stops (`stop_thresholds`)."""
+        todo: dict[str, RunTask] = {}
         owner: dict[str, list[tuple[Evaluated, int]]] = {}
         for e, rep in items:
-            t = self.task(e, rep)
+            t = self.task(e, rep, (stops or {}).get(id(e)))
             e.round = rnd
             owner.setdefault(t.key, []).append((e, rep))
-            if t.key in self.store:
+            stored = self.store.answer(t)
+            if stored is not None:
                 self.st.reused_runs += 1
-                self.absorb(e, rep, self.store[t.key])
-            elif len(owner[t.key]) == 1:
-                todo.append(t)
+                self.absorb(e, rep, stored)
+            elif t.key not in todo or todo[t.key].stop_above_s is not None and (
+                    t.stop_above_s is None or t.stop_above_s > todo[t.key].stop_above_s):
+                todo[t.key] = t     # one run answers every owner: the one that stops latest
 
         def on_result(t: RunTask, res: dict) -> None:
             self.st.computed_runs += 1
             for e, rep in owner[t.key]:
                 self.absorb(e, rep, res)
 
-        self.store.results(todo, jobs=self.jobs, backend=self.backend, address=self.address, pool=self.pool,
-                           progress=self.progress, on_result=on_result)
+        self.store.results(list(todo.values()), jobs=self.jobs, backend=self.backend, address=self.address,
+                           pool=self.pool, progress=self.progress, on_result=on_result)
 
 
-def _first_round(evs: list[Evaluated], runner: _Runner, jobs: int, slack: float, objective: str) -> None:
+def _first_round(evs: list[Evaluated], runner: _Runner, jobs: int, slack: float, objective: str,
+                 within: float) -> None:
     """Round 1 of successive halving: replicate 0 of the candidates in waves (WAVES), lowest bound
-    first, each wave seeding every arm with its lowest-bound candidates; after each wave
-    `prune_by_bound`."""
+    first, each wave seeding every arm with its lowest-bound candidates, each run stopped once it
+    cannot win (`stop_thresholds`); after each wave `prune_by_bound`."""
     t0, runs0 = time.perf_counter(), runner.st.computed_runs
     for share in WAVES:
         pending = sorted((e for e in evs if e.status == "pending"), key=lambda e: e.bound.step_s)
@@ -242,7 +266,7 @@ def _first_round(evs: list[Evaluated], runner: _Runner, jobs: int, slack: float,
                     per_group[e.group] = per_group.get(e.group, 0) + 1
         else:
             wave = pending
-        runner.batch([(e, 0) for e in wave], 1)
+        runner.batch([(e, 0) for e in wave], 1, stops=stop_thresholds(evs, wave, objective, within))
         prune_by_bound(evs, slack, objective)
     runner.st.rounds.append({"round": 1, "replicates": 1, "candidates": sum(1 for e in evs if e.round == 1),
                              "runs": runner.st.computed_runs - runs0, "wall_s": time.perf_counter() - t0})
@@ -297,37 +321,95 @@ def _score(e: Evaluated, objective: str, target_s: float | None) -> tuple:
 
 
 #: one-sided confidence with which a candidate must trail its arm's best before halving stops
-#: running it (`could_still_win`)
+#: running it (`could_still_win`), or a run be stopped (`stop_thresholds`)
 WIN_CONFIDENCE = 0.999
+#: one-sided confidence with which another candidate must dominate one before halving leaves it
+#: off its arm's front (`dominated_beyond_noise`): the upper end of the paired difference's 95 %
+#: interval, so a candidate goes on when that interval overlaps the point that dominates it
+FRONT_CONFIDENCE = 0.975
+
+
+def paired_margin(e: Evaluated, d: Evaluated, confidence: float = WIN_CONFIDENCE) -> float:
+    """How far `e`'s mean step may trail `d`'s by noise alone: the one-sided Student t limit at
+    `confidence` of the mean paired per-step difference (step j of replicate r of every candidate
+    draws the same responses, so the difference of two candidates' step j leaves out what the
+    draws share; its spread over the steady steps both ran is the noise more replicates average),
+    t · sd / √n over the n shared steady steps. Fewer than three: infinite (nothing can be told)."""
+    diffs = [s[j] - d.series[r][j] for r, s in e.series.items() if r in d.series
+             for j in s if j in d.series[r]]
+    n = len(diffs)
+    if n < 3:
+        return math.inf
+    mean = sum(diffs) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in diffs) / (n - 1))
+    return float(stats.t.ppf(confidence, n - 1)) * sd / math.sqrt(n)
 
 
 def could_still_win(e: Evaluated, best: Evaluated, within: float, confidence: float = WIN_CONFIDENCE) -> bool:
     """Whether more replicates could still make `e` the best of its arm: its steady mean trails
-    `best`'s by at most `within` of it, or by no more than the paired per-step difference's
-    one-sided Student t limit at `confidence` (step j of every candidate draws the same responses,
-    so the difference of two candidates' step j leaves out what the draws share; its spread over
-    the steady steps both ran is the noise more replicates average). Fewer than three shared
-    steady steps: it could."""
+    `best`'s by at most `within` of it, or by no more than `paired_margin` (the paired per-step
+    difference's one-sided t limit at `confidence`). Fewer than three shared steady steps: it could."""
     gap = e.mean_step() - best.mean_step()
-    if gap <= within * best.mean_step():
-        return True
-    diffs = [s[j] - best.series[r][j] for r, s in e.series.items() if r in best.series
-             for j in s if j in best.series[r]]
-    n = len(diffs)
+    return gap <= within * best.mean_step() or gap <= paired_margin(e, best, confidence)
+
+
+def dominated_beyond_noise(e: Evaluated, d: Evaluated, objective: str, within: float = 0.0) -> bool:
+    """Whether `d` dominates `e` by more than the noise: `d`'s mean step plus the margin m (the larger
+    of `paired_margin` at FRONT_CONFIDENCE and `within` × its mean) is no slower than `e`'s, its GPU-hours per step at
+    that step no more than `e`'s, for min_gpus its GPUs no more — and one of those strictly (an
+    exact tie dominates neither way)."""
+    if objective == "min_gpus" and d.cand.total_gpus > e.cand.total_gpus:
+        return False
+    ds, es = d.mean_step(), e.mean_step()
+    ds += max(paired_margin(e, d, FRONT_CONFIDENCE), within * ds)
+    dg, eg = d.cand.total_gpus * ds, e.cand.total_gpus * es
+    return ds <= es and dg <= eg and (ds < es or dg < eg)
+
+
+def step_noise_s(d: Evaluated, confidence: float = WIN_CONFIDENCE) -> float:
+    """A stand-in for `paired_margin` against `d` before the other run exists: t · √2 · sd / √n of
+    `d`'s own steady steps (the margin of an unpaired difference of two such runs; pairing only
+    removes what their steps share, so it is no smaller in practice). Fewer than three: infinite."""
+    steps = [x for s in d.series.values() for x in s.values()]
+    n = len(steps)
     if n < 3:
-        return True
-    mean = sum(diffs) / n
-    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
-    return gap <= float(stats.t.ppf(confidence, n - 1)) * sd / math.sqrt(n)
+        return math.inf
+    mean = sum(steps) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in steps) / (n - 1))
+    return float(stats.t.ppf(confidence, n - 1)) * math.sqrt(2.0) * sd / math.sqrt(n)
+
+
+def stop_thresholds(evs: list[Evaluated], wave: list[Evaluated], objective: str, within: float) -> dict[int, float]:
+    """By id, the steady mean step above which a candidate of `wave` cannot win, for its run to stop
+    there (sim/pipeline.run_pipeline `stop_above_s`): the least, over the simulated candidates d of
+    its GPU type and arm (for min_gpus, on no more GPUs), of (d's mean + m) × max(1, d's GPUs ÷ its
+    GPUs), m the larger of `step_noise_s`(d) and `within` × d's mean — a run above it is dominated
+    beyond the noise in step time and in GPU-hours per step, so it can be neither the best of its
+    GPU type under any objective nor on its arm's front; halving would drop it. No such d: no stop."""
+    refs: dict[tuple, list[tuple[float, int]]] = {}
+    for d in evs:
+        if d.status == "simulated":
+            m = max(step_noise_s(d), within * d.mean_step())
+            if math.isfinite(m):
+                refs.setdefault(d.front_group, []).append((d.mean_step() + m, d.cand.total_gpus))
+    out: dict[int, float] = {}
+    for e in wave:
+        g = e.cand.total_gpus
+        limits = [ref * max(1.0, dg / g) for ref, dg in refs.get(e.front_group, ())
+                  if objective != "min_gpus" or dg <= g]
+        if limits:
+            out[id(e)] = min(limits)
+    return out
 
 
 def _keep(alive: list[Evaluated], fraction: float, within: float, objective: str = "min_step_time",
           target_s: float | None = None) -> list[Evaluated]:
     """Who runs the next round's replicates: of each arm (GPU type, budget, arm; by the objective)
     its best `fraction` that could still win (`could_still_win`), every one within `within` of its
-    best step, and every one that could be on its arm's Pareto front: not dominated by `within`
-    (`dominates`) by another of its GPU type and arm — so the front is drawn from equal replicates.
-    The others are marked `dropped` ("cannot win": in the best `fraction` but too far behind)."""
+    best step (exact ties at least), and every one that could be on its arm's Pareto front: not
+    dominated beyond the paired noise (`dominated_beyond_noise`) by another of its GPU type and arm
+    — so the front is drawn from equal replicates. The others are marked `dropped` ("cannot win":
+    in the best `fraction` but too far behind)."""
     groups: dict[tuple, list[Evaluated]] = {}
     for e in alive:
         groups.setdefault(e.group, []).append(e)
@@ -348,10 +430,8 @@ def _keep(alive: list[Evaluated], fraction: float, within: float, objective: str
     for e in alive:
         fronts.setdefault(e.front_group, []).append(e)
     for members in fronts.values():
-        pts = [(e.mean_step(), e.cand.total_gpus) for e in members]
         for e in members:
-            m, g = e.mean_step(), e.cand.total_gpus
-            if not any(dominates(dm, dg, m, g, objective, within) for dm, dg in pts):
+            if not any(dominated_beyond_noise(e, d, objective, within) for d in members if d is not e):
                 keep.add(id(e))
                 e.dropped = ""
     for e in alive:
