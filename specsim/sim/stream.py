@@ -67,7 +67,8 @@ class StreamCluster:
         self.max_released = -1
         self.fleet = None
         self.mean_alpha0 = mean_alpha0
-        self.group_engine = [dispatch(world, d) for d in draws]     # per step: each group's engine
+        self.group_engine = [self._memo(d, "dispatch", lambda d=d: (dispatch(world, d),))[0]
+                             for d in draws]                 # per step: each group's engine
         d0 = draws[0]
         choice = pick_engine(engine, base, E, world.rollout.max_batch, world.kv_capacity_tokens,
                              np.repeat(d0.prompt_tokens, d0.response_tokens.shape[1]), d0.response_tokens.reshape(-1))
@@ -106,14 +107,37 @@ class StreamCluster:
             self.u.append(cat["u"])
             self.ranges.append(bounds)
 
+    def _memo(self, draw: StepDraw, what: str, make) -> tuple[np.ndarray, ...]:
+        """`make()`'s arrays, a function of the draw and of how the world dispatches it (its
+        engine count and dispatch rule) only: kept with a cached draw (cluster.step_memo), so the
+        runs of one process that share a draw and a pool compute them once; read-only."""
+        memo = cluster.step_memo(draw)
+        key = (what, self.world.engines, self.world.rollout.dispatch)
+        out = memo.get(key)
+        if out is None:
+            out = memo[key] = make()
+            for a in out:
+                a.flags.writeable = False
+        return out
+
     def _step_order(self, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Step j's responses sorted by engine, queue order kept (order), their engines, and the
         group of every response."""
         d = self.draws[j]
-        group_of = np.repeat(np.arange(d.response_tokens.shape[0]), d.response_tokens.shape[1])
-        eng_of = self.group_engine[j][group_of]
-        order = np.argsort(eng_of, kind="stable")
-        return order, eng_of[order], group_of
+
+        def make():
+            group_of = np.repeat(np.arange(d.response_tokens.shape[0]), d.response_tokens.shape[1])
+            eng_of = self.group_engine[j][group_of]
+            order = np.argsort(eng_of, kind="stable")
+            return order, eng_of[order], group_of
+
+        return self._memo(d, "order", make)
+
+    def _step_noise(self, j: int, order: np.ndarray, es: np.ndarray) -> np.ndarray:
+        """cluster.step_noise of step j (kept with its draw, `_memo`)."""
+        d = self.draws[j]
+        what = "noise_v1" if self.v1_inputs else "noise"
+        return self._memo(d, what, lambda: (cluster.step_noise(d, order, es, per_engine=self.v1_inputs),))[0]
 
     def _build_fleet(self, base, window: bool) -> None:
         """The pool as one Fleet (sim/fleet/loop.py): the same per-engine queues (each engine's responses
@@ -180,7 +204,7 @@ class StreamCluster:
                 "P": column(lambda j, d, order, es, g: d.prompt_tokens[g[order]]),
                 "L": column(lambda j, d, order, es, g: d.response_tokens.reshape(-1)[order]),
                 "step_ids": column(lambda j, d, order, es, g: np.full(len(order), j)),
-                "z": column(lambda j, d, order, es, g: cluster.step_noise(d, order, es, per_engine=self.v1_inputs)),
+                "z": column(lambda j, d, order, es, g: self._step_noise(j, order, es)),
                 "u": column(lambda j, d, order, es, g: d.alpha_quantiles[order])}
 
     def _index_window(self) -> None:
