@@ -23,6 +23,7 @@ from specsim.sim.common import EngineConfig, EngineResult, EngineWork, condition
 from specsim.sim.engine.loop import run_fast
 from specsim.sim.fastlaw import step_law
 from specsim.sim.fleet.loop import run_fleet_closed
+from specsim.sim.fleet.state import stable_order
 from specsim.sim.progress import Ticker
 from specsim.sim.reference import run_reference
 from specsim.sim.select import pick_engine
@@ -48,8 +49,10 @@ class StepDraw:
         return int(self.response_tokens.size)
 
 
-#: the most responses draw_step keeps drawn in one process (about 16 bytes each), newest kept
-DRAW_CACHE_RESPONSES = 1 << 22
+#: the most responses draw_step keeps drawn in one process, newest kept: about 36 bytes each with
+#: what the stream keeps with them (sim/stream.py: noise, grid positions), ~110 MB at most; the
+#: main job's 3 replicates × 12 RL steps × 65,536 responses fit
+DRAW_CACHE_RESPONSES = 3 << 20
 _DRAWS: OrderedDict[tuple, tuple[StepDraw, dict]] = OrderedDict()
 
 
@@ -79,6 +82,11 @@ def draw_step(world: World, step: int, replicate: int = 0) -> StepDraw:
     while held > DRAW_CACHE_RESPONSES and len(_DRAWS) > 1:
         held -= _DRAWS.popitem(last=False)[1][0].n_responses
     return draw
+
+
+def forget_draws() -> None:
+    """Drop every draw draw_step keeps (and what was kept with it): the next runs draw afresh."""
+    _DRAWS.clear()
 
 
 def step_memo(draw: StepDraw) -> dict:
@@ -355,7 +363,7 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
     lengths = draw.response_tokens.reshape(-1)
     eng_of_group = dispatch(world, draw)
     eng_of_response = eng_of_group[group_of]
-    order = np.argsort(eng_of_response, kind="stable")  # responses grouped by engine, queue order kept
+    order = stable_order(eng_of_response)  # responses grouped by engine, queue order kept
     starts = np.searchsorted(eng_of_response[order], np.arange(world.engines + 1))
     base_cfg = engine_config(world, "engine", mean_alpha, record_timeline=record_timeline)
     choice = pick_engine(engine, base_cfg, world.engines, world.rollout.max_batch, world.kv_capacity_tokens,

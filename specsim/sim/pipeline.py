@@ -49,7 +49,7 @@ import simpy
 
 from specsim.cost import training as tc
 from specsim.errors import SpecError
-from specsim.sim.cluster import GenerationResult, draw_step, measured_alpha_estimates, simulate_generation
+from specsim.sim.cluster import GenerationResult, draw_step, forget_draws, measured_alpha_estimates, simulate_generation
 from specsim.sim.progress import PROGRESS_EVERY_S, ProgressHook, Ticker
 from specsim.sim.stream import StreamCluster
 from specsim.world.specs import World
@@ -135,6 +135,14 @@ class PipelineResult:
 #: trainer-side costs of the steps one process has priced, oldest dropped past STEP_COSTS_MAX
 _STEP_COSTS: dict[tuple, tuple[tuple[float, float, float], object]] = {}
 STEP_COSTS_MAX = 4096
+
+
+def forget_reuse() -> None:
+    """Drop what the runs of this process keep for later runs (the step draws and what was kept
+    with them, cluster.draw_step; the trainer's step costs): the next run computes everything
+    afresh, to the same numbers."""
+    forget_draws()
+    _STEP_COSTS.clear()
 
 
 class _Costs:
