@@ -69,6 +69,10 @@ def timed_json(args: list[str], sets: list[str]) -> tuple[dict, float]:
     return json.loads(proc.stdout), wall
 
 
+#: runs the command given as its arguments and prints on stderr the peak resident KiB of its largest
+#: process (this run's own: the getrusage of a process that waited for it and nothing else)
+PEAK_OF = ("import resource, subprocess, sys; rc = subprocess.run(sys.argv[1:]).returncode; "
+           "print(f'PEAK_KIB={resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}', file=sys.stderr); sys.exit(rc)")
 #: the files of a results folder the A/B compares byte for byte (every number the run reports)
 COMPARED = ("steps.csv", "points.csv", "runs.csv", "summary.md")
 
@@ -88,17 +92,21 @@ def run_case(scenario: str, jobs: int, sets: list[str], root: Path = ROOT) -> di
     with tempfile.TemporaryDirectory(prefix="specsim-bench-") as tmp:   # a fresh folder: nothing is resumed
         out = Path(tmp) / "res"
         t0 = time.perf_counter()
-        proc = subprocess.run([*cmd, "--out", str(out)], check=False, capture_output=True, text=True, cwd=root)
+        proc = subprocess.run([sys.executable, "-c", PEAK_OF, *cmd, "--out", str(out)], check=False,
+                              capture_output=True, text=True, cwd=root)
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(cmd)} in {root} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-        digests = {f: hashlib.sha256((out / f).read_bytes()).hexdigest() for f in COMPARED if (out / f).is_file()}
+        # the checkout's path (the scenario file's, in summary.md's commands) is not a result
+        digests = {f: hashlib.sha256((out / f).read_bytes().replace(str(root).encode(), b"<checkout>")).hexdigest()
+                   for f in COMPARED if (out / f).is_file()}
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     info = json.loads(proc.stdout)
+    peak_kib = int(proc.stderr.strip().rsplit("PEAK_KIB=", 1)[-1])
     return {"scenario": Path(scenario).stem, "rows": info["rows"], "combinations": info["combinations"],
             "replicates": info["replicates"], "runs": info["computed_runs"], "wall_s": wall,
             "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
-            "peak_mib": after.ru_maxrss / 1024, "inner_s": info["wall_s"], "best": info["best"], "digests": digests}
+            "peak_mib": peak_kib / 1024, "inner_s": info["wall_s"], "best": info["best"], "digests": digests}
 
 
 def print_run(args) -> None:
