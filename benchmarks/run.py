@@ -2,13 +2,20 @@
 of `specsim project` on a whole run.
 
     python benchmarks/run.py [--jobs 2] [--scenario scenarios/235b_async.yaml ...] [--set path=value ...]
+                             [--against DIR|REV] [--repeat N]
     python benchmarks/run.py --project [scenarios/235b_run.yaml] [--steps 300] [--jobs 2]
 
 Each case runs `python -m specsim run SCENARIO --out <fresh temp dir> --jobs N --format json` as a
 subprocess (a fresh folder: nothing is resumed) and measures its wall time from outside, so
 interpreter start-up, worker spawn, the sweep, the capacity plan, the plots and the summary are all
-included. Prints one row per case: scenario, rows (points × replicates), simulated pipeline runs,
-wall seconds, seconds per row, the best point and its E2E speedup vs sync AR.
+included, and its CPU time (user + system of the process and its workers). Prints one row per case:
+scenario, rows (points × replicates), simulated pipeline runs, wall and CPU seconds, peak MiB of the
+largest process, seconds per row, the best point and its E2E speedup vs sync AR. `--against DIR`
+runs the same command in another checkout (DIR's `specsim` package, its copy of the scenario) in the
+same invocation, alternating the two `--repeat` times, shows the fastest of each by CPU and prints
+the ratios (this tree ÷ DIR) and whether steps.csv, points.csv, runs.csv and summary.md are
+byte-identical: on a shared machine the CPU ratio is what to quote. DIR may also be a git revision of
+this repository, exported as for `--plan` below.
 
 The budget for the default case is 25 s on 2 CPU cores with --jobs 2 (issue #31), first call included.
 
@@ -34,6 +41,7 @@ folder and runs it there:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import resource
@@ -66,13 +74,87 @@ def timed_json(args: list[str], sets: list[str]) -> tuple[dict, float]:
     return json.loads(proc.stdout), wall
 
 
-def run_case(scenario: str, jobs: int, sets: list[str]) -> dict:
-    with tempfile.TemporaryDirectory(prefix="specsim-bench-") as tmp:
-        info, wall = timed_json(["run", scenario, "--out", str(Path(tmp) / "res"), "--jobs", str(jobs),
-                                 "--format", "json"], sets)
+#: runs the command given as its arguments and prints on stderr the peak resident KiB of its largest
+#: process (this run's own: the getrusage of a process that waited for it and nothing else)
+PEAK_OF = ("import resource, subprocess, sys; rc = subprocess.run(sys.argv[1:]).returncode; "
+           "print(f'PEAK_KIB={resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}', file=sys.stderr); sys.exit(rc)")
+#: the files of a results folder the A/B compares byte for byte (every number the run reports)
+COMPARED = ("steps.csv", "points.csv", "runs.csv", "summary.md")
+
+
+def run_case(scenario: str, jobs: int, sets: list[str], root: Path = ROOT) -> dict:
+    """One `specsim run` into a fresh folder, in checkout `root` (its package imported: cwd first
+    on sys.path; a scenario of this tree is read from `root`'s copy): wall and CPU seconds (the
+    children's user + system time, workers included), peak MiB of its largest process, and the
+    sha256 of the COMPARED files."""
+    path = Path(scenario).resolve()
+    if path.is_relative_to(ROOT) and (Path(root) / path.relative_to(ROOT)).is_file():
+        path = Path(root) / path.relative_to(ROOT)
+    cmd = [sys.executable, "-m", "specsim", "run", str(path), "--jobs", str(jobs), "--format", "json", "--no-progress"]
+    for x in sets:
+        cmd += ["--set", x]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with tempfile.TemporaryDirectory(prefix="specsim-bench-") as tmp:   # a fresh folder: nothing is resumed
+        out = Path(tmp) / "res"
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-c", PEAK_OF, *cmd, "--out", str(out)], check=False,
+                              capture_output=True, text=True, cwd=root)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} in {root} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        # the checkout's path (the scenario file's, in summary.md's commands) is not a result
+        digests = {f: hashlib.sha256((out / f).read_bytes().replace(str(root).encode(), b"<checkout>")).hexdigest()
+                   for f in COMPARED if (out / f).is_file()}
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    info = json.loads(proc.stdout)
+    peak_kib = int(proc.stderr.strip().rsplit("PEAK_KIB=", 1)[-1])
     return {"scenario": Path(scenario).stem, "rows": info["rows"], "combinations": info["combinations"],
             "replicates": info["replicates"], "runs": info["computed_runs"], "wall_s": wall,
-            "inner_s": info["wall_s"], "best": info["best"]}
+            "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+            "peak_mib": peak_kib / 1024, "inner_s": info["wall_s"], "best": info["best"], "digests": digests}
+
+
+def print_run(args) -> None:
+    """The main job (or --scenario ...) in this tree, and with --against in DIR (or REV) too, alternating
+    `--repeat` times: the fastest of each (by CPU), the ratios and whether the outputs are the same."""
+    with tempfile.TemporaryDirectory(prefix="specsim-against-") as tmp:
+        _print_run(args, [ROOT] + ([against_root(args.against, Path(tmp))] if args.against else []))
+
+
+def _print_run(args, roots: list[Path]) -> None:
+    title = (f"specsim run, end to end (subprocess, --jobs {args.jobs}, best of {args.repeat} by CPU; budget "
+             f"{BUDGET_S:.0f} s wall for 235b_async on 2 idle cores)")
+    table = Table(title=title)
+    for col in ("scenario", "checkout", "points × replicates", "runs simulated", "wall s", "CPU s", "peak MiB",
+                "s / row", "best point", "E2E vs sync AR"):
+        table.add_column(col, justify="left" if col in ("scenario", "checkout", "best point") else "right")
+    notes = []
+    for scen in args.scenario or DEFAULT:
+        results: dict[str, list[dict]] = {str(r): [] for r in roots}
+        for _ in range(args.repeat):
+            for r in roots:
+                results[str(r)].append(run_case(scen, args.jobs, args.sets, r))
+        best = {k: min(v, key=lambda r: r["cpu_s"]) for k, v in results.items()}
+        for k, r in best.items():
+            b = r["best"]
+            e2e = b["e2e_speedup_vs_sync_ar"]
+            ci = f" [{e2e['ci95'][0]:.3f}, {e2e['ci95'][1]:.3f}]" if e2e.get("ci95") else ""
+            vals = ", ".join(f"{n.split('.')[-1]}={v}" for n, v in b["values"].items()) or "-"
+            table.add_row(r["scenario"], "this tree" if k == str(ROOT) else k, f"{r['combinations']} × {r['replicates']}",
+                          str(r["runs"]), f"{r['wall_s']:.1f}", f"{r['cpu_s']:.1f}", f"{r['peak_mib']:.0f}",
+                          f"{r['wall_s'] / r['rows']:.2f}", vals,
+                          f"{e2e['mean']:.3f}×{ci}" if e2e.get("mean") is not None else "n/a")
+        if args.against:
+            a, o = best[str(roots[0])], best[str(roots[1])]
+            same = [f for f in COMPARED if f in a["digests"] and a["digests"][f] == o["digests"].get(f)]
+            differ = [f for f in COMPARED if f not in same]
+            notes.append(f"{Path(scen).stem}: this tree / {roots[1]}: CPU {a['cpu_s'] / o['cpu_s']:.3f}, wall "
+                         f"{a['wall_s'] / o['wall_s']:.3f}; byte-identical: {', '.join(same) or 'none'}"
+                         + (f"; DIFFERENT: {', '.join(differ)}" if differ else ""))
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
+    for line in notes:
+        print(line)
+    print("load average (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
 def project_case(scenario: str, steps: int, jobs: int, sets: list[str]) -> dict:
@@ -190,8 +272,9 @@ def main() -> None:
     ap.add_argument("--plan", nargs="?", const=PLAN_DEFAULT, default=None, metavar="SCENARIO",
                     help="time `specsim plan` instead (default 8b_rl_think_async at 16 prompts on 16 GPUs)")
     ap.add_argument("--against", default=None, metavar="DIR|REV",
-                    help="with --plan: also run it in this checkout (or git revision) and print the ratios")
-    ap.add_argument("--repeat", type=int, default=1, help="with --plan: runs per checkout (the fastest is shown)")
+                    help="also run it (the main job, or --plan) in this checkout or git revision, alternating, "
+                         "and print the ratios")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per checkout, alternating (the fastest is shown)")
     args = ap.parse_args()
     if args.plan:
         print_plan(args)
@@ -199,23 +282,7 @@ def main() -> None:
     if args.project:
         print_project(args)
         return
-    table = Table(title=f"specsim run, end to end (subprocess wall time, --jobs {args.jobs}; budget {BUDGET_S:.0f} s "
-                        "for 235b_async)")
-    for col in ("scenario", "points × replicates", "rows", "runs simulated", "wall s", "in-process s", "s / row",
-                "best point", "E2E vs sync AR"):
-        table.add_column(col, justify="left" if col in ("scenario", "best point") else "right")
-    for scen in args.scenario or DEFAULT:
-        r = run_case(scen, args.jobs, args.sets)
-        b = r["best"]
-        e2e = b["e2e_speedup_vs_sync_ar"]
-        ci = f" [{e2e['ci95'][0]:.3f}, {e2e['ci95'][1]:.3f}]" if e2e.get("ci95") else ""
-        vals = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in b["values"].items()) or "-"
-        table.add_row(r["scenario"], f"{r['combinations']} × {r['replicates']}", str(r["rows"]), str(r["runs"]),
-                      f"{r['wall_s']:.1f}", f"{r['inner_s']:.1f}", f"{r['wall_s'] / r['rows']:.2f}", vals,
-                      f"{e2e['mean']:.3f}×{ci}" if e2e.get("mean") is not None else "n/a")
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
-    print("load average (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
-
+    print_run(args)
 
 if __name__ == "__main__":
     main()

@@ -30,6 +30,8 @@ LAZY_MODULES = {
     "prometheus_client": "optional: reading an engine's /metrics text (`calibrate acceptance`)",
     "fcntl": "POSIX only: the results folder's lock",
     "resource": "POSIX only: the planner's CPU-time line",
+    "scipy": "scipy.stats costs ~0.5 s over the scipy.special and scipy.optimize every process loads: the length "
+             "fit loads it when it fits (workload/lengths/fit.py), so a simulation worker starts without it",
 }
 #: specsim's own modules imported inside a function: (file under specsim/, function, module) -> why
 LAZY_OWN = {

@@ -13,20 +13,21 @@ monotone coupling: a more predictable response stays more predictable as the dra
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 
 import numpy as np
-from scipy import stats
 
 from specsim.policy import PolicyContext, SDPolicy
 from specsim.sim.common import EngineConfig, EngineResult, EngineWork, conditional_tau, last_finishers_tau
 from specsim.sim.engine.loop import run_fast
 from specsim.sim.fastlaw import step_law
 from specsim.sim.fleet.loop import run_fleet_closed
+from specsim.sim.fleet.state import stable_order
 from specsim.sim.progress import Ticker
 from specsim.sim.reference import run_reference
 from specsim.sim.select import pick_engine
-from specsim.workload.acceptance.laws import alpha_from_tau
+from specsim.workload.acceptance.laws import alpha_from_tau, beta_ppf
 from specsim.workload.lengths import growth_factor, sample_group_lengths, sample_prompt_lengths
 from specsim.world.specs import World
 
@@ -40,14 +41,32 @@ class StepDraw:
     response_tokens: np.ndarray   # (prompts, group)
     alpha_quantiles: np.ndarray   # (prompts·group,) uniforms in (0, 1)
     engine_seed: int
+    #: what the draw is a function of (draw_step's cache key); None for a draw made elsewhere
+    key: tuple | None = field(default=None, compare=False, repr=False)
 
     @property
     def n_responses(self) -> int:
         return int(self.response_tokens.size)
 
 
+#: the most responses draw_step keeps drawn in one process, newest kept: about 36 bytes each with
+#: what the stream keeps with them (sim/stream.py: noise, grid positions), ~110 MB at most; the
+#: main job's 3 replicates × 12 RL steps × 65,536 responses fit
+DRAW_CACHE_RESPONSES = 3 << 20
+_DRAWS: OrderedDict[tuple, tuple[StepDraw, dict]] = OrderedDict()
+
+
 def draw_step(world: World, step: int, replicate: int = 0) -> StepDraw:
+    """Step `step`'s random inputs (module docstring). A function of the workload spec, the two
+    length distributions, `step` and `replicate` only, so one process keeps the draws it made
+    (`DRAW_CACHE_RESPONSES`): a sweep's points and baselines of one replicate draw each step once
+    (its arrays are read-only: every run shares them)."""
     w = world.workload
+    key = (w, world.prompt_dist, world.response_dist, int(step), int(replicate))
+    hit = _DRAWS.get(key)
+    if hit is not None:
+        _DRAWS.move_to_end(key)
+        return hit[0]
     rng = np.random.default_rng([w.seed, replicate, step, 0x5EED])
     prompts = sample_prompt_lengths(world.prompt_dist, rng, w.prompts, w.max_prompt_tokens)
     growth = float(growth_factor(step, w.length_growth_per_step))
@@ -55,7 +74,27 @@ def draw_step(world: World, step: int, replicate: int = 0) -> StepDraw:
                                    w.group_correlation, growth)
     u = rng.random(lengths.size)
     u = np.clip(u, 1e-12, 1 - 1e-12)
-    return StepDraw(step, prompts, lengths, u, int(rng.integers(2**62)))
+    for a in (prompts, lengths, u):
+        a.flags.writeable = False
+    draw = StepDraw(step, prompts, lengths, u, int(rng.integers(2**62)), key)
+    _DRAWS[key] = (draw, {})
+    held = sum(d.n_responses for d, _ in _DRAWS.values())
+    while held > DRAW_CACHE_RESPONSES and len(_DRAWS) > 1:
+        held -= _DRAWS.popitem(last=False)[1][0].n_responses
+    return draw
+
+
+def forget_draws() -> None:
+    """Drop every draw draw_step keeps (and what was kept with it): the next runs draw afresh."""
+    _DRAWS.clear()
+
+
+def step_memo(draw: StepDraw) -> dict:
+    """A dict kept with a cached draw for what is computed from it alone and the same in every
+    run that draws it (the dispatch of its groups, their engine order, the step's noise): a fresh
+    empty dict for a draw that is not (or no longer) cached."""
+    hit = _DRAWS.get(draw.key) if draw.key is not None else None
+    return hit[1] if hit is not None and hit[0] is draw else {}
 
 
 #: the acceptance-quantile grid (logit-spaced) on which the Beta quantile function and the
@@ -66,7 +105,8 @@ GRID_U = 1.0 / (1.0 + np.exp(-np.linspace(_GRID_X0, -_GRID_X0, 4097)))
 
 def _beta_quantiles(mean_alpha: float, concentration: float) -> np.ndarray:
     a, b = mean_alpha * concentration, (1.0 - mean_alpha) * concentration
-    return stats.beta.ppf(GRID_U, a, b)
+    return beta_ppf(GRID_U, a, b)
+
 
 
 def sequence_alpha_fn(mean_alpha: float, concentration: float | None):
@@ -323,7 +363,7 @@ def simulate_generation(world: World, draw: StepDraw, versions_since_update: flo
     lengths = draw.response_tokens.reshape(-1)
     eng_of_group = dispatch(world, draw)
     eng_of_response = eng_of_group[group_of]
-    order = np.argsort(eng_of_response, kind="stable")  # responses grouped by engine, queue order kept
+    order = stable_order(eng_of_response)  # responses grouped by engine, queue order kept
     starts = np.searchsorted(eng_of_response[order], np.arange(world.engines + 1))
     base_cfg = engine_config(world, "engine", mean_alpha, record_timeline=record_timeline)
     choice = pick_engine(engine, base_cfg, world.engines, world.rollout.max_batch, world.kv_capacity_tokens,

@@ -49,7 +49,7 @@ import simpy
 
 from specsim.cost import training as tc
 from specsim.errors import SpecError
-from specsim.sim.cluster import GenerationResult, draw_step, measured_alpha_estimates, simulate_generation
+from specsim.sim.cluster import GenerationResult, draw_step, forget_draws, measured_alpha_estimates, simulate_generation
 from specsim.sim.progress import PROGRESS_EVERY_S, ProgressHook, Ticker
 from specsim.sim.stream import StreamCluster
 from specsim.world.specs import World
@@ -131,6 +131,20 @@ class PipelineResult:
 
 
 # ----------------------------------------------------------------------------- step costs
+#: (draw key, trainer key) -> ((logprob_s, train_s, drafter update s), the trainer's profile): the
+#: trainer-side costs of the steps one process has priced, oldest dropped past STEP_COSTS_MAX
+_STEP_COSTS: dict[tuple, tuple[tuple[float, float, float], object]] = {}
+STEP_COSTS_MAX = 4096
+
+
+def forget_reuse() -> None:
+    """Drop what the runs of this process keep for later runs (the step draws and what was kept
+    with them, cluster.draw_step; the trainer's step costs): the next run computes everything
+    afresh, to the same numbers."""
+    forget_draws()
+    _STEP_COSTS.clear()
+
+
 class _Costs:
     """Trainer-side stage times of each step, from cost/training.py (pure, cached per step)."""
 
@@ -149,18 +163,34 @@ class _Costs:
         self.online = (self.uses_drafter and world.drafter.spec.retrainable
                        and world.acceptance.update_every_steps > 0)
         self._cache: dict[int, tuple[float, float, float]] = {}
+        # what step() is a function of besides the draw; the profile by identity (kept alive in
+        # the cache's entries, so its id is not reused): resolve hands every world the same object
+        w = world
+        self._key = (w.model, id(w.trainer_hw), self.tl, self.online and (w.drafter, w.trainer.update_token_fraction))
 
     def step(self, draw) -> tuple[float, float, float]:
-        """(logprob_s, train_s, drafter training s if it were due) of one step's sequences."""
+        """(logprob_s, train_s, drafter training s if it were due) of one step's sequences; one
+        process prices a cached draw (cluster.draw_step) once per trainer (`_STEP_COSTS`): the
+        points of a sweep that differ in k or lag only share their trainer's costs."""
         if draw.step not in self._cache:
-            w = self.world
-            seqs = tc.sequence_tokens(draw.prompt_tokens, draw.response_tokens)
-            thw = w.trainer_hw   # the trainer pool's profile (training.hardware); the engines run on w.hw
-            du = tc.drafter_update_s(w.drafter, thw, self.tl, seqs,
-                                     token_fraction=w.trainer.update_token_fraction) if self.online else 0.0
-            self._cache[draw.step] = (tc.logprob_s(w.model, thw, self.tl, seqs),
-                                      tc.train_s(w.model, thw, self.tl, seqs), du)
+            key = None if draw.key is None else (draw.key, self._key)
+            hit = _STEP_COSTS.get(key) if key is not None else None
+            if hit is None:
+                hit = (self._price(draw), self.world.trainer_hw)
+                if key is not None:
+                    if len(_STEP_COSTS) >= STEP_COSTS_MAX:
+                        _STEP_COSTS.pop(next(iter(_STEP_COSTS)))
+                    _STEP_COSTS[key] = hit
+            self._cache[draw.step] = hit[0]
         return self._cache[draw.step]
+
+    def _price(self, draw) -> tuple[float, float, float]:
+        w = self.world
+        seqs = tc.sequence_tokens(draw.prompt_tokens, draw.response_tokens)
+        thw = w.trainer_hw   # the trainer pool's profile (training.hardware); the engines run on w.hw
+        du = tc.drafter_update_s(w.drafter, thw, self.tl, seqs,
+                                 token_fraction=w.trainer.update_token_fraction) if self.online else 0.0
+        return tc.logprob_s(w.model, thw, self.tl, seqs), tc.train_s(w.model, thw, self.tl, seqs), du
 
     def drafter_due(self, new_version: int) -> bool:
         """Is the drafter retrained after the sync that publishes `new_version`?"""

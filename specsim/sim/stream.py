@@ -42,7 +42,7 @@ from specsim.sim.common import EngineResult, EngineWork, conditional_tau, last_f
 from specsim.sim.engine.loop import FastEngine
 from specsim.sim.fastlaw import StepLaw, step_law
 from specsim.sim.fleet.loop import Fleet, SwitchPayload
-from specsim.sim.fleet.state import ragged
+from specsim.sim.fleet.state import ragged, stable_order
 from specsim.sim.fleet.window import rewindow
 from specsim.sim.progress import Ticker
 from specsim.sim.reference import ReferenceEngine
@@ -67,7 +67,8 @@ class StreamCluster:
         self.max_released = -1
         self.fleet = None
         self.mean_alpha0 = mean_alpha0
-        self.group_engine = [dispatch(world, d) for d in draws]     # per step: each group's engine
+        self.group_engine = [self._memo(d, "dispatch", lambda d=d: (dispatch(world, d),))[0]
+                             for d in draws]                 # per step: each group's engine
         d0 = draws[0]
         choice = pick_engine(engine, base, E, world.rollout.max_batch, world.kv_capacity_tokens,
                              np.repeat(d0.prompt_tokens, d0.response_tokens.shape[1]), d0.response_tokens.reshape(-1))
@@ -106,14 +107,33 @@ class StreamCluster:
             self.u.append(cat["u"])
             self.ranges.append(bounds)
 
+    def _memo(self, draw: StepDraw, what: str, make) -> tuple[np.ndarray, ...]:
+        """`make()`'s arrays, a function of the draw and of how the world dispatches it (its
+        engine count and dispatch rule) only: kept with a cached draw (cluster.step_memo), so the
+        runs of one process that share a draw and a pool compute them once; read-only."""
+        memo = cluster.step_memo(draw)
+        key = (what, self.world.engines, self.world.rollout.dispatch)
+        out = memo.get(key)
+        if out is None:
+            out = memo[key] = make()
+            for a in out:
+                a.flags.writeable = False
+        return out
+
     def _step_order(self, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Step j's responses sorted by engine, queue order kept (order), their engines, and the
         group of every response."""
         d = self.draws[j]
         group_of = np.repeat(np.arange(d.response_tokens.shape[0]), d.response_tokens.shape[1])
         eng_of = self.group_engine[j][group_of]
-        order = np.argsort(eng_of, kind="stable")
+        order = stable_order(eng_of)
         return order, eng_of[order], group_of
+
+    def _step_noise(self, j: int, order: np.ndarray, es: np.ndarray) -> np.ndarray:
+        """cluster.step_noise of step j (kept with its draw, `_memo`)."""
+        d = self.draws[j]
+        what = "noise_v1" if self.v1_inputs else "noise"
+        return self._memo(d, what, lambda: (cluster.step_noise(d, order, es, per_engine=self.v1_inputs),))[0]
 
     def _build_fleet(self, base, window: bool) -> None:
         """The pool as one Fleet (sim/fleet/loop.py): the same per-engine queues (each engine's responses
@@ -131,12 +151,12 @@ class StreamCluster:
         hi = min(n_steps, lag + 1 + self.WINDOW_STEPS) if window else n_steps
         self.windowed = window and hi < n_steps
         cols = self._columns(list(range(hi)))
-        self.u_all = cols.pop("u")
+        self.u_all, self.gi_all, self.gw_all = cols.pop("u"), cols.pop("gi"), cols.pop("gw")
         # laws at version 0 only for the steps released under it (0 .. L): every later step is
         # released after a switch, which gives its responses their laws (_switch_fleet); the
         # rest stay NaN, and keying one raises (FleetState.key)
         at_v0 = cols["step_ids"] <= lag
-        alphas0, laws0 = self._laws(self.mean_alpha0, self.u_all[at_v0])
+        alphas0, laws0 = self._laws(self.mean_alpha0, at_v0)
         alphas = np.full(len(at_v0), np.nan)
         alphas[at_v0] = alphas0
         laws = {}
@@ -169,7 +189,7 @@ class StreamCluster:
         draws = self.draws
         steps = {j: self._step_order(j) for j in js}
         eng_cat = np.searchsorted(self.used, np.concatenate([steps[j][1] for j in js]))
-        by_engine = np.argsort(eng_cat, kind="stable")           # engine-major, step order kept
+        by_engine = stable_order(eng_cat)        # engine-major, step order kept
 
         def column(piece) -> np.ndarray:
             return np.concatenate([piece(j, draws[j], *steps[j]) for j in js])[by_engine]
@@ -180,8 +200,22 @@ class StreamCluster:
                 "P": column(lambda j, d, order, es, g: d.prompt_tokens[g[order]]),
                 "L": column(lambda j, d, order, es, g: d.response_tokens.reshape(-1)[order]),
                 "step_ids": column(lambda j, d, order, es, g: np.full(len(order), j)),
-                "z": column(lambda j, d, order, es, g: cluster.step_noise(d, order, es, per_engine=self.v1_inputs)),
-                "u": column(lambda j, d, order, es, g: d.alpha_quantiles[order])}
+                "z": column(lambda j, d, order, es, g: self._step_noise(j, order, es)),
+                "u": column(lambda j, d, order, es, g: d.alpha_quantiles[order]),
+                "gi": column(lambda j, d, order, es, g: self._grid(j)[0][order]),
+                "gw": column(lambda j, d, order, es, g: self._grid(j)[1][order])}
+
+    def _grid(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """Where step j's acceptance quantiles fall on the laws' grid (cluster.grid_position: cell,
+        weight), kept with its draw (`_memo`): a response's quantile never changes, so every
+        weight switch of every run that draws the step reads its laws at the same positions."""
+        d = self.draws[j]
+
+        def make():       # a cell index fits in int32 (4,096 cells): 4 bytes a response less to keep
+            at = cluster.grid_position(d.alpha_quantiles)
+            return at.i.astype(np.int32), at.w
+
+        return self._memo(d, "grid", make)
 
     def _index_window(self) -> None:
         """Each held step's fleet indices, and per engine the start of its responses of each held
@@ -190,7 +224,7 @@ class StreamCluster:
         lo, hi = self.window
         step = self.fleet.step_ids - lo
         W = hi - lo
-        by_step = np.argsort(step, kind="stable")                 # each step's fleet indices, ascending
+        by_step = stable_order(step)                              # each step's fleet indices, ascending
         parts = np.split(by_step, np.cumsum(np.bincount(step, minlength=W))[:-1])
         self.step_idx = {lo + i: ix for i, ix in enumerate(parts)}
         E = len(self.used)
@@ -205,28 +239,32 @@ class StreamCluster:
         n_steps = len(self.draws)
         lo, hi = self.current_step, min(n_steps, upto + self.WINDOW_STEPS)
         cols = self._columns(list(range(self.window[1], hi)))
-        u_new = cols.pop("u")
+        new_cols = [cols.pop(c) for c in ("u", "gi", "gw")]
         fl = self.fleet
         keep = fl.step_ids >= lo
         old_to_new, new_at = rewindow(fl, keep, cols)
-        u = np.empty(fl.N)
-        u[old_to_new[keep]] = self.u_all[keep]
-        u[new_at] = u_new
-        self.u_all = u
+        held = []
+        for have, add in zip((self.u_all, self.gi_all, self.gw_all), new_cols):
+            col = np.empty(fl.N, dtype=have.dtype)
+            col[old_to_new[keep]] = have[keep]
+            col[new_at] = add
+            held.append(col)
+        self.u_all, self.gi_all, self.gw_all = held
         self.window = (lo, hi)
         self.windowed = hi < n_steps
         self._index_window()
 
-    def _laws(self, mean_alpha: float, u: np.ndarray) -> tuple[np.ndarray, dict]:
-        """α and {k: the five law arrays} of responses with quantiles u at `mean_alpha`: from the
-        mean acceptance's table (cluster.quantile_laws, cached; each call finds the responses' grid
-        positions, which costs less than keeping them for a whole run), or exact (engine "fleet_v1_inputs": cluster.exact_laws)."""
+    def _laws(self, mean_alpha: float, sel: np.ndarray) -> tuple[np.ndarray, dict]:
+        """α and {k: the five law arrays} of the held responses `sel` (an index or mask) at
+        `mean_alpha`: from the mean acceptance's table (cluster.quantile_laws, cached) at their
+        grid positions (`_grid`), or exact (engine "fleet_v1_inputs": cluster.exact_laws)."""
         pol, acc = self.world.policy, self.world.acceptance
+        u = self.u_all[sel]
         if self.v1_inputs:
             alphas = sequence_alpha_fn(mean_alpha, acc.concentration)(u)
             return alphas, cluster.exact_laws(alphas, pol.ks, acc.decay, pol.tree_for, acc.proposal_rate)
         table = cluster.quantile_laws(mean_alpha, acc.concentration, pol.ks, acc.decay, pol.tree_for, acc.proposal_rate)
-        return table(u)
+        return table(u, cluster.GridPosition(self.gi_all[sel], self.gw_all[sel]))
 
     def release_step(self, j: int, t_s: float) -> None:
         self.max_released = max(self.max_released, j)
@@ -282,7 +320,7 @@ class StreamCluster:
         seg, idx = ragged(lo, hi - lo)
         live = np.isnan(fl.finish_s[idx])
         seg, idx = seg[live], idx[live]
-        alphas, laws = self._laws(mean_alpha, self.u_all[idx])
+        alphas, laws = self._laws(mean_alpha, idx)
         toff = np.concatenate(([0], np.cumsum(np.bincount(seg, minlength=len(lo)))))
         fl.switch(t_s, SwitchPayload(version, idx, toff, alphas, laws, in_flight, mean_alpha, pause_s))
 

@@ -4,8 +4,9 @@
 import math
 
 import pytest
+from scipy import stats
 
-from specsim.study.report.tables import few_replicates_warning, mean_ci, ratio_ci
+from specsim.study.report.tables import few_replicates_warning, mean_ci, ratio_ci, t975
 
 
 def test_a_ratio_interval_is_positive_and_multiplicative():
@@ -26,3 +27,9 @@ def test_two_replicates_warn_and_three_do_not():
     w = few_replicates_warning(2)
     assert w and "2 replicates" in w and "12.7" in w and "at least 3" in w
     assert few_replicates_warning(3) is None and few_replicates_warning(1) is None
+
+
+def test_the_t_factor_is_scipy_stats_own():
+    """t975 (scipy.special.stdtrit, so the report needs no scipy.stats) gives stats.t.ppf's number."""
+    for df in [*range(1, 200), 1_000, 10**6]:
+        assert t975(df) == float(stats.t.ppf(0.975, df))

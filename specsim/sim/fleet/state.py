@@ -47,6 +47,16 @@ def ragged(starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return seg, np.asarray(starts, dtype=np.int64)[seg] + np.arange(int(lens.sum())) - first[seg]
 
 
+def stable_order(keys: np.ndarray) -> np.ndarray:
+    """np.argsort(keys, kind="stable") of integer keys: the same permutation (a stable sort's is
+    unique). Keys in [0, 2^16) are sorted as uint16, which numpy radix-sorts: 4-6× faster than its
+    int64 timsort on the 10^5-10^6 responses of a window (engine and RL step indices are such keys)."""
+    keys = np.asarray(keys)
+    if not len(keys) or (keys.min() >= 0 and keys.max() < 1 << 16):
+        return np.argsort(keys.astype(np.uint16), kind="stable")
+    return np.argsort(keys, kind="stable")
+
+
 def leading_true(mask: np.ndarray, lens: np.ndarray) -> np.ndarray:
     """Per consecutive segment of `mask` (lengths `lens`, all >= 1): how many leading entries are True."""
     bad = np.cumsum(~mask)

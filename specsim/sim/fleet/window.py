@@ -22,7 +22,7 @@ import numpy as np
 
 from specsim.errors import InvariantError
 from specsim.sim.fleet.events import FleetEvents
-from specsim.sim.fleet.state import INF, ragged
+from specsim.sim.fleet.state import INF, ragged, stable_order
 
 __all__ = ["RESPONSE_FIELDS", "rewindow"]
 
@@ -46,7 +46,7 @@ def rewindow(fl: FleetEvents, keep: np.ndarray, new: dict[str, np.ndarray]) -> t
                              "a response that has not finished would be let go")
     kept = np.flatnonzero(keep)
     n_old, n_new = len(kept), len(new["eng_of"])
-    order = np.argsort(np.concatenate([fl.eng_of[kept], new["eng_of"]]), kind="stable")
+    order = stable_order(np.concatenate([fl.eng_of[kept], new["eng_of"]]))
     where = np.empty(len(order), dtype=np.int64)
     where[order] = np.arange(len(order))
     old_to_new = np.full(fl.N, -1, dtype=np.int64)
@@ -81,7 +81,7 @@ def _requeue(fl: FleetEvents, old_to_new: np.ndarray, new_at: np.ndarray) -> Non
     q_eng, q_pos = ragged(fl.qhead, fl.qend - fl.qhead)
     eng = np.concatenate([q_eng, fl.eng_of[new_at]])
     idx = np.concatenate([old_to_new[fl.queue[q_eng, q_pos]], new_at])
-    by = np.argsort(eng, kind="stable")
+    by = stable_order(eng)
     eng, idx = eng[by], idx[by]
     cnt = np.bincount(eng, minlength=fl.E)
     head = fl.max_batch

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import special
 
 from specsim import atomic
 from specsim.sim.pipeline import StepRecord
@@ -124,10 +124,17 @@ def mean_ci(values, floor: float | None = 0.0, ceiling: float | None = None) -> 
     if n < 2:
         return {"n": 1, "mean": mean, "sd": None, "ci95": None}
     sd = float(x.std(ddof=1))
-    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    half = t975(n - 1) * sd / math.sqrt(n)
     lo = mean - half if floor is None else max(mean - half, floor)
     hi = mean + half if ceiling is None else min(mean + half, ceiling)
     return {"n": n, "mean": mean, "sd": sd, "ci95": [lo, hi]}
+
+
+def t975(df: int) -> float:
+    """Student t's 97.5 % quantile at `df` >= 1 degrees of freedom (the half-width factor of a
+    95 % t-interval): scipy.stats.t.ppf(0.975, df)'s number, which is scipy.special.stdtrit(df,
+    0.975), without importing scipy.stats (~0.5 s of every command's start-up)."""
+    return float(special.stdtrit(df, 0.975))
 
 
 def ratio_ci(values) -> dict:
@@ -143,7 +150,7 @@ def ratio_ci(values) -> dict:
         m["ci95"] = None
         return m
     lx = np.log(x)
-    half = float(stats.t.ppf(0.975, len(x) - 1)) * float(lx.std(ddof=1)) / math.sqrt(len(x))
+    half = t975(len(x) - 1) * float(lx.std(ddof=1)) / math.sqrt(len(x))
     m["ci95"] = [float(np.exp(lx.mean() - half)), float(np.exp(lx.mean() + half))]
     return m
 
@@ -159,7 +166,7 @@ def few_replicates_warning(n: int) -> str | None:
     if not 2 <= n < MIN_REPLICATES_FOR_INTERVALS:
         return None
 
-    t = float(stats.t.ppf(0.975, n - 1))
+    t = t975(n - 1)
     return (f"intervals rest on {n} replicates (Student t = {t:.1f}): they are wide and move a lot from run to "
             f"run; run at least {MIN_REPLICATES_FOR_INTERVALS} replicates before acting on them")
 

@@ -28,13 +28,14 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
-from scipy import optimize, special, stats
+from scipy import optimize, special
 
 from specsim.errors import SpecError
 from specsim.workload.acceptance.checks import alpha_array, check_concentration
 from specsim.workload.acceptance.laws import (
     EPS_RTOL,
     alpha_from_tau,
+    beta_ppf,
     check_rng,
     check_tau,
     expected_tokens_per_verify,
@@ -81,7 +82,7 @@ def beta_nodes(m: float, c: float | None) -> tuple[np.ndarray, np.ndarray]:
     # extreme shapes, or a Jacobi recurrence that overflowed (a + b of several thousand: scipy's
     # 2^(a+b+1) normaliser is inf and the weights NaN): quantile nodes, the way the cluster draws
     u, w = _legendre()
-    x = stats.beta.ppf((u + 1.0) / 2.0, a, b)
+    x = beta_ppf((u + 1.0) / 2.0, a, b)
     return np.clip(x, 0.0, 1.0), w / w.sum()
 
 

@@ -40,11 +40,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
 from specsim.errors import SpecError
 from specsim.workload.acceptance.context import ALPHA_MAX
-from specsim.workload.acceptance.laws import expected_tokens_per_verify
+from specsim.workload.acceptance.laws import beta_ppf, expected_tokens_per_verify
 
 __all__ = ["SCOPES", "SpreadScope", "effective_concentration", "length_bins", "segment_effective_alphas", "segment_latents"]
 
@@ -101,7 +101,7 @@ def _beta_of_latent(mean_alpha: float, concentration: float):
     """z ↦ Beta⁻¹(Φ(z); mean, c) on a grid of z in [-8.5, 8.5], interpolated (|error| < 1e-4 in α;
     scipy's ppf on every segment would dominate)."""
     grid = np.linspace(-8.5, 8.5, 4097)
-    vals = stats.beta.ppf(special.ndtr(grid), mean_alpha * concentration, (1.0 - mean_alpha) * concentration)
+    vals = beta_ppf(special.ndtr(grid), mean_alpha * concentration, (1.0 - mean_alpha) * concentration)
     return lambda z: np.interp(z, grid, vals)
 
 

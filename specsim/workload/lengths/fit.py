@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import optimize
 from scipy.special import log_ndtr, logsumexp
 
 from specsim.errors import SpecError
@@ -20,6 +20,13 @@ from specsim.workload.lengths.checks import cap_field, check_cap, positive_array
 from specsim.workload.lengths.distribution import DEFAULT_FIELD, Z_99, LengthDistribution
 
 __all__ = ["LengthFit", "fit", "length_summary"]
+
+
+def _stats():
+    """scipy.stats, imported by the first fit rather than with the length models: every
+    simulation process imports these, and scipy.stats costs each ~0.5 s of start-up."""
+    from scipy import stats
+    return stats
 
 
 @dataclass(frozen=True)
@@ -67,7 +74,7 @@ def _lognormal_censored_mle(y: np.ndarray, n_c: int, yc: float) -> tuple[float, 
         z = (y - mu) / sg
         zc = (yc - mu) / sg
         log_surv = float(log_ndtr(-zc))
-        lam = math.exp(stats.norm.logpdf(zc) - log_surv)
+        lam = math.exp(_stats().norm.logpdf(zc) - log_surv)
         f = float(np.sum(0.5 * z * z) + y.size * (s + 0.5 * math.log(2 * math.pi))) - n_c * log_surv
         d_mu = -float(z.sum()) / sg - n_c * lam / sg
         d_s = float(np.sum(1.0 - z * z)) - n_c * lam * zc
@@ -102,7 +109,7 @@ def _mixture_em(y: np.ndarray, n_c: int, yc: float | None, k: int, max_iter: int
     ll = -np.inf
     for _ in range(max_iter):
         logw = np.log(np.maximum(w, 1e-300))
-        lp_u = logw + stats.norm.logpdf(y[:, None], mu, sg)
+        lp_u = logw + _stats().norm.logpdf(y[:, None], mu, sg)
         lse_u = logsumexp(lp_u, axis=1)
         r_u = np.exp(lp_u - lse_u[:, None])
         ll = float(lse_u.sum())
@@ -112,7 +119,7 @@ def _mixture_em(y: np.ndarray, n_c: int, yc: float | None, k: int, max_iter: int
             lse_c = float(logsumexp(lp_c))
             r_c = np.exp(lp_c - lse_c)
             ll += n_c * lse_c
-            lam = np.exp(stats.norm.logpdf(a) - log_ndtr(-a))
+            lam = np.exp(_stats().norm.logpdf(a) - log_ndtr(-a))
             e_y = mu + sg * lam
             v_y = sg**2 * np.clip(1.0 + a * lam - lam**2, 0.0, None)
         else:
@@ -193,7 +200,7 @@ def fit(lengths, kind: str = "lognormal", n_components: int = 2, cap_tokens: int
         params = {"weights": dist.weights, "mus": dist.mus, "sigmas": dist.sigmas}
     ll -= float(y.sum())  # Jacobian of ln: likelihood of L rather than of ln L
     d = _ks_distance(x, dist, cap, half)
-    p = float(stats.kstwo.sf(d, x.size))
+    p = float(_stats().kstwo.sf(d, x.size))
     return LengthFit(kind=kind, params=params, ks_statistic=d, ks_pvalue=p, n=int(x.size), n_censored=n_c,
                      log_likelihood=float(ll))
 
