@@ -168,3 +168,34 @@ def test_a_run_stops_only_where_a_simulated_candidate_dominates_it_beyond_the_no
     above = limit * (1 + 1e-9)
     assert any(dominates(d.mean_step() + max(step_noise_s(d), within * d.mean_step()), d.cand.total_gpus, above,
                          gpus, objective) for d in refs)
+
+
+def _pair(i: int, rollout: int, training: int, steps: list[float]) -> Evaluated:
+    """A GB200-trains / H200-generates candidate at GB200 $6.0 and H200 $3.5 per GPU-hour."""
+    c = Candidate("gb200+h200_sxm", 64, rollout, training, (1, 1, 1), "always", 3, 1, 6, cid=f"p{i}")
+    e = Evaluated(c, status="simulated", usd_per_hour=c.usd_per_hour({"gb200": 6.0, "h200_sxm": 3.5}))
+    e.steady = {0: {"step_s": steps[0], "tau": 2.0}}
+    e.series = {0: {j: s for j, s in enumerate(steps)}}
+    return e
+
+
+def test_a_mixed_pair_is_ranked_and_pruned_in_dollars_as_well_as_gpu_hours():
+    """Two splits of a priced mixed pair blend its prices differently: 8 GB200 + 40 H200 (48 GPUs,
+    $188/h) at 100 s is more GPU-hours per step than 8 H200 + 32 GB200 (40 GPUs, $220/h) at 100 s
+    but fewer dollars, so neither dominates the other; halving, the bound pruning and the stop
+    threshold all keep the cheap-in-dollars one, and min_usd ranks it first."""
+    from specsim.study.planner.search import _score, dominated_beyond_noise, stop_thresholds
+
+    cheap, lean = _pair(0, 40, 8, [100.0] * 6), _pair(1, 8, 32, [100.0] * 6)
+    assert cheap.cand.total_gpus > lean.cand.total_gpus and cheap.usd_per_hour < lean.usd_per_hour
+    assert dominates(100.0, 40, 100.0, 48, "min_usd")                     # by GPU-hours alone
+    assert not dominates(100.0, 40, 100.0, 48, "min_usd", d_usd_h=lean.usd_per_hour, c_usd_h=cheap.usd_per_hour)
+    assert not dominated_beyond_noise(cheap, lean, "min_usd") and not dominated_beyond_noise(lean, cheap, "min_usd")
+    assert cheap in _keep([cheap, lean], 0.25, 0.0, "min_usd")
+    assert _score(cheap, "min_usd", None) < _score(lean, "min_usd", None)
+    pending = _pair(2, 40, 8, [1.0])
+    pending.status, pending.series = "pending", {}
+    limit = stop_thresholds([lean, pending], [pending], "min_usd", 0.0)[id(pending)]
+    assert limit >= 100.0 * lean.usd_per_hour / pending.usd_per_hour     # stops only beyond lean's dollars too
+    single = _ev(3, 48, [100.0])
+    assert single.pair_usd_per_hour is None                               # one GPU type: GPU-hours decide

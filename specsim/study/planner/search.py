@@ -70,6 +70,14 @@ class Evaluated:
     series: dict[int, dict[int, float]] = field(default_factory=dict)  # replicate -> {step: step_s}, steady steps
     meta: dict = field(default_factory=dict)
     dropped: str = ""                # why halving did not run its next replicates ("cannot win", "halving")
+    usd_per_hour: float | None = None  # its GPUs' price per hour (Candidate.usd_per_hour); None: unpriced
+
+    @property
+    def pair_usd_per_hour(self) -> float | None:
+        """Its $ per hour where $ is not GPU-hours times one price: a mixed pair whose two pools are
+        priced (within one GPU type $ per step is GPU-hours per step × one price, so GPU-hours
+        decide alone; a pair's blend moves with its split). None otherwise."""
+        return self.usd_per_hour if self.cand.mixed else None
 
     @property
     def group(self) -> tuple:
@@ -127,10 +135,11 @@ def search(sc, cands: list[Candidate], store: RunStore, *, jobs: int, backend: s
     s = plan.search
     if target_s is None and plan.objective != "min_step_time":
         target_s = plan.target_step_s
-    evs = [Evaluated(c) for c in cands]
+    usd = dict(sc.output.gpu_hour_usd)
+    evs = [Evaluated(c, usd_per_hour=c.usd_per_hour(usd)) for c in cands]
     st = SearchState(evs)
     _bound_all(evs, bounds if bounds is not None else BoundModel(sc))
-    _prefilter(evs, plan, dict(sc.output.gpu_hour_usd), target_s)
+    _prefilter(evs, plan, usd, target_s)
     runner = _Runner(sc, store, st, jobs, backend, address, engine, progress, pool)
     schedule = replicate_schedule(s.replicates, s.halving_rounds)
     _first_round(evs, runner, jobs, s.bound_slack, plan.objective, s.keep_within)
@@ -277,17 +286,18 @@ def prune_by_bound(evs: list[Evaluated], slack: float, objective: str) -> int:
     every point it could reach (`dominates`, at its bound × slack, the simulated one at its upper
     95 % limit): it can then be neither the best of its GPU type under the objective nor on its
     arm's Pareto front. Returns how many it pruned."""
-    sims: dict[tuple, list[tuple[float, int]]] = {}
+    sims: dict[tuple, list[tuple[float, int, float | None]]] = {}
     for e in evs:
         if e.status == "simulated":
-            sims.setdefault(e.front_group, []).append((e.upper_step(), e.cand.total_gpus))
+            sims.setdefault(e.front_group, []).append((e.upper_step(), e.cand.total_gpus, e.pair_usd_per_hour))
     n = 0
     for e in evs:
         if e.status != "pending":
             continue
         lb = e.bound.step_s * slack
-        hit = next(((st_, g) for st_, g in sorted(sims.get(e.front_group, ()))
-                    if dominates(st_, g, lb, e.cand.total_gpus, objective)), None)
+        hit = next((h for h in sorted(sims.get(e.front_group, ()), key=lambda h: h[:2])
+                    if dominates(h[0], h[1], lb, e.cand.total_gpus, objective, d_usd_h=h[2],
+                                 c_usd_h=e.pair_usd_per_hour)), None)
         if hit is not None:
             e.status, e.pruned_by = "pruned", e.bound.binding
             e.reason = (f"{e.bound.binding} bound {e.bound.step_s:.1f} s × {slack:g}: dominated by a simulated "
@@ -296,14 +306,19 @@ def prune_by_bound(evs: list[Evaluated], slack: float, objective: str) -> int:
     return n
 
 
-def dominates(d_step: float, d_gpus: int, c_step: float, c_gpus: int, objective: str, margin: float = 0.0) -> bool:
+def dominates(d_step: float, d_gpus: int, c_step: float, c_gpus: int, objective: str, margin: float = 0.0, *,
+              d_usd_h: float | None = None, c_usd_h: float | None = None) -> bool:
     """Whether a point (d_step s on d_gpus GPUs) is better than (c_step, c_gpus) by `margin` in
     every figure the plan ranks on: the step time and the GPU-hours per step (GPUs × step; $ per
-    step is that times one price within a GPU type), and for the min_gpus objective the GPU count."""
+    step is that times one price within a GPU type), for a mixed pair whose pools are priced also
+    the $ per step (`d_usd_h`, `c_usd_h`: $ per hour, `Evaluated.pair_usd_per_hour`; two splits of
+    a pair blend its prices differently), and for the min_gpus objective the GPU count."""
     f = 1.0 + margin
     if d_step * f > c_step:
         return False
     if objective == "min_gpus" and d_gpus > c_gpus:
+        return False
+    if d_usd_h is not None and c_usd_h is not None and d_usd_h * d_step * f > c_usd_h * c_step:
         return False
     return d_gpus * d_step * f <= c_gpus * c_step
 
@@ -315,6 +330,8 @@ def _score(e: Evaluated, objective: str, target_s: float | None) -> tuple:
     miss = target_s is not None and objective != "min_step_time" and m > target_s
     if objective == "min_gpus":
         return (miss, e.cand.total_gpus, m)
+    if objective == "min_usd" and e.pair_usd_per_hour is not None:
+        return (miss, e.pair_usd_per_hour * m, m)
     if objective in ("min_gpu_hours", "min_usd"):
         return (miss, e.cand.total_gpus * m, m)
     return (miss, m, e.cand.total_gpus)
@@ -356,13 +373,16 @@ def could_still_win(e: Evaluated, best: Evaluated, within: float, confidence: fl
 def dominated_beyond_noise(e: Evaluated, d: Evaluated, objective: str, within: float = 0.0) -> bool:
     """Whether `d` dominates `e` by more than the noise: `d`'s mean step plus the margin m (the larger
     of `paired_margin` at FRONT_CONFIDENCE and `within` × its mean) is no slower than `e`'s, its GPU-hours per step at
-    that step no more than `e`'s, for min_gpus its GPUs no more — and one of those strictly (an
-    exact tie dominates neither way)."""
+    that step no more than `e`'s (and its $ per step, for a priced mixed pair), for min_gpus its GPUs no
+    more — and one of those strictly (an exact tie dominates neither way)."""
     if objective == "min_gpus" and d.cand.total_gpus > e.cand.total_gpus:
         return False
     ds, es = d.mean_step(), e.mean_step()
     ds += max(paired_margin(e, d, FRONT_CONFIDENCE), within * ds)
     dg, eg = d.cand.total_gpus * ds, e.cand.total_gpus * es
+    du, eu = d.pair_usd_per_hour, e.pair_usd_per_hour
+    if du is not None and eu is not None and du * ds > eu * es:
+        return False
     return ds <= es and dg <= eg and (ds < es or dg < eg)
 
 
@@ -383,19 +403,21 @@ def stop_thresholds(evs: list[Evaluated], wave: list[Evaluated], objective: str,
     """By id, the steady mean step above which a candidate of `wave` cannot win, for its run to stop
     there (sim/pipeline.run_pipeline `stop_above_s`): the least, over the simulated candidates d of
     its GPU type and arm (for min_gpus, on no more GPUs), of (d's mean + m) × max(1, d's GPUs ÷ its
-    GPUs), m the larger of `step_noise_s`(d) and `within` × d's mean — a run above it is dominated
-    beyond the noise in step time and in GPU-hours per step, so it can be neither the best of its
-    GPU type under any objective nor on its arm's front; halving would drop it. No such d: no stop."""
-    refs: dict[tuple, list[tuple[float, int]]] = {}
+    GPUs, and for a priced mixed pair d's $ per hour ÷ its), m the larger of `step_noise_s`(d) and
+    `within` × d's mean — a run above it is dominated beyond the noise in step time, in GPU-hours
+    per step and in $ per step, so it can be neither the best of its GPU type under any objective
+    nor on its arm's front; halving would drop it. No such d: no stop."""
+    refs: dict[tuple, list[tuple[float, int, float | None]]] = {}
     for d in evs:
         if d.status == "simulated":
             m = max(step_noise_s(d), within * d.mean_step())
             if math.isfinite(m):
-                refs.setdefault(d.front_group, []).append((d.mean_step() + m, d.cand.total_gpus))
+                refs.setdefault(d.front_group, []).append((d.mean_step() + m, d.cand.total_gpus, d.pair_usd_per_hour))
     out: dict[int, float] = {}
     for e in wave:
-        g = e.cand.total_gpus
-        limits = [ref * max(1.0, dg / g) for ref, dg in refs.get(e.front_group, ())
+        g, eu = e.cand.total_gpus, e.pair_usd_per_hour
+        limits = [ref * max(1.0, dg / g, du / eu if du is not None and eu else 1.0)
+                  for ref, dg, du in refs.get(e.front_group, ())
                   if objective != "min_gpus" or dg <= g]
         if limits:
             out[id(e)] = min(limits)
