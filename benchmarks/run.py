@@ -235,7 +235,9 @@ def against_root(against: str, tmp: Path) -> Path:
 
 
 def _print_plan(args, roots: list[Path]) -> None:
-    sets = args.sets or PLAN_SETS
+    # the small 8B plan's overrides belong to the default scenario only: another scenario plans as written
+    default = Path(args.plan).resolve() == Path(PLAN_DEFAULT).resolve()
+    sets = args.sets or (PLAN_SETS if default else [])
     results: dict[str, list[dict]] = {str(r): [] for r in roots}
     for _ in range(args.repeat):
         for r in roots:
