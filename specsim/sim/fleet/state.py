@@ -211,8 +211,8 @@ class FleetState:
         counts = np.bincount(self.eng_of, minlength=E)
         self.off = np.concatenate(([0], np.cumsum(counts)))
         width = int(counts.max()) if E else 0
-        self.queue = np.full((E, max(width, 1)), -1, dtype=np.int64)
-        self.queue[self.eng_of, np.arange(N) - self.off[self.eng_of]] = np.arange(N)
+        cols = np.arange(max(width, 1))         # eng_of sorted: engine e's responses are off[e] .. off[e + 1] − 1
+        self.queue = np.where(cols < counts[:, None], self.off[:-1, None] + cols, -1)
         self.qhead = np.zeros(E, dtype=np.int64)
         # can a group's queued members be apart in a queue? Not while every group is one run of the
         # initial order, until a preempted response goes back to its queue's front (fit_batch)
