@@ -193,12 +193,14 @@ class StreamCluster:
     WINDOW_STEPS = 8
 
     def _columns(self, js: list[int]) -> dict[str, np.ndarray]:
-        """The per-response columns of steps js, engine-major (each engine's in step order): built
-        column by column, so a long run holds one temporary column at a time. A column is its
-        steps' arrays in draw order, concatenated and read at `src` (each engine-major position's
-        index in that concatenation: the steps' engine sorts composed with the engine-major
-        order), one gather per column; the noise, kept aligned with each step's sort, is read at
-        the engine-major order itself."""
+        """The per-response columns of consecutive steps js, engine-major (each engine's in step
+        order): built column by column, so a long run holds one temporary column at a time. A
+        column is its steps' arrays in draw order, concatenated and read at `src` (each
+        engine-major position's index in that concatenation: the steps' engine sorts composed
+        with the engine-major order), one gather per column; the noise, kept aligned with each
+        step's sort, is read at the engine-major order itself; the engines, the response ids
+        (src offset by the first step's) and the step indices (each engine's in step order) need
+        no gather."""
         draws = self.draws
         steps = [self._step_order(j) for j in js]
         es = np.concatenate([st[1] for st in steps])
@@ -206,8 +208,12 @@ class StreamCluster:
         eng_cat = (es.astype(np.int64) if len(used) and int(used[-1]) == len(used) - 1    # every engine has work
                    else np.searchsorted(used, es))
         by_engine = stable_order(eng_cat)        # engine-major, step order kept
-        lo = np.cumsum([0] + [draws[j].n_responses for j in js])
-        src = np.concatenate([st[0] + int(lo[i]) for i, st in enumerate(steps)])[by_engine]
+        sizes = [draws[j].n_responses for j in js]
+        lo = np.cumsum([0] + sizes)
+        # intp: an index of another integer type is converted on every gather
+        src = np.concatenate([st[0].astype(np.intp) + lo[i] for i, st in enumerate(steps)])[by_engine]
+        rows, J = len(used), len(js)
+        per_row_step = np.bincount(eng_cat * J + np.repeat(np.arange(J), sizes), minlength=rows * J)
 
         def column(natural) -> np.ndarray:
             return np.concatenate([natural(j, draws[j]) for j in js])[src]
@@ -215,13 +221,13 @@ class StreamCluster:
         def reps(d):
             return d.response_tokens.shape[1]
 
-        return {"eng_of": eng_cat[by_engine],
-                "ids": column(lambda j, d: np.arange(self.step_offset[j], self.step_offset[j + 1])),
+        return {"eng_of": np.repeat(np.arange(rows), per_row_step.reshape(rows, J).sum(axis=1)),
+                "ids": src + self.step_offset[js[0]],
                 "groups": column(lambda j, d: j * len(d.prompt_tokens) + np.repeat(np.arange(len(d.prompt_tokens)),
                                                                                    reps(d))),
                 "P": column(lambda j, d: np.repeat(d.prompt_tokens, reps(d))),
                 "L": column(lambda j, d: d.response_tokens.reshape(-1)),
-                "step_ids": column(lambda j, d: np.full(d.n_responses, j)),
+                "step_ids": np.repeat(np.tile(np.asarray(js, dtype=np.int64), rows), per_row_step),
                 "z": np.concatenate([self._step_noise(j, *steps[i][:2]) for i, j in enumerate(js)])[by_engine],
                 "u": column(lambda j, d: d.alpha_quantiles),
                 "gi": column(lambda j, d: self._grid(j)[0]),
@@ -246,12 +252,12 @@ class StreamCluster:
         lo, hi = self.window
         step = self.fleet.step_ids - lo
         W = hi - lo
-        by_step = stable_order(step)                              # each step's fleet indices, ascending
-        parts = np.split(by_step, np.cumsum(np.bincount(step, minlength=W))[:-1])
-        self.step_idx = {lo + i: ix for i, ix in enumerate(parts)}
         E = len(self.used)
         per_step = np.bincount(self.fleet.eng_of * (W + 1) + step + 1, minlength=E * (W + 1)).reshape(E, W + 1)
         self.tail_lo = (self.fleet.off[:-1][:, None] + np.cumsum(per_step, axis=1)).T
+        # each engine's responses are in step order, so a step's fleet indices (ascending) are one
+        # range per engine: no sort by step
+        self.step_idx = {lo + i: ragged(self.tail_lo[i], self.tail_lo[i + 1] - self.tail_lo[i])[1] for i in range(W)}
 
     def _ensure_window(self, upto: int) -> None:
         """A windowed fleet holds steps up to `upto` (exclusive): if not, it lets go the steps
