@@ -49,9 +49,9 @@ class StepDraw:
         return int(self.response_tokens.size)
 
 
-#: the most responses draw_step keeps drawn in one process, newest kept: about 36 bytes each with
-#: what the stream keeps with them (sim/stream.py: noise, grid positions), ~110 MB at most; the
-#: main job's 3 replicates × 12 RL steps × 65,536 responses fit
+#: the most responses draw_step keeps drawn in one process, newest kept: about 42 bytes each with
+#: what the stream keeps with them (sim/stream.py: noise, grid positions, engine sort), ~130 MB at
+#: most; the main job's 3 replicates × 12 RL steps × 65,536 responses fit
 DRAW_CACHE_RESPONSES = 3 << 20
 _DRAWS: OrderedDict[tuple, tuple[StepDraw, dict]] = OrderedDict()
 
