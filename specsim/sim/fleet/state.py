@@ -43,8 +43,8 @@ def ragged(starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray
     """For segments (start, len): (segment of each element, start + offset of each element)."""
     lens = np.asarray(lens, dtype=np.int64)
     seg = np.repeat(np.arange(len(lens)), lens)
-    first = np.cumsum(lens) - lens
-    return seg, np.asarray(starts, dtype=np.int64)[seg] + np.arange(int(lens.sum())) - first[seg]
+    shift = np.asarray(starts, dtype=np.int64) - (np.cumsum(lens) - lens)     # start − first position, per segment
+    return seg, np.repeat(shift, lens) + np.arange(int(lens.sum()))
 
 
 def stable_order(keys: np.ndarray) -> np.ndarray:
