@@ -42,9 +42,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import simpy
 
 from specsim.cost import training as tc
@@ -53,6 +53,9 @@ from specsim.sim.cluster import GenerationResult, draw_step, forget_draws, measu
 from specsim.sim.progress import PROGRESS_EVERY_S, ProgressHook, Ticker
 from specsim.sim.stream import StreamCluster
 from specsim.world.specs import World
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass
@@ -91,6 +94,22 @@ class StepRecord:
     token_weighted_batch: float = float("nan")  # the active batch a generated token saw (Σ tokens × batch ÷ Σ tokens)
 
 
+def _column_mean(values: list) -> float:
+    """pandas' Series.mean of a column built from `values` (ints: an int64 column, else float64):
+    the sum of the non-NaN values (NaNs as 0, in place) over their count; NaN for none."""
+    arr = np.array(values)
+    if not len(arr):
+        return float("nan")
+    if arr.dtype.kind in "iu":
+        return float(arr.sum(dtype=np.float64) / np.float64(len(arr)))
+    arr = arr.astype(np.float64)
+    nan = np.isnan(arr)
+    count = np.float64(len(arr) - int(nan.sum()))
+    if nan.any():
+        arr[nan] = 0.0
+    return float(arr.sum() / count) if count > 0 else float("nan")
+
+
 @dataclass
 class PipelineResult:
     scenario_name: str
@@ -102,15 +121,21 @@ class PipelineResult:
     engines: list = field(default_factory=list)       # async: EngineResult per engine over the whole run
 
     def steps_frame(self) -> pd.DataFrame:
-        """One row per step, every StepRecord field."""
+        """One row per step, every StepRecord field (pandas imported here: a simulation process, a
+        pool worker, never needs it)."""
+        import pandas as pd
+
         cols = [f.name for f in fields(StepRecord)]
         return pd.DataFrame([asdict(r) for r in self.records], columns=cols)
 
     def steady(self) -> dict[str, float]:
-        """Means over steps >= warmup_steps of every numeric field, plus throughput_steps_per_h."""
-        df = self.steps_frame()
-        df = df[df["step"] >= self.warmup_steps]
-        out = {c: float(df[c].mean()) for c in df.columns}
+        """Means over steps >= warmup_steps of every numeric field, plus throughput_steps_per_h.
+        Each mean is pandas' `Series.mean` of the field's column (nanops.nanmean: NaNs left out
+        — filled with 0 in the sum and not counted —, integers summed as float64, one numpy sum
+        over the column's array then ÷ the count) computed on the same arrays without pandas,
+        which a pool worker then never imports (~1 CPU-s a process)."""
+        kept = [r for r in self.records if r.step >= self.warmup_steps]
+        out = {f.name: _column_mean([getattr(r, f.name) for r in kept]) for f in fields(StepRecord)}
         out["throughput_steps_per_h"] = 3600.0 / out["step_s"] if out["step_s"] > 0 else float("nan")
         out["effective_step_s"] = self.effective_step_s
         return out

@@ -122,12 +122,21 @@ class StreamCluster:
 
     def _step_order(self, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Step j's responses sorted by engine, queue order kept (order), their engines, and the
-        group of every response."""
+        group of every response. The sort is kept with the draw (`_memo`: every run of the process
+        on the same pool sorts the step once), order as int32 and the engines as uint16 where they
+        fit (6 bytes a response): the same values as the sort's int64."""
         d = self.draws[j]
-        group_of = np.repeat(np.arange(d.response_tokens.shape[0]), d.response_tokens.shape[1])
-        eng_of = self.group_engine[j][group_of]
-        order = stable_order(eng_of)
-        return order, eng_of[order], group_of
+        G = d.response_tokens.shape[1]
+        group_of = np.repeat(np.arange(d.response_tokens.shape[0]), G)
+
+        def make():
+            eng_of = self.group_engine[j][group_of]
+            order = stable_order(eng_of)
+            small = np.uint16 if self.world.engines <= 1 << 16 else np.int64
+            return (order.astype(np.int32) if len(order) < 1 << 31 else order), eng_of[order].astype(small)
+
+        order, eng_sorted = self._memo(d, "order", make)
+        return order, eng_sorted, group_of
 
     def _step_noise(self, j: int, order: np.ndarray, es: np.ndarray) -> np.ndarray:
         """cluster.step_noise of step j (kept with its draw, `_memo`)."""
@@ -184,26 +193,45 @@ class StreamCluster:
     WINDOW_STEPS = 8
 
     def _columns(self, js: list[int]) -> dict[str, np.ndarray]:
-        """The per-response columns of steps js, engine-major (each engine's in step order): built
-        column by column, so a long run holds one temporary column at a time."""
+        """The per-response columns of consecutive steps js, engine-major (each engine's in step
+        order): built column by column, so a long run holds one temporary column at a time. A
+        column is its steps' arrays in draw order, concatenated and read at `src` (each
+        engine-major position's index in that concatenation: the steps' engine sorts composed
+        with the engine-major order), one gather per column; the noise, kept aligned with each
+        step's sort, is read at the engine-major order itself; the engines, the response ids
+        (src offset by the first step's) and the step indices (each engine's in step order) need
+        no gather."""
         draws = self.draws
-        steps = {j: self._step_order(j) for j in js}
-        eng_cat = np.searchsorted(self.used, np.concatenate([steps[j][1] for j in js]))
+        steps = [self._step_order(j) for j in js]
+        es = np.concatenate([st[1] for st in steps])
+        used = self.used
+        eng_cat = (es.astype(np.int64) if len(used) and int(used[-1]) == len(used) - 1    # every engine has work
+                   else np.searchsorted(used, es))
         by_engine = stable_order(eng_cat)        # engine-major, step order kept
+        sizes = [draws[j].n_responses for j in js]
+        lo = np.cumsum([0] + sizes)
+        # intp: an index of another integer type is converted on every gather
+        src = np.concatenate([st[0].astype(np.intp) + lo[i] for i, st in enumerate(steps)])[by_engine]
+        rows, J = len(used), len(js)
+        per_row_step = np.bincount(eng_cat * J + np.repeat(np.arange(J), sizes), minlength=rows * J)
 
-        def column(piece) -> np.ndarray:
-            return np.concatenate([piece(j, draws[j], *steps[j]) for j in js])[by_engine]
+        def column(natural) -> np.ndarray:
+            return np.concatenate([natural(j, draws[j]) for j in js])[src]
 
-        return {"eng_of": eng_cat[by_engine],
-                "ids": column(lambda j, d, order, es, g: self.step_offset[j] + order),
-                "groups": column(lambda j, d, order, es, g: j * len(d.prompt_tokens) + g[order]),
-                "P": column(lambda j, d, order, es, g: d.prompt_tokens[g[order]]),
-                "L": column(lambda j, d, order, es, g: d.response_tokens.reshape(-1)[order]),
-                "step_ids": column(lambda j, d, order, es, g: np.full(len(order), j)),
-                "z": column(lambda j, d, order, es, g: self._step_noise(j, order, es)),
-                "u": column(lambda j, d, order, es, g: d.alpha_quantiles[order]),
-                "gi": column(lambda j, d, order, es, g: self._grid(j)[0][order]),
-                "gw": column(lambda j, d, order, es, g: self._grid(j)[1][order])}
+        def reps(d):
+            return d.response_tokens.shape[1]
+
+        return {"eng_of": np.repeat(np.arange(rows), per_row_step.reshape(rows, J).sum(axis=1)),
+                "ids": src + self.step_offset[js[0]],
+                "groups": column(lambda j, d: j * len(d.prompt_tokens) + np.repeat(np.arange(len(d.prompt_tokens)),
+                                                                                   reps(d))),
+                "P": column(lambda j, d: np.repeat(d.prompt_tokens, reps(d))),
+                "L": column(lambda j, d: d.response_tokens.reshape(-1)),
+                "step_ids": np.repeat(np.tile(np.asarray(js, dtype=np.int64), rows), per_row_step),
+                "z": np.concatenate([self._step_noise(j, *steps[i][:2]) for i, j in enumerate(js)])[by_engine],
+                "u": column(lambda j, d: d.alpha_quantiles),
+                "gi": column(lambda j, d: self._grid(j)[0]),
+                "gw": column(lambda j, d: self._grid(j)[1])}
 
     def _grid(self, j: int) -> tuple[np.ndarray, np.ndarray]:
         """Where step j's acceptance quantiles fall on the laws' grid (cluster.grid_position: cell,
@@ -224,12 +252,12 @@ class StreamCluster:
         lo, hi = self.window
         step = self.fleet.step_ids - lo
         W = hi - lo
-        by_step = stable_order(step)                              # each step's fleet indices, ascending
-        parts = np.split(by_step, np.cumsum(np.bincount(step, minlength=W))[:-1])
-        self.step_idx = {lo + i: ix for i, ix in enumerate(parts)}
         E = len(self.used)
         per_step = np.bincount(self.fleet.eng_of * (W + 1) + step + 1, minlength=E * (W + 1)).reshape(E, W + 1)
         self.tail_lo = (self.fleet.off[:-1][:, None] + np.cumsum(per_step, axis=1)).T
+        # each engine's responses are in step order, so a step's fleet indices (ascending) are one
+        # range per engine: no sort by step
+        self.step_idx = {lo + i: ragged(self.tail_lo[i], self.tail_lo[i + 1] - self.tail_lo[i])[1] for i in range(W)}
 
     def _ensure_window(self, upto: int) -> None:
         """A windowed fleet holds steps up to `upto` (exclusive): if not, it lets go the steps

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.sim.fleet.state import FleetState, leading_true, per_engine, ragged, runs
+from specsim.sim.fleet.state import FleetState, flat, leading_true, per_engine, ragged, runs
 
 CHUNK = 32   # candidates looked at per engine and pass (a long admission takes more passes)
 
@@ -89,7 +89,7 @@ def admit(st: FleetState, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         w = np.minimum(left[live] - done[live], width)
         seg, pos = ragged(st.qhead[e[live]] + done[live], w)
         ee = e[live][seg]
-        cand = st.queue[ee, pos]
+        cand = flat(st.queue)[ee * st.queue.shape[1] + pos]
         gc = st.groups[cand]
         vals, first, _ = runs(gc)          # a group's queued members are contiguous, unless preempted
         if st.requeued and len(vals) > 1 and np.bincount(vals).max() > 1:
@@ -135,8 +135,9 @@ def activate(st: FleetState, cand: np.ndarray, eng: np.ndarray, opens: np.ndarra
     st.GB += per_engine(eng, pb, E)
     slots = st.pop_slots(eng, cnt, u)
     st.slot_of[cand] = slots
-    st.slot_resp[eng, slots] = cand
-    st.slot_seq[eng, slots] = st.adm_seq + np.arange(len(cand))
+    at = eng * st.max_batch + slots
+    flat(st.slot_resp)[at] = cand
+    flat(st.slot_seq)[at] = st.adm_seq + np.arange(len(cand))
     st.adm_seq += len(cand)
     st.n[u] += cnt
     P, sv = st.P[cand], st.saved[cand]

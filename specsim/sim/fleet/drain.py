@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from specsim.sim.fleet.state import INF, FleetState, cells, per_engine, runs
+from specsim.sim.fleet.state import INF, FleetState, flat, per_engine, runs
 
 __all__ = ["drain", "drains_before", "group_closes", "head_arrival", "kv_holds", "no_admission", "reachable", "segment_prompts",
            "tail_fits"]
@@ -175,11 +175,13 @@ def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_
     `watch_step`, up to the one that finishes the engine's last response of that step. Returns
     the mask (over D) of engines that advanced."""
     rows = st.slot_resp[D, :st.slots_seen]
+    fins = st.slot_fin[D, :st.slots_seen]
     live = rows >= 0
     if t_cut is not None:
-        live &= st.slot_fin[D, :st.slots_seen] <= reachable(st, D, t_cut[D])[:, None]
-    r, c = cells(live)
-    idx, eng, b = rows[r, c], D[r], st.slot_fin[D[r], c]
+        live &= fins <= reachable(st, D, t_cut[D])[:, None]
+    at = np.flatnonzero(live)            # the live cells, row-major
+    r, c = np.divmod(at, st.slots_seen)
+    idx, eng, b = flat(rows)[at], D[r], flat(fins)[at]
     order = np.argsort(eng * SPAN + b, kind="stable") if len(b) and b.max() < SPAN else np.lexsort((b, eng))
     idx, eng, b, col = idx[order], eng[order], b[order], c[order]
     new = np.ones(len(idx), dtype=bool)

@@ -44,7 +44,7 @@ from specsim.sim.fleet.admit import admit, fit_batch, policy_for_new
 from specsim.sim.fleet.drain import drain, drains_before, head_arrival, no_admission
 from specsim.sim.fleet.events import FleetEvents, SwitchPayload
 from specsim.sim.fleet.relay import relay, relays
-from specsim.sim.fleet.state import INF, cells, per_engine, runs
+from specsim.sim.fleet.state import INF, cells, flat, per_engine, runs
 from specsim.sim.progress import Ticker
 
 __all__ = ["Fleet", "SwitchPayload", "run_fleet_closed"]
@@ -236,7 +236,7 @@ class Fleet(FleetEvents):
         rows, first, cnt = runs(r)
         u = F[rows]
         eng = F[r]
-        idx = self.slot_resp[eng, c]
+        idx = flat(self.slot_resp)[eng * self.max_batch + c]
         g0, mu, s0 = self.g0[idx], self.mu[idx], self.s0[idx]
         P, L = self.P[idx], self.L[idx]
         d = L - g0

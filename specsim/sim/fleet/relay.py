@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.sim.fleet.drain import drains_before, group_closes, kv_holds
-from specsim.sim.fleet.state import BIG, FleetState, cells, per_engine
+from specsim.sim.fleet.state import BIG, FleetState, cells, flat, per_engine
 
 __all__ = ["RELAY_CELLS", "RELAY_QUEUE", "relay", "relays"]
 
@@ -276,7 +276,7 @@ def _finishes(st: FleetState, W: np.ndarray) -> _Finishes | None:
         return None
     nc = len(b)
     eng = W[r]
-    idx = st.slot_resp[eng, col]
+    idx = flat(st.slot_resp)[eng * st.max_batch + col]
     new = np.ones(nc, dtype=bool)
     new[1:] = (r[1:] != r[:-1]) | (b[1:] != b[:-1])
     first = np.flatnonzero(new)
@@ -487,9 +487,10 @@ def _commit(st: FleetState, W: np.ndarray, f: _Finishes, ad: _Admitted, sg: _Seg
         cnt = np.bincount(ceng, minlength=E)[u]
         slot = st.pop_slots(ceng, cnt, u)
         st.slot_of[ci] = slot
-        st.slot_resp[ceng, slot] = ci
-        st.slot_fin[ceng, slot] = ad.fin_c[adm_keep]
-        st.slot_seq[ceng, slot] = st.adm_seq + np.arange(len(ci))
+        at = ceng * st.max_batch + slot
+        flat(st.slot_resp)[at] = ci
+        flat(st.slot_fin)[at] = ad.fin_c[adm_keep]
+        flat(st.slot_seq)[at] = st.adm_seq + np.arange(len(ci))
         st.adm_seq += len(ci)
         st.g0[ci] = ad.sv[adm_keep]
         st.mu[ci] = ad.mu_c[adm_keep]
