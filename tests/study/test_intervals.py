@@ -6,7 +6,7 @@ import math
 import pytest
 from scipy import stats
 
-from specsim.study.report.tables import few_replicates_warning, mean_ci, ratio_ci, t975
+from specsim.study.report.tables import few_replicates_warning, mean_ci, ratio_ci, t975, t_quantile
 
 
 def test_a_ratio_interval_is_positive_and_multiplicative():
@@ -33,3 +33,6 @@ def test_the_t_factor_is_scipy_stats_own():
     """t975 (scipy.special.stdtrit, so the report needs no scipy.stats) gives stats.t.ppf's number."""
     for df in [*range(1, 200), 1_000, 10**6]:
         assert t975(df) == float(stats.t.ppf(0.975, df))
+    for q in (0.95, 0.975, 0.999):       # the plan's halving and stop margins (planner/search.py)
+        for df in [*range(1, 100), 1_000]:
+            assert t_quantile(q, df) == float(stats.t.ppf(q, df))

@@ -38,12 +38,11 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from scipy import stats
 
 from specsim.scenario import ScenarioError
 from specsim.study.planner.bounds import Bound, BoundModel
 from specsim.study.planner.candidates import Candidate, candidate_scenario
-from specsim.study.report.tables import mean_ci
+from specsim.study.report.tables import mean_ci, t_quantile
 from specsim.study.store import RunStore
 from specsim.study.sweep import RunTask
 
@@ -359,7 +358,7 @@ def paired_margin(e: Evaluated, d: Evaluated, confidence: float = WIN_CONFIDENCE
         return math.inf
     mean = sum(diffs) / n
     sd = math.sqrt(sum((x - mean) ** 2 for x in diffs) / (n - 1))
-    return float(stats.t.ppf(confidence, n - 1)) * sd / math.sqrt(n)
+    return t_quantile(confidence, n - 1) * sd / math.sqrt(n)
 
 
 def could_still_win(e: Evaluated, best: Evaluated, within: float, confidence: float = WIN_CONFIDENCE) -> bool:
@@ -396,7 +395,7 @@ def step_noise_s(d: Evaluated, confidence: float = WIN_CONFIDENCE) -> float:
         return math.inf
     mean = sum(steps) / n
     sd = math.sqrt(sum((x - mean) ** 2 for x in steps) / (n - 1))
-    return float(stats.t.ppf(confidence, n - 1)) * math.sqrt(2.0) * sd / math.sqrt(n)
+    return t_quantile(confidence, n - 1) * math.sqrt(2.0) * sd / math.sqrt(n)
 
 
 def stop_thresholds(evs: list[Evaluated], wave: list[Evaluated], objective: str, within: float) -> dict[int, float]:
