@@ -19,6 +19,7 @@ import math
 import os
 import re
 
+import numpy as np
 import pandas as pd
 import pytest
 import typer
@@ -71,6 +72,19 @@ def test_run_json_and_folder(cli_run):
     assert "{" not in prose and "}" not in prose, [ln for ln in prose.splitlines() if "{" in ln or "}" in ln]
     b = info["best"]
     assert f"Best point #{b['point']}: " + ", ".join(f"{k}={v}" for k, v in b["values"].items()) in md
+
+
+def test_no_plot_is_cut_by_its_edge(cli_run):
+    """Every plot's outermost pixels are background: constrained layout keeps the axes inside the
+    figure, and a plot that writes below its axes (the capacity plan's answer box, the breakdown's
+    notes) is saved with a tight box (plots._save `beyond_figure`), so nothing is clipped."""
+    from PIL import Image
+
+    _, out = cli_run
+    for png in sorted((out / "plots").glob("*.png")):
+        px = np.asarray(Image.open(png).convert("L"))
+        border = np.concatenate([px[:2].ravel(), px[-2:].ravel(), px[:, :2].ravel(), px[:, -2:].ravel()])
+        assert border.min() == 255, png.name
 
 
 def test_capacity_plan_is_the_mean_over_the_sweep_replicates(cli_run):

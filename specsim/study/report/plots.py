@@ -43,10 +43,15 @@ def _title(sc, what: str) -> str:
     return f"{sc.name}: {what}\n{sc.model} on {sc.rollout.gpus}{tr} {sc.hardware_label} GPUs, {sc.pipeline.mode}"
 
 
-def _save(fig: Figure, stem: Path, data: pd.DataFrame) -> str:
+def _save(fig: Figure, stem: Path, data: pd.DataFrame, *, beyond_figure: bool = False) -> str:
+    """The figure's PNG and its data's CSV. Figures are laid out by matplotlib's constrained layout,
+    which keeps the axes, their labels and legends inside the figure, so the PNG is the figure as laid
+    out; one that puts text below its axes (`beyond_figure`: the step breakdown's notes, the
+    capacity plan's answer box) is saved with a tight bounding box, which draws the figure twice
+    (once to measure it)."""
     stem.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_csv(stem.with_suffix(".csv"), data)
-    atomic.save_figure(stem.with_suffix(".png"), fig, dpi=110, bbox_inches="tight")
+    atomic.save_figure(stem.with_suffix(".png"), fig, dpi=110, **({"bbox_inches": "tight"} if beyond_figure else {}))
     return str(stem.with_suffix(".png"))
 
 
@@ -324,7 +329,7 @@ def step_breakdown(stem: Path, sc, bars: list[dict]) -> str | None:
     if notes:
         fig.text(0.01, 0.0, "\n".join(notes), ha="left", va="top", fontsize=7.5)
     ax.set_title(_title(sc, "RL step time breakdown"), fontsize=9)
-    return _save(fig, stem, data)
+    return _save(fig, stem, data, beyond_figure=bool(notes))
 
 
 def breakdown_bars(plan, analysis: dict, frame: pd.DataFrame, runs: dict) -> list[dict]:
@@ -424,7 +429,7 @@ def capacity_plan(stem: Path, sc, capacity: dict) -> str | None:
     a2.set_ylim(bottom=0)
     a2.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     fig.suptitle(_title(sc, "capacity plan: rollout cluster size"), fontsize=9)
-    return _save(fig, stem, data)
+    return _save(fig, stem, data, beyond_figure=bool(lines))
 
 
 # ============================================================================ (f) SD's gain by lag
