@@ -17,6 +17,7 @@ table does not list counts as LONG_S.
 import os
 from itertools import islice
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -27,10 +28,50 @@ settings.register_profile("dev", derandomize=False, print_blob=True, deadline=No
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-#: CPU seconds (user + sys, with the processes a test starts) of the test modules that cost more
-#: than ~2 s, measured one module at a time with `-n 0` on 2c35420 + this branch (2026-12-04);
-#: only their order matters: remeasure when a module's cost changes by much
+#: seconds a worker spends on each test module that costs more than ~2.5 s: CPU (user + sys, with
+#: the processes its tests start) measured one folder at a time with `-n 0` (2026-12-04; the Ray
+#: test's daemons, whose CPU no rusage sees, counted by wall time); only the order they give
+#: matters: remeasure when a module's cost changes by much
 MODULE_CPU_S = {
+    "tests/sim/test_engine.py": 88,
+    "tests/sim/test_fleet.py": 59,
+    "tests/test_reliability_classes.py": 44,
+    "tests/cli/test_fuzz.py": 43,
+    "tests/study/test_sweep.py": 35,
+    "tests/workload/test_context_acceptance.py": 27,
+    "tests/sim/test_pipeline.py": 24,
+    "tests/calibrate/acceptance/test_acceptance_shape.py": 20,
+    "tests/study/test_planner.py": 18,
+    "tests/study/test_crash_safety.py": 18,
+    "tests/study/test_reliability.py": 17,
+    "tests/study/test_planner_feasibility.py": 15,
+    "tests/workload/test_tau_semantics.py": 10,
+    "tests/study/test_projection.py": 8,
+    "tests/cli/test_cli_basic.py": 8,
+    "tests/study/test_planner_bounds.py": 7,
+    "tests/explain/test_ladder.py": 7,
+    "tests/explain/test_in_run.py": 7,
+    "tests/cost/test_proposal_rate.py": 7,
+    "tests/cli/test_run_cli.py": 7,
+    "tests/cli/test_cli_layers.py": 7,
+    "tests/workload/test_lengths.py": 6,
+    "tests/test_architecture.py": 6,
+    "tests/study/test_project_folder.py": 6,
+    "tests/calibrate/traces/test_trace_fit.py": 6,
+    "tests/study/test_plain_outputs.py": 5,
+    "tests/sim/test_inflight_pause.py": 5,
+    "tests/cli/test_mixed_pools_cli.py": 5,
+    "tests/calibrate/kernels/test_kernel_calibration.py": 5,
+    "tests/workload/test_beta_ppf.py": 4,
+    "tests/validate/test_validate.py": 4,
+    "tests/test_notebook.py": 4,
+    "tests/study/test_report_security.py": 4,
+    "tests/cli/test_output_guard.py": 4,
+    "tests/calibrate/test_calibrate_cli.py": 4,
+    "tests/study/test_report_html.py": 3,
+    "tests/sim/test_progress.py": 3,
+    "tests/cli/test_conventions.py": 3,
+    "tests/calibrate/workload/test_workload_fit.py": 3,
 }
 LONG_S = 20.0
 
@@ -64,8 +105,6 @@ def pytest_collection_modifyitems(config, items):
     workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
     items[:] = scheduled(items, workers)
 
-
-import pytest  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="session")
