@@ -7,6 +7,7 @@ optional) or is one of LAZY_OWN's sites, each with its reason."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -160,8 +161,10 @@ def _function_imports(path: Path) -> list[tuple[str, str, int]]:
     return out
 
 
-def _lazy_sites() -> list[tuple[str, str, str, int]]:
-    return [(str(p.relative_to(PACKAGE)), fn, mod, line) for p in _modules() for fn, mod, line in _function_imports(p)]
+@functools.cache
+def _lazy_sites() -> tuple[tuple[str, str, str, int], ...]:
+    """Every function-level import of the package (read once for the three tests that check them)."""
+    return tuple((str(p.relative_to(PACKAGE)), fn, mod, line) for p in _modules() for fn, mod, line in _function_imports(p))
 
 
 def _own(module: str) -> bool:

@@ -3,11 +3,16 @@ quote equals what its command prints today, every marker names a known quote, an
 quoted somewhere. The expensive quotes (main job, plan, suite, timings) are written by
 `python benchmarks/docs_outputs.py --expensive` on a named machine, not checked here."""
 
+import functools
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
+from specsim.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,9 +25,27 @@ def _module():
     return mod
 
 
+@functools.cache
+def _in_process(*args: str) -> str:
+    """stdout of `specsim ARGS` run in this process (typer's CliRunner) from the repository root,
+    with the environment docs_outputs.specsim gives its subprocess: the same text (a command's
+    console is 160 columns wide whenever stdout is not a terminal, cli/common.py console) without
+    an interpreter start and specsim's imports per command (~2.5 s of CPU each)."""
+    env = {"COLUMNS": _module().COLUMNS, "NO_COLOR": "1", "TERM": "dumb"}
+    before = Path.cwd()
+    os.chdir(ROOT)
+    try:
+        res = CliRunner().invoke(app, list(args), env=env)
+    finally:
+        os.chdir(before)
+    assert res.exit_code == 0, f"specsim {' '.join(args)} failed ({res.exit_code}):\n{res.output[-2000:]}"
+    return res.stdout
+
+
 @pytest.mark.long
-def test_every_cheap_quote_matches_its_command():
+def test_every_cheap_quote_matches_its_command(monkeypatch):
     m = _module()
+    monkeypatch.setattr(m, "specsim", _in_process)
     values = {k: q.make() for k, q in m.quotes().items() if q.cheap}
     found = m.problems(values, set(m.quotes()))
     assert not found, ("the docs quote outputs their commands no longer print; regenerate with\n"

@@ -49,8 +49,8 @@ def test_a_sweep_over_a_true_false_field_writes_every_output(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     doc = {**TINY_SYNC, "pipeline": {"mode": "async", "steps": 3, "warmup_steps": 1}, "training": {"gpus": 1}}
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(doc), encoding="utf-8")
-    res = typer.testing.CliRunner().invoke(app, ["run", "s.yaml", "--no-progress", "--out", "r", "--set",
-                                                 "sweep={pipeline.partial_rollouts: [false, true]}"])
+    res = typer.testing.CliRunner().invoke(app, ["run", "s.yaml", "--no-progress", "--jobs", "1", "--out", "r",
+                                                 "--set", "sweep={pipeline.partial_rollouts: [false, true]}"])
     assert res.exit_code == 0, res.output
     for f in ("summary.md", "summary.json", "report.html", "points.csv"):
         assert (tmp_path / "r" / f).is_file(), f

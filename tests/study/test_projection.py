@@ -104,7 +104,10 @@ def test_project_command_prints_the_projection_and_its_json(tmp_path):
     from specsim.cli.app import app
 
     scen = str(ROOT / "scenarios" / "8b_rl_think_sync.yaml")
-    r = CliRunner().invoke(app, ["project", scen, *SMALL_RUN, "--replicates", "2", "--out", str(tmp_path / "a")])
+    # one process (--jobs 1): what is printed does not depend on the workers
+    # (test_project_run_on_two_workers_equals_one_process), and a pool costs each worker the imports
+    r = CliRunner().invoke(app, ["project", scen, *SMALL_RUN, "--replicates", "2", "--jobs", "1", "--out",
+                                 str(tmp_path / "a")])
     assert r.exit_code == 0, r.output
     lines = r.stdout.strip().splitlines()
     assert len(lines) == 6, r.stdout
@@ -113,7 +116,7 @@ def test_project_command_prints_the_projection_and_its_json(tmp_path):
     assert lines[0].startswith("8b_rl_think_sync: 3 RL steps on 4 GPUs, 2 replicates (mean [95 % interval])")
     assert lines[1].startswith("  AR : wall-clock ") and lines[2].startswith("  SD : wall-clock ")
     assert lines[3].startswith("  SD saves ") and "run speedup" in lines[3]
-    r = CliRunner().invoke(app, ["project", scen, *SMALL_RUN, "--replicates", "1", "--format", "json",
+    r = CliRunner().invoke(app, ["project", scen, *SMALL_RUN, "--replicates", "1", "--jobs", "1", "--format", "json",
                                  "--out", str(tmp_path / "b")])
     assert r.exit_code == 0, r.output
     p = json.loads(r.stdout)
@@ -132,8 +135,8 @@ def test_project_command_json_carries_the_dollars(tmp_path):
     from specsim.cli.app import app
 
     scen = str(ROOT / "scenarios" / "8b_rl_think_sync.yaml")
-    r = CliRunner().invoke(app, ["project", scen, *SMALL_RUN, "--replicates", "1", "--format", "json", "--out",
-                                 str(tmp_path),
+    r = CliRunner().invoke(app, ["project", scen, *SMALL_RUN, "--replicates", "1", "--jobs", "1", "--format", "json",
+                                 "--out", str(tmp_path),
                                  "--set", "output.gpu_hour_usd={gb200: 4}"])
     assert r.exit_code == 0, r.output
     p = json.loads(r.stdout)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +9,9 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
+from specsim.cli.app import app
 from specsim.errors import SpecError
 from specsim.scenario import ScenarioError, apply_overrides, load_scenario
 from specsim.sim.pipeline import run_pipeline
@@ -175,12 +175,12 @@ def test_drafters_without_a_training_length_reject_a_curve(over, fragment):
 
 
 def test_cli_names_a_bad_curve_without_a_traceback():
-    out = subprocess.run([sys.executable, "-m", "specsim", "check", str(THINK), "--set",
-                          "drafter.context_curve=[[0, 1.0], [100, 1.5]]"], check=False, capture_output=True, text=True,
-                         cwd=ROOT)
-    assert out.returncode != 0
-    assert "drafter.context_curve[1][1]" in out.stderr + out.stdout and "1.5" in out.stderr + out.stdout
-    assert "Traceback" not in out.stderr
+    """In-process (CliRunner): a refusal is a SystemExit with the error text; any other exception
+    escaping the command (a traceback in a process of its own) would be res.exception."""
+    res = CliRunner().invoke(app, ["check", str(THINK), "--set", "drafter.context_curve=[[0, 1.0], [100, 1.5]]"])
+    assert res.exit_code != 0
+    assert "drafter.context_curve[1][1]" in res.output and "1.5" in res.output
+    assert isinstance(res.exception, SystemExit) and "Traceback" not in res.output, res.output
 
 
 def test_alpha_given_directly_is_the_short_context_acceptance():
