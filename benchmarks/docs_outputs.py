@@ -143,21 +143,24 @@ def machine() -> str:
     return f"{model or platform.processor() or platform.machine()}, {cores} cores, Python {platform.python_version()}"
 
 
-#: where the expensive commands write their results folders (kept for the docs' images)
-WORK = Path(tempfile.mkdtemp(prefix="specsim-docs-"))
+@functools.cache
+def work_dir() -> Path:
+    """Where the expensive commands write their results folders (kept for the docs' images): made
+    at the first expensive command, so importing this module (the docs test does) leaves no folder."""
+    return Path(tempfile.mkdtemp(prefix="specsim-docs-"))
 
 
 @functools.lru_cache(maxsize=None)
 def timed(*args: str) -> tuple[dict, float]:
     """(JSON output, wall seconds) of `python -m specsim ARGS --format json`, into a fresh folder
-    under WORK named by the command (folder_of)."""
+    under work_dir() named by the command (folder_of)."""
     t0 = time.perf_counter()
     out = specsim(*args, "--out", str(folder_of(*args)), "--no-progress", "--format", "json")
     return json.loads(out), time.perf_counter() - t0
 
 
 def folder_of(*args: str) -> Path:
-    return WORK / re.sub(r"[^\w.-]+", "_", "_".join(args))
+    return work_dir() / re.sub(r"[^\w.-]+", "_", "_".join(args))
 
 
 MAIN = ("run", "scenarios/235b_async.yaml", "--jobs", "2")
