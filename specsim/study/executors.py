@@ -318,6 +318,17 @@ class WorkerPool:
         _kill_pool(self.executor)
         self.close_queue()
 
+    def release(self) -> None:
+        """Let the workers go once their tasks are done, without waiting for them to exit: a command
+        that has no more tasks (the run, once its capacity plan is in) writes its tables and summary
+        while they exit. The interpreter joins them at its exit (concurrent.futures' exit hook);
+        `shutdown` afterwards only closes the progress queue. A pool never given a task is killed
+        (`shutdown`)."""
+        if self.calls == 0:
+            self.kill()
+            return
+        self.executor.shutdown(wait=False)
+
     def shutdown(self) -> None:
         """Wait for the workers to exit; a pool that was never given a task (a resumed run with
         nothing left to compute) is killed instead: its workers may still be importing."""

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import stat
+import threading
 import time
 from pathlib import Path
 
@@ -21,7 +22,9 @@ from specsim import atomic
 from specsim.cli.app import app
 from specsim.errors import SpecError, short_repr
 from specsim.scenario import MAX_SWEEP_ROWS, ScenarioError, load_scenario
+from specsim.study import executors
 from specsim.study.executors import check_backend
+from specsim.study.report import plots
 from specsim.study.results_folder import ResultsConflict
 from specsim.study.runner import run_scenario, show_scenario
 
@@ -567,3 +570,42 @@ def test_plots_are_drawn_from_the_persisted_timeline(tmp_path):
     stamp = (out / "timeline.csv").stat().st_mtime_ns
     again = run(path, out)
     assert again.computed_runs == 0 and (out / "timeline.csv").stat().st_mtime_ns == stamp   # reused
+
+
+def test_the_sweeps_figures_are_drawn_while_the_capacity_runs_execute(tmp_path, monkeypatch):
+    """The plots that need only the sweep start before the capacity plan's runs and draw while
+    they run (runner._SweepFigures): here the drawing waits for a capacity run and that run waits
+    for the drawing to have started, so drawing them after the runs fails both waits."""
+    started, capacity_ran = threading.Event(), threading.Event()
+    real_plots, real_execute = plots.sweep_plots, executors.execute
+
+    def drawing(*args, **kwargs):
+        started.set()
+        assert capacity_ran.wait(20), "no capacity run executed while the sweep's figures were drawn"
+        return real_plots(*args, **kwargs)
+
+    def executing(task, *args, **kwargs):
+        if task.role == "capacity" and not capacity_ran.is_set():
+            assert started.wait(20), "a capacity run started before the sweep's figures"
+            capacity_ran.set()
+        return real_execute(task, *args, **kwargs)
+
+    monkeypatch.setattr(plots, "sweep_plots", drawing)
+    monkeypatch.setattr(executors, "execute", executing)
+    res = run(tiny(tmp_path, output={"plots": True}), tmp_path / "D")
+    assert capacity_ran.is_set()
+    assert list(res.summary["plots"]) == ["speedup_vs_k", "rollout_timeline", "step_breakdown", "capacity_plan"]
+    assert all((res.out_dir / "plots" / name).is_file() for name in res.summary["plots"].values())
+
+
+def test_a_figure_that_fails_is_the_runs_error_and_leaves_the_folder_usable(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("the drawing failed")
+
+    path, out = tiny(tmp_path, output={"plots": True}), tmp_path / "D"
+    monkeypatch.setattr(plots, "sweep_plots", broken)
+    with pytest.raises(RuntimeError, match="the drawing failed"):
+        run(path, out)
+    monkeypatch.undo()
+    again = run(path, out)                                  # the lock was released; every run is reused
+    assert again.computed_runs == 0 and (out / "plots" / "capacity_plan.png").is_file()

@@ -491,10 +491,10 @@ def sd_gain_by_lag(stem: Path, sc, frame: pd.DataFrame, analysis: dict) -> str |
 
 
 # ============================================================================ all
-def all_plots(folder: Path, sc, plan, analysis: dict, frame: pd.DataFrame, capacity: dict, runs: dict,
-              timeline: pd.DataFrame | None) -> dict[str, str]:
-    """Draw every plot the sweep supports from the run's persisted data (points, stored runs,
-    the capacity table, timeline.csv); simulates nothing. Returns {name: png path}."""
+def sweep_plots(folder: Path, sc, plan, analysis: dict, frame: pd.DataFrame, runs: dict,
+                timeline: pd.DataFrame | None) -> dict[str, str]:
+    """Every plot drawn from the sweep alone (all but the capacity plan's), from the run's persisted
+    data (points, stored runs, timeline.csv); simulates nothing. Returns {name: png path}."""
     out: dict[str, str] = {}
 
     def add(name, path):
@@ -506,5 +506,4 @@ def all_plots(folder: Path, sc, plan, analysis: dict, frame: pd.DataFrame, capac
     add("sd_gain_by_lag", sd_gain_by_lag(folder / "sd_gain_by_lag", sc, frame, analysis))
     add("rollout_timeline", rollout_timeline(folder / "rollout_timeline", sc, timeline))
     add("step_breakdown", step_breakdown(folder / "step_breakdown", sc, breakdown_bars(plan, analysis, frame, runs)))
-    add("capacity_plan", capacity_plan(folder / "capacity_plan", sc, capacity))
     return out
