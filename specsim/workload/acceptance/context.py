@@ -47,10 +47,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize
 
 from specsim.errors import SpecError
-from specsim.workload.acceptance.laws import expected_tokens_per_verify
+from specsim.workload.acceptance.laws import brentq, expected_tokens_per_verify
 from specsim.workload.acceptance.population import beta_nodes
 
 __all__ = ["ALPHA_MAX", "ContextAcceptance", "ContextCurve", "effective_alphas", "invert_tau", "normalising_scale",
@@ -203,4 +202,4 @@ def normalising_scale(curve: ContextCurve, tau: float, mean_alpha: float, concen
                         f"a curve under which this workload can report drafter.tau = {tau:g} at k = {k}: even with "
                         "every token accepted at the cap the long responses report less; give a curve that falls "
                         "less, or the short-context acceptance as drafter.alpha")
-    return float(optimize.brentq(gap, 1.0, s_max, xtol=1e-10, rtol=1e-10))
+    return float(brentq(gap, 1.0, s_max, xtol=1e-10, rtol=1e-10))

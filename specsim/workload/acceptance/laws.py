@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import optimize
 
 from specsim.errors import SpecError
 from specsim.workload.acceptance.checks import (
@@ -38,6 +37,7 @@ from specsim.workload.acceptance.checks import (
 __all__ = [
     "alpha_from_tau",
     "beta_ppf",
+    "brentq",
     "expected_tokens_per_verify",
     "sample_tokens_per_verify",
     "tokens_per_verify_pmf",
@@ -175,8 +175,16 @@ def alpha_from_tau(tau: float, k: int, decay: float = 1.0) -> float:
         return 0.0
     if t == tau_max:
         return 1.0
-    return float(optimize.brentq(lambda x: tau_scalar(x, kk, d) - t, 0.0, 1.0,
-                                 xtol=1e-16, rtol=EPS_RTOL, maxiter=500))
+    return float(brentq(lambda x: tau_scalar(x, kk, d) - t, 0.0, 1.0, xtol=1e-16, rtol=EPS_RTOL, maxiter=500))
+
+
+def brentq(f, a: float, b: float, **options) -> float:
+    """scipy.optimize.brentq (Brent's method on a bracket [a, b] where f changes sign), imported at its
+    first call: scipy.optimize costs a process ~0.35 s of start-up, and a simulation worker whose runs
+    invert no τ (the main job's: the parent resolves the drafter when it plans) never calls it."""
+    from scipy import optimize
+
+    return optimize.brentq(f, a, b, **options)
 
 
 # --------------------------------------------------------------------------- sampling

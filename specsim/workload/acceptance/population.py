@@ -28,7 +28,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
-from scipy import optimize, special
+from scipy import special
 
 from specsim.errors import SpecError
 from specsim.workload.acceptance.checks import alpha_array, check_concentration
@@ -36,6 +36,7 @@ from specsim.workload.acceptance.laws import (
     EPS_RTOL,
     alpha_from_tau,
     beta_ppf,
+    brentq,
     check_rng,
     check_tau,
     expected_tokens_per_verify,
@@ -167,7 +168,7 @@ def mean_alpha_from_tau(tau, k: int, d: float, c: float | None, fld: str = "tau"
             raise SpecError(fld, tau, f"in [1, {hi:.4g}) (what the tree {getattr(tree, 'label', tree)} can report)")
         if t == 1.0:
             return 0.0
-        return float(optimize.brentq(lambda x: reported_tau(x, k, d, c, tree) - t, 0.0, 1.0 - 1e-12,
+        return float(brentq(lambda x: reported_tau(x, k, d, c, tree) - t, 0.0, 1.0 - 1e-12,
                                      xtol=1e-13, maxiter=500))
     if c is None:
         return alpha_from_tau(tau, k, d)
@@ -184,7 +185,7 @@ def _mean_alpha_of_population(t: float, k: int, d: float, c: float, p: float) ->
     """The root of reported_tau(m) = t (a brentq of ~12 quadratures, ~15 ms): a pure function of
     five numbers, remembered, since every point of a sweep and every run resolves the same drafter
     (a sweep over k or lag asks it the same question dozens of times)."""
-    return float(optimize.brentq(lambda x: reported_tau(x, k, d, c, p=p) - t, 0.0, 1.0,
+    return float(brentq(lambda x: reported_tau(x, k, d, c, p=p) - t, 0.0, 1.0,
                                  xtol=1e-15, rtol=EPS_RTOL, maxiter=500))
 
 

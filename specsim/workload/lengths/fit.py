@@ -12,7 +12,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize
 from scipy.special import log_ndtr, logsumexp
 
 from specsim.errors import SpecError
@@ -27,6 +26,12 @@ def _stats():
     simulation process imports these, and scipy.stats costs each ~0.5 s of start-up."""
     from scipy import stats
     return stats
+
+
+def _optimize():
+    """scipy.optimize, imported by the first fit for the same reason (~0.35 s of start-up)."""
+    from scipy import optimize
+    return optimize
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,7 @@ def _lognormal_censored_mle(y: np.ndarray, n_c: int, yc: float) -> tuple[float, 
         d_s = float(np.sum(1.0 - z * z)) - n_c * lam * zc
         return f, np.array([d_mu, d_s])
 
+    optimize = _optimize()
     res = optimize.minimize(nll, np.array([mu0, math.log(sg0)]), jac=True, method="L-BFGS-B",
                             options={"ftol": 1e-14, "gtol": 1e-9, "maxiter": 1000})
     if not res.success:  # pragma: no cover - fallback
