@@ -31,9 +31,10 @@ LAZY_MODULES = {
     "prometheus_client": "optional: reading an engine's /metrics text (`calibrate acceptance`)",
     "fcntl": "POSIX only: the results folder's lock",
     "resource": "POSIX only: the planner's CPU-time line",
-    "scipy": "scipy.stats (~0.5 s) and scipy.optimize (~0.35 s) over the scipy.special every process loads: the "
-             "length fit loads them when it fits (workload/lengths/fit.py) and the τ inversions scipy.optimize at "
-             "their first call (workload/acceptance/laws.brentq), so a simulation worker starts without them",
+    "scipy": "scipy.stats (~0.5 s) and scipy.optimize (~0.35-0.45 s) over the scipy.special every process loads: "
+             "the fitters load them when they fit (calibrate/'s, workload/lengths/fit.py) and the τ inversions "
+             "scipy.optimize at their first call (workload/acceptance/laws.brentq), so a simulation worker and a "
+             "command that fits nothing (run, check, --help) start without them",
 }
 #: specsim's own modules imported inside a function: (file under specsim/, function, module) -> why
 LAZY_OWN = {

@@ -157,3 +157,13 @@ def test_no_import_cycle_in_the_package():
                     seen.add(nxt)
                     stack.append((nxt, (*path, nxt)))
     assert cycles == []
+
+
+def test_the_command_line_imports_no_fitter_or_plotting_library():
+    """scipy.stats, scipy.optimize and matplotlib load where something is fitted or drawn, not with the
+    command line: `specsim --help`, `check` and a run's parent before its pool starts pay for none."""
+    code = ("import sys, specsim.cli.app; "
+            "print(sorted(m for m in ('scipy.stats', 'scipy.optimize', 'matplotlib') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"

@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from scipy import optimize
 
 from specsim import inputs
 from specsim.atomic import write_text
@@ -185,6 +184,8 @@ def load_curves(path: str | Path) -> list[Curve]:
 
 def fit_mean(curve: Curve, c: float | None, d: float) -> tuple[float, np.ndarray]:
     """The curve's own mean alpha (least squares, bounded Brent) and its residuals at that mean."""
+    from scipy import optimize
+
     obs = curve.observed()
 
     def sse(m: float) -> float:
@@ -207,6 +208,8 @@ def _sse(curves: list[Curve], c: float | None, d: float) -> float:
 
 def fit_shape(curves: list[Curve], free_c: bool, free_d: bool) -> Fit:
     """Least-squares shape with c and/or d free (c fixed: homogeneous; d fixed: 1)."""
+    from scipy import optimize
+
     if free_c and free_d:
         grid = [(lc, d) for lc in np.log([2.0, 8.0, 32.0, 256.0]) for d in (0.85, 0.95, 1.0)]
         start = min(grid, key=lambda p: _sse(curves, math.exp(p[0]), p[1]))

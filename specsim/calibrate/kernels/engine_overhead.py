@@ -31,7 +31,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import optimize
 
 from specsim import inputs
 from specsim.calibrate.kernels import tpot_model as tm
@@ -196,6 +195,8 @@ STREAM_FACTOR_RANGE = (0.5, 2.0)
 def _fit_s(pricing: tm.RowPricing, meas: np.ndarray, fm: np.ndarray) -> tuple[float, float, float]:
     """(s0, s1, cost): bounded least squares (both >= 0) of the relative TPOT residual over the
     rows `fm`; cost is the mean squared relative residual."""
+    from scipy import optimize
+
     sub = tm.RowPricing(*(getattr(pricing, f)[fm] for f in pricing.__dataclass_fields__))
     scale = np.array([1e-3, 1e-5])  # ms and 10 µs: parameters of order one for the solver
 
@@ -225,6 +226,8 @@ def fit_overheads(rows: pd.DataFrame, pricing: tm.RowPricing, fit_mask: np.ndarr
     at peak), of the two-overhead fit's cost at that β; `pricing` is the β = 1 pricing, which
     decides the fit-excluded rows. A β that ends within 1 % of an end of its range is reported in
     `at_bound`."""
+    from scipy import optimize
+
     meas = rows["tpot_s"].to_numpy(float)
     consistent = pricing.prefill_share(meas) <= 1.0
     fm = np.asarray(fit_mask, bool) & pricing.ok & consistent

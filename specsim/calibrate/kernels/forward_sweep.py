@@ -49,7 +49,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import optimize
 
 from specsim import inputs
 from specsim.atomic import dump_yaml, write_text
@@ -180,6 +179,8 @@ def _fit_one_term(df: pd.DataFrame, hw: HardwareSpec, at, fit: np.ndarray, own: 
     Σ ln(priced / measured)² over the value v, `at(v)` being the profile with the term at v; and
     every row priced before (`hw`) and after, with its role (fit; check: the fit model's other
     rows; held-out: other models)."""
+    from scipy import optimize
+
     meas = df["median_ms"].to_numpy(float) * 1e-3
 
     def cost(v: float) -> float:
@@ -248,6 +249,8 @@ def fit_multi_token_attention(df: pd.DataFrame, hw: HardwareSpec, sms: int, gene
     other term of the pass as `hw` prices it; price every row before (`hw` as given) and after.
     Least squares on ln(priced / measured) (scipy); a fit needs rows with blocks <= sms (they
     fix the per-token time) and rows with more (they fix the speedup)."""
+    from scipy import optimize
+
     own = np.ones(len(df), dtype=bool) if fit_model is None else (df["model"] == fit_model).to_numpy()
     verify = (df["mode"] == "target_verify").to_numpy()
     clean = (df["batch"] < CASCADE_MIN_REQUESTS).to_numpy()

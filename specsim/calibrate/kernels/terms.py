@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy import optimize
 
 from specsim.catalog.hardware import DTYPE_BYTES, HardwareSpec
 from specsim.cost.comm import ONESHOT_MAX_GPUS
@@ -57,6 +56,8 @@ class TermFit:
 
 def _fit(term: str, table: str, names, x0, lo, hi, predict, meas, frame: pd.DataFrame) -> TermFit:
     """Robust bounded fit of log(predict(x)/meas); refuses under-determined fits, flags bounds."""
+    from scipy import optimize
+
     meas = np.asarray(meas, dtype=float)
     if len(meas) < len(names):
         raise SpecError(f"{term} rows", len(meas), f">= {len(names)} (one per fitted parameter: {', '.join(names)})",

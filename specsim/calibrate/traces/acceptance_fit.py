@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import optimize
 
 from specsim.calibrate.traces.common import as_list, where_of
 from specsim.calibrate.traces.hardware_fit import standard_errors
@@ -236,6 +235,8 @@ class _AcceptanceModel:
 
     def solve(self, rows: _SpeculativeRows):
         """Weighted least squares on tau, started from the pooled tau at the most common k."""
+        from scipy import optimize
+
         names, lb, ub = self.names, self.lower, self.upper
         k, tau, w, steps = rows.k, rows.tau, rows.w, np.nan_to_num(rows.steps)
 
@@ -309,6 +310,8 @@ def _acceptance_report(rows: _SpeculativeRows, model: _AcceptanceModel, res, not
 
 def _alpha_by_step(rows: _SpeculativeRows, a0: float, d: float) -> pd.DataFrame:
     """Per RL step: its rows, measured tau and the alpha its rows alone fit (decay held at `d`)."""
+    from scipy import optimize
+
     k, n, tau, w, steps = rows.k, rows.n, rows.tau, rows.w, rows.steps
     out = []
     for st in np.unique(steps):

@@ -9,7 +9,6 @@ from dataclasses import replace as _replace
 
 import numpy as np
 import pandas as pd
-from scipy import optimize
 
 from specsim.calibrate.traces.common import LOWER, PARAMS, SCALE, SENS_MIN, UPPER, YAML_NAME, as_list, rms
 from specsim.calibrate.traces.groups import Group, engine_groups, kernel_groups
@@ -359,6 +358,8 @@ def drop_confounded(free: list[str], directions: dict, not_fitted: dict) -> list
 
 def _least_squares(predict, log_meas, free, prior, loss, f_scale):
     """Bounded least squares on log residuals from two starting points; the better result."""
+    from scipy import optimize
+
     scale = np.array([SCALE[p] for p in free])
     lb = np.array([LOWER[p] for p in free]) / scale
     ub = np.array([UPPER[p] for p in free]) / scale

@@ -36,7 +36,6 @@ from typing import Any
 import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from scipy.optimize import least_squares
 
 from specsim import inputs
 from specsim.atomic import dump_yaml
@@ -219,6 +218,8 @@ def load_fit_block(path: Path) -> FitBlock:
 
 def _fit_stage(stage: FitStage, targets: list[Target], applier: Applier, fixed: dict[str, float],
                max_nfev: int) -> StageResult:
+    from scipy.optimize import least_squares
+
     names = {p.name for p in stage.parameters}
     rows = [t for t in targets if t.role == "fit" and names & set(t.row.pins)]
     if not stage.parameters:
