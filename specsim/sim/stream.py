@@ -250,11 +250,11 @@ class StreamCluster:
         step: engine e's responses of steps j .. are fleet indices [tail_lo[j − lo, e], off[e + 1])
         (the last row: the ends)."""
         lo, hi = self.window
-        step = self.fleet.step_ids - lo
+        step = self.fleet.resp.step_ids - lo
         W = hi - lo
         E = len(self.used)
-        per_step = np.bincount(self.fleet.eng_of * (W + 1) + step + 1, minlength=E * (W + 1)).reshape(E, W + 1)
-        self.tail_lo = (self.fleet.off[:-1][:, None] + np.cumsum(per_step, axis=1)).T
+        per_step = np.bincount(self.fleet.resp.eng_of * (W + 1) + step + 1, minlength=E * (W + 1)).reshape(E, W + 1)
+        self.tail_lo = (self.fleet.resp.off[:-1][:, None] + np.cumsum(per_step, axis=1)).T
         # each engine's responses are in step order, so a step's fleet indices (ascending) are one
         # range per engine: no sort by step
         self.step_idx = {lo + i: ragged(self.tail_lo[i], self.tail_lo[i + 1] - self.tail_lo[i])[1] for i in range(W)}
@@ -269,11 +269,11 @@ class StreamCluster:
         cols = self._columns(list(range(self.window[1], hi)))
         new_cols = [cols.pop(c) for c in ("u", "gi", "gw")]
         fl = self.fleet
-        keep = fl.step_ids >= lo
+        keep = fl.resp.step_ids >= lo
         old_to_new, new_at = rewindow(fl, keep, cols)
         held = []
         for have, add in zip((self.u_all, self.gi_all, self.gw_all), new_cols):
-            col = np.empty(fl.N, dtype=have.dtype)
+            col = np.empty(fl.resp.N, dtype=have.dtype)
             col[old_to_new[keep]] = have[keep]
             col[new_at] = add
             held.append(col)
@@ -346,7 +346,7 @@ class StreamCluster:
         w0 = self.window[0]
         lo, hi = self.tail_lo[j - w0], self.tail_lo[last - w0]
         seg, idx = ragged(lo, hi - lo)
-        live = np.isnan(fl.finish_s[idx])
+        live = np.isnan(fl.resp.finish_s[idx])
         seg, idx = seg[live], idx[live]
         alphas, laws = self._laws(mean_alpha, idx)
         toff = np.concatenate(([0], np.cumsum(np.bincount(seg, minlength=len(lo)))))
@@ -354,13 +354,13 @@ class StreamCluster:
 
     def _done(self, j: int) -> bool:
         if self.fleet is not None:
-            return not self.fleet.remaining[:, j].any()
+            return not self.fleet.counters.remaining[:, j].any()
         return all(e.remaining.get(j, 0) == 0 for e in self.engines)
 
     def _step_finish_s(self, j: int) -> float:
         if self.fleet is not None:
             ix = self.step_idx[j]
-            return float(np.max(self.fleet.finish_s[ix])) if len(ix) else 0.0
+            return float(np.max(self.fleet.resp.finish_s[ix])) if len(ix) else 0.0
         out = 0.0
         for eng, r in zip(self.engines, self.ranges):
             if self.fast:
@@ -414,20 +414,20 @@ class StreamCluster:
         """Cumulative engine counters (sums over engines), for per-step windows."""
         keys = ("sd_tokens", "sd_seq_steps", "sd_steps", "steps", "weighted_active", "token_sum", "token_batch_sum")
         if self.fleet is not None:
-            return {k: float(getattr(self.fleet, k).sum()) for k in keys}
+            return {k: float(getattr(self.fleet.counters, k).sum()) for k in keys}
         return {k: float(sum(getattr(e, k) for e in self.engines)) for k in keys}
 
     def step_versions(self, j: int) -> np.ndarray:
         """Policy version each response of step j was admitted under."""
         if self.fleet is not None:
-            return self.fleet.admit_version[self.step_idx[j]]
+            return self.fleet.resp.admit_version[self.step_idx[j]]
         return np.concatenate([e.admit_version[r[j]:r[j + 1]] for e, r in zip(self.engines, self.ranges)])
 
     def _sd_counts(self, j: int) -> tuple[float, float]:
         """Step j's trajectories: tokens they emitted under SD and their SD request-steps."""
         if self.fleet is not None:
             ix = self.step_idx[j]
-            return float(self.fleet.seq_sd_tokens[ix].sum()), float(self.fleet.seq_sd_steps[ix].sum())
+            return float(self.fleet.resp.seq_sd_tokens[ix].sum()), float(self.fleet.resp.seq_sd_steps[ix].sum())
         tok = sum(float(e.seq_sd_tokens[r[j]:r[j + 1]].sum()) for e, r in zip(self.engines, self.ranges))
         steps = sum(float(e.seq_sd_steps[r[j]:r[j + 1]].sum()) for e, r in zip(self.engines, self.ranges))
         return tok, steps
@@ -444,8 +444,8 @@ class StreamCluster:
         p = self.world.acceptance.proposal_rate
         if self.fleet is not None:
             ix = self.step_idx[j]
-            fl = self.fleet
-            return last_finishers_tau(fl.finish_s[ix], fl.seq_sd_tokens[ix], fl.seq_sd_steps[ix], p)
+            rs = self.fleet.resp
+            return last_finishers_tau(rs.finish_s[ix], rs.seq_sd_tokens[ix], rs.seq_sd_steps[ix], p)
         if self.fast:
             for e in self.engines:
                 e.flush()

@@ -15,8 +15,9 @@ from specsim.policy import Always, Off, Schedule, Threshold
 from specsim.sim.engine.loop import FastEngine
 from specsim.sim.fastlaw import step_law
 from specsim.sim.fleet import loop as fleet_module
+from specsim.sim.fleet.events import apply_events
 from specsim.sim.fleet.loop import Fleet, SwitchPayload
-from specsim.sim.fleet.state import INF
+from specsim.sim.fleet.state import INF, Slots
 from specsim.sim.reference import ReferenceEngine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,10 +107,10 @@ def test_fleet_arrivals_and_switches_match_reference(in_flight, kv):
         t_switch = 0.25 * t_late
         new_alpha = 0.5
         fl = _pool(cfg, works, zs, open_=True)
-        off = fl.off
+        off = fl.resp.off
         fl.release(np.concatenate([np.arange(off[e], off[e] + half[e]) for e in range(4)]), 0.0, np.arange(4))
-        idx = np.arange(fl.N)
-        a = np.full(fl.N, new_alpha)
+        idx = np.arange(fl.resp.N)
+        a = np.full(fl.resp.N, new_alpha)
         lw = step_law(a, 3, cfg.position_decay)
         fl.switch(t_switch, SwitchPayload(1, idx, off.copy(), a, {3: (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1)},
                                           in_flight))
@@ -117,7 +118,7 @@ def test_fleet_arrivals_and_switches_match_reference(in_flight, kv):
         fl.run()
         fl.check()
         res = fl.results()
-        preempted += int(fl.preempt.sum())
+        preempted += int(fl.resp.preempt.sum())
         for e, (w, z, r) in enumerate(zip(works, zs, res)):
             assert np.all(r.admit_s[half[e]:] >= t_late - 1e-9)
             assert np.array_equal(r.tokens, w.response_tokens)
@@ -260,7 +261,7 @@ def test_keying_a_response_without_laws_raises():
     works = [make_work(e, groups=4, group_size=4, median=300, cap=800, concentration=10.0) for e in range(2)]
     zs = [np.zeros(len(w)) for w in works]
     fl = _pool(cfg, works, zs)
-    for arr in fl.laws[3]:
+    for arr in fl.resp.laws[3]:
         arr[5] = np.nan
     with pytest.raises(InvariantError, match="without steps-to-finish laws"):
         fl.run()
@@ -296,7 +297,7 @@ def test_open_drain_equals_the_round_by_round_loop(in_flight, kv, monkeypatch):
     real = fleet_module.drain
 
     def spy(st, D, t_cut=None, watch_step=None):
-        fits = tail_fits(st, D)
+        fits = tail_fits(st.engines, st.prices, D)
         out = real(st, D, t_cut, watch_step)
         if t_cut is not None:
             calls.append(int(out.sum()))
@@ -310,18 +311,18 @@ def test_open_drain_equals_the_round_by_round_loop(in_flight, kv, monkeypatch):
         for drain in (True, False):
             fl = _pool(cfg, works, zs, open_=True, step_ids=step_ids)
             fl.open_drainable = drain
-            off = fl.off
+            off = fl.resp.off
             first = np.flatnonzero(step_ids < 2)
             fl.release(first, 0.0, np.arange(4))
-            a = np.full(fl.N, 0.5)
+            a = np.full(fl.resp.N, 0.5)
             lw = step_law(a, 3, cfg.position_decay)
-            fl.switch(0.25 * t_late, SwitchPayload(1, np.arange(fl.N), off.copy(), a,
+            fl.switch(0.25 * t_late, SwitchPayload(1, np.arange(fl.resp.N), off.copy(), a,
                                                    {3: (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1)}, in_flight))
-            fl.release(np.setdiff1d(np.arange(fl.N), first), t_late, np.arange(4))
+            fl.release(np.setdiff1d(np.arange(fl.resp.N), first), t_late, np.arange(4))
             stops = []
             for until_s, watch in ((0.2 * t_late, None), (INF, 0), (0.9 * t_late, None), (INF, 1), (INF, 2), (INF, None)):
                 fl.run(until_s=until_s, watch_step=watch)
-                stops.append((fl.t.copy(), fl.s.copy(), fl.n.copy()))
+                stops.append((fl.engines.t.copy(), fl.engines.s.copy(), fl.engines.n.copy()))
             fl.check()
             out.append((fl, stops))
         (a_, stops_a), (b_, stops_b) = out
@@ -329,14 +330,14 @@ def test_open_drain_equals_the_round_by_round_loop(in_flight, kv, monkeypatch):
             assert np.allclose(ta, tb, rtol=1e-9)
             assert np.array_equal(sa, sb)
             assert np.array_equal(na, nb)
-        assert np.allclose(a_.finish_s, b_.finish_s, rtol=1e-9)
-        assert np.allclose(a_.t, b_.t, rtol=1e-9)
-        assert np.array_equal(a_.s, b_.s)
+        assert np.allclose(a_.resp.finish_s, b_.resp.finish_s, rtol=1e-9)
+        assert np.allclose(a_.engines.t, b_.engines.t, rtol=1e-9)
+        assert np.array_equal(a_.engines.s, b_.engines.s)
         for name in ("steps", "sd_steps", "seq_steps", "sd_seq_steps", "sd_tokens", "draft_passes", "weighted_active"):
-            assert np.allclose(getattr(a_, name), getattr(b_, name), rtol=1e-9), name
-        assert np.allclose(a_.seq_sd_steps, b_.seq_sd_steps, rtol=1e-9)
-        assert np.array_equal(a_.preempt, b_.preempt)
-        preempted += int(a_.preempt.sum())
+            assert np.allclose(getattr(a_.counters, name), getattr(b_.counters, name), rtol=1e-9), name
+        assert np.allclose(a_.resp.seq_sd_steps, b_.resp.seq_sd_steps, rtol=1e-9)
+        assert np.array_equal(a_.resp.preempt, b_.resp.preempt)
+        preempted += int(a_.resp.preempt.sum())
     assert sum(calls) > 0, "the open drain never ran: the test no longer covers it"
     if kv < 10**6:
         assert sum(kv_bound) > 0, "no drain of a batch whose tail would not fit: the tight case no longer covers it"
@@ -358,12 +359,12 @@ def test_grid_position_is_the_searchsorted_cell():
 
 
 def test_single_prompt_prefills_read_from_the_table_are_the_cost_function():
-    """A one-prompt prefill pass is read from FleetState.single_prefill_s: every entry must be the
+    """A one-prompt prefill pass is read from Prices.single_prefill_s: every entry must be the
     number the cost function returns for that pass alone (n = 1, Σq = q, Σq² = q², nothing cached)."""
     cfg = make_config(Always(k=3), max_batch=64, kv_capacity_tokens=10**7)
     works = [make_work(e, groups=4, group_size=4, median=300, cap=800, concentration=10.0) for e in range(2)]
     fl = _pool(cfg, works, [np.zeros(len(w)) for w in works])
-    table = fl.single_prefill_s()
+    table = fl.prices.single_prefill_s()
     assert len(table) == int(max(w.prompt_tokens.max() for w in works)) + 1
     for q in (1, 2, 17, 100, len(table) - 1):
         one = cfg.prefill_batches_s(np.array([1.0]), np.array([q * 1.0]), np.array([q * q * 1.0]), np.zeros(1),
@@ -381,18 +382,18 @@ def test_group_numbering_does_not_change_the_fleet(kv):
     zs = [np.random.default_rng(e).standard_normal(len(w)) for e, w in enumerate(works)]
     sparse = _pool(cfg, works, zs)                                     # groups 10,000 apart: the sort
     dense = _pool(cfg, works, zs, group_stride=9)                      # 8 groups per engine, gaps: the groups
-    assert not np.array_equal(sparse.groups, dense.groups)
-    assert not dense.requeued and not sparse.requeued
+    assert not np.array_equal(sparse.resp.groups, dense.resp.groups)
+    assert not dense.queues.requeued and not sparse.queues.requeued
     for fl in (sparse, dense):
         fl.run()
-    assert np.array_equal(sparse.finish_s, dense.finish_s) and np.array_equal(sparse.t, dense.t)
+    assert np.array_equal(sparse.resp.finish_s, dense.resp.finish_s) and np.array_equal(sparse.engines.t, dense.engines.t)
     if kv < 10**6:
-        assert sparse.requeued and sparse.preempt.sum() > 0
+        assert sparse.queues.requeued and sparse.resp.preempt.sum() > 0
 
 
 @pytest.mark.parametrize("kv", [10**7, 16_000], ids=["ample", "tight"])
 def test_rounds_over_the_slots_handed_out_equal_rounds_over_every_slot(kv, monkeypatch):
-    """The rounds read the slot columns [0, slots_seen) only (FleetState.slots_seen: the most slots an engine ever
+    """The rounds read the slot columns [0, slots_seen) only (Slots.slots_seen: the most slots an engine ever
     held, since free slots are handed out lowest first). Long prompts make the admission budget
     bind at a fraction of max_batch; a fleet made to read every column (slots_seen pinned at max_batch)
     gives bit-identical rollouts, open (arrivals, relay) and closed (drain)."""
@@ -402,29 +403,29 @@ def test_rounds_over_the_slots_handed_out_equal_rounds_over_every_slot(kv, monke
     fleets = []
     for pin in (False, True):
         if pin:
-            monkeypatch.setattr(Fleet, "pop_slots", lambda self, *a, _pop=Fleet.pop_slots: _pinned(self, _pop, *a))
+            monkeypatch.setattr(Slots, "pop_slots", lambda self, *a, _pop=Slots.pop_slots: _pinned(self, _pop, *a))
         for open_ in (False, True):
             fl = _pool(cfg, works, zs, open_=open_)
             if open_:
                 half = [len(w) // 2 for w in works]
-                fl.release(np.concatenate([np.arange(fl.off[e], fl.off[e] + half[e]) for e in range(4)]), 0.0, np.arange(4))
-                fl.release(np.concatenate([np.arange(fl.off[e] + half[e], fl.off[e + 1]) for e in range(4)]), 5.0,
+                fl.release(np.concatenate([np.arange(fl.resp.off[e], fl.resp.off[e] + half[e]) for e in range(4)]), 0.0, np.arange(4))
+                fl.release(np.concatenate([np.arange(fl.resp.off[e] + half[e], fl.resp.off[e + 1]) for e in range(4)]), 5.0,
                            np.arange(4))
             fl.run()
             fl.check()
             fleets.append(fl)
     for a, b in zip(fleets[:2], fleets[2:]):
-        assert np.array_equal(a.finish_s, b.finish_s) and np.array_equal(a.t, b.t)
-        assert np.array_equal(a.steps, b.steps) and np.array_equal(a.preempt, b.preempt)
-    assert all(fl.slots_seen == cfg.max_batch for fl in fleets[2:])
+        assert np.array_equal(a.resp.finish_s, b.resp.finish_s) and np.array_equal(a.engines.t, b.engines.t)
+        assert np.array_equal(a.counters.steps, b.counters.steps) and np.array_equal(a.resp.preempt, b.resp.preempt)
+    assert all(fl.slots.slots_seen == cfg.max_batch for fl in fleets[2:])
     if kv < 10**6:
-        assert max(fl.slots_seen for fl in fleets[:2]) < cfg.max_batch // 2
+        assert max(fl.slots.slots_seen for fl in fleets[:2]) < cfg.max_batch // 2
 
 
-def _pinned(fl, pop, *args):
+def _pinned(sl, pop, *args):
     """pop_slots with the high-water mark pinned at max_batch: every round reads every column."""
-    out = pop(fl, *args)
-    fl.slots_seen = fl.max_batch
+    out = pop(sl, *args)
+    sl.slots_seen = sl.max_batch
     return out
 
 
@@ -476,10 +477,10 @@ def test_a_rewindow_never_lets_an_unfinished_response_go_and_results_refuse_afte
     fl = _pool(cfg, works, [np.zeros(len(w)) for w in works])
     none = {name: np.zeros(0, dtype=int) for name in ("eng_of", "ids", "groups", "P", "L", "z", "step_ids")}
     with pytest.raises(InvariantError, match="has not finished"):
-        rewindow(fl, np.zeros(fl.N, dtype=bool), none)
+        rewindow(fl, np.zeros(fl.resp.N, dtype=bool), none)
     fl.run()
-    rewindow(fl, np.arange(fl.N) >= 5, none)
-    assert fl.N == len(fl.L) == len(fl.finish_s) and fl.finished_responses() == fl.let_go + fl.N
+    rewindow(fl, np.arange(fl.resp.N) >= 5, none)
+    assert fl.resp.N == len(fl.resp.L) == len(fl.resp.finish_s) and fl.finished_responses() == fl.counters.let_go + fl.resp.N
     with pytest.raises(InvariantError, match="let go"):
         fl.results()
 
@@ -498,7 +499,7 @@ def test_closed_drain_of_a_kv_bound_batch_equals_the_loop_and_records_its_kv():
     real = fleet_module.drain
 
     def spy(st, D, t_cut=None, watch_step=None):
-        fits = tail_fits(st, D)
+        fits = tail_fits(st.engines, st.prices, D)
         out = real(st, D, t_cut, watch_step)
         kv_bound.append(int((out & ~fits).sum()))
         return out
@@ -513,8 +514,8 @@ def test_closed_drain_of_a_kv_bound_batch_equals_the_loop_and_records_its_kv():
         fl.check()
         out.append(fl)
     a, b = out
-    assert sum(kv_bound) > 0 and a.preempt.sum() > 0
-    assert np.allclose(a.finish_s, b.finish_s, rtol=1e-9) and np.array_equal(a.preempt, b.preempt)
+    assert sum(kv_bound) > 0 and a.resp.preempt.sum() > 0
+    assert np.allclose(a.resp.finish_s, b.resp.finish_s, rtol=1e-9) and np.array_equal(a.resp.preempt, b.resp.preempt)
     for ta, tb in zip(a.timelines(), b.timelines()):
         assert len(ta["t_s"]) == len(tb["t_s"])
         for key in ("t_s", "active", "kv_tokens", "tokens_per_s"):
@@ -529,20 +530,20 @@ def test_an_engine_takes_only_the_events_due_at_its_own_time():
     cfg = make_config(Always(k=3), max_batch=16, kv_capacity_tokens=10**7)
     works = [make_work(e, groups=2, group_size=4, median=300, cap=800) for e in range(2)]
     fl = _pool(cfg, works, [np.zeros(len(w)) for w in works], open_=True)
-    a = np.full(fl.N, 0.5)
+    a = np.full(fl.resp.N, 0.5)
     lw = step_law(a, 3, cfg.position_decay)
-    fl.release(np.arange(fl.N), 0.0, np.arange(2))
-    fl.switch(1.0, SwitchPayload(1, np.arange(fl.N), fl.off.copy(), a,
+    fl.release(np.arange(fl.resp.N), 0.0, np.arange(2))
+    fl.switch(1.0, SwitchPayload(1, np.arange(fl.resp.N), fl.resp.off.copy(), a,
                                  {3: (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1)}, False))
     fl.release(np.zeros(0, dtype=np.int64), 5.0, np.arange(2))
     R = np.arange(2)
-    fl.apply_events(R)                     # both at 0: the first release
-    fl.t[:] = (1.5, 6.0)                   # engine 0 between the switch and the release, engine 1 past both
-    fl.ev_ptr[1] = 2                       # engine 1 already switched (its next event: the release)
-    fl.next_ev[1] = 5.0
-    fl.apply_events(R)
-    assert fl.policy_version[0] == 1 and fl.ev_ptr[0] == 2 and fl.next_ev[0] == 5.0   # switched (its batch is empty)
-    assert fl.ev_ptr[1] == 3 and fl.next_ev[1] == INF
+    apply_events(fl, R)                     # both at 0: the first release
+    fl.engines.t[:] = (1.5, 6.0)                   # engine 0 between the switch and the release, engine 1 past both
+    fl.schedule.ev_ptr[1] = 2                       # engine 1 already switched (its next event: the release)
+    fl.schedule.next_ev[1] = 5.0
+    apply_events(fl, R)
+    assert fl.engines.policy_version[0] == 1 and fl.schedule.ev_ptr[0] == 2 and fl.schedule.next_ev[0] == 5.0   # switched (its batch is empty)
+    assert fl.schedule.ev_ptr[1] == 3 and fl.schedule.next_ev[1] == INF
 
 
 @pytest.mark.parametrize("kv", [10**7, 30_000, 12_000], ids=["ample", "tight", "tighter"])
@@ -562,10 +563,10 @@ def test_relay_equals_the_round_by_round_loop(kv, k, monkeypatch):
     real = fleet_module.relay
 
     def spy(st, W, t_cut, watch_step=None):
-        s0 = st.s[W].copy()
+        s0 = st.engines.s[W].copy()
         out = real(st, W, t_cut, watch_step)
         calls.append(len(W))
-        kept.append(int((st.s[W] - s0)[out].sum()))
+        kept.append(int((st.engines.s[W] - s0)[out].sum()))
         return out
 
     monkeypatch.setattr(fleet_module, "relay", spy)
@@ -582,30 +583,30 @@ def test_relay_equals_the_round_by_round_loop(kv, k, monkeypatch):
             first = np.flatnonzero(step_ids < 2)
             fl.release(first, 0.0, np.arange(4))
             if k:
-                a = np.full(fl.N, 0.5)
+                a = np.full(fl.resp.N, 0.5)
                 lw = step_law(a, k, cfg.position_decay)
-                fl.switch(0.25 * t_late, SwitchPayload(1, np.arange(fl.N), fl.off.copy(), a,
+                fl.switch(0.25 * t_late, SwitchPayload(1, np.arange(fl.resp.N), fl.resp.off.copy(), a,
                                                        {k: (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1)}, in_flight))
-            fl.release(np.setdiff1d(np.arange(fl.N), first), t_late, np.arange(4))
+            fl.release(np.setdiff1d(np.arange(fl.resp.N), first), t_late, np.arange(4))
             stops = []
             for until_s, watch in ((0.2 * t_late, None), (INF, 0), (0.9 * t_late, None), (INF, 1), (INF, 2), (INF, None)):
                 fl.run(until_s=until_s, watch_step=watch)
-                stops.append((fl.t.copy(), fl.s.copy(), fl.n.copy(), fl.qhead.copy()))
+                stops.append((fl.engines.t.copy(), fl.engines.s.copy(), fl.engines.n.copy(), fl.queues.qhead.copy()))
             fl.check()
             out.append((fl, stops))
         (a_, stops_a), (b_, stops_b) = out
         for (ta, sa, na, qa), (tb, sb, nb, qb) in zip(stops_a, stops_b):
             assert np.allclose(ta, tb, rtol=1e-9)
             assert np.array_equal(sa, sb) and np.array_equal(na, nb) and np.array_equal(qa, qb)
-        assert np.allclose(a_.admit_s, b_.admit_s, rtol=1e-9)
-        assert np.allclose(a_.finish_s, b_.finish_s, rtol=1e-9)
-        assert np.array_equal(a_.preempt, b_.preempt) and np.array_equal(a_.admit_version, b_.admit_version)
+        assert np.allclose(a_.resp.admit_s, b_.resp.admit_s, rtol=1e-9)
+        assert np.allclose(a_.resp.finish_s, b_.resp.finish_s, rtol=1e-9)
+        assert np.array_equal(a_.resp.preempt, b_.resp.preempt) and np.array_equal(a_.resp.admit_version, b_.resp.admit_version)
         for name in ("steps", "sd_steps", "seq_steps", "sd_seq_steps", "sd_tokens", "draft_passes", "weighted_active",
                      "prefill_total", "token_sum", "token_batch_sum"):
-            assert np.allclose(getattr(a_, name), getattr(b_, name), rtol=1e-9), name
-        assert np.allclose(a_.seq_sd_steps, b_.seq_sd_steps, rtol=1e-9)
-        assert np.allclose(a_.seq_sd_tokens, b_.seq_sd_tokens, rtol=1e-9, atol=1e-9)
-        preempted += int(a_.preempt.sum())
+            assert np.allclose(getattr(a_.counters, name), getattr(b_.counters, name), rtol=1e-9), name
+        assert np.allclose(a_.resp.seq_sd_steps, b_.resp.seq_sd_steps, rtol=1e-9)
+        assert np.allclose(a_.resp.seq_sd_tokens, b_.resp.seq_sd_tokens, rtol=1e-9, atol=1e-9)
+        preempted += int(a_.resp.preempt.sum())
     assert sum(kept) > 0, "the relay never kept a segment: the test no longer covers it"
     if kv < 20_000:
         assert preempted > 0, "the tightest budget no longer preempts"

@@ -42,9 +42,9 @@ from specsim.errors import InvariantError
 from specsim.sim.common import EngineConfig, EngineResult
 from specsim.sim.fleet.admit import admit, fit_batch, policy_for_new
 from specsim.sim.fleet.drain import drain, drains_before, head_arrival, no_admission
-from specsim.sim.fleet.events import FleetEvents, SwitchPayload
+from specsim.sim.fleet.events import SwitchPayload, apply_events, release, switch
 from specsim.sim.fleet.relay import relay, relays
-from specsim.sim.fleet.state import INF, cells, flat, per_engine, runs
+from specsim.sim.fleet.state import INF, FleetState, cells, flat, per_engine, runs
 from specsim.sim.progress import Ticker
 
 __all__ = ["Fleet", "SwitchPayload", "run_fleet_closed"]
@@ -75,68 +75,78 @@ def steps_to_reach(D: np.ndarray, c1: np.ndarray, c2: np.ndarray, m: np.ndarray)
     return mc
 
 
-class Fleet(FleetEvents):
-    """The pool's event loop (phases in the module docstring)."""
+class Fleet(FleetState):
+    """The pool's event loop (phases in the module docstring) over its state's parts."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.batch_dependent = self.cfg.policy.batch_dependent
+        self.batch_dependent = self.prices.policy.batch_dependent
         self.drainable = not self.open and not self.batch_dependent
-        self.open_drainable = self.open and not self.batch_dependent and not self.record
-        self.relayable = not self.batch_dependent and not self.record
+        self.open_drainable = self.open and not self.batch_dependent and not self.counters.record
+        self.relayable = not self.batch_dependent and not self.counters.record
         self.relay_paused = 0          # rounds left without the relay (Fleet._relay)
+
+    def release(self, idx: np.ndarray, t_s: float, engines: np.ndarray) -> None:
+        """Responses idx (queued) become admissible at t_s (fleet/events.release)."""
+        release(self, idx, t_s, engines)
+
+    def switch(self, t_s: float, payload: SwitchPayload) -> None:
+        """A weight switch for every engine at t_s (fleet/events.switch)."""
+        switch(self, t_s, payload)
 
     # ---------------------------------------------------------------- the loop
     def run(self, until_s: float = INF, watch_step: int | None = None, tick: Ticker | None = None) -> None:
         """Every engine processes events until the first step boundary at or after `until_s`, until
         every response of RL step `watch_step` has finished on it, or until nothing is left that
         can happen (sim/engine/loop.FastEngine.run, per engine). `tick`: told the responses finished
-        so far whenever it is due (sim/progress.py), once per round at most."""
-        R = np.arange(self.E)
-        has_events = bool(self.events)
+        so far whenever it is due (sim/progress.py), once per round at most. The round reads
+        engines, queues, counters and the schedule to pick the engines of each phase."""
+        en, qs, ct, sc = self.engines, self.queues, self.counters, self.schedule
+        R = np.arange(en.E)
+        has_events = bool(sc.events)
         while len(R):
             if tick is not None and tick.due():
                 tick.responses(self.finished_responses())
             if has_events:
-                self.apply_events(R)
-            stop = self.t[R] >= until_s
+                apply_events(self, R)
+            stop = en.t[R] >= until_s
             if watch_step is not None:
-                stop |= self.remaining[R, watch_step] == 0
+                stop |= ct.remaining[R, watch_step] == 0
             if stop.any():
                 R = R[~stop]
                 if not len(R):
                     break
             preempted = fit_batch(self, R)
-            can = R[~preempted & (self.gate[R] < 0)] if has_events or preempted.any() else R
+            can = R[~preempted & (sc.gate[R] < 0)] if has_events or preempted.any() else R
             new, neng = admit(self, can)
-            idle = self.n[R] == 0
+            idle = en.n[R] == 0
             if idle.any():
                 I = R[idle]
-                t_next = np.minimum(self.next_ev[I], until_s)
+                t_next = np.minimum(sc.next_ev[I], until_s)
                 done = t_next == INF
                 wait = I[~done]
                 if len(wait):
-                    if self.record:
+                    if ct.record:
                         self._row(wait, np.zeros(len(wait)), np.zeros(len(wait)), np.zeros(len(wait)))
-                    self.t[wait] = np.maximum(self.t[wait], t_next[~done])
+                    en.t[wait] = np.maximum(en.t[wait], t_next[~done])
                 R = R[~idle] if done.all() else R[~np.isin(R, I[done])]
             policy_for_new(self, new, neng)
-            S = R[self.n[R] > 0]
+            S = R[en.n[R] > 0]
             if self.drainable and len(S):
-                D = S[self.qhead[S] >= self.qend[S]]
+                D = S[qs.qhead[S] >= qs.qend[S]]
                 if len(D):
                     advanced = drain(self, D)
                     if advanced.any():
                         S = S[~np.isin(S, D[advanced], assume_unique=True)]
             elif self.open_drainable and len(S):
                 D = S[no_admission(self, S)]
-                cut = np.minimum(self.next_ev[D], until_s)
-                waiting = self.gate[D] < 0          # a gated engine admits nothing until its batch drains
-                cut[waiting] = np.minimum(cut[waiting], head_arrival(self, D[waiting]))
-                ok = drains_before(self, D, cut)
+                cut = np.minimum(sc.next_ev[D], until_s)
+                waiting = sc.gate[D] < 0          # a gated engine admits nothing until its batch drains
+                cut[waiting] = np.minimum(cut[waiting], head_arrival(qs, self.resp, D[waiting]))
+                ok = drains_before(en, self.slots, self.prices, D, cut)
                 D = D[ok]
                 if len(D):
-                    t_cut = np.full(self.E, INF)
+                    t_cut = np.full(en.E, INF)
                     t_cut[D] = cut[ok]
                     advanced = drain(self, D, t_cut, watch_step)
                     if advanced.any():
@@ -147,7 +157,7 @@ class Fleet(FleetEvents):
                 S = self._relay(S, until_s, watch_step)
             if len(S):
                 nf = self._segment(S, until_s)
-                self._finish(S[self.s[S] == nf])
+                self._finish(S[en.s[S] == nf])
 
     def _relay(self, S: np.ndarray, until_s: float, watch_step: int | None) -> np.ndarray:
         """Phase 4's relay (sim/fleet/relay.py) for the engines of S that can take it, when they
@@ -157,7 +167,7 @@ class Fleet(FleetEvents):
         for RELAY_PAUSE_ROUNDS rounds: on the 235B pool at 768 GPUs and 55 % memory it made
         the runs 1.8× slower, where it makes the main job's 1.4× faster. Results do not depend on
         it (the relay equals the round-by-round loop)."""
-        t_cut = np.minimum(self.next_ev, until_s)
+        t_cut = np.minimum(self.schedule.next_ev, until_s)
         can_relay = relays(self, S, t_cut)
         if 2 * can_relay.sum() < len(S):
             return S
@@ -173,54 +183,57 @@ class Fleet(FleetEvents):
 
     def finished_responses(self) -> int:
         """Responses of the fleet that have finished (of every RL step it holds or let go)."""
-        return self.let_go + len(self.L) - int(self.remaining.sum())
+        return self.counters.finished(self.resp.N)
 
     def _row(self, e, active, tokens_per_s, kv_tokens) -> None:
-        self.tl.append((e, self.t[e].copy(), active, tokens_per_s, self.k[e].copy(), kv_tokens))
+        en = self.engines
+        self.counters.tl.append((e, en.t[e].copy(), active, tokens_per_s, en.k[e].copy(), kv_tokens))
 
     def _segment(self, e: np.ndarray, until_s: float) -> np.ndarray:
         """Phase 5: the next event of every engine in e and the segment up to it; returns each
         engine's next finish boundary. Invariant: the batch of each engine is fixed over the
         segment's m >= 1 steps, so its time is m·c1 + c2·m² with c1 = fixed + per_ctx·(A + B·s − B/2)
-        and c2 = per_ctx·B/2 (step j costs fixed + per_ctx·(A + B·(s + j)))."""
-        s, A, B, n, k = self.s[e], self.A[e], self.B[e], self.n[e], self.k[e]
-        nf = self.slot_fin[e, :self.slots_seen].min(axis=1)
+        and c2 = per_ctx·B/2 (step j costs fixed + per_ctx·(A + B·(s + j))). Reads slots, prices
+        and the schedule; writes engines (t, s) and counters."""
+        en, sl, pr, ct = self.engines, self.slots, self.prices, self.counters
+        s, A, B, n, k = en.s[e], en.A[e], en.B[e], en.n[e], en.k[e]
+        nf = sl.slot_fin[e, :sl.slots_seen].min(axis=1)
         b = nf.copy()
         kvc = (B > 0) & (n > 1)
         if kvc.any():
-            x = (self.cap - self.GB[e] - n * self.rbar) * self.blk - n * (k + 1)
+            x = (pr.cap - en.GB[e] - n * pr.rbar) * pr.blk - n * (k + 1)
             with np.errstate(divide="ignore", invalid="ignore"):
-                s_kv = np.floor((x - (A - self.SP[e])) / np.where(kvc, B, 1.0)) + 1
+                s_kv = np.floor((x - (A - en.SP[e])) / np.where(kvc, B, 1.0)) + 1
             use = kvc & (s < s_kv) & (s_kv < b)
             if use.any():
                 b[use] = s_kv[use].astype(np.int64)
         m = b - s
-        c1, c2 = self.step_coefficients(e)
+        c1, c2 = pr.step_coefficients(en, e)
         mf = m.astype(float)
         dt = mf * c1 + c2 * mf * mf
-        t = self.t[e]
-        t_cut = np.minimum(self.next_ev[e], until_s)
+        t = en.t[e]
+        t_cut = np.minimum(self.schedule.next_ev[e], until_s)
         clip = (m > 1) & (t + dt > t_cut)
         if clip.any():
             m[clip] = steps_to_reach(t_cut[clip] - t[clip], c1[clip], c2[clip], m[clip])
             mf = m.astype(float)
             dt = mf * c1 + c2 * mf * mf
-        if self.record:
-            self._row(e, n.astype(float), B * mf / dt, self.kv_blocks(e, 0) * self.blk)
-        self.steps[e] += mf
-        self.seq_steps[e] += n * mf
-        self.weighted_active[e] += n * dt
+        if ct.record:
+            self._row(e, n.astype(float), B * mf / dt, en.kv_blocks(e, 0, pr) * pr.blk)
+        ct.steps[e] += mf
+        ct.seq_steps[e] += n * mf
+        ct.weighted_active[e] += n * dt
         tok = B * mf
-        self.token_sum[e] += tok
-        self.token_batch_sum[e] += n * tok
+        ct.token_sum[e] += tok
+        ct.token_batch_sum[e] += n * tok
         sd = k > 0
         if sd.any():
             es = e[sd]
-            self.sd_steps[es] += mf[sd]
-            self.sd_seq_steps[es] += (n * mf)[sd]
-            self.draft_passes[es] += (k * mf)[sd]
-        self.t[e] = t + dt
-        self.s[e] = s + m
+            ct.sd_steps[es] += mf[sd]
+            ct.sd_seq_steps[es] += (n * mf)[sd]
+            ct.draft_passes[es] += (k * mf)[sd]
+        en.t[e] = t + dt
+        en.s[e] = s + m
         return nf
 
     def _finish(self, F: np.ndarray) -> None:
@@ -228,52 +241,51 @@ class Fleet(FleetEvents):
         finishes: the rest of its length is emitted in this stint, it leaves the aggregates, its
         slot and (last of its group) its prompt blocks are freed. The finished cells come out
         row-major, so each engine's are one run and its five sums (A, B, SP, SL, SD tokens) are
-        one `reduceat` over the runs."""
+        one `reduceat` over the runs. Writes engines, resp, counters, groups and slots (and, a
+        batch-dependent policy, re-keys)."""
         if not len(F):
             return
-        s_F = self.s[F]
-        r, c = cells(self.slot_fin[F, :self.slots_seen] == s_F[:, None])
+        en, rs, sl, ct = self.engines, self.resp, self.slots, self.counters
+        s_F = en.s[F]
+        r, c = cells(sl.slot_fin[F, :sl.slots_seen] == s_F[:, None])
         rows, first, cnt = runs(r)
         u = F[rows]
         eng = F[r]
-        idx = flat(self.slot_resp)[eng * self.max_batch + c]
-        g0, mu, s0 = self.g0[idx], self.mu[idx], self.s0[idx]
-        P, L = self.P[idx], self.L[idx]
+        idx = flat(sl.slot_resp)[eng * sl.max_batch + c]
+        g0, mu, s0 = rs.g0[idx], rs.mu[idx], rs.s0[idx]
+        P, L = rs.P[idx], rs.L[idx]
         d = L - g0
         sums = np.add.reduceat(np.stack((P + g0 - mu * s0, mu, P, L, d)), first, axis=1)
-        self.A[u] -= sums[0]
-        self.B[u] -= sums[1]
-        self.SP[u] -= sums[2]
-        self.SL[u] -= sums[3]
-        self.emitted[idx] += d
-        sd_u = self.k[u] > 0
+        en.A[u] -= sums[0]
+        en.B[u] -= sums[1]
+        en.SP[u] -= sums[2]
+        en.SL[u] -= sums[3]
+        rs.emitted[idx] += d
+        sd_u = en.k[u] > 0
         if sd_u.any():
-            self.sd_tokens[u[sd_u]] += sums[4][sd_u]
+            ct.sd_tokens[u[sd_u]] += sums[4][sd_u]
             sd = np.repeat(sd_u, cnt)
-            self.seq_sd_tokens[idx] += np.where(sd, d, 0.0)
-            self.seq_sd_steps[idx] += np.where(sd, s_F[r] - s0, 0.0)
-        self.mu[idx] = 0.0
-        self.finish_s[idx] = self.t[eng]
-        self.release_groups(idx, eng)
-        self.push_slots(eng, c, (u, first, cnt))
-        self.slot_of[idx] = -1
-        self.n[u] -= cnt
-        self.count_finished(eng, idx)
+            rs.seq_sd_tokens[idx] += np.where(sd, d, 0.0)
+            rs.seq_sd_steps[idx] += np.where(sd, s_F[r] - s0, 0.0)
+        rs.mu[idx] = 0.0
+        rs.finish_s[idx] = en.t[eng]
+        self.groups.release(rs.groups[idx], en.GB)
+        sl.push_slots(eng, c, (u, first, cnt))
+        rs.slot_of[idx] = -1
+        en.n[u] -= cnt
+        ct.count_finished(eng, rs.step_ids[idx])
         if self.batch_dependent:
-            live = u[self.n[u] > 0]
-            self.set_k(live, self.choose_k(live))
-        self.zero_empty(u)
+            live = u[en.n[u] > 0]
+            self.set_k(live, self.prices.choose_k(en, live))
+        en.zero_empty(u)
 
     # ---------------------------------------------------------------- results
-    def tokens(self) -> np.ndarray:
-        ints = np.rint(self.emitted)
-        return np.where(np.abs(self.emitted - ints) < 1e-6, ints, self.emitted)
-
     def timelines(self) -> list[dict]:
         """Per engine, the timeline rows (one per segment or idle wait, then the end)."""
-        E = self.E
-        end = (np.arange(E), self.t.copy(), np.zeros(E), np.zeros(E), self.k.copy(), np.zeros(E))
-        parts = self.tl + [end] if self.record else [end]
+        en, ct = self.engines, self.counters
+        E = en.E
+        end = (np.arange(E), en.t.copy(), np.zeros(E), np.zeros(E), en.k.copy(), np.zeros(E))
+        parts = ct.tl + [end] if ct.record else [end]
         cols = [np.concatenate([p[i] for p in parts]) for i in range(6)]
         order = np.argsort(cols[0], kind="stable")
         cols = [c[order] for c in cols]
@@ -289,62 +301,65 @@ class Fleet(FleetEvents):
     def results(self) -> list[EngineResult]:
         """One EngineResult per engine, its per-response arrays in its queue order (a fleet that
         let responses go has no results: InvariantError)."""
-        if self.let_go:
-            raise InvariantError(self.names[0], 0, "results", f"{self.let_go} finished responses were let go "
+        en, rs, ct = self.engines, self.resp, self.counters
+        if ct.let_go:
+            raise InvariantError(en.names[0], 0, "results", f"{ct.let_go} finished responses were let go "
                                  "(a windowed run keeps step records only)")
-        tokens = self.tokens()
+        tokens = rs.tokens()
         as_int = np.array_equal(tokens, np.rint(tokens))
         if as_int:
             tokens = tokens.astype(np.int64)
         tls = self.timelines()
         out = []
         p = self.cfg.proposal_rate
-        for e in range(self.E):
-            a, b = self.off[e], self.off[e + 1]
-            out.append(EngineResult(self.names[e], self.ids[a:b], self.admit_s[a:b], self.finish_s[a:b], tokens[a:b],
-                                    self.preempt[a:b], float(self.t[e]), float(self.steps[e]), float(self.sd_steps[e]),
-                                    float(self.seq_steps[e]), float(self.sd_seq_steps[e]), float(self.sd_tokens[e]),
-                                    float(self.draft_passes[e]), float(self.prefill_total[e]), tls[e],
-                                    float(self.weighted_active[e]), self.admit_version[a:b],
-                                    p * float(self.sd_seq_steps[e]), self.seq_sd_tokens[a:b].copy(),
-                                    self.seq_sd_steps[a:b].copy(), float(self.token_batch_sum[e]),
-                                    float(self.token_sum[e])))
+        for e in range(en.E):
+            a, b = rs.off[e], rs.off[e + 1]
+            out.append(EngineResult(en.names[e], rs.ids[a:b], rs.admit_s[a:b], rs.finish_s[a:b], tokens[a:b],
+                                    rs.preempt[a:b], float(en.t[e]), float(ct.steps[e]), float(ct.sd_steps[e]),
+                                    float(ct.seq_steps[e]), float(ct.sd_seq_steps[e]), float(ct.sd_tokens[e]),
+                                    float(ct.draft_passes[e]), float(ct.prefill_total[e]), tls[e],
+                                    float(ct.weighted_active[e]), rs.admit_version[a:b],
+                                    p * float(ct.sd_seq_steps[e]), rs.seq_sd_tokens[a:b].copy(),
+                                    rs.seq_sd_steps[a:b].copy(), float(ct.token_batch_sum[e]),
+                                    float(ct.token_sum[e])))
         return out
 
     def check(self) -> None:
         """sim/common.check_result for every engine at once: each response emitted exactly its
         length, τ within [1, k_max + 1], no slot in use past the high-water mark the rounds read
-        (FleetState.slots_seen), finish after admission and within its engine's rollout, timelines
+        (Slots.slots_seen), finish after admission and within its engine's rollout, timelines
         monotone and KV within budget. Raises InvariantError naming the engine."""
-        def fail(e, quantity, detail):
-            raise InvariantError(self.names[int(e)], int(self.steps[int(e)]), quantity, detail)
+        en, rs, ct, sl = self.engines, self.resp, self.counters, self.slots
 
-        tok = self.tokens()
-        bad = np.flatnonzero(tok != self.L)
+        def fail(e, quantity, detail):
+            raise InvariantError(en.names[int(e)], int(ct.steps[int(e)]), quantity, detail)
+
+        tok = rs.tokens()
+        bad = np.flatnonzero(tok != rs.L)
         if len(bad):
             i = int(bad[0])
-            fail(self.eng_of[i], "tokens", f"response {int(self.ids[i])} emitted {tok[i]:g} of {int(self.L[i])} tokens")
+            fail(rs.eng_of[i], "tokens", f"response {int(rs.ids[i])} emitted {tok[i]:g} of {int(rs.L[i])} tokens")
         k_top = max(self.cfg.policy.ks)
         with np.errstate(divide="ignore", invalid="ignore"):
-            tau = self.sd_tokens / self.sd_seq_steps
-        emitted = per_engine(self.eng_of, tok, self.E)
-        wrong = (self.sd_seq_steps > 0) & (~((tau >= 1 - 1e-9) & (tau <= k_top + 1 + 1e-9))
-                                            | (self.sd_tokens > emitted + 1e-6))
+            tau = ct.sd_tokens / ct.sd_seq_steps
+        emitted = per_engine(rs.eng_of, tok, en.E)
+        wrong = (ct.sd_seq_steps > 0) & (~((tau >= 1 - 1e-9) & (tau <= k_top + 1 + 1e-9))
+                                          | (ct.sd_tokens > emitted + 1e-6))
         if wrong.any():
             e = int(np.flatnonzero(wrong)[0])
-            fail(e, "tau", f"{self.sd_tokens[e]:.1f} SD tokens over {self.sd_seq_steps[e]:.0f} sequence-steps "
+            fail(e, "tau", f"{ct.sd_tokens[e]:.1f} SD tokens over {ct.sd_seq_steps[e]:.0f} sequence-steps "
                            f"(τ = {tau[e]:.3f}; must lie in [1, {k_top + 1}] with no more tokens than emitted)")
-        above = (self.slot_resp[:, self.slots_seen:] >= 0).any(axis=1)
+        above = (sl.slot_resp[:, sl.slots_seen:] >= 0).any(axis=1)
         if above.any():
-            fail(np.flatnonzero(above)[0], "slots", f"a response holds a slot at or past {self.slots_seen}, the most handed out")
-        late = (~np.isfinite(self.finish_s)) | (self.finish_s < self.admit_s - 1e-9) \
-            | (self.finish_s > self.t[self.eng_of] + 1e-6)
+            fail(np.flatnonzero(above)[0], "slots", f"a response holds a slot at or past {sl.slots_seen}, the most handed out")
+        late = (~np.isfinite(rs.finish_s)) | (rs.finish_s < rs.admit_s - 1e-9) \
+            | (rs.finish_s > en.t[rs.eng_of] + 1e-6)
         if late.any():
-            fail(self.eng_of[np.flatnonzero(late)[0]], "time", "a response finished before admission or after the end")
-        if self.record and self.tl:
-            e = np.concatenate([p[0] for p in self.tl])
-            t = np.concatenate([p[1] for p in self.tl])
-            kv = np.concatenate([p[5] for p in self.tl])
+            fail(rs.eng_of[np.flatnonzero(late)[0]], "time", "a response finished before admission or after the end")
+        if ct.record and ct.tl:
+            e = np.concatenate([p[0] for p in ct.tl])
+            t = np.concatenate([p[1] for p in ct.tl])
+            kv = np.concatenate([p[5] for p in ct.tl])
             order = np.argsort(e, kind="stable")
             e, t, kv = e[order], t[order], kv[order]
             back = (np.diff(t) < -1e-9) & (e[1:] == e[:-1])

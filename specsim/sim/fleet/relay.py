@@ -41,7 +41,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsim.sim.fleet.drain import drains_before, group_closes, kv_holds
-from specsim.sim.fleet.state import BIG, FleetState, cells, flat, per_engine
+from specsim.sim.fleet.state import (
+    BIG,
+    Counters,
+    Engines,
+    FleetState,
+    Groups,
+    Prices,
+    Queues,
+    Responses,
+    Slots,
+    cells,
+    flat,
+    per_engine,
+)
 
 __all__ = ["RELAY_CELLS", "RELAY_QUEUE", "relay", "relays"]
 
@@ -61,30 +74,32 @@ def relays(st: FleetState, S: np.ndarray, t_cut: np.ndarray) -> np.ndarray:
     switch, a queue head that has arrived and has laws at the engine's k, a next finish strictly
     before the engine's cut `t_cut` (indexed by engine), and a batch whose KV does not overflow
     before that finish (an engine that thrashes its KV budget, preempting every few steps, would
-    keep nothing: phase 5 cuts its segment at the overflow step)."""
-    ok = (st.gate[S] < 0) & (st.qhead[S] < st.qend[S])
+    keep nothing: phase 5 cuts its segment at the overflow step). Reads the schedule (gate),
+    queues, resp (arrival, laws), engines, slots and prices."""
+    qs, rs, en, sl, pr = st.queues, st.resp, st.engines, st.slots, st.prices
+    ok = (st.schedule.gate[S] < 0) & (qs.qhead[S] < qs.qend[S])
     F = S[ok]
-    head = st.queue[F, st.qhead[F]]
-    good = st.arrival[head] <= st.t[F]
-    k = st.k[F]
+    head = qs.queue[F, qs.qhead[F]]
+    good = rs.arrival[head] <= en.t[F]
+    k = en.k[F]
     for kv in np.unique(k[k > 0]).tolist():
         at = k == kv
-        good[at] &= ~np.isnan(st.laws[kv][0][head[at]])
+        good[at] &= ~np.isnan(rs.laws[kv][0][head[at]])
     ok[ok] = good
     F = S[ok]
-    nf = st.slot_fin[F, :st.slots_seen].min(axis=1)
-    ok[ok] = drains_before(st, F, t_cut[F]) & kv_holds(st, st.SP[F], st.GB[F], st.s[F], nf, st.k[F], st.A[F], st.B[F],
-                                                          st.n[F].astype(float))
+    nf = sl.slot_fin[F, :sl.slots_seen].min(axis=1)
+    ok[ok] = drains_before(en, sl, pr, F, t_cut[F]) & kv_holds(pr, en.SP[F], en.GB[F], en.s[F], nf, en.k[F], en.A[F],
+                                                                  en.B[F], en.n[F].astype(float))
     return ok
 
 
-def _smallest_finishes(st: FleetState, W: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _smallest_finishes(sl: Slots, W: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each engine's finish cells in boundary order, up to RELAY_CELLS of them and only whole
     boundaries (a boundary tied with the first cell left out is left out too): (engine row,
     boundary, slot) per cell, engine-major."""
-    fin = st.slot_fin[W, :st.slots_seen]
-    F = min(RELAY_CELLS, st.slots_seen)
-    if F < st.slots_seen:
+    fin = sl.slot_fin[W, :sl.slots_seen]
+    F = min(RELAY_CELLS, sl.slots_seen)
+    if F < sl.slots_seen:
         part = np.argpartition(fin, F, axis=1)[:, :F + 1]
         vals = np.take_along_axis(fin, part, axis=1)
         order = np.argsort(vals, axis=1, kind="stable")
@@ -115,21 +130,21 @@ class _Queue:
     need_blocks: np.ndarray
 
 
-def _candidates(st: FleetState, W: np.ndarray) -> _Queue:
+def _candidates(qs: Queues, rs: Responses, en: Engines, gr: Groups, pr: Prices, W: np.ndarray) -> _Queue:
     """The queue's leading run of arrived responses with laws, up to RELAY_QUEUE per engine. A
     response not arrived by now arrives with an event (its release), at or after the cut, so the
     run ends there as at the queue's end; a response without laws ends it too, but cut short (the
     loop would admit it and raise)."""
     Q = RELAY_QUEUE
-    pos = st.qhead[W][:, None] + np.arange(Q)
-    inq = pos < st.qend[W][:, None]
-    resp = st.queue[W[:, None], np.where(inq, pos, st.qhead[W][:, None])]
-    arrived = inq & (st.arrival[resp] <= st.t[W][:, None])
+    pos = qs.qhead[W][:, None] + np.arange(Q)
+    inq = pos < qs.qend[W][:, None]
+    resp = qs.queue[W[:, None], np.where(inq, pos, qs.qhead[W][:, None])]
+    arrived = inq & (rs.arrival[resp] <= en.t[W][:, None])
     valid = np.cumprod(arrived, axis=1).astype(bool)
     r, c = cells(valid)
     flat = resp[r, c]
-    sv = st.saved[flat]
-    mu, need = st.rate_and_need(flat, st.k[W[r]], st.L[flat] - sv)
+    sv = rs.saved[flat]
+    mu, need = rs.rate_and_need(flat, en.k[W[r]], rs.L[flat] - sv)
     mu2 = np.zeros(resp.shape)
     need2 = np.full(resp.shape, np.nan)
     mu2[r, c] = mu
@@ -137,9 +152,9 @@ def _candidates(st: FleetState, W: np.ndarray) -> _Queue:
     keyed = np.cumprod(valid & ~np.isnan(need2), axis=1).astype(bool)
     cut_short = (valid & ~keyed).any(axis=1) | keyed[:, -1]
     valid = keyed
-    g = st.groups[resp]
+    g = rs.groups[resp]
     first = np.ones(resp.shape, dtype=bool)
-    if st.requeued:          # a group's queued members may be apart: its first member in queue order opens it
+    if qs.requeued:          # a group's queued members may be apart: its first member in queue order opens it
         rr, cc = cells(valid)
         seen = np.zeros(resp.shape, dtype=bool)
         _, at = np.unique(g[rr, cc], return_index=True)
@@ -147,15 +162,15 @@ def _candidates(st: FleetState, W: np.ndarray) -> _Queue:
         first = seen
     else:
         first[:, 1:] = g[:, 1:] != g[:, :-1]
-    opens = valid & first & (st.group_active[g] == 0)
-    pb = np.where(opens, st.pblocks[resp], 0.0)
-    svq = np.where(valid, st.saved[resp], 0.0)
-    slots, blk = st.slots_max, st.blk
+    opens = valid & first & (gr.group_active[g] == 0)
+    pb = np.where(opens, rs.pblocks[resp], 0.0)
+    svq = np.where(valid, rs.saved[resp], 0.0)
+    slots, blk = pr.slots_max, pr.blk
     return _Queue(resp, valid, cut_short, mu2, np.where(valid, need2, 0.0), opens,
-                  pb + (svq + slots) / blk + st.rbar, np.ceil((svq + slots) / blk) + pb)
+                  pb + (svq + slots) / blk + pr.rbar, np.ceil((svq + slots) / blk) + pb)
 
 
-def _scan(st: FleetState, cq: _Queue, base: np.ndarray, bnd: np.ndarray, n_post: np.ndarray,
+def _scan(pr: Prices, cq: _Queue, base: np.ndarray, bnd: np.ndarray, n_post: np.ndarray,
           seg_valid: np.ndarray) -> np.ndarray:
     """The pass (local boundary index) at which each candidate is admitted, -1 if not within the
     window: candidate q at the first boundary j, not before candidate q − 1's, where the start's
@@ -172,12 +187,12 @@ def _scan(st: FleetState, cq: _Queue, base: np.ndarray, bnd: np.ndarray, n_post:
     has room. The rows where some candidate does not fit there are scanned candidate by candidate
     (`_scan_rows`)."""
     Wn, Q = cq.resp.shape
-    blk, budget = st.blk, st.budget
+    blk, budget = pr.blk, pr.budget
     rows = np.arange(Wn)[:, None]
     # J[r, q] = #{j : free[r, j] <= q}: one search of every row's q in its (non-decreasing) row,
     # rows offset so that they sort one after another; padding sorts past every q
-    span = st.max_batch + Q + 2
-    free = np.where(seg_valid, st.max_batch - n_post, span - 1) + span * np.arange(Wn)[:, None]
+    span = pr.max_batch + Q + 2
+    free = np.where(seg_valid, pr.max_batch - n_post, span - 1) + span * np.arange(Wn)[:, None]
     J = (np.searchsorted(free.reshape(-1), (np.arange(Q) + span * np.arange(Wn)[:, None]).reshape(-1), side="right")
          .reshape(Wn, Q) - free.shape[1] * np.arange(Wn)[:, None])
     placed = cq.valid & (J < seg_valid.sum(axis=1)[:, None])
@@ -194,11 +209,11 @@ def _scan(st: FleetState, cq: _Queue, base: np.ndarray, bnd: np.ndarray, n_post:
     bound = (placed & ~fits).any(axis=1)
     if bound.any():
         r = np.flatnonzero(bound)
-        passes[r] = _scan_rows(st, cq, r, base[r], bnd[r], n_post[r], seg_valid[r])
+        passes[r] = _scan_rows(pr, cq, r, base[r], bnd[r], n_post[r], seg_valid[r])
     return passes
 
 
-def _scan_rows(st: FleetState, cq: _Queue, r: np.ndarray, base: np.ndarray, bnd: np.ndarray, n_post: np.ndarray,
+def _scan_rows(pr: Prices, cq: _Queue, r: np.ndarray, base: np.ndarray, bnd: np.ndarray, n_post: np.ndarray,
                seg_valid: np.ndarray) -> np.ndarray:
     """_scan for rows r whose budget binds: candidate by candidate, each row's running sums C and
     M of the admitted candidates' KV (Σ inc_i − μ_i·b_i/blk and Σ μ_i/blk), so candidate q at
@@ -211,12 +226,12 @@ def _scan_rows(st: FleetState, cq: _Queue, r: np.ndarray, base: np.ndarray, bnd:
     M = np.zeros(Wn)
     valid, need_blocks, inc, mu = cq.valid[r], cq.need_blocks[r], cq.inc[r], cq.mu[r]
     alive = valid[:, 0].copy()
-    blk, budget = st.blk, st.budget
+    blk, budget = pr.blk, pr.budget
     for q in range(Q):
         if not alive.any():
             break
         n_before = n_post + q
-        fits = (base + C[:, None] + M[:, None] * bnd + need_blocks[:, q, None] <= budget) & (n_before < st.max_batch)
+        fits = (base + C[:, None] + M[:, None] * bnd + need_blocks[:, q, None] <= budget) & (n_before < pr.max_batch)
         fits |= n_before == 0
         fits &= seg_valid & (jidx >= p_prev[:, None]) & alive[:, None]
         got = fits.any(axis=1)
@@ -269,14 +284,14 @@ class _Finishes:
         return c - c[self.engine_first]
 
 
-def _finishes(st: FleetState, W: np.ndarray) -> _Finishes | None:
+def _finishes(sl: Slots, rs: Responses, gr: Groups, W: np.ndarray) -> _Finishes | None:
     """The finish cells of engines W grouped into segments (None when there are none)."""
-    r, b, col = _smallest_finishes(st, W)
+    r, b, col = _smallest_finishes(sl, W)
     if not len(b):
         return None
     nc = len(b)
     eng = W[r]
-    idx = flat(st.slot_resp)[eng * st.max_batch + col]
+    idx = flat(sl.slot_resp)[eng * sl.max_batch + col]
     new = np.ones(nc, dtype=bool)
     new[1:] = (r[1:] != r[:-1]) | (b[1:] != b[:-1])
     first = np.flatnonzero(new)
@@ -289,13 +304,13 @@ def _finishes(st: FleetState, W: np.ndarray) -> _Finishes | None:
     engine_first = np.flatnonzero(opens)[rank]
     local = np.arange(len(first)) - engine_first
     # what the start's batch loses at each boundary; the groups whose last active member finishes
-    g_fin = st.groups[idx]
-    _, last_of, whole, inv = group_closes(st, g_fin, np.arange(nc))
+    g_fin = rs.groups[idx]
+    _, last_of, whole, inv = group_closes(gr, g_fin, np.arange(nc))
     closes = (np.arange(nc) == last_of[inv]) & whole[inv]
-    g0, mu, s0 = st.g0[idx], st.mu[idx], st.s0[idx]
-    P, L = st.P[idx], st.L[idx]
+    g0, mu, s0 = rs.g0[idx], rs.mu[idx], rs.s0[idx]
+    P, L = rs.P[idx], rs.L[idx]
     drop_a, drop_b, drop_p, drop_l, dgb_fin, cnt_f = np.add.reduceat(
-        np.stack((P + g0 - mu * s0, mu, P, L, -np.where(closes, st.group_pb[g_fin], 0.0), np.ones(nc))), first, axis=1)
+        np.stack((P + g0 - mu * s0, mu, P, L, -np.where(closes, gr.group_pb[g_fin], 0.0), np.ones(nc))), first, axis=1)
     return _Finishes(idx, eng, col, seg_of, g_fin, closes, g0, mu, s0, L, first, counts, seg_r, W[seg_r], bounds,
                      opens, rank, engine_first, local, drop_a, drop_b, drop_p, drop_l, dgb_fin, cnt_f)
 
@@ -328,23 +343,25 @@ class _Admitted:
 
 def _admissions(st: FleetState, W: np.ndarray, f: _Finishes) -> _Admitted:
     """The admissions at each segment's boundary: a scan over each engine's queued candidates
-    against the KV the start's batch leaves free there."""
+    against the KV the start's batch leaves free there. Reads engines, prices, resp, and (the
+    candidates) queues and groups."""
+    en, pr, rs = st.engines, st.prices, st.resp
     Wn = len(W)
     before = f.before
-    n_post0 = st.n[f.seg_e] - before(f.counts) - f.counts
-    a_post0 = st.A[f.seg_e] - before(f.drop_a) - f.drop_a
-    b_post0 = st.B[f.seg_e] - before(f.drop_b) - f.drop_b
-    sp_post0 = st.SP[f.seg_e] - before(f.drop_p) - f.drop_p
-    gb_post0 = st.GB[f.seg_e] + before(f.dgb_fin) + f.dgb_fin
-    slots, blk = st.slots_max, st.blk
-    base = gb_post0 + (a_post0 + b_post0 * f.bounds - sp_post0 + n_post0 * slots) / blk + n_post0 * st.rbar
+    n_post0 = en.n[f.seg_e] - before(f.counts) - f.counts
+    a_post0 = en.A[f.seg_e] - before(f.drop_a) - f.drop_a
+    b_post0 = en.B[f.seg_e] - before(f.drop_b) - f.drop_b
+    sp_post0 = en.SP[f.seg_e] - before(f.drop_p) - f.drop_p
+    gb_post0 = en.GB[f.seg_e] + before(f.dgb_fin) + f.dgb_fin
+    slots, blk = pr.slots_max, pr.blk
+    base = gb_post0 + (a_post0 + b_post0 * f.bounds - sp_post0 + n_post0 * slots) / blk + n_post0 * pr.rbar
 
-    cq = _candidates(st, W)
+    cq = _candidates(st.queues, rs, en, st.groups, pr, W)
     S_max = int(f.local.max()) + 1
     def pad(x, fill):
         return _pad(x, f.seg_r, f.local, Wn, S_max, fill)
 
-    passes = _scan(st, cq, pad(base, np.inf), pad(f.bounds, 0), pad(n_post0, 1), pad(np.ones(len(f.first), bool), False))
+    passes = _scan(pr, cq, pad(base, np.inf), pad(f.bounds, 0), pad(n_post0, 1), pad(np.ones(len(f.first), bool), False))
     ar, aq = cells(passes >= 0)
     cand = cq.resp[ar, aq]
     a_seg_of = engine_first_of_row(f.opens, f.seg_r, Wn)[ar] + passes[ar, aq]     # the admitting segment
@@ -352,14 +369,14 @@ def _admissions(st: FleetState, W: np.ndarray, f: _Finishes) -> _Admitted:
     opens_c = cq.opens[ar, aq]
     b_c = f.bounds[a_seg_of]
     fin_c = b_c + need_c.astype(np.int64)
-    sv, Pc, Lc = st.saved[cand], st.P[cand], st.L[cand]
+    sv, Pc, Lc = rs.saved[cand], rs.P[cand], rs.L[cand]
     nseg = len(f.first)
     add = np.zeros((10, nseg))
     if len(cand):
         pf = opens_c | (sv > 0)
         qt = np.where(pf, np.where(opens_c, Pc + sv, sv), 0.0)
         ct = np.where(pf & ~opens_c, Pc, 0.0)
-        cols = np.stack((Pc + sv - mu_c * b_c, mu_c, Pc, Lc, np.where(opens_c, st.pblocks[cand], 0.0), np.ones(len(cand)),
+        cols = np.stack((Pc + sv - mu_c * b_c, mu_c, Pc, Lc, np.where(opens_c, rs.pblocks[cand], 0.0), np.ones(len(cand)),
                          pf.astype(float), qt, qt * qt, qt * ct))
         for i in range(10):
             add[i] = np.bincount(a_seg_of, weights=cols[i], minlength=nseg)
@@ -370,7 +387,7 @@ def _admissions(st: FleetState, W: np.ndarray, f: _Finishes) -> _Admitted:
     pre = np.zeros(nseg)
     with_pf = n_pf > 0
     if with_pf.any():
-        pre[with_pf] = st.prefill_s(n_pf[with_pf], sq[with_pf], sq2[with_pf], sqc[with_pf], sc[with_pf])
+        pre[with_pf] = pr.prefill_s(n_pf[with_pf], sq[with_pf], sq2[with_pf], sqc[with_pf], sc[with_pf])
     return _Admitted(cq, passes, S_max, ar, cand, a_seg_of, mu_c, fin_c, b_c, sv, add_a, add_b, add_p, add_l, dgb_adm,
                      cnt_a, pre)
 
@@ -392,31 +409,31 @@ class _Segments:
     ends: np.ndarray
 
 
-def _segments(st: FleetState, f: _Finishes, ad: _Admitted) -> _Segments:
+def _segments(en: Engines, pr: Prices, f: _Finishes, ad: _Admitted) -> _Segments:
     """Each segment's batch (the start's, less the earlier finishes, plus the earlier admissions)
     and its time: m steps of fixed_s + per_ctx_s · (A + B·s), after the prefills before it."""
     before, seg_e, bounds = f.before, f.seg_e, f.bounds
-    a_seg = st.A[seg_e] - before(f.drop_a) + before(ad.add_a)
-    b_seg = st.B[seg_e] - before(f.drop_b) + before(ad.add_b)
-    sp_seg = st.SP[seg_e] - before(f.drop_p) + before(ad.add_p)
-    gb_seg = st.GB[seg_e] + before(f.dgb_fin + ad.dgb_adm)
-    n_seg = st.n[seg_e] - before(f.counts) + before(ad.cnt_a)
-    starts = np.where(f.opens, st.s[seg_e], np.concatenate(([0], bounds[:-1])))
+    a_seg = en.A[seg_e] - before(f.drop_a) + before(ad.add_a)
+    b_seg = en.B[seg_e] - before(f.drop_b) + before(ad.add_b)
+    sp_seg = en.SP[seg_e] - before(f.drop_p) + before(ad.add_p)
+    gb_seg = en.GB[seg_e] + before(f.dgb_fin + ad.dgb_adm)
+    n_seg = en.n[seg_e] - before(f.counts) + before(ad.cnt_a)
+    starts = np.where(f.opens, en.s[seg_e], np.concatenate(([0], bounds[:-1])))
     m = (bounds - starts).astype(float)
-    k = st.k[seg_e]
-    rows, ni = st.krow_of[k], n_seg.astype(np.int64)
-    dt = m * st.fixed[rows, ni] + st.per_ctx[rows, ni] * (m * a_seg + b_seg * m * (2 * starts + m - 1) / 2)
-    ends = st.t[seg_e] + before(dt + ad.pre) + dt
+    k = en.k[seg_e]
+    rows, ni = pr.krow_of[k], n_seg.astype(np.int64)
+    dt = m * pr.fixed[rows, ni] + pr.per_ctx[rows, ni] * (m * a_seg + b_seg * m * (2 * starts + m - 1) / 2)
+    ends = en.t[seg_e] + before(dt + ad.pre) + dt
     return _Segments(a_seg, b_seg, sp_seg, gb_seg, n_seg, starts, m, k, dt, ends)
 
 
-def _kept(st: FleetState, W: np.ndarray, t_cut: np.ndarray, watch_step: int | None, f: _Finishes, ad: _Admitted,
-          sg: _Segments) -> np.ndarray:
+def _kept(pr: Prices, rs: Responses, ct: Counters, t_cut: np.ndarray, watch_step: int | None, f: _Finishes,
+          ad: _Admitted, sg: _Segments) -> np.ndarray:
     """The segments each engine keeps: the leading run the loop would run before it stops (its
     cut, a KV overflow, an admitted response finishing first, the watched step done, a group
     reopened by a queued member, a candidate scan cut short)."""
-    Wn, nseg, opens, rank, bounds, seg_e = len(W), len(f.first), f.opens, f.rank, f.bounds, f.seg_e
-    seg_ok = (sg.ends < t_cut[seg_e]) & kv_holds(st, sg.sp_seg, sg.gb_seg, sg.starts, bounds, sg.k, sg.a_seg, sg.b_seg,
+    Wn, nseg, opens, rank, bounds, seg_e = len(ad.cq.resp), len(f.first), f.opens, f.rank, f.bounds, f.seg_e
+    seg_ok = (sg.ends < t_cut[seg_e]) & kv_holds(pr, sg.sp_seg, sg.gb_seg, sg.starts, bounds, sg.k, sg.a_seg, sg.b_seg,
                                                  sg.n_seg.astype(float))
     pass_min = np.full(nseg, SPAN - 1)
     if len(ad.cand):
@@ -427,10 +444,10 @@ def _kept(st: FleetState, W: np.ndarray, t_cut: np.ndarray, watch_step: int | No
     prior[~opens] = earlier[np.flatnonzero(~opens) - 1]
     seg_ok &= bounds < prior
     if watch_step is not None:
-        hits = np.add.reduceat((st.step_ids[f.idx] == watch_step).astype(float), f.first)
-        seg_ok &= st.remaining[seg_e, watch_step] - f.before(hits) > 0
+        hits = np.add.reduceat((rs.step_ids[f.idx] == watch_step).astype(float), f.first)
+        seg_ok &= ct.remaining[seg_e, watch_step] - f.before(hits) > 0
     cq = ad.cq
-    reopen = f.closes & np.isin(f.g_fin, st.groups[cq.resp[cq.valid]])
+    reopen = f.closes & np.isin(f.g_fin, rs.groups[cq.resp[cq.valid]])
     if reopen.any():
         seg_ok[np.unique(f.seg_of[reopen])] = False
     # a scan cut short decides nothing from its last admission's boundary on
@@ -452,8 +469,10 @@ def _kept(st: FleetState, W: np.ndarray, t_cut: np.ndarray, watch_step: int | No
 def _commit(st: FleetState, W: np.ndarray, f: _Finishes, ad: _Admitted, sg: _Segments, keep: np.ndarray) -> np.ndarray:
     """Apply the kept segments: their finishers finish, their admissions (all but the last
     kept segment's of each engine) join the batch in queue order, the aggregates and counters
-    follow, and each engine ends at its last kept boundary. Returns the engines that advanced."""
-    E = st.E
+    follow, and each engine ends at its last kept boundary. Returns the engines that advanced.
+    Writes resp, counters, groups, slots, queues and engines."""
+    rs, en, ct, gr, sl = st.resp, st.engines, st.counters, st.groups, st.slots
+    E = en.E
     seg_e, bounds, ends = f.seg_e, f.bounds, sg.ends
     last = keep.copy()
     last[:-1] &= ~keep[1:] | f.opens[1:]           # the last kept segment of its engine
@@ -464,56 +483,52 @@ def _commit(st: FleetState, W: np.ndarray, f: _Finishes, ad: _Admitted, sg: _Seg
     # the finishers of every kept boundary
     fidx, feng = f.idx[cell_keep], f.eng[cell_keep]
     fseg = f.seg_of[cell_keep]
-    st.finish_s[fidx] = ends[fseg]
+    rs.finish_s[fidx] = ends[fseg]
     d = f.L[cell_keep] - f.g0[cell_keep]
-    st.emitted[fidx] += d
-    rsd = st.k[feng] > 0
+    rs.emitted[fidx] += d
+    rsd = en.k[feng] > 0
     if rsd.any():
-        st.sd_tokens += per_engine(feng, np.where(rsd, d, 0.0), E)
-        st.seq_sd_tokens[fidx] += np.where(rsd, d, 0.0)
-        st.seq_sd_steps[fidx] += np.where(rsd, bounds[fseg] - f.s0[cell_keep], 0.0)
-    st.count_finished(feng, fidx)
-    st.mu[fidx] = 0.0
-    st.slot_of[fidx] = -1
-    np.subtract.at(st.group_active, f.g_fin[cell_keep], 1)
-    st.push_slots(feng, f.col[cell_keep])
+        ct.sd_tokens += per_engine(feng, np.where(rsd, d, 0.0), E)
+        rs.seq_sd_tokens[fidx] += np.where(rsd, d, 0.0)
+        rs.seq_sd_steps[fidx] += np.where(rsd, bounds[fseg] - f.s0[cell_keep], 0.0)
+    ct.count_finished(feng, rs.step_ids[fidx])
+    rs.mu[fidx] = 0.0
+    rs.slot_of[fidx] = -1
+    np.subtract.at(gr.group_active, f.g_fin[cell_keep], 1)
+    sl.push_slots(feng, f.col[cell_keep])
     # the admitted, in queue order
     ci = ad.cand[adm_keep]
     if len(ci):
         ceng = W[ad.ar[adm_keep]]
         cseg = ad.a_seg_of[adm_keep]
-        np.add.at(st.group_active, st.groups[ci], 1)
+        np.add.at(gr.group_active, rs.groups[ci], 1)
         u = np.flatnonzero(np.bincount(ceng, minlength=E))
         cnt = np.bincount(ceng, minlength=E)[u]
-        slot = st.pop_slots(ceng, cnt, u)
-        st.slot_of[ci] = slot
-        at = ceng * st.max_batch + slot
-        flat(st.slot_resp)[at] = ci
-        flat(st.slot_fin)[at] = ad.fin_c[adm_keep]
-        flat(st.slot_seq)[at] = st.adm_seq + np.arange(len(ci))
-        st.adm_seq += len(ci)
-        st.g0[ci] = ad.sv[adm_keep]
-        st.mu[ci] = ad.mu_c[adm_keep]
-        st.s0[ci] = ad.b_c[adm_keep]
-        fresh = np.isnan(st.admit_s[ci])
+        slot, at = sl.seat(ci, ceng, cnt, u)
+        rs.slot_of[ci] = slot
+        flat(sl.slot_fin)[at] = ad.fin_c[adm_keep]
+        rs.g0[ci] = ad.sv[adm_keep]
+        rs.mu[ci] = ad.mu_c[adm_keep]
+        rs.s0[ci] = ad.b_c[adm_keep]
+        fresh = np.isnan(rs.admit_s[ci])
         if fresh.any():
-            st.admit_s[ci[fresh]] = ends[cseg][fresh]
-            st.admit_version[ci[fresh]] = st.policy_version[ceng[fresh]]
-        st.qhead[u] += cnt
+            rs.admit_s[ci[fresh]] = ends[cseg][fresh]
+            rs.admit_version[ci[fresh]] = en.policy_version[ceng[fresh]]
+        st.queues.qhead[u] += cnt
     # aggregates and counters
     ke, pe = seg_e[keep], seg_e[kept_pass]
-    st.A += per_engine(pe, ad.add_a[kept_pass], E) - per_engine(ke, f.drop_a[keep], E)
-    st.B += per_engine(pe, ad.add_b[kept_pass], E) - per_engine(ke, f.drop_b[keep], E)
-    st.SP += per_engine(pe, ad.add_p[kept_pass], E) - per_engine(ke, f.drop_p[keep], E)
-    st.SL += per_engine(pe, ad.add_l[kept_pass], E) - per_engine(ke, f.drop_l[keep], E)
-    st.GB += per_engine(ke, f.dgb_fin[keep], E) + per_engine(pe, ad.dgb_adm[kept_pass], E)
-    st.n += (per_engine(pe, ad.cnt_a[kept_pass], E) - per_engine(ke, f.cnt_f[keep], E)).astype(np.int64)
-    st.prefill_total += per_engine(pe, ad.pre[kept_pass], E)
-    st.count_segments(ke, sg.m[keep], sg.n_seg[keep], sg.dt[keep], sg.b_seg[keep], sg.k[keep])
+    en.A += per_engine(pe, ad.add_a[kept_pass], E) - per_engine(ke, f.drop_a[keep], E)
+    en.B += per_engine(pe, ad.add_b[kept_pass], E) - per_engine(ke, f.drop_b[keep], E)
+    en.SP += per_engine(pe, ad.add_p[kept_pass], E) - per_engine(ke, f.drop_p[keep], E)
+    en.SL += per_engine(pe, ad.add_l[kept_pass], E) - per_engine(ke, f.drop_l[keep], E)
+    en.GB += per_engine(ke, f.dgb_fin[keep], E) + per_engine(pe, ad.dgb_adm[kept_pass], E)
+    en.n += (per_engine(pe, ad.cnt_a[kept_pass], E) - per_engine(ke, f.cnt_f[keep], E)).astype(np.int64)
+    ct.prefill_total += per_engine(pe, ad.pre[kept_pass], E)
+    ct.count_segments(ke, sg.m[keep], sg.n_seg[keep], sg.dt[keep], sg.b_seg[keep], sg.k[keep])
     u = seg_e[last]
-    st.t[u] = ends[last]
-    st.s[u] = bounds[last]
-    st.zero_empty(u)
+    en.t[u] = ends[last]
+    en.s[u] = bounds[last]
+    en.zero_empty(u)
     advanced = np.zeros(E, dtype=bool)
     advanced[u] = True
     return advanced[W]
@@ -525,12 +540,12 @@ def relay(st: FleetState, W: np.ndarray, t_cut: np.ndarray, watch_step: int | No
     advanced (each ends at the finish of its last kept boundary): the finishes (_finishes), the
     admissions at their boundaries (_admissions), every segment's batch and time (_segments),
     the leading run the loop would run (_kept), applied (_commit)."""
-    f = _finishes(st, W)
+    f = _finishes(st.slots, st.resp, st.groups, W)
     if f is None:
         return np.zeros(len(W), dtype=bool)
     ad = _admissions(st, W, f)
-    sg = _segments(st, f, ad)
-    keep = _kept(st, W, t_cut, watch_step, f, ad, sg)
+    sg = _segments(st.engines, st.prices, f, ad)
+    keep = _kept(st.prices, st.resp, st.counters, t_cut, watch_step, f, ad, sg)
     if not keep.any():
         return np.zeros(len(W), dtype=bool)
     return _commit(st, W, f, ad, sg, keep)
