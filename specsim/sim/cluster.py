@@ -23,7 +23,7 @@ from specsim.sim.common import EngineConfig, EngineResult, EngineWork, condition
 from specsim.sim.engine.loop import run_fast
 from specsim.sim.fastlaw import step_law
 from specsim.sim.fleet.loop import run_fleet_closed
-from specsim.sim.fleet.state import stable_order
+from specsim.sim.fleet.state import FleetWork, stable_order
 from specsim.sim.progress import Ticker
 from specsim.sim.reference import run_reference
 from specsim.sim.select import pick_engine
@@ -422,5 +422,5 @@ def _fleet_generation(world: World, cfg: EngineConfig, draw: StepDraw, pool: Eng
     est = None
     if alpha_estimates:
         est = np.array([alpha_estimates.get(nm, cfg.policy_ctx.alpha_estimate) for nm in names], dtype=float)
-    return run_fleet_closed(cfg, names, eng_of, order, pool.group_ids, pool.prompt_tokens, pool.response_tokens, z,
-                            laws, a, est, tick)
+    work = FleetWork(eng_of, order, pool.group_ids, pool.prompt_tokens, pool.response_tokens, z, a, laws)
+    return run_fleet_closed(cfg, names, work, est, tick)

@@ -42,7 +42,7 @@ from specsim.sim.common import EngineResult, EngineWork, conditional_tau, last_f
 from specsim.sim.engine.loop import FastEngine
 from specsim.sim.fastlaw import StepLaw, step_law
 from specsim.sim.fleet.loop import Fleet, SwitchPayload
-from specsim.sim.fleet.state import ragged, stable_order
+from specsim.sim.fleet.state import FleetWork, ragged, stable_order
 from specsim.sim.fleet.window import rewindow
 from specsim.sim.progress import Ticker
 from specsim.sim.reference import ReferenceEngine
@@ -180,9 +180,10 @@ class StreamCluster:
         remaining = np.zeros((E, n_steps), dtype=np.int64)       # every step's responses per engine
         for j, (d, ge) in enumerate(zip(self.draws, self.group_engine)):
             remaining[:, j] = np.bincount(np.searchsorted(self.used, ge), minlength=E) * d.response_tokens.shape[1]
-        self.fleet = Fleet(base, [f"engine{e}" for e in self.used.tolist()], cols["eng_of"], cols["ids"],
-                           cols["groups"], cols["P"], cols["L"], cols["z"], laws, alphas, cols["step_ids"], open_=True,
-                           n_steps=n_steps, group_count=groups, remaining=remaining)
+        work = FleetWork(cols["eng_of"], cols["ids"], cols["groups"], cols["P"], cols["L"], cols["z"], alphas, laws,
+                         cols["step_ids"])
+        self.fleet = Fleet(base, [f"engine{e}" for e in self.used.tolist()], work, open_=True, n_steps=n_steps,
+                           group_count=groups, remaining=remaining)
         self.window = (0, hi)
         self._index_window()
 

@@ -17,7 +17,7 @@ from specsim.sim.fastlaw import step_law
 from specsim.sim.fleet import loop as fleet_module
 from specsim.sim.fleet.events import apply_events
 from specsim.sim.fleet.loop import Fleet, SwitchPayload
-from specsim.sim.fleet.state import INF, Slots
+from specsim.sim.fleet.state import INF, FleetWork, Slots
 from specsim.sim.reference import ReferenceEngine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,9 +32,9 @@ def _pool(cfg, works, zs, open_=False, step_ids=None, group_stride=10_000):
     alphas = cat(lambda w: w.alphas)
     laws = {k: step_law(alphas, k, cfg.position_decay, cfg.policy.tree_for(k), cfg.proposal_rate)
             for k in cfg.policy.ks if k > 0}
-    return Fleet(cfg, [f"e{e}" for e in range(len(works))], eng_of, cat(lambda w: w.response_ids), groups,
-                 cat(lambda w: w.prompt_tokens), cat(lambda w: w.response_tokens), np.concatenate(zs), laws, alphas,
-                 step_ids, open_=open_)
+    work = FleetWork(eng_of, cat(lambda w: w.response_ids), groups, cat(lambda w: w.prompt_tokens),
+                     cat(lambda w: w.response_tokens), np.concatenate(zs), alphas, laws, step_ids)
+    return Fleet(cfg, [f"e{e}" for e in range(len(works))], work, open_=open_)
 
 
 POOL_GRID = [

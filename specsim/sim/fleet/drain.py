@@ -29,8 +29,18 @@ from specsim.sim.fleet.state import (
     runs,
 )
 
-__all__ = ["drain", "drains_before", "group_closes", "head_arrival", "kv_holds", "no_admission", "reachable", "segment_prompts",
-           "tail_fits"]
+__all__ = [
+    "SegmentBatch",
+    "drain",
+    "drains_before",
+    "group_closes",
+    "head_arrival",
+    "kv_holds",
+    "no_admission",
+    "reachable",
+    "segment_prompts",
+    "tail_fits",
+]
 
 #: finish boundaries below this sort with their engine as one int64 key (engine · SPAN + boundary):
 #: one stable argsort, the order of np.lexsort((boundary, engine))
@@ -101,18 +111,31 @@ def group_closes(gr: Groups, g: np.ndarray, at: np.ndarray) -> tuple[np.ndarray,
     return gu, last_g[gu], members[gu] == gr.group_active[gu], rank[g]
 
 
-def kv_holds(pr: Prices, SP, GB, starts, bounds, k, a_seg, b_seg, n_seg) -> np.ndarray:
-    """Per drained segment: does the batch fit its KV budget over the whole segment, as the
-    round-by-round loop checks it? At the segment's first step the preemption test
-    (fleet/admit.fit_batch) and over its steps the overflow step (Fleet._segment's s_kv), with the
-    segment's context A + B·s, prompt tokens SP and prompt blocks GB. A batch of one is never
-    preempted nor cut."""
+@dataclass(frozen=True, eq=False)
+class SegmentBatch:
+    """The running batch of each segment (or engine) as the KV checks read it: its context
+    A + B·s, size n, prompt tokens SP, prompt blocks GB and draft length k."""
+
+    A: np.ndarray
+    B: np.ndarray
+    n: np.ndarray
+    SP: np.ndarray
+    GB: np.ndarray
+    k: np.ndarray
+
+
+def kv_holds(pr: Prices, batch: SegmentBatch, starts: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Per segment from boundary `starts` to `bounds`: does the batch fit its KV budget over the
+    whole segment, as the round-by-round loop checks it? At the segment's first step the
+    preemption test (fleet/admit.fit_batch) and over its steps the overflow step (Fleet._segment's
+    s_kv). A batch of one is never preempted nor cut."""
     blk, rbar = pr.blk, pr.rbar
-    over = (n_seg > 1) & (GB + (a_seg + b_seg * starts - SP + n_seg * (k + 1)) / blk + n_seg * rbar > pr.cap)
-    x = (pr.cap - GB - n_seg * rbar) * blk - n_seg * (k + 1)
-    kvc = (b_seg > 0) & (n_seg > 1)
+    A, B, n, SP, GB, k = batch.A, batch.B, batch.n, batch.SP, batch.GB, batch.k
+    over = (n > 1) & (GB + (A + B * starts - SP + n * (k + 1)) / blk + n * rbar > pr.cap)
+    x = (pr.cap - GB - n * rbar) * blk - n * (k + 1)
+    kvc = (B > 0) & (n > 1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        s_kv = np.floor((x - (a_seg - SP)) / np.where(kvc, b_seg, 1.0)) + 1
+        s_kv = np.floor((x - (A - SP)) / np.where(kvc, B, 1.0)) + 1
     return ~(over | (kvc & (starts < s_kv) & (s_kv < bounds)))
 
 
@@ -239,7 +262,7 @@ def drain(st: FleetState, D: np.ndarray, t_cut: np.ndarray | None = None, watch_
     if ct.record or not fits.all():
         sg.SP, sg.GB = segment_prompts(en, st.groups, rs.groups[idx], first, counts, seg_e, P, before)
     if not fits.all():
-        kv = kv_holds(pr, sg.SP, sg.GB, starts, bounds, k, a_seg, b_seg, n_seg)
+        kv = kv_holds(pr, SegmentBatch(a_seg, b_seg, n_seg, sg.SP, sg.GB, k), starts, bounds)
         fits_e = np.zeros(en.E, dtype=bool)
         fits_e[D] = fits
         kv |= fits_e[seg_e]

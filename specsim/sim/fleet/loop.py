@@ -44,7 +44,7 @@ from specsim.sim.fleet.admit import admit, fit_batch, policy_for_new
 from specsim.sim.fleet.drain import drain, drains_before, head_arrival, no_admission
 from specsim.sim.fleet.events import SwitchPayload, apply_events, release, switch
 from specsim.sim.fleet.relay import relay, relays
-from specsim.sim.fleet.state import INF, FleetState, cells, flat, per_engine, runs
+from specsim.sim.fleet.state import INF, FleetState, FleetWork, cells, flat, per_engine, runs
 from specsim.sim.progress import Ticker
 
 __all__ = ["Fleet", "SwitchPayload", "run_fleet_closed"]
@@ -371,12 +371,11 @@ class Fleet(FleetState):
                                               f"{self.cfg.kv_capacity_tokens}")
 
 
-def run_fleet_closed(cfg: EngineConfig, names: list[str], eng_of, response_ids, groups, prompt, lengths, z, laws,
-                     alphas, alpha_estimates=None, tick: Ticker | None = None) -> list[EngineResult]:
+def run_fleet_closed(cfg: EngineConfig, names: list[str], work: FleetWork, alpha_estimates=None,
+                     tick: Ticker | None = None) -> list[EngineResult]:
     """Closed rollouts on a pool (everything queued at 0, nothing scheduled): one EngineResult per
     engine, checked (Fleet.check). `tick`: progress (Fleet.run)."""
-    fl = Fleet(cfg, names, eng_of, response_ids, groups, prompt, lengths, z, laws, alphas,
-               alpha_estimates=alpha_estimates)
+    fl = Fleet(cfg, names, work, alpha_estimates=alpha_estimates)
     fl.run(tick=tick)
     fl.check()
     return fl.results()

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsim.sim.fleet.drain import drains_before, group_closes, kv_holds
+from specsim.sim.fleet.drain import SegmentBatch, drains_before, group_closes, kv_holds
 from specsim.sim.fleet.state import (
     BIG,
     Counters,
@@ -88,8 +88,8 @@ def relays(st: FleetState, S: np.ndarray, t_cut: np.ndarray) -> np.ndarray:
     ok[ok] = good
     F = S[ok]
     nf = sl.slot_fin[F, :sl.slots_seen].min(axis=1)
-    ok[ok] = drains_before(en, sl, pr, F, t_cut[F]) & kv_holds(pr, en.SP[F], en.GB[F], en.s[F], nf, en.k[F], en.A[F],
-                                                                  en.B[F], en.n[F].astype(float))
+    batch = SegmentBatch(en.A[F], en.B[F], en.n[F].astype(float), en.SP[F], en.GB[F], en.k[F])
+    ok[ok] = drains_before(en, sl, pr, F, t_cut[F]) & kv_holds(pr, batch, en.s[F], nf)
     return ok
 
 
@@ -433,8 +433,8 @@ def _kept(pr: Prices, rs: Responses, ct: Counters, t_cut: np.ndarray, watch_step
     cut, a KV overflow, an admitted response finishing first, the watched step done, a group
     reopened by a queued member, a candidate scan cut short)."""
     Wn, nseg, opens, rank, bounds, seg_e = len(ad.cq.resp), len(f.first), f.opens, f.rank, f.bounds, f.seg_e
-    seg_ok = (sg.ends < t_cut[seg_e]) & kv_holds(pr, sg.sp_seg, sg.gb_seg, sg.starts, bounds, sg.k, sg.a_seg, sg.b_seg,
-                                                 sg.n_seg.astype(float))
+    batch = SegmentBatch(sg.a_seg, sg.b_seg, sg.n_seg.astype(float), sg.sp_seg, sg.gb_seg, sg.k)
+    seg_ok = (sg.ends < t_cut[seg_e]) & kv_holds(pr, batch, sg.starts, bounds)
     pass_min = np.full(nseg, SPAN - 1)
     if len(ad.cand):
         np.minimum.at(pass_min, ad.a_seg_of, np.minimum(ad.fin_c, SPAN - 1))

@@ -31,6 +31,8 @@ Invariants every phase keeps (checked by the fast-vs-reference tests and `Fleet.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from specsim.errors import InvariantError
@@ -152,6 +154,24 @@ def _engine_groups(eng_of: np.ndarray, groups: np.ndarray) -> np.ndarray:
         if np.array_equal(owner[g], eng_of):
             return g
     return np.unique(eng_of * span + g, return_inverse=True)[1].reshape(-1)
+
+
+@dataclass(frozen=True, eq=False)
+class FleetWork:
+    """The responses a fleet runs, engine-major: engine `eng_of` (sorted), `ids`, prompt group,
+    prompt and response tokens, noise z, acceptance, RL step (None: all step 0) and `laws`: k ->
+    StepLaw (or its five arrays) over all responses, which the fleet takes over (a weight switch
+    writes into the float arrays given to it: a long run's laws are not copied)."""
+
+    eng_of: np.ndarray
+    ids: np.ndarray
+    groups: np.ndarray
+    prompt: np.ndarray
+    lengths: np.ndarray
+    z: np.ndarray
+    alphas: np.ndarray
+    laws: dict
+    step_ids: np.ndarray | None = None
 
 
 class Responses:
@@ -650,31 +670,29 @@ class FleetState:
     the parts it reads by argument, or the state and names its parts in its first lines; what
     changes several parts at once (keying, prefill) is a method here."""
 
-    def __init__(self, cfg: EngineConfig, names: list[str], eng_of: np.ndarray, response_ids: np.ndarray,
-                 groups: np.ndarray, prompt: np.ndarray, lengths: np.ndarray, z: np.ndarray, laws: dict,
-                 alphas: np.ndarray, step_ids: np.ndarray | None = None, *, open_: bool = False,
+    def __init__(self, cfg: EngineConfig, names: list[str], work: FleetWork, *, open_: bool = False,
                  alpha_estimates: np.ndarray | None = None, n_steps: int | None = None,
                  group_count: int | None = None, remaining: np.ndarray | None = None):
-        """`eng_of` must be sorted (engine-major); `laws`: k -> StepLaw (or its five arrays) over all
-        responses, which the fleet takes over (a weight switch writes into float arrays given to it:
-        a long run's laws are not copied); `alpha_estimates`: the acceptance each engine's policy prices with (toggle,
-        adaptive; default the config's estimate). A fleet that takes later steps in as it goes
-        (sim/fleet/window.py) is told the run's `n_steps`, `group_count` (its groups numbered 0 ..
-        group_count − 1 over the whole run, each on one engine) and `remaining` (engine × step:
-        the responses of every step of the run, those not yet taken in included)."""
+        """`work`: the responses, engine-major (FleetWork); `alpha_estimates`: the acceptance each
+        engine's policy prices with (toggle, adaptive; default the config's estimate); `open_`:
+        responses arrive when released (fleet/events.release), else all at 0. A fleet that takes
+        later steps in as it goes (sim/fleet/window.py) is told the run's `n_steps`, `group_count`
+        (its groups numbered 0 .. group_count − 1 over the whole run, each on one engine) and
+        `remaining` (engine × step: the responses of every step of the run, those not yet taken in
+        included)."""
         E = len(names)
-        eng_of = np.asarray(eng_of, dtype=np.int64)
+        eng_of = np.asarray(work.eng_of, dtype=np.int64)
         N = len(eng_of)
         self.cfg = cfg
-        steps = np.zeros(N, dtype=np.int64) if step_ids is None else np.asarray(step_ids, dtype=np.int64)
-        cols = {"eng_of": eng_of, "ids": np.asarray(response_ids), "P": np.asarray(prompt, dtype=float),
-                "groups": (_engine_groups(eng_of, np.asarray(groups, dtype=np.int64)) if group_count is None
-                           else np.asarray(groups, dtype=np.int64)),
-                "L": np.asarray(lengths, dtype=float), "z": np.asarray(z, dtype=float),
-                "alphas": np.asarray(alphas, dtype=float).copy(), "step_ids": steps,
+        steps = np.zeros(N, dtype=np.int64) if work.step_ids is None else np.asarray(work.step_ids, dtype=np.int64)
+        groups = np.asarray(work.groups, dtype=np.int64)
+        cols = {"eng_of": eng_of, "ids": np.asarray(work.ids), "P": np.asarray(work.prompt, dtype=float),
+                "groups": _engine_groups(eng_of, groups) if group_count is None else groups,
+                "L": np.asarray(work.lengths, dtype=float), "z": np.asarray(work.z, dtype=float),
+                "alphas": np.asarray(work.alphas, dtype=float).copy(), "step_ids": steps,
                 "arrival": np.full(N, INF if open_ else 0.0)}
         self.prices = Prices(cfg, E, int(cols["P"].max()) if N else 0, alpha_estimates)
-        rs = self.resp = Responses(cols, laws, self.prices.blk, E)
+        rs = self.resp = Responses(cols, work.laws, self.prices.blk, E)
         G = group_count if group_count is not None else (int(rs.groups.max()) + 1 if N else 0)
         self.groups = Groups(G, rs.groups, rs.eng_of, rs.pblocks)
         self.engines = Engines(names)
