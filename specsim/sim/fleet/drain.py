@@ -29,18 +29,8 @@ from specsim.sim.fleet.state import (
     runs,
 )
 
-__all__ = [
-    "SegmentBatch",
-    "drain",
-    "drains_before",
-    "group_closes",
-    "head_arrival",
-    "kv_holds",
-    "no_admission",
-    "reachable",
-    "segment_prompts",
-    "tail_fits",
-]
+__all__ = ["SegmentBatch", "drain", "drains_before", "group_closes", "head_arrival", "kv_holds", "no_admission",
+           "reachable", "segment_prompts", "tail_fits"]
 
 #: finish boundaries below this sort with their engine as one int64 key (engine · SPAN + boundary):
 #: one stable argsort, the order of np.lexsort((boundary, engine))

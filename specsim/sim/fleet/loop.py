@@ -100,7 +100,8 @@ class Fleet(FleetState):
         every response of RL step `watch_step` has finished on it, or until nothing is left that
         can happen (sim/engine/loop.FastEngine.run, per engine). `tick`: told the responses finished
         so far whenever it is due (sim/progress.py), once per round at most. The round reads
-        engines, queues, counters and the schedule to pick the engines of each phase."""
+        engines, queues, counters and the schedule to pick the engines of each phase (and resp,
+        slots and prices for the open drain's cut); the phases it calls say what they write."""
         en, qs, ct, sc = self.engines, self.queues, self.counters, self.schedule
         R = np.arange(en.E)
         has_events = bool(sc.events)

@@ -539,7 +539,8 @@ def relay(st: FleetState, W: np.ndarray, t_cut: np.ndarray, watch_step: int | No
     to each engine's cut `t_cut` (indexed by engine). Returns the mask (over W) of engines that
     advanced (each ends at the finish of its last kept boundary): the finishes (_finishes), the
     admissions at their boundaries (_admissions), every segment's batch and time (_segments),
-    the leading run the loop would run (_kept), applied (_commit)."""
+    the leading run the loop would run (_kept), applied (_commit). The stages read the parts
+    they are given; only _commit writes."""
     f = _finishes(st.slots, st.resp, st.groups, W)
     if f is None:
         return np.zeros(len(W), dtype=bool)

@@ -185,33 +185,9 @@ class Responses:
     responses are off[e] .. off[e + 1] − 1. sim/fleet/window.py rebuilds every column over a new
     set of responses (RESPONSE_FIELDS)."""
 
-    __slots__ = (
-        "L",
-        "N",
-        "P",
-        "admit_s",
-        "admit_version",
-        "alphas",
-        "arrival",
-        "emitted",
-        "eng_of",
-        "finish_s",
-        "g0",
-        "groups",
-        "ids",
-        "laws",
-        "mu",
-        "off",
-        "pblocks",
-        "preempt",
-        "s0",
-        "saved",
-        "seq_sd_steps",
-        "seq_sd_tokens",
-        "slot_of",
-        "step_ids",
-        "z",
-    )
+    __slots__ = ("L", "N", "P", "admit_s", "admit_version", "alphas", "arrival", "emitted", "eng_of", "finish_s", "g0",
+                 "groups", "ids", "laws", "mu", "off", "pblocks", "preempt", "s0", "saved", "seq_sd_steps",
+                 "seq_sd_tokens", "slot_of", "step_ids", "z")
 
     def __init__(self, cols: dict[str, np.ndarray], laws: dict, blk: int, E: int):
         """`cols`: eng_of (sorted), ids, groups, P, L, z, alphas, step_ids and arrival, typed;
@@ -430,24 +406,8 @@ class Counters:
     (Σ and Σ active × them); the responses left per engine × RL step (`remaining`), those let go
     (sim/fleet/window.py), and the timeline rows when the config records them."""
 
-    __slots__ = (
-        "E",
-        "draft_passes",
-        "let_go",
-        "n_steps",
-        "prefill_total",
-        "record",
-        "remaining",
-        "sd_seq_steps",
-        "sd_steps",
-        "sd_tokens",
-        "seq_steps",
-        "steps",
-        "tl",
-        "token_batch_sum",
-        "token_sum",
-        "weighted_active",
-    )
+    __slots__ = ("E", "draft_passes", "let_go", "n_steps", "prefill_total", "record", "remaining", "sd_seq_steps",
+                 "sd_steps", "sd_tokens", "seq_steps", "steps", "tl", "token_batch_sum", "token_sum", "weighted_active")
 
     def __init__(self, E: int, remaining: np.ndarray, record: bool):
         self.E = E
@@ -505,29 +465,9 @@ class Prices:
     policy prices with, with its predicted tokens per step τ̂ at every k of the policy (priced
     policies: toggle, adaptive)."""
 
-    __slots__ = (
-        "alpha_est",
-        "blk",
-        "budget",
-        "cap",
-        "fixed",
-        "krow",
-        "krow_of",
-        "max_batch",
-        "max_prompt",
-        "min_step_s",
-        "per_ctx",
-        "pol_ks",
-        "pol_rows",
-        "policy",
-        "policy_ctx",
-        "prefill_batches_s",
-        "rbar",
-        "single_prefill",
-        "slots_max",
-        "tau_est",
-        "tau_of",
-    )
+    __slots__ = ("alpha_est", "blk", "budget", "cap", "fixed", "krow", "krow_of", "max_batch", "max_prompt",
+                 "min_step_s", "per_ctx", "pol_ks", "pol_rows", "policy", "policy_ctx", "prefill_batches_s", "rbar",
+                 "single_prefill", "slots_max", "tau_est", "tau_of")
 
     def __init__(self, cfg: EngineConfig, E: int, max_prompt: int, alpha_estimates: np.ndarray | None):
         self.policy, self.policy_ctx, self.prefill_batches_s = cfg.policy, cfg.policy_ctx, cfg.prefill_batches_s
