@@ -1,7 +1,7 @@
 """The fleet engine's scheduled events (phase 1 of sim/fleet/loop.py's round): work released and
 weights switched, for the whole pool at once.
 
-Events are kept in the order they are scheduled (the state's Schedule part); each engine holds a
+Events are kept in the order they are scheduled (the state's EventSchedule part); each engine holds a
 pointer to the next event that concerns it (`ev_ptr`) and that event's time (`next_ev`), so
 finding the due events of every engine is one comparison. A switch is applied in flight (the
 running batch re-keys from its progress so far) or gated (the engine admits nothing until its

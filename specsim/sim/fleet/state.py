@@ -20,7 +20,7 @@ one row of an array here, held in a few parts that each change together (FleetSt
   counts, prefill time, responses left per engine × RL step);
 * `Prices` — the cost table's rows for this config, the KV geometry, the prefill table and each
   engine's priced acceptance (read-only in the phases but for switches);
-* `Schedule` — the scheduled events and each engine's pointer into them (sim/fleet/events.py).
+* `EventSchedule` — the scheduled events and each engine's pointer into them (sim/fleet/events.py).
 
 Invariants every phase keeps (checked by the fast-vs-reference tests and `Fleet.check`):
 * the total context of engine e at its boundary s is A[e] + B[e]·s;
@@ -551,7 +551,7 @@ class Prices:
         return self.single_prefill
 
 
-class Schedule:
+class EventSchedule:
     """The pool's scheduled events (work released, weights switched: sim/fleet/events.py) in the
     order they were scheduled, each (time, kind, payload, mask of the engines it concerns); per
     engine a pointer to the next event that concerns it (`ev_ptr`) and that event's time
@@ -606,7 +606,7 @@ class Schedule:
 class FleetState:
     """A pool of engines sharing one EngineConfig (names apart), its state in eight parts:
     `resp` (Responses), `engines` (Engines), `slots` (Slots), `queues` (Queues), `groups`
-    (Groups), `counters` (Counters), `prices` (Prices) and `schedule` (Schedule). A phase takes
+    (Groups), `counters` (Counters), `prices` (Prices) and `schedule` (EventSchedule). A phase takes
     the parts it reads by argument, or the state and names its parts in its first lines; what
     changes several parts at once (keying, prefill) is a method here."""
 
@@ -641,7 +641,7 @@ class FleetState:
         J = n_steps if n_steps is not None else (int(steps.max()) + 1 if N else 1)
         self.counters = Counters(E, np.bincount(eng_of * J + steps, minlength=E * J).reshape(E, J).astype(np.int64)
                                  if remaining is None else np.array(remaining, dtype=np.int64), cfg.record_timeline)
-        self.schedule = Schedule(E)
+        self.schedule = EventSchedule(E)
         self.open = open_
 
     # ---------------------------------------------------------------- keying (resp, engines, slots, counters)

@@ -21,7 +21,7 @@ from dataclasses import replace
 import numpy as np
 
 from specsim.errors import InvariantError
-from specsim.sim.fleet.state import RESPONSE_FIELDS, FleetState, Queues, Responses, Schedule, ragged, stable_order
+from specsim.sim.fleet.state import RESPONSE_FIELDS, EventSchedule, FleetState, Queues, Responses, ragged, stable_order
 
 __all__ = ["rewindow"]
 
@@ -88,7 +88,7 @@ def _requeue(qs: Queues, rs: Responses, old_to_new: np.ndarray, new_at: np.ndarr
     qs.qend = head + cnt
 
 
-def _follow_switches(sc: Schedule, rs: Responses, old_to_new: np.ndarray, E: int) -> None:
+def _follow_switches(sc: EventSchedule, rs: Responses, old_to_new: np.ndarray, E: int) -> None:
     """The switches some engine has still to apply (fleet/events: not yet let go) name their
     responses by index: move them to the new indices (a response let go has finished, and no
     switch concerns it)."""
