@@ -80,9 +80,10 @@ def caveats(resolved: dict, summary: dict) -> list[str]:
                    "are projections from fitted kernels, the trainer's throughput and the scenario's assumed lengths "
                    "and acceptance, not predictions checked against a measurement at this configuration.")
     if Path(hw).stem.lower() == "gb200":
-        out.append("On GB200 specsim prices NeMo-RL's measured GRPO steps too fast (median −27 % over 7 rows, "
-                   "generation the largest part of it: docs/validation.md, NeMo-RL performance rows): treat GB200 "
-                   "step times as optimistic.")
+        out.append("On GB200, 5 of NeMo-RL's 7 measured GRPO step times are within 20 % (median −3.5 %), but its two "
+                   "Qwen3-235B rows on 128 GPUs (two NVL72 racks) are priced 48-55 % too fast, with no mechanism found "
+                   "(docs/validation.md, NeMo-RL performance rows): treat GB200 step times of pools beyond one rack "
+                   "as optimistic.")
     ks = [int(k) for k in (summary.get("swept") or {}).get("speculation.k", [])] or \
         [int((resolved.get("speculation") or {}).get("k") or 0)]
     if max(ks) >= LONG_DRAFT_K:
