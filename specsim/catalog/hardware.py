@@ -26,6 +26,18 @@ PROFILE_DIR = Path(__file__).resolve().parent / "hardware_profiles"
 
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp4": 0.5, "int4": 0.5}
 
+#: bytes of one datasheet "GB" of GPU memory: HBM is built of binary-sized stacks (H100: five 16 GiB
+#: HBM3 stacks), so the "80 GB" of an H100 is 80 GiB; nvidia-smi reports the devices' totals within
+#: 0.6 % of hbm_gb GiB (calibration/published/gpu_memory_totals.csv: A100-SXM4-80GB 81,920 MiB, H100
+#: 81,559, H200 143,771, H20 97,871, B200 183,359, GB200 189,471)
+HBM_GB_BYTES = 2.0**30
+#: the share of that capacity CUDA hands to a process (torch.cuda.mem_get_info's total, which vLLM's
+#: `gpu_memory_utilization` multiplies and a trainer allocates from): the rest is nvidia-smi's
+#: "reserved" memory and the rows the driver keeps back. Measured on an H200 (driver 580.159.04):
+#: 150,109,880,320 bytes = 139.80 GiB of 141 (0.9915; nvidia-smi 143,771 MiB total, 616 MiB
+#: reserved); H100 80 GB in torch's out-of-memory messages: 79.18-79.33 GiB of 80 (0.990-0.992)
+CUDA_VISIBLE_FRACTION = 0.991
+
 
 @dataclass(frozen=True)
 class Efficiency:
@@ -220,7 +232,10 @@ class KernelTables:
 
 @dataclass(frozen=True)
 class HardwareSpec:
-    """One GPU type and its interconnect. Bandwidths are per GPU; NVLink per direction."""
+    """One GPU type and its interconnect. Bandwidths are per GPU; NVLink per direction.
+    `hbm_bytes` is the memory a process can allocate: the datasheet's `hbm_gb` binary gigabytes
+    times CUDA_VISIBLE_FRACTION (what vLLM's gpu_memory_utilization and the trainer's memory check
+    take their share of)."""
 
     name: str
     description: str
@@ -483,7 +498,7 @@ def _parse_profile(where: str, data: bytes) -> HardwareSpec:
         name=str(doc.get("name", path.stem)),
         description=str(doc.get("description", "")),
         peak_flops=peak,
-        hbm_bytes=num("hbm_gb") * 1e9,
+        hbm_bytes=num("hbm_gb") * HBM_GB_BYTES * CUDA_VISIBLE_FRACTION,
         hbm_bw_bytes_per_s=num("hbm_tbps") * 1e12,
         nvlink_bw_bytes_per_s=num("nvlink_gbps_per_direction") * 1e9,
         nvlink_domain_gpus=int(domain),

@@ -9,7 +9,11 @@ describe (bus bandwidth = algorithm bandwidth · 2(n−1)/n for all-reduce):
     all_gather / reduce_scatter  t = hop_lat(n) + (n−1)/n · bytes / (bw · eff_comm)
     hop_lat(n) = lat · ⌈log2 n⌉ inside one NVLink domain; across domains (NCCL's hierarchical
                  tree) lat_nvlink · ⌈log2 d⌉ + lat_scaleout · ⌈log2 ⌈n/d⌉⌉, d = the domain's GPUs
-    all_to_all  t = lat_step + (n−1)/n · bytes_per_gpu / (bw · eff_comm)
+    all_to_all  t = lat_step + (n−1)/n · bytes_per_gpu / (bw · eff_comm)        (inside one domain)
+                across domains, each GPU sends every peer its share directly: the d − 1 peers of its
+                own domain over NVLink and the n − d others over its NIC, at once (NCCL's all-to-all
+                is n send/recv pairs; the group's ranks fill whole domains, d = min(n, domain GPUs)):
+                t = lat_step + max((n−d)/n · bytes / bw_scaleout, (d−1)/n · bytes / bw_nvlink)
     broadcast (pipelined)  t = lat · ⌈log2 n⌉ + bytes / (bw · eff_comm)
 
 A group of n GPUs communicates over NVLink when it fits in one NVLink domain; otherwise the
@@ -130,11 +134,21 @@ def _step_latency_s(hw: HardwareSpec, group_gpus: int) -> float:
 
 
 def all_to_all_s(nbytes_per_gpu, group_gpus: int, hw: HardwareSpec):
+    """All-to-all of `nbytes_per_gpu` per GPU (module docstring): across domains only the share for
+    peers in other domains crosses the NIC, while the share for the own domain's peers moves over
+    NVLink at the same time."""
     if group_gpus <= 1:
         return _zero(nbytes_per_gpu)
-    bw, _ = link(hw, group_gpus)
     n = group_gpus
-    return _step_latency_s(hw, n) + (n - 1) / n * nbytes_per_gpu / bw
+    lat = _step_latency_s(hw, n)
+    bw, _ = link(hw, n)
+    if n <= hw.nvlink_domain_gpus:
+        return lat + (n - 1) / n * nbytes_per_gpu / bw
+    d = hw.nvlink_domain_gpus
+    bw_nvlink, _ = link(hw, d)
+    across = (n - d) / n * nbytes_per_gpu / bw
+    inside = (d - 1) / n * nbytes_per_gpu / bw_nvlink
+    return lat + (np.maximum(across, inside) if np.ndim(across) else max(across, inside))
 
 
 def broadcast_s(nbytes, group_gpus: int, hw: HardwareSpec):

@@ -564,7 +564,7 @@ def check_training_fits(model: ModelSpec, hw: HardwareSpec, tl: TrainingLayout, 
             f"({mem.state_bytes / GB:.0f} GB params+grads+optimizer at {tl.optimizer_bytes_per_param:g} B/param, "
             f"{tl.sharding} over {tl.describe()}, {mem.activation_bytes / GB:.0f} GB activations for micro-batches of "
             f"{tl.micro_batch_tokens} tokens); training.gpus={tl.gpus} gives {mem.hbm_bytes / GB:.0f} GB per GPU "
-            f"on {hw.name}: add training GPUs, raise training.tp/cp/pp or lower training.micro_batch_tokens")
+            f"(what CUDA gives a process on {hw.name}): add training GPUs, raise training.tp/cp/pp or lower training.micro_batch_tokens")
     return mem
 
 

@@ -186,8 +186,15 @@ def test_all_reduce_takes_the_faster_of_one_shot_and_ring_within_eight_gpus():
     assert float(comm.all_reduce_s(small, 16, gb)) == pytest.approx(4 * lat16 + 2 * 15 / 16 * small / bw16)
     # an all-to-all is one step over the switch: the one-shot latency where the profile has one
     assert float(comm.all_to_all_s(small, 8, hw)) == pytest.approx(3e-6 + 7 / 8 * small / bw)
-    assert float(comm.all_to_all_s(small, 16, hw)) == pytest.approx(H100.scaleout_latency_s + 15 / 16 * small
-                                                                    / comm.link(hw, 16)[0])
+    # across two 8-GPU hosts, 8 of a GPU's 16 shares cross its NIC while 7 go over NVLink at once
+    nic = comm.link(hw, 16)[0]
+    assert float(comm.all_to_all_s(small, 16, hw)) == pytest.approx(H100.scaleout_latency_s + 8 / 16 * small / nic)
+    big = np.array([1e6, 1e9])
+    assert np.allclose(comm.all_to_all_s(big, 64, hw), H100.scaleout_latency_s + 56 / 64 * big / nic)
+    # NVLink-bound only if the NIC were faster than NVLink's share: the max of the two
+    fast_nic = replace(hw, scaleout_bw_bytes_per_s=1e15)
+    assert float(comm.all_to_all_s(1e9, 16, fast_nic)) == pytest.approx(
+        fast_nic.scaleout_latency_s + 7 / 16 * 1e9 / comm.link(fast_nic, 8)[0])
 
 
 # ----------------------------------------------------------------------------- memory
