@@ -50,9 +50,10 @@ def test_check_reports_both_pools_and_their_memory():
     assert r.exit_code == 0, r.output
     info = json.loads(r.stdout)
     assert (info["rollout_hardware"], info["training_hardware"]) == ("h20", "h100_sxm")
-    assert info["memory_gb_per_gpu"]["hbm_gb"] == pytest.approx(96.0)        # the engines: H20
+    gib_gb = 2**30 * 0.991 / 1e9        # a datasheet GB as CUDA gives it, in 10^9 bytes
+    assert info["memory_gb_per_gpu"]["hbm_gb"] == pytest.approx(96.0 * gib_gb)        # the engines: H20
     assert info["trainer"]["hardware"] == "h100_sxm"
-    assert info["trainer"]["memory_gb_per_gpu"]["hbm"] == pytest.approx(80.0)  # the trainer: H100
+    assert info["trainer"]["memory_gb_per_gpu"]["hbm"] == pytest.approx(80.0 * gib_gb)  # the trainer: H100
     t = runner.invoke(app, ["check", MIXED, *_sets()])
     assert t.exit_code == 0 and "trained on h100_sxm, generated on h20" in t.stdout
     assert "trainer memory per GPU" in t.stdout and "rollout memory per GPU" in t.stdout
