@@ -230,12 +230,12 @@ class Fleet(FleetState):
         what the chain leaves out for an engine is the relay at its chain boundaries, which equals
         the loop (relay.py). In a pool that thrashes its KV budget most preemptions follow the
         engine's previous one with no finish between (the 235B plan's TP2·EP2 layout at 340
-        rollout GPUs: 85 %, in chains of up to hundreds). The cap: a chain boundary costs about
-        what a round costs (fit_batch and phase 5 over the chain's engines), and a round that ran
-        every engine's chain to its end would run the chains of different engines one after the
-        other where rounds run them side by side (that run: 1.7× the CPU uncapped, 0.85× at 3).
-        Counts the preempting boundaries it ran in `kv_chain_boundaries`. Writes what phases 5
-        and 2 write."""
+        rollout GPUs: 85 %, and one finish boundary in 31 comes after 20 or more). The cap: a
+        chain boundary costs about what a round costs (fit_batch and phase 5 over the chain's
+        engines), and a round that ran every engine's chain to its end would run the chains of
+        different engines one after the other where rounds run them side by side (that run: 1.7×
+        the CPU uncapped, 0.85× at 3). Counts the preempting boundaries it ran in
+        `kv_chain_boundaries`. Writes what phases 5 and 2 write."""
         pos = np.flatnonzero(plan.kv_step)
         nf, m, dt = plan.nf.copy(), plan.m.copy(), plan.dt.copy()
         kv_step = plan.kv_step.copy()
