@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from engine_helpers import make_config, make_work
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specsim.policy import Always, Off, Schedule, Threshold
 from specsim.sim.engine.loop import FastEngine
@@ -53,7 +55,7 @@ def test_fleet_matches_v1_and_reference_on_a_pool(label, policy, kv):
     engine's to rounding (same keying, same events), and the pool's mean rollout is within 1 %
     of the reference engine's (mean over 8 draws; tight budgets preempt)."""
     cfg = make_config(policy, max_batch=64, kv_capacity_tokens=kv)
-    fleet_t, ref_t, preempted = [], [], 0
+    fleet_t, ref_t, preempted, chained = [], [], 0, 0
     for seed in range(8):
         works = [make_work(100 * seed + e, groups=8, group_size=8, median=500, cap=1200, concentration=10.0)
                  for e in range(6)]
@@ -61,6 +63,7 @@ def test_fleet_matches_v1_and_reference_on_a_pool(label, policy, kv):
         fl = _pool(cfg, works, zs)
         fl.run()
         fl.check()
+        chained += fl.kv_chain_boundaries
         res = fl.results()
         for e, (w, z, r) in enumerate(zip(works, zs, res)):
             v1 = FastEngine(cfg, w, z)
@@ -84,6 +87,7 @@ def test_fleet_matches_v1_and_reference_on_a_pool(label, policy, kv):
     assert rel < 0.01, f"{label}: fleet {np.mean(fleet_t):.3f}s vs reference {np.mean(ref_t):.3f}s ({rel:.2%})"
     if kv < 10**6:
         assert preempted > 0
+        assert chained > 0, "no boundary ran in the KV chain: the tight pools no longer cover it"
 
 
 @pytest.mark.parametrize("kv", [40_000, 12_000], ids=["kv-40k", "kv-12k-bound"])
@@ -610,3 +614,59 @@ def test_relay_equals_the_round_by_round_loop(kv, k, monkeypatch):
     assert sum(kept) > 0, "the relay never kept a segment: the test no longer covers it"
     if kv < 20_000:
         assert preempted > 0, "the tightest budget no longer preempts"
+
+
+def _fleet_arrays(fl) -> dict:
+    """Every array of a fleet's responses, engines, counters, slots and queues, copied."""
+    out = {}
+    for part in ("resp", "engines", "counters", "slots", "queues"):
+        obj = getattr(fl, part)
+        for name in obj.__slots__:
+            v = getattr(obj, name)
+            if isinstance(v, np.ndarray):
+                out[f"{part}.{name}"] = v.copy()
+    return out
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 10**6), kv=st.integers(6_000, 12_000), max_batch=st.sampled_from([32, 64]),
+       policy=st.sampled_from([Off(), Always(k=3), Threshold(k=5, max_batch=24)]), open_=st.booleans())
+def test_kv_chain_is_the_round_by_round_loop_bit_for_bit(seed, kv, max_batch, policy, open_):
+    """A pool that thrashes its KV budget runs its chains of overflow-step preemptions (no finish
+    between them) in one round (Fleet._kv_chain) with the round's own phases: the same pool with
+    the chain switched off steps them one round at a time, and every array of the two fleets is
+    identical, bit for bit (the drain and the relay off on both sides: their closed forms sum an
+    engine's segments behind those of the engines sharing the call, so which engines share a call
+    moves their sums by rounding). Closed pools and open ones (two releases, a gated weight switch,
+    stop times and watched steps as the async stream makes them) of drawn sizes; the chain must
+    have run."""
+    import dataclasses
+
+    cfg = dataclasses.replace(make_config(policy, max_batch=max_batch, kv_capacity_tokens=kv), record_timeline=False)
+    works, zs, t_late, step_ids = _lagged_work(cfg, seed, groups=8)
+    out = []
+    for chain in (True, False):
+        fl = _pool(cfg, works, zs, open_=open_, step_ids=step_ids if open_ else None)
+        fl.drainable = fl.open_drainable = fl.relayable = False
+        fl.kv_chainable = chain
+        if open_:
+            first = np.flatnonzero(step_ids < 2)
+            fl.release(first, 0.0, np.arange(4))
+            if policy.ks[-1]:
+                a = np.full(fl.resp.N, 0.5)
+                k = policy.ks[-1]
+                lw = step_law(a, k, cfg.position_decay)
+                fl.switch(0.25 * t_late, SwitchPayload(1, np.arange(fl.resp.N), fl.resp.off.copy(), a,
+                                                       {k: (lw.mu, lw.inv_mu, lw.offset, lw.sd1, lw.skew1)}, False))
+            fl.release(np.setdiff1d(np.arange(fl.resp.N), first), t_late, np.arange(4))
+            for until_s, watch in ((0.2 * t_late, None), (INF, 0), (0.9 * t_late, None), (INF, 1), (INF, None)):
+                fl.run(until_s=until_s, watch_step=watch)
+        else:
+            fl.run()
+        fl.check()
+        out.append((fl, _fleet_arrays(fl)))
+    (chained, a), (stepped, b) = out
+    assert chained.kv_chain_boundaries > 0 and stepped.kv_chain_boundaries == 0
+    assert chained.resp.preempt.sum() >= chained.kv_chain_boundaries
+    for name in a:
+        assert np.array_equal(a[name], b[name], equal_nan=True), name

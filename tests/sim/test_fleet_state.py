@@ -35,7 +35,7 @@ def test_fleet_state_is_its_parts():
     __slots__, so no phase can hang a stray attribute on it."""
     fl = _small_fleet()
     state = {k for k in vars(fl) if k not in ("batch_dependent", "drainable", "open_drainable", "relayable",
-                                              "relay_paused")}
+                                              "relay_paused", "kv_chainable", "kv_chain_boundaries")}
     assert state == PARTS | {"cfg", "open"}
     for name in PARTS:
         part = getattr(fl, name)
