@@ -8,10 +8,10 @@ Run it from a checkout's root with PYTHONPATH set to that checkout (a script's o
 working directory, is first on sys.path). A change that claims to keep every number (a cache, a
 faster sort, a vectorised loop) is checked by `cmp` of the two files. The cases: the main job's
 pool (384 engines) at 256 × 16 and 4096 × 16 at several k and lags, its capacity plan's 768-GPU
-pool, the 235B plan's KV-bound TP2·EP2 layout (engines whose KV holds ~60 of their sequences:
-admissions and preemptions every round), and the 8B pools with a tight KV budget (preemption) on
-the fleet and the per-engine engine. LABELs run only the cases whose label contains one of them.
-Prints each case's CPU seconds.
+pool, the 235B plan's TP2·EP2 layout at 4096 × 16 (engines whose KV holds ~60 of their sequences:
+admissions and preemptions every round; at 256 × 16 on 1,024 GPUs it never preempts), and the 8B
+pools with a tight KV budget (preemption) on the fleet and the per-engine engine. LABELs run only
+the cases whose label contains one of them. Prints each case's CPU seconds.
 """
 
 from __future__ import annotations
