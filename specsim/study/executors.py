@@ -242,7 +242,13 @@ def _execute_in_worker(index: tuple[int, int], task: RunTask) -> dict:
 
 
 def _kill_pool(pool: ProcessPoolExecutor) -> None:
+    """Cancel what is queued, terminate the workers and wait (2 s at most each) for them and for the
+    executor's manager thread: a manager thread still alive at interpreter exit is woken through
+    its pipe by concurrent.futures' exit hook, and on CPython 3.11 that write can meet the pipe the
+    thread has just closed, printing "Exception ignored … OSError: [Errno 9] Bad file descriptor"
+    after an interrupted command's last line."""
     procs = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for p in procs:
         try:
@@ -254,6 +260,8 @@ def _kill_pool(pool: ProcessPoolExecutor) -> None:
             p.join(timeout=2)
         except (OSError, ValueError, AttributeError, AssertionError):
             pass
+    if manager is not None and manager is not threading.current_thread():
+        manager.join(timeout=2)
 
 
 @contextlib.contextmanager
