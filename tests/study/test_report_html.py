@@ -128,3 +128,7 @@ def test_caveat_rules():
     gb200 = [c for c in caveats(_resolved(hardware="gb200"), {}) if "GB200" in c]   # NeMo-RL's measured steps
     assert len(gb200) == 1 and "optimistic" in gb200[0]
     assert not any("GB200" in c for c in caveats(_resolved(hardware="h100_sxm"), {}))
+    h100 = [c for c in caveats(_resolved(hardware="h100_sxm", model="Qwen3-235B-A22B"), {}) if "PR #3278" in c]
+    assert len(h100) == 1 and "split" in h100[0]                       # NeMo-RL's measured stage times
+    assert not any("PR #3278" in c for c in caveats(_resolved(hardware="gb200", model="Qwen3-235B-A22B"), {}))
+    assert not any("PR #3278" in c for c in caveats(_resolved(hardware="h100_sxm"), {}))

@@ -84,6 +84,11 @@ def caveats(resolved: dict, summary: dict) -> list[str]:
                    "Qwen3-235B rows on 128 GPUs (two NVL72 racks) are priced 48-55 % too fast, with no mechanism found "
                    "(docs/validation.md, NeMo-RL performance rows): treat GB200 step times of pools beyond one rack "
                    "as optimistic.")
+    if Path(hw).stem.lower() == "h100_sxm" and model.lower() == "qwen3-235b-a22b":
+        out.append("On H100, NeMo-RL's measured stage times of its Qwen3-235B-A22B 1-off recipe (PR #3278) show the "
+                   "step priced within 21 % but its split wrong: generation the trainer waits for priced 29-40 % short, "
+                   "the trainer side 27-62 % long (docs/validation.md, NeMo-RL stage rows): treat this run's split "
+                   "between generation and training, and what a faster rollout buys, as uncertain.")
     ks = [int(k) for k in (summary.get("swept") or {}).get("speculation.k", [])] or \
         [int((resolved.get("speculation") or {}).get("k") or 0)]
     if max(ks) >= LONG_DRAFT_K:
