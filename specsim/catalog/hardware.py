@@ -258,6 +258,11 @@ class HardwareSpec:
     # GPUs of one host (`gpus_per_node`; None: the NVLink domain): the engines' one-shot all-reduce
     # runs only inside one host (cost/comm.all_reduce_s)
     gpus_per_node: int | None = None
+
+    @property
+    def datasheet_hbm_gb(self) -> float:
+        """The profile's `hbm_gb` as the datasheet states it (80 for an H100): hbm_bytes undone."""
+        return self.hbm_bytes / (HBM_GB_BYTES * CUDA_VISIBLE_FRACTION)
     # GPU <-> host memory, bytes/s per direction (`host_link_gbps_per_direction`; None: not given)
     host_bw_bytes_per_s: float | None = None
     # the trainer's host time of one layer pass, and the extra of an MoE layer's (`trainer:` block)

@@ -248,7 +248,10 @@ def emit_json(obj: Any) -> None:
 
 
 def gb_label(key: str) -> str:
-    """A table label for a `*_gb` JSON key: 'kv_cache_gb' -> 'KV cache', 'hbm_gb' -> 'HBM'."""
+    """A table label for a `*_gb` JSON key of a memory plan: 'kv_cache_gb' -> 'KV cache', 'hbm_gb' ->
+    'GPU memory (CUDA)' (the plan's whole is what CUDA gives a process, not the datasheet's HBM)."""
+    if key == "hbm_gb":
+        return "GPU memory (CUDA)"
     words = key.removesuffix("_gb").split("_")
     return " ".join(w.upper() if w in ("kv", "hbm") else w for w in words)
 

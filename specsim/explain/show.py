@@ -266,7 +266,7 @@ def hardware_listing() -> list[dict]:
     for name in list_hardware():
         hw = load_hardware(name)
         out.append({"name": name, "description": hw.description, "bf16_dense_tflops": hw.flops_per_s("bf16") / 1e12,
-                    "hbm_gb": hw.hbm_bytes / 1e9, "hbm_tb_per_s": hw.hbm_bw_bytes_per_s / 1e12,
+                    "hbm_gb": hw.datasheet_hbm_gb, "cuda_memory_gib": hw.hbm_bytes / 2**30, "hbm_tb_per_s": hw.hbm_bw_bytes_per_s / 1e12,
                     "nvlink_gb_per_s_per_direction": hw.nvlink_bw_bytes_per_s / 1e9,
                     "nvlink_domain_gpus": hw.nvlink_domain_gpus})
     return out

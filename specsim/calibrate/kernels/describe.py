@@ -22,7 +22,9 @@ def hardware_info(name_or_path: str) -> dict:
     peaks = [{"quantity": f"peak dense {dt}", "value": v / 1e12, "unit": "TFLOP/s", "source": src.get(f"peak_dense_tflops.{dt}", "")}
              for dt, v in hw.peak_flops.items()]
     peaks += [
-        {"quantity": "HBM", "value": hw.hbm_bytes / 1e9, "unit": "GB", "source": src.get("hbm_gb", "")},
+        {"quantity": "HBM", "value": hw.datasheet_hbm_gb, "unit": "GB", "source": src.get("hbm_gb", "")},
+        {"quantity": "memory a process gets (CUDA)", "value": hw.hbm_bytes / 2**30, "unit": "GiB",
+         "source": "the datasheet's GB read as GiB × 0.991 (calibration/published/gpu_memory_totals.csv)"},
         {"quantity": "HBM bandwidth", "value": hw.hbm_bw_bytes_per_s / 1e12, "unit": "TB/s", "source": src.get("hbm_tbps", "")},
         {"quantity": "NVLink per direction", "value": hw.nvlink_bw_bytes_per_s / 1e9, "unit": "GB/s",
          "source": src.get("nvlink_gbps_per_direction", "")},
