@@ -119,6 +119,9 @@ def test_caveat_rules():
     base = caveats(_resolved(), {"swept": {}})
     assert not any("projection" in c for c in base)                    # a validated configuration
     assert any("projection" in c for c in caveats(_resolved(model="Qwen3-235B-A22B"), {}))
+    assert any("No measured RL run" in c for c in caveats(_resolved(model="Qwen3-235B-A22B", hardware="b200"), {}))
+    ar_only = caveats(_resolved(model="Qwen3-235B-A22B"), {})            # NeMo-RL's AR rows, no SD run
+    assert any("measured AR step times" in c for c in ar_only) and not any("No measured RL run" in c for c in ar_only)
     assert any(f"k ≥ {LONG_DRAFT_K}" in c for c in caveats(_resolved(), {"swept": {"speculation.k": [0, 3, 5]}}))
     assert not any(f"k ≥ {LONG_DRAFT_K}" in c for c in base)
     async_ = caveats(_resolved(pipeline={"mode": "async"}), {})
