@@ -123,7 +123,9 @@ class RolloutSection(Strict):
     max_batch: int | None = Field(default=None, ge=1, le=65536,
                                   description="most sequences an engine runs at once (vLLM `max_num_seqs`); null: "
                                               "vLLM's own default (`EngineArgs.get_batch_defaults`): 1024 on a GPU "
-                                              "with ≥ 70 GiB other than the A100, 256 otherwise")
+                                              "with ≥ 70 GiB other than the A100, 256 otherwise, as the `LLM` class and the API "
+                                              "server get it; an engine built by `AsyncLLM.from_engine_args` without a "
+                                              "usage context (NeMo-RL's `vllm_cfg.async_engine`) runs 128")
     gpu_memory_utilization: float = Field(default=0.9, ge=0.01, le=1,
                                           description="share of HBM the engine may use (colocated sync runs leave "
                                                       "room for the trainer)")

@@ -71,6 +71,16 @@ ROWS = {
 # `async_engine: true` (vLLM's AsyncLLM, engine core in a process of its own).
 INPROCESS = {"v06_gb200_30b_sync_16", "v06_h100_30b_sync_32", "v05_h100_llama8b_sync_16", "v05_gb200_llama8b_sync_8"}
 
+# vLLM's batch limits as NeMo-RL's engines get them (NeMo-RL v0.6.0 pins vllm 0.17.1 and passes
+# neither `max_num_seqs` nor `max_num_batched_tokens`; vllm/engine/arg_utils.py
+# `_set_default_max_num_seqs_and_batched_tokens_args`): the in-process `vllm.LLM` runs with usage
+# context LLM_CLASS, whose defaults on a GPU of >= 70 GiB that is not an A100 are 1,024 sequences and
+# 16,384 tokens a step (`get_batch_defaults`); the async engine is built by
+# `AsyncLLM.from_engine_args`, whose usage context ENGINE_CONTEXT has no entry in those tables, so
+# it falls back to SchedulerConfig's DEFAULT_MAX_NUM_SEQS 128 and DEFAULT_MAX_NUM_BATCHED_TOKENS 2,048.
+LLM_CLASS_MAX_SEQS, LLM_CLASS_BATCHED_TOKENS = 1024, 16384
+ENGINE_CONTEXT_MAX_SEQS, ENGINE_CONTEXT_BATCHED_TOKENS = 128, 2048
+
 
 def prompt_mean() -> float:
     s = math.log(PROMPT_P99 / PROMPT_MEDIAN) / stats.norm.ppf(0.99)
@@ -110,10 +120,14 @@ def scenario(row_id: str, spec: tuple) -> str:
         f"  gpus: {gen}",
         f"  tp: {gen_tp}                       # vllm_cfg.tensor_parallel_size",
         f"  gpu_memory_utilization: {mem}   # vllm_cfg.gpu_memory_utilization",
-        f"  max_batched_tokens: {max_seq}",
     ]
     if row_id in INPROCESS:
-        lines.append("  inprocess_engine: true      # vllm_cfg.async_engine false: in-process LLM.generate")
+        lines += [f"  max_batched_tokens: {LLM_CLASS_BATCHED_TOKENS}   # vLLM's LLM-class default on a GPU of >= 70 GiB",
+                  f"  max_batch: {LLM_CLASS_MAX_SEQS}            # (EngineArgs.get_batch_defaults); NeMo-RL sets neither",
+                  "  inprocess_engine: true      # vllm_cfg.async_engine false: in-process LLM.generate"]
+    else:
+        lines += [f"  max_batched_tokens: {ENGINE_CONTEXT_BATCHED_TOKENS}   # AsyncLLM.from_engine_args: usage context ENGINE_CONTEXT has",
+                  f"  max_batch: {ENGINE_CONTEXT_MAX_SEQS}             # no batch default: SchedulerConfig.DEFAULT_MAX_NUM_*"]
     lines += [
         "training:",
     ]

@@ -95,7 +95,7 @@ def caveats(resolved: dict, summary: dict) -> list[str]:
                    "as optimistic.")
     if Path(hw).stem.lower() == "h100_sxm" and model.lower() == "qwen3-235b-a22b":
         out.append("On H100, NeMo-RL's measured stage times of its Qwen3-235B-A22B 1-off recipe (PR #3278) show the "
-                   "step priced within 21 % but its split wrong: generation the trainer waits for priced 29-40 % short, "
+                   "step priced 12-21 % short and its split wrong: generation the trainer waits for priced 29-44 % short, "
                    "the trainer side 27-62 % long (docs/validation.md, NeMo-RL stage rows): treat this run's split "
                    "between generation and training, and what a faster rollout buys, as uncertain.")
     ks = [int(k) for k in (summary.get("swept") or {}).get("speculation.k", [])] or \
