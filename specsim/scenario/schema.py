@@ -452,6 +452,11 @@ class PipelineSection(Strict):
         "each engine stopping for the sync's transfer at its next step boundary while it loads the weights "
         "(NeMo-RL `async_grpo.in_flight_weight_updates`); without them each engine stops admitting, drains its "
         "batch, then swaps"))
+    max_groups_in_flight: int | None = Field(default=None, ge=1, le=10**7, description=(
+        "async: most prompt groups generating at once across the pool; a released group waits for a place and "
+        "starts when an earlier group's last response finishes (NeMo-RL's async collector holds "
+        "`num_prompts_per_step × max_trajectory_age_steps`: `algorithms/async_utils.py`, `_inflight_sema`); null: no "
+        "limit beyond the engines' own batch and KV. A sync step hands the engines all its groups at once: ignored"))
     reward_s: float = Field(default=2.0, ge=0, le=1e7, description="reward computation time per step (s)")
     engine_prepare_s: float = Field(default=0.0, ge=0, le=1e5, description=(
         "sync (colocated) only: waking the sleeping rollout engine and refit bookkeeping per weight update, on top "

@@ -19,6 +19,16 @@ barrier phase would (`cluster.dispatch`, the same common random numbers).
   F_j) without passing `horizon`, the next time the pipeline's clock may schedule a release or a
   switch; returns F_j, or None when the horizon came first.
 
+A limit on prompt groups in flight (`pipeline.max_groups_in_flight`, NeMo-RL's async collector:
+`num_prompts_per_step × max_trajectory_age_steps` groups, `algorithms/async_utils.py`
+`_inflight_sema`) turns a release into a queue: `release_step` hands step j's groups, in order, to a
+FIFO of waiting groups, and a waiting group starts (becomes admissible on its engine) when a place
+is free — at the moment the last response of an earlier group finishes. The engines then run in
+slices (`GROUP_SLICE_SHARE` of a group's mean time) while groups wait: a group is released at the
+exact finish that freed its place, and admitted at its engine's first step boundary from then on,
+or, where its engine had already stepped past that finish within the slice, at the engine's time
+(late by less than one slice; the slice length's effect is measured in docs/async-rl.md).
+
 With L = 0 every step's work is released only after the previous step finished and the trainer
 published, the engines are empty at each release, and the run equals a barrier-per-step pipeline
 (tested). Each step's engine noise (fast engine: one normal per response) is drawn from the same
@@ -33,6 +43,8 @@ about 0.8 GB instead of 5 GB, and its step records are bit-identical (tested).
 from __future__ import annotations
 
 from dataclasses import replace
+
+from collections import deque
 
 import numpy as np
 
@@ -50,6 +62,15 @@ from specsim.sim.select import pick_engine
 from specsim.world.specs import World
 
 INF = float("inf")
+
+#: how far the engines run between two looks at which groups finished while groups wait for a
+#: place (`pipeline.max_groups_in_flight`), as a share of the mean time a group has taken from its
+#: start to its last finish (before any group finished: of the time the oldest group in flight has
+#: run, at least GROUP_SLICE_MIN_S): a waiting group starts at the finish that frees its place, on
+#: an engine that may have stepped up to one slice past it. Measured on the NeMo-RL rows
+#: (docs/async-rl.md): slices of 0.05-1 s move their steps by at most 0.02 %
+GROUP_SLICE_SHARE = 0.005
+GROUP_SLICE_MIN_S = 0.01
 
 
 class StreamCluster:
@@ -69,6 +90,12 @@ class StreamCluster:
         self.mean_alpha0 = mean_alpha0
         self.group_engine = [self._memo(d, "dispatch", lambda d=d: (dispatch(world, d),))[0]
                              for d in draws]                 # per step: each group's engine
+        self.group_limit = world.pipeline.max_groups_in_flight
+        self.waiting: deque[tuple[int, int, float]] = deque()   # (step, group, released at) without a place
+        self.flying: list[tuple[int, int, float]] = []          # (step, group, started at), not seen finished
+        self.group_time_s = [0.0, 0]                            # Σ start-to-finish of finished groups, their count
+        self.clock = 0.0                                        # the engines have run up to here
+        self.engine_row: dict[int, int] = {}                    # world engine -> self.engines index
         d0 = draws[0]
         choice = pick_engine(engine, base, E, world.rollout.max_batch, world.kv_capacity_tokens,
                              np.repeat(d0.prompt_tokens, d0.response_tokens.shape[1]), d0.response_tokens.reshape(-1))
@@ -103,6 +130,7 @@ class StreamCluster:
             else:
                 eng = ReferenceEngine(cfg, work, np.random.default_rng([draws[0].engine_seed, e, 0xA5]), open_=True)
             bounds = np.searchsorted(cat["step"], np.arange(len(draws) + 1))
+            self.engine_row[e] = len(self.engines)
             self.engines.append(eng)
             self.u.append(cat["u"])
             self.ranges.append(bounds)
@@ -296,7 +324,16 @@ class StreamCluster:
         return table(u, cluster.GridPosition(self.gi_all[sel], self.gw_all[sel]))
 
     def release_step(self, j: int, t_s: float) -> None:
+        """Step j's groups become admissible at t_s; with a limit on groups in flight they join the
+        waiting groups, and as many start now as there are places (the module docstring)."""
         self.max_released = max(self.max_released, j)
+        if self.group_limit is not None:
+            self._collect_finished()
+            if self.fleet is not None:
+                self._ensure_window(j + 1)
+            self.waiting.extend((j, g, t_s) for g in range(len(self.draws[j].prompt_tokens)))
+            self._start_waiting([t_s])
+            return
         if self.fleet is not None:
             self._ensure_window(j + 1)
             self.fleet.release(self.step_idx[j], t_s, self.step_engines[j])
@@ -304,6 +341,107 @@ class StreamCluster:
         for eng, r in zip(self.engines, self.ranges):
             if r[j + 1] > r[j]:
                 eng.release(np.arange(r[j], r[j + 1]), t_s)
+
+    # ------------------------------------------------------------ groups in flight (a limit)
+    def _group_spans(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """Where each group of step j lies in the step's engine-major order (`_step_order`: a group
+        goes whole to one engine and keeps its queue order, so it is one run): [lo[g], hi[g])."""
+        d = self.draws[j]
+
+        def make():
+            order = self._step_order(j)[0]
+            g_at = order // d.response_tokens.shape[1]
+            first = np.flatnonzero(np.concatenate(([True], g_at[1:] != g_at[:-1])))
+            lo = np.empty(len(d.prompt_tokens), dtype=np.int64)
+            hi = np.empty(len(d.prompt_tokens), dtype=np.int64)
+            lo[g_at[first]] = first
+            hi[g_at[first]] = np.concatenate((first[1:], [len(g_at)]))
+            return lo, hi
+
+        return self._memo(d, "group_spans", make)
+
+    def _members(self, j: int, g: int) -> tuple[int, np.ndarray]:
+        """Group g of step j: (the row of its engine, its members' indices there) — fleet indices on
+        the fleet, the engine's own positions on a per-engine pool."""
+        lo, hi = (int(x[g]) for x in self._group_spans(j))
+        e = int(self.group_engine[j][g])
+        if self.fleet is not None:
+            return int(np.searchsorted(self.used, e)), self.step_idx[j][lo:hi]
+        first = int(np.searchsorted(self._step_order(j)[1], e))
+        row = self.engine_row[e]
+        at = int(self.ranges[row][j]) + lo - first
+        return row, np.arange(at, at + hi - lo)
+
+    def _start_waiting(self, free_at: list[float]) -> None:
+        """The waiting groups take the places free now and those freed at the times `free_at`
+        (ascending), first come first served: each starts at the later of its place's time and
+        its release."""
+        room = self.group_limit - len(self.flying)
+        times = [free_at[0]] * max(room - len(free_at), 0) + list(free_at[-room:] if room > 0 else [])
+        by_time: dict[float, list[tuple[int, np.ndarray]]] = {}
+        for t in sorted(times):
+            if not self.waiting:
+                break
+            j, g, released = self.waiting.popleft()
+            start = max(t, released)
+            self.flying.append((j, g, start))
+            by_time.setdefault(start, []).append(self._members(j, g))
+        for t, groups in by_time.items():
+            if self.fleet is not None:
+                self.fleet.release(np.concatenate([m for _, m in groups]), t,
+                                   np.unique(np.array([row for row, _ in groups])))
+            else:
+                for row, m in groups:
+                    self.engines[row].release(m, t)
+
+    def _collect_finished(self) -> list[float]:
+        """Drop the groups in flight whose last response has finished; their finish times,
+        ascending (a fleet's steps let go by its window finished long before: they free a place
+        at no particular time and are dropped without one)."""
+        if not self.flying:
+            return []
+        if self.fleet is None and self.fast:
+            for row in {self.engine_row[int(self.group_engine[j][g])] for j, g, _ in self.flying}:
+                self.engines[row].flush()
+        fin = np.full(len(self.flying), np.nan)
+        gone = np.zeros(len(self.flying), dtype=bool)
+        by_step: dict[int, list[int]] = {}
+        for i, (j, _, _) in enumerate(self.flying):
+            by_step.setdefault(j, []).append(i)
+        for j, at in by_step.items():
+            if self.fleet is not None and j < self.window[0]:
+                gone[at] = True
+                continue
+            fin[at] = self._group_finish_s(j, np.array([self.flying[i][1] for i in at]))
+        done = ~np.isnan(fin)
+        for i in np.flatnonzero(done).tolist():
+            self.group_time_s[0] += fin[i] - self.flying[i][2]
+            self.group_time_s[1] += 1
+        self.flying = [x for x, d, g in zip(self.flying, done.tolist(), gone.tolist()) if not (d or g)]
+        return np.sort(fin[done]).tolist()
+
+    def _group_finish_s(self, j: int, groups: np.ndarray) -> np.ndarray:
+        """The time the last response of each of step j's `groups` finished; NaN while one runs."""
+        if self.fleet is not None:
+            lo, _ = self._group_spans(j)
+            run_of = np.argsort(lo)                      # the groups as their runs lie in the step's order
+            per_run = np.maximum.reduceat(self.fleet.resp.finish_s[self.step_idx[j]], lo[run_of])   # NaN-propagating
+            out = np.empty(len(lo))
+            out[run_of] = per_run
+            return out[groups]
+        out = np.empty(len(groups))
+        for n, g in enumerate(groups.tolist()):
+            row, m = self._members(j, g)
+            out[n] = np.max(self.engines[row].finish_s[m])
+        return out
+
+    def _slice_s(self) -> float:
+        """The next slice's length while groups wait (GROUP_SLICE_SHARE)."""
+        total, n = self.group_time_s
+        if n:
+            return max(GROUP_SLICE_SHARE * total / n, GROUP_SLICE_MIN_S)
+        oldest = min((start for _, _, start in self.flying), default=self.clock)
+        return max(GROUP_SLICE_SHARE * (self.clock - oldest), GROUP_SLICE_MIN_S)
 
     def switch_all(self, t_s: float, version: int, mean_alpha: float, in_flight: bool, pause_s: float = 0.0) -> None:
         """Every engine runs `version` at acceptance `mean_alpha` from t_s. In flight, each engine
@@ -372,37 +510,53 @@ class StreamCluster:
 
     def advance(self, j: int, horizon: float, tick: Ticker | None = None) -> float | None:
         self.current_step = j
+        while self.waiting:       # groups wait for a place: slices, starting them as places free
+            until = min(horizon, self.clock + self._slice_s())
+            f = self._run_to(j, until, tick)
+            self.clock = until if f is None else f
+            freed = self._collect_finished()
+            if freed:
+                self._start_waiting(freed)
+            if f is not None:
+                self.finish_of_step[j] = f
+                return f
+            if until >= horizon:
+                return None
+        f = self._run_to(j, horizon, tick)
+        if f is None and horizon == INF:
+            raise RuntimeError(f"step {j} cannot finish: its work was never released")
+        self.clock = horizon if f is None else f
+        if f is not None:
+            self.finish_of_step[j] = f
+        return f
+
+    def _run_to(self, j: int, until: float, tick: Ticker | None) -> float | None:
+        """Run the engines until step j has finished everywhere (its finish F_j, where they then
+        stand) or until `until` (they stand at its step boundary; None)."""
         if self.fleet is not None:
-            return self._advance_fleet(j, horizon, tick)
+            fl = self.fleet
+            fl.run(until_s=until, watch_step=j, tick=tick)
+            if self._done(j):
+                f = self._step_finish_s(j)
+                if f <= until:
+                    fl.run(until_s=f)
+                    return f
+            if until < INF:
+                fl.run(until_s=until)
+            return None
         for e in self.engines:
-            e.run(until_s=horizon, watch_step=j)
+            e.run(until_s=until, watch_step=j)
             if tick is not None and tick.due():
                 tick.responses(self.finished_responses())
         if self._done(j):
             f = self._step_finish_s(j)
-            if f <= horizon:
+            if f <= until:
                 for e in self.engines:
                     e.run(until_s=f)
-                self.finish_of_step[j] = f
                 return f
-        if horizon == INF:
-            raise RuntimeError(f"step {j} cannot finish: its work was never released")
-        for e in self.engines:
-            e.run(until_s=horizon)
-        return None
-
-    def _advance_fleet(self, j: int, horizon: float, tick: Ticker | None) -> float | None:
-        fl = self.fleet
-        fl.run(until_s=horizon, watch_step=j, tick=tick)
-        if self._done(j):
-            f = self._step_finish_s(j)
-            if f <= horizon:
-                fl.run(until_s=f)
-                self.finish_of_step[j] = f
-                return f
-        if horizon == INF:
-            raise RuntimeError(f"step {j} cannot finish: its work was never released")
-        fl.run(until_s=horizon)
+        if until < INF:
+            for e in self.engines:
+                e.run(until_s=until)
         return None
 
     def finished_responses(self) -> int:

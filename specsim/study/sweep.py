@@ -169,6 +169,9 @@ def run_doc(sc: Scenario) -> dict:
     if doc["pipeline"]["mode"] == "sync":
         doc["pipeline"].pop("policy_lag", None)
         doc["pipeline"].pop("partial_rollouts", None)
+        doc["pipeline"].pop("max_groups_in_flight", None)
+    if doc["pipeline"].get("max_groups_in_flight", 0) is None:   # the default: run keys as before
+        doc["pipeline"].pop("max_groups_in_flight")
     if not sc.what_ifs:                                    # no counterfactual: run keys as before
         doc.pop("what_if", None)
     d = doc["drafter"]

@@ -291,7 +291,7 @@ def pipeline_spec(sc: Scenario) -> PipelineSpec:
     p, free = sc.pipeline, sc.what_if.free_trainer
     return PipelineSpec(sc.name, p.mode, p.steps, p.warmup_steps, p.policy_lag, p.partial_rollouts,
                         0.0 if free else float(p.reward_s), 0.0 if free else float(p.engine_prepare_s),
-                        0.0 if free else float(p.data_s))
+                        0.0 if free else float(p.data_s), p.max_groups_in_flight if p.mode == "async" else None)
 
 
 def _checked(sc: Scenario) -> _Checked:

@@ -60,7 +60,9 @@ class PipelineSpec:
     engine and the refit bookkeeping that no bandwidth term covers (fitted, not derived);
     `data_s` per step: loading the step's prompt batch, on the critical path of a sync step (before
     its generation) and, async, only for the first batch (the data loader prefetches the next
-    batches while the engines work, as NeMo-RL's async trajectory collector does)."""
+    batches while the engines work, as NeMo-RL's async trajectory collector does);
+    `max_groups_in_flight` (async): most prompt groups generating at once, a released group starting
+    when an earlier one's last response finishes (sim/stream.py); None: no limit."""
 
     name: str
     mode: str
@@ -71,6 +73,7 @@ class PipelineSpec:
     reward_s: float
     engine_prepare_s: float = 0.0
     data_s: float = 0.0
+    max_groups_in_flight: int | None = None
 
     @property
     def fill_steps(self) -> int:

@@ -10,6 +10,10 @@ so nothing else needs it. What each field is and where it comes from:
   v0.6.0 (Qwen3 rows) and v0.5.0 (Llama rows), on `examples/configs/grpo_math_1B.yaml` defaults
   (`train_global_batch_size` 512, sequence packing with `train_mb_tokens` = max sequence x
   `train_micro_batch_size` and `logprob_mb_tokens` = max sequence x `logprob_batch_size`).
+* NeMo-RL's code, not the recipe: vLLM's batch limits for the engine NeMo-RL builds (below), and,
+  async, the collector's limit on prompt groups in flight, `num_prompts_per_step ×
+  max_trajectory_age_steps` (v0.6.0 `algorithms/async_utils.py`, `_inflight_sema`; the same at
+  v0.5.0), each group sent whole to one engine, round-robin (`vllm_generation._async_generate_base`).
 * Assumed (not published): the length shape. Prompts are OpenMathInstruct-2 problems under
   NeMo-RL's CoT prompt, taken as lognormal median 150, p99 600 tokens (mean 179); responses are
   lognormal with log-sd 0.8, their median solved so that the capped mean prompt + response equals
@@ -164,6 +168,8 @@ def scenario(row_id: str, spec: tuple) -> str:
     if mode == "async":
         lines += [f"  policy_lag: {lag}                # grpo.async_grpo.max_trajectory_age_steps",
                   "  partial_rollouts: true       # async_grpo.in_flight_weight_updates",
+                  f"  max_groups_in_flight: {prompts * lag}   # the collector's _inflight_sema: num_prompts_per_step x "
+                  "max_trajectory_age_steps",
                   f"  steps: {lag + 8}", f"  warmup_steps: {lag + 3}"]
     else:
         lines += ["  steps: 4", "  warmup_steps: 1"]
