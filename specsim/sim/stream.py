@@ -26,8 +26,9 @@ FIFO of waiting groups, and a waiting group starts (becomes admissible on its en
 is free — at the moment the last response of an earlier group finishes. The engines then run in
 slices (`GROUP_SLICE_SHARE` of a group's mean time) while groups wait: a group is released at the
 exact finish that freed its place, and admitted at its engine's first step boundary from then on,
-or, where its engine had already stepped past that finish within the slice, at the engine's time
-(late by less than one slice; the slice length's effect is measured in docs/async-rl.md).
+or, where its engine had already run past that finish within the slice (busy, or idle and moved on
+to the slice's end), at the engine's time: late by less than one slice (the slice length's effect
+is measured in docs/async-rl.md).
 
 With L = 0 every step's work is released only after the previous step finished and the trainer
 published, the engines are empty at each release, and the run equals a barrier-per-step pipeline
@@ -42,9 +43,8 @@ about 0.8 GB instead of 5 GB, and its step records are bit-identical (tested).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from collections import deque
+from dataclasses import replace
 
 import numpy as np
 
@@ -68,7 +68,7 @@ INF = float("inf")
 #: start to its last finish (before any group finished: of the time the oldest group in flight has
 #: run, at least GROUP_SLICE_MIN_S): a waiting group starts at the finish that frees its place, on
 #: an engine that may have stepped up to one slice past it. Measured on the NeMo-RL rows
-#: (docs/async-rl.md): slices of 0.05-1 s move their steps by at most 0.02 %
+#: (docs/async-rl.md, "Groups in flight"): shares of 0.25-1 % move their steps by at most 0.3 %
 GROUP_SLICE_SHARE = 0.005
 GROUP_SLICE_MIN_S = 0.01
 

@@ -21,7 +21,7 @@ from specsim.world.resolve import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 SCEN = ROOT / "scenarios" / "8b_rl_think_sync.yaml"
-SMALL = {"workload.prompts": 8, "workload.group_size": 4, "rollout.gpus": 2, "pipeline.steps": 4,
+SMALL = {"workload.prompts": 8, "workload.group_size": 4, "rollout.gpus": 2, "pipeline.steps": 3,
          "pipeline.warmup_steps": 1, "pipeline.mode": "async", "training.gpus": 4, "pipeline.policy_lag": 1}
 ENGINES = ("fleet", "fast", "reference")
 
@@ -53,7 +53,7 @@ def _run(sc, engine: str, **over):
     return world, run_pipeline(world, engine=engine, engine_results=True)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(limit=st.integers(1, 6), lag=st.integers(0, 2), engine=st.sampled_from(ENGINES))
 def test_groups_in_flight_never_exceed_the_limit(small, limit, lag, engine):
     world, res = _run(small, engine, **{"pipeline.max_groups_in_flight": limit, "pipeline.policy_lag": lag})

@@ -168,8 +168,7 @@ def scenario(row_id: str, spec: tuple) -> str:
     if mode == "async":
         lines += [f"  policy_lag: {lag}                # grpo.async_grpo.max_trajectory_age_steps",
                   "  partial_rollouts: true       # async_grpo.in_flight_weight_updates",
-                  f"  max_groups_in_flight: {prompts * lag}   # the collector's _inflight_sema: num_prompts_per_step x "
-                  "max_trajectory_age_steps",
+                  f"  max_groups_in_flight: {prompts * lag}   # _inflight_sema: prompts x max_trajectory_age_steps",
                   f"  steps: {lag + 8}", f"  warmup_steps: {lag + 3}"]
     else:
         lines += ["  steps: 4", "  warmup_steps: 1"]
