@@ -155,6 +155,12 @@ def check(
                          + ("" if sc.rollout.max_batch else " (vLLM's default max_num_seqs for this GPU)"))
     tr = info["trainer"]
     t.add_row("training", f"{sc.pipeline.mode}: {tr['layout']}, {tr['sharding']}, MFU {tr['mfu']:.3f}")
+    if world.pipeline.mode == "async":
+        limit = world.pipeline.max_groups_in_flight
+        t.add_row("pipeline", f"async, policy lag {world.pipeline.policy_lag}, "
+                              + ("in-flight weight updates" if world.pipeline.partial_rollouts else "drain-then-swap updates")
+                              + (f", ≤ {limit:,} prompt groups in flight ({limit * w.group_size:,} sequences)"
+                                 if limit else ", no limit on groups in flight"))
     t.add_row("trainer, step 0's draw", f"{tr['tokens'] / 1e6:.1f} M tokens in {tr['optimizer_steps']} optimizer "
                                         f"step(s), {tr['micro_batches']} micro-batches per data-parallel rank: train "
                                         f"{tr['train_s']:.1f} s (math {tr['compute_s']:.1f}, data-parallel exchange "

@@ -112,6 +112,15 @@ def test_check_ok():
     assert "warning" not in out
 
 
+def test_check_names_the_async_pipeline_and_its_limit_on_groups_in_flight():
+    out = ok("check", SCENARIO, "--set", "pipeline.mode=async", "--set", "training.gpus=8",
+             "--set", "pipeline.max_groups_in_flight=24")
+    assert "async, policy lag 1" in out and "≤ 24 prompt groups in flight" in out
+    assert "no limit on groups in flight" in ok("check", SCENARIO, "--set", "pipeline.mode=async",
+                                                 "--set", "training.gpus=8")
+    assert "groups in flight" not in ok("check", SCENARIO)          # sync: no such line
+
+
 def test_check_json_with_override():
     info = json.loads(ok("check", SCENARIO, "--set", "rollout.tp=2", "--format", "json"))
     assert info["ok"] is True and info["engines"] == 16 and info["gpus_per_engine"] == 2
