@@ -332,7 +332,7 @@ class StreamCluster:
             if self.fleet is not None:
                 self._ensure_window(j + 1)
             self.waiting.extend((j, g, t_s) for g in range(len(self.draws[j].prompt_tokens)))
-            self._start_waiting([t_s])
+            self._start_waiting([t_s] * (self.group_limit - len(self.flying)))
             return
         if self.fleet is not None:
             self._ensure_window(j + 1)
@@ -373,13 +373,11 @@ class StreamCluster:
         return row, np.arange(at, at + hi - lo)
 
     def _start_waiting(self, free_at: list[float]) -> None:
-        """The waiting groups take the places free now and those freed at the times `free_at`
-        (ascending), first come first served: each starts at the later of its place's time and
-        its release."""
-        room = self.group_limit - len(self.flying)
-        times = [free_at[0]] * max(room - len(free_at), 0) + list(free_at[-room:] if room > 0 else [])
+        """The waiting groups take the free places, first come first served; `free_at`: when each
+        place freed (ascending; a release passes its own time for every free place). A group starts
+        at the later of its place's time and its release."""
         by_time: dict[float, list[tuple[int, np.ndarray]]] = {}
-        for t in sorted(times):
+        for t in free_at[:self.group_limit - len(self.flying)]:
             if not self.waiting:
                 break
             j, g, released = self.waiting.popleft()
