@@ -17,6 +17,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -667,11 +668,20 @@ def test_a_bogus_mplbackend_does_not_reach_the_plots(tmp_path):
     assert (tmp_path / "r" / "report.html").is_file()
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
-def test_sigterm_shuts_the_pool_down_without_leaked_semaphores(tmp_path):
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_sigterm_shuts_the_pool_down_without_leaked_semaphores(tmp_path, sigint):
+    """SIGTERM mid-sweep: exit 143 with one line, the pool shut down (no leaked semaphores). Also
+    where SIGINT is ignored, as a non-interactive shell starts a background job (`specsim run ... &`
+    in a script): SIGTERM is still handled there (a background job is what `kill` ends)."""
     path = scenario(tmp_path, sweep={"speculation.k": [0, 1, 2, 3, 4, 5, 6, 7], "replicates": 20})
     proc = subprocess.Popen([sys.executable, "-m", "specsim", "run", path, "--out", str(tmp_path / "out"), "--jobs",
-                             "2", "--no-progress"], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             "2", "--no-progress"], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=_ignore_sigint if sigint == "ignored" else None)
     deadline = time.monotonic() + 120
     children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
     while len(children.read_text().split()) < 2 if children.exists() else True:

@@ -267,30 +267,35 @@ def _kill_pool(pool: ProcessPoolExecutor) -> None:
 @contextlib.contextmanager
 def sigint_latch() -> Iterator[threading.Event]:
     """While the block runs, Ctrl-C (SIGINT) raises KeyboardInterrupt as usual *and* sets the
-    yielded event (SIGTERM, where its default action is in place, raises :class:`Terminated`,
-    a KeyboardInterrupt, so the pool is shut down the same way instead of leaking semaphores). Why the event: Python drops an exception raised inside a finalizer (a generator
+    yielded event; SIGTERM, where its default action is in place, raises :class:`Terminated` (a
+    KeyboardInterrupt) and sets it too, so the pool is shut down the same way instead of leaking
+    semaphores. Why the event: Python drops an exception raised inside a finalizer (a generator
     or object collected at that moment -- a simulation discards thousands), printing "Exception
     ignored"; a Ctrl-C that lands there would be lost and the sweep would run to its end. The task
     loop checks the event after every delivered result, the CLI when a command ends
-    (cli/common.py user_errors). Only in the main thread, and not where SIGINT is ignored (a
-    background job); the previous handler is restored afterwards."""
+    (cli/common.py user_errors). Only in the main thread. SIGINT is left alone where it is ignored
+    (a background job of a non-interactive shell: `specsim run ... &` in a script, whose SIGINT the
+    shell sets to SIG_IGN); SIGTERM is handled there all the same, since a job run in the
+    background is the one a `kill`, a `timeout` or a scheduler ends. The previous handlers are
+    restored afterwards."""
     latched = threading.Event()
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, None):
+    if threading.current_thread() is not threading.main_thread():
         yield latched
         return
 
-    def on_sigint(signum, frame):
+    def on_signal(signum, frame):
         latched.set()
         raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    previous_term = signal.signal(signal.SIGTERM, on_sigint) if \
+    previous_int = signal.signal(signal.SIGINT, on_signal) if \
+        signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, None) else None
+    previous_term = signal.signal(signal.SIGTERM, on_signal) if \
         signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None) else None
     try:
         yield latched
     finally:
-        signal.signal(signal.SIGINT, previous)
+        if previous_int is not None:
+            signal.signal(signal.SIGINT, previous_int)
         if previous_term is not None:
             signal.signal(signal.SIGTERM, previous_term)
 
