@@ -300,6 +300,39 @@ def sigint_latch() -> Iterator[threading.Event]:
             signal.signal(signal.SIGTERM, previous_term)
 
 
+#: the signals that stop a command (sigint_latch), which a pool's start defers (stop_signals_deferred)
+STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
+@contextlib.contextmanager
+def stop_signals_deferred() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait until the block ends, then reach the handlers in place as if they
+    arrived then (`signal.raise_signal`; an ignored signal stays ignored). A pool starts its workers
+    here: a spawned worker reads its start-up data from a pipe its parent writes after starting it,
+    and a KeyboardInterrupt raised between the two left the pipe half written -- the worker then
+    printed multiprocessing's "EOFError: Ran out of input" traceback after the command's
+    "interrupted" line. Handlers, not the signal mask: CPython runs a handler in the main thread
+    whichever thread the kernel delivers the signal to (numpy's BLAS threads do not block it).
+    Only in the main thread, where handlers can be set."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def hold(signum, frame):
+        caught.append(signum)
+
+    previous = {sig: signal.signal(sig, hold) for sig in STOP_SIGNALS
+                if signal.getsignal(sig) not in (signal.SIG_IGN, None)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if caught:
+            signal.raise_signal(caught[0])
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM (a `timeout`, a scheduler's kill) while a command ran: handled as Ctrl-C is (the
     worker pool shut down, its semaphores released, every finished point kept), and the command
@@ -322,10 +355,17 @@ class WorkerPool:
         self.reports = ctx.SimpleQueue() if with_reports else None
         self.calls = 0
         args = (os.getpid(),) if self.reports is None else (os.getpid(), self.reports, progress_every_s)
-        self.executor = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
-                                            initargs=args)
-        for _ in range(workers):            # a task for no idle worker starts one more process
-            self.executor.submit(_started)
+        self.executor = None
+        try:
+            with stop_signals_deferred():
+                self.executor = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                                                    initargs=args)
+                for _ in range(workers):            # a task for no idle worker starts one more process
+                    self.executor.submit(_started)
+        except BaseException:                       # a Ctrl-C that waited for the start: the pool goes
+            if self.executor is not None:
+                self.kill()
+            raise
 
     def kill(self) -> None:
         _kill_pool(self.executor)

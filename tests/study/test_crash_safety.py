@@ -3,6 +3,7 @@ point exactly once and the same values as an uninterrupted run (a real subproces
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -249,3 +250,51 @@ def test_ctrl_c_while_the_command_line_is_still_importing_exits_130_without_a_tr
     assert exc.value.code == EXIT_INTERRUPTED == _launch.EXIT_INTERRUPTED
     err = capsys.readouterr().err
     assert err == "interrupted\n"
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGINT is POSIX")
+def test_a_signal_while_the_pool_starts_waits_until_every_worker_has_its_start_up_data(monkeypatch,
+                                                                                        sigint_deliverable):
+    """A spawned worker reads its start-up data from a pipe its parent writes after starting it; a
+    Ctrl-C raised in between left it half written, and the worker printed multiprocessing's
+    "EOFError: Ran out of input" traceback after the command's last line (a SIGTERM at the instant
+    the pool started: one run in four). The pool's start defers the signal: it arrives once both
+    workers are started, and the pool is then shut down."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from specsim.study import executors
+
+    submits = []
+    real_submit = ProcessPoolExecutor.submit
+
+    def submit(self, fn, *args, **kwargs):
+        submits.append(fn)
+        if len(submits) == 1:
+            signal.raise_signal(signal.SIGINT)      # lands while the first worker is being started
+        return real_submit(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(ProcessPoolExecutor, "submit", submit)
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt), executors.worker_pool(2) as pool:
+        pytest.fail(f"the Ctrl-C must arrive as the pool's start ends, not after ({pool})")
+    assert len(submits) == 2                        # both workers started before it arrived
+    assert signal.getsignal(signal.SIGINT) is before
+    assert not multiprocessing.active_children()    # and the pool was shut down
+
+
+@pytest.mark.skipif(os.name != "posix", reason="signals are POSIX")
+def test_deferred_signals_arrive_at_the_end_and_an_ignored_one_stays_ignored(sigint_deliverable):
+    from specsim.study.executors import stop_signals_deferred
+
+    with pytest.raises(KeyboardInterrupt):
+        with stop_signals_deferred():
+            signal.raise_signal(signal.SIGINT)
+            reached = True                         # nothing raised inside the block
+    assert reached
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with stop_signals_deferred():
+            signal.raise_signal(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
