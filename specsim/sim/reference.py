@@ -16,7 +16,8 @@ import numpy as np
 
 from specsim.policy import choose_k
 from specsim.sim.common import EngineConfig, EngineResult, EngineWork, PrefillLog, Timeline, check_result
-from specsim.workload.acceptance.drafter import sample_tokens_per_verify
+from specsim.workload.acceptance.checks import alpha_array, decay_array
+from specsim.workload.acceptance.laws import draw_tokens_per_verify
 
 
 def _blocks(tokens, block: int):
@@ -34,10 +35,13 @@ class ReferenceEngine:
                  max_steps: int = 50_000_000):
         n = len(work)
         self.cfg, self.work, self.rng, self.max_steps = cfg, work, rng, max_steps
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+        self.decay = float(decay_array(cfg.position_decay))    # checked once; every step draws with it
         self.P = work.prompt_tokens.astype(np.int64)
         self.L = work.response_tokens.astype(np.int64)
         self.groups = work.group_ids
-        self.alphas = work.alphas.astype(float).copy()
+        self.alphas = alpha_array(work.alphas).copy()   # checked here and at each switch, not at every step
         self.gen = np.zeros(n, dtype=np.int64)
         self.seq_sd_tokens = np.zeros(n)   # per-response tokens and steps under SD
         self.seq_sd_steps = np.zeros(n)
@@ -84,7 +88,7 @@ class ReferenceEngine:
 
     def switch(self, t_s: float, version: int, alphas, mean_alpha: float, in_flight: bool, laws=None,
                lo: int = 0, pause_s: float = 0.0) -> None:
-        self._push(t_s, "switch", (version, np.asarray(alphas, dtype=float), float(mean_alpha), in_flight, lo,
+        self._push(t_s, "switch", (version, alpha_array(alphas), float(mean_alpha), in_flight, lo,
                                    float(pause_s)))
 
     def _push(self, t_s, kind, payload):
@@ -188,8 +192,9 @@ class ReferenceEngine:
         nb = len(idx)
         dt = cfg.table.step_s(k, nb, float((P[idx] + gen[idx]).sum()))
         if k > 0:
-            alphas = self.alphas[idx] if cfg.context is None else cfg.context.alpha_at(self.alphas[idx], P[idx] + gen[idx])
-            emitted = sample_tokens_per_verify(self.rng, alphas, k, cfg.position_decay, cfg.policy.tree_for(k))
+            alphas = self.alphas[idx] if cfg.context is None else \
+                alpha_array(cfg.context.alpha_at(self.alphas[idx], P[idx] + gen[idx]))
+            emitted = draw_tokens_per_verify(self.rng, alphas, k, self.decay, cfg.policy.tree_for(k))
             if cfg.proposal_rate < 1.0:   # a request-step without a draft decodes one token
                 proposes = self.rng.random(nb) < cfg.proposal_rate
                 emitted = np.where(proposes, emitted, 1)

@@ -286,10 +286,9 @@ def test_a_signal_while_the_pool_starts_waits_until_every_worker_has_its_start_u
 def test_deferred_signals_arrive_at_the_end_and_an_ignored_one_stays_ignored(sigint_deliverable):
     from specsim.study.executors import stop_signals_deferred
 
-    with pytest.raises(KeyboardInterrupt):
-        with stop_signals_deferred():
-            signal.raise_signal(signal.SIGINT)
-            reached = True                         # nothing raised inside the block
+    with pytest.raises(KeyboardInterrupt), stop_signals_deferred():
+        signal.raise_signal(signal.SIGINT)
+        reached = True                             # nothing raised inside the block
     assert reached
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:

@@ -38,6 +38,7 @@ __all__ = [
     "alpha_from_tau",
     "beta_ppf",
     "brentq",
+    "draw_tokens_per_verify",
     "expected_tokens_per_verify",
     "sample_tokens_per_verify",
     "tokens_per_verify_pmf",
@@ -205,11 +206,16 @@ def sample_tokens_per_verify(rng: np.random.Generator, alpha_per_seq, k: int, de
     accepted parent's children is accepted, probability beta_j (workload/acceptance/shapes.py).
     """
     check_rng(rng)
-    a = alpha_array(alpha_per_seq)
-    kk = whole_k(k)
-    d = float(decay_array(decay))
-    u = rng.random(a.shape + (kk,))
-    alpha_j = a[..., None] * d ** np.arange(kk) if tree is None else _tree_positions(a, kk, d, tree)
+    return draw_tokens_per_verify(rng, alpha_array(alpha_per_seq), whole_k(k), float(decay_array(decay)), tree)
+
+
+def draw_tokens_per_verify(rng: np.random.Generator, alpha: np.ndarray, k: int, decay: float, tree=None) -> np.ndarray:
+    """sample_tokens_per_verify on inputs already checked (alpha a float array in [0, 1], k an int
+    >= 0, decay in (0, 1]): the same draws from the same generator. For a loop that draws every
+    step of a run on values checked once (sim/reference.py's engine steps: the checks cost as
+    much as the draw)."""
+    u = rng.random(alpha.shape + (k,))
+    alpha_j = alpha[..., None] * decay ** np.arange(k) if tree is None else _tree_positions(alpha, k, decay, tree)
     leading = np.cumprod(u < alpha_j, axis=-1).sum(axis=-1)
     return (1 + leading).astype(np.int64)
 
