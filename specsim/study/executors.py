@@ -306,8 +306,8 @@ STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
 
 @contextlib.contextmanager
 def stop_signals_deferred() -> Iterator[None]:
-    """Ctrl-C and SIGTERM wait until the block ends, then reach the handlers in place as if they
-    arrived then (`signal.raise_signal`; an ignored signal stays ignored). A pool starts its workers
+    """Ctrl-C and SIGTERM wait until the block ends; the first that came then reaches the handler
+    in place as if it arrived then (`signal.raise_signal`; an ignored signal stays ignored). A pool starts its workers
     here: a spawned worker reads its start-up data from a pipe its parent writes after starting it,
     and a KeyboardInterrupt raised between the two left the pipe half written -- the worker then
     printed multiprocessing's "EOFError: Ran out of input" traceback after the command's
