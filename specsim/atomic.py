@@ -246,10 +246,12 @@ def _inside_package(p: Path) -> bool:
         return False
 
 
-def output_path(path: str | os.PathLike | None, option: str = "--out", *, folder: bool, force: bool = False) -> Path:
+def output_path(path: str | os.PathLike | None, option: str = "--out", *, folder: bool, force: bool = False,
+                create: bool = True) -> Path:
     """The one rule every output path of specsim follows (`--out` of run, plan, explain, validate,
     calibrate traces and calibrate kernels; :func:`output_folder` adds the lock). Returns the
-    resolved path, creating a folder (with its marker).
+    resolved path, creating a folder (with its marker) unless `create` is False (a check before
+    work that precedes the folder's opening: `specsim run` starts its worker pool first).
 
     * every check is made on the path the writes will reach: the path resolved (symbolic links
       followed, `..` taken against what is on disk) -- `MISSING/../DIR` is DIR, and DIR is checked;
@@ -297,6 +299,8 @@ def output_path(path: str | os.PathLike | None, option: str = "--out", *, folder
                 raise _refuse(option, str(p), f"a new or empty folder, or one specsim wrote (it holds the marker "
                               f"file {MARKER}); this folder holds other files ({shown}): choose another {option}, "
                               "or pass --force to write into it")
+        if not create:
+            return p
         try:
             p.mkdir(parents=True, exist_ok=True)
             if not (p / MARKER).is_file():

@@ -132,6 +132,16 @@ def locked(out: str | Path, force: bool) -> Iterator[Path]:
         guard.__exit__(None, None, None)
 
 
+def check_out(out: str | Path, force: bool) -> None:
+    """`locked`'s output-path rule alone, creating nothing and taking no lock: a command that starts
+    work before it opens its folder (`specsim run` starts its worker pool while it plans the study)
+    refuses a bad --out first, at no cost. `locked` checks again when it opens the folder."""
+    try:
+        atomic.output_path(out, "--out", folder=True, force=force, create=False)
+    except SpecError as exc:
+        raise ResultsConflict(None, exc.field, exc.value, exc.allowed) from None
+
+
 def same_scenario(old_text: str, resolved_text: str) -> bool:
     """Does a stored resolved.yaml describe this scenario once read by today's schema? A field the
     schema gained since (with its default) is not a different scenario: the stored text is

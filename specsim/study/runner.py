@@ -206,6 +206,8 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
     warnings: list[str] = []
     if workers < jobs and backend == "local":
         warnings.append(f"--jobs {jobs} capped at {workers}: this process may use {workers} CPU(s)")
+    out_dir = out if out is not None else default_out(sc)
+    results_dir.check_out(out_dir, force)   # a refused --out before the pool starts
     # one pool for the sweep and the capacity plan, started now: its workers import the simulation
     # while this process plans the study (executors.WorkerPool)
     with worker_pool(workers, backend, address, reports=progress) as pool:
@@ -213,7 +215,7 @@ def run_scenario(path: str | Path, overrides: Sequence[str] = (), out: str | Pat
         _refuse_too_much(sc, plan)
         warnings += [f"{_where(values)}: {text}" for values, text in plan.notes] + ignored_fields(sc)
         resolved_text = to_yaml(sc)
-        with open_results(out if out is not None else default_out(sc), force=force, fresh=fresh,
+        with open_results(out_dir, force=force, fresh=fresh,
                           resolved_text=resolved_text, inputs=inputs_fingerprint(sc), warnings=warnings) as folder:
             return _run_locked(RunContext(sc, plan, folder, resolved_text, RunOptions(workers, backend, address, engine),
                                           t0, progress=progress, plots=plots, overrides=tuple(overrides), pool=pool,

@@ -85,6 +85,26 @@ def test_a_link_to_a_users_folder_is_checked_as_that_folder(cmd, scen, tmp_path)
     _untouched(d)
 
 
+@pytest.mark.parametrize("cmd", sorted(FOLDER_COMMANDS))
+def test_a_refused_out_starts_no_worker_pool(cmd, scen, tmp_path, monkeypatch):
+    """"Before any work": no command starts its worker processes for a folder it then refuses
+    (`specsim run` starts its pool while it plans the study, and checks --out before that)."""
+    from specsim.study import executors
+
+    started = []
+
+    def no_pool(*args, **kwargs):
+        started.append(args)
+        raise RuntimeError("a worker pool started for a refused --out")
+
+    monkeypatch.setattr(executors, "WorkerPool", no_pool)
+    _users_folder(tmp_path)
+    jobs = ["--jobs", "2"] if cmd in ("run", "plan", "project") else []
+    res, text = cli(*FOLDER_COMMANDS[cmd](scen), "--out", "DIR", *jobs)
+    refused(res, text, "--force")
+    assert not started
+
+
 @pytest.mark.parametrize("cmd", sorted(FOLDER_COMMANDS) + sorted(FILE_COMMANDS))
 def test_a_dangling_link_and_an_empty_path_are_refused(cmd, scen, tmp_path):
     args = {**FOLDER_COMMANDS, **FILE_COMMANDS}[cmd](scen)
