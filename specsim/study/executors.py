@@ -309,8 +309,8 @@ def stop_signals_deferred() -> Iterator[None]:
     """Ctrl-C and SIGTERM wait until the block ends; the first that came then reaches the handler
     in place as if it arrived then (`signal.raise_signal`; an ignored signal stays ignored). A pool starts its workers
     here: a spawned worker reads its start-up data from a pipe its parent writes after starting it,
-    and a KeyboardInterrupt raised between the two left the pipe half written -- the worker then
-    printed multiprocessing's "EOFError: Ran out of input" traceback after the command's
+    and a KeyboardInterrupt raised between the two would leave the pipe half written -- the worker
+    would print multiprocessing's "EOFError: Ran out of input" traceback after the command's
     "interrupted" line. Handlers, not the signal mask: CPython runs a handler in the main thread
     whichever thread the kernel delivers the signal to (numpy's BLAS threads do not block it).
     Only in the main thread, where handlers can be set."""

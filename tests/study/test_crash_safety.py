@@ -256,10 +256,10 @@ def test_ctrl_c_while_the_command_line_is_still_importing_exits_130_without_a_tr
 def test_a_signal_while_the_pool_starts_waits_until_every_worker_has_its_start_up_data(monkeypatch,
                                                                                         sigint_deliverable):
     """A spawned worker reads its start-up data from a pipe its parent writes after starting it; a
-    Ctrl-C raised in between left it half written, and the worker printed multiprocessing's
-    "EOFError: Ran out of input" traceback after the command's last line (a SIGTERM at the instant
-    the pool started: one run in four). The pool's start defers the signal: it arrives once both
-    workers are started, and the pool is then shut down."""
+    Ctrl-C raised in between would leave it half written, and the worker would print
+    multiprocessing's "EOFError: Ran out of input" traceback after the command's last line. The
+    pool's start defers the signal: it arrives once both workers are started, and the pool is then
+    shut down."""
     from concurrent.futures import ProcessPoolExecutor
 
     from specsim.study import executors
