@@ -17,7 +17,7 @@ import numpy as np
 from specsim.policy import choose_k
 from specsim.sim.common import EngineConfig, EngineResult, EngineWork, PrefillLog, Timeline, check_result
 from specsim.workload.acceptance.checks import alpha_array, decay_array
-from specsim.workload.acceptance.laws import draw_tokens_per_verify
+from specsim.workload.acceptance.laws import check_rng, draw_tokens_per_verify
 
 
 def _blocks(tokens, block: int):
@@ -35,8 +35,7 @@ class ReferenceEngine:
                  max_steps: int = 50_000_000):
         n = len(work)
         self.cfg, self.work, self.rng, self.max_steps = cfg, work, rng, max_steps
-        if not isinstance(rng, np.random.Generator):
-            raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+        check_rng(rng)
         self.decay = float(decay_array(cfg.position_decay))    # checked once; every step draws with it
         self.P = work.prompt_tokens.astype(np.int64)
         self.L = work.response_tokens.astype(np.int64)
