@@ -11,6 +11,7 @@ from engine_helpers import make_config, make_work
 
 from specsim.policy import Always
 from specsim.sim.fastlaw import step_law
+from specsim.sim.fleet.admit import admit
 from specsim.sim.fleet.loop import Fleet
 from specsim.sim.fleet.state import RESPONSE_FIELDS, FleetState, FleetWork, Responses
 
@@ -70,3 +71,50 @@ def test_the_window_carries_every_per_response_column():
     columns = {name for name in Responses.__slots__
                if isinstance(getattr(fl.resp, name), np.ndarray) and getattr(fl.resp, name).shape == (N,)}
     assert columns == set(RESPONSE_FIELDS)
+
+
+def _arrays(fl: Fleet) -> dict[str, np.ndarray]:
+    """Every array of the parts a preemption writes (resp, engines, slots, groups, counters)."""
+    out = {}
+    for name in ("resp", "engines", "slots", "groups", "counters"):
+        part = getattr(fl, name)
+        for attr in part.__slots__:
+            v = getattr(part, attr, None)
+            if isinstance(v, np.ndarray):
+                out[f"{name}.{attr}"] = v.copy()
+    return out
+
+
+def test_one_per_engine_paths_equal_the_general_ones():
+    """fit_batch's distinct-engine paths (unkey and Groups.release with one_per_engine,
+    Slots.push_slot_each) write the same numbers, bit for bit, as the general per-engine sums, for
+    one active response of each engine taken mid-run (SD on, so the SD counters move too)."""
+    import copy
+
+    fl = _small_fleet()
+    cand, eng = admit(fl, np.arange(fl.engines.E))
+    fl.engines.k[:] = 3                     # as fit_batch's set_k leaves a policy's k = 3
+    fl.key(cand, eng)
+    fl.engines.s += 37                      # 37 steps on: every response has progress to freeze
+    assert (fl.engines.n > 1).all() and (fl.engines.B > 0).all()
+    runs = []
+    for one in (False, True):
+        f = copy.deepcopy(fl)
+        e = np.arange(f.engines.E)
+        for _ in range(5):                  # the newest group (4 members) empties: its prompt blocks go
+            col = np.argmax(f.slots.slot_seq[e, :f.slots.slots_seen], axis=1)
+            j = f.slots.slot_resp[e, col]
+            f.unkey(j, e, one_per_engine=one)
+            f.groups.release(f.resp.groups[j], f.engines.GB, one_per_engine=one)
+            if one:
+                f.slots.push_slot_each(e, col)
+            else:
+                f.slots.push_slots(e, col)
+        runs.append(_arrays(f))
+    general, each = runs
+    assert general.keys() == each.keys()
+    for name in general:
+        np.testing.assert_array_equal(each[name], general[name], err_msg=name)
+    before = _arrays(fl)
+    for name in ("engines.A", "engines.B", "engines.GB", "counters.sd_tokens", "slots.ftop"):
+        assert not np.array_equal(general[name], before[name]), name      # each path was taken

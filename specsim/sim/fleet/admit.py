@@ -22,10 +22,12 @@ def _overflows(en: Engines, pr: Prices, e: np.ndarray, k: np.ndarray) -> np.ndar
 
 
 def fit_batch(st: FleetState, e: np.ndarray) -> np.ndarray:
-    """Preempt the newest response of every engine in e whose batch overflows, until each fits;
-    returns the mask (over e) of engines that preempted. Invariant: afterwards every engine either
-    fits its k+1 slots per sequence or runs a single response. Reads prices; writes engines,
-    slots, resp, groups, queues and counters (SD tokens), and re-keys (FleetState.set_k)."""
+    """Preempt the newest response of every engine in e (distinct engines) whose batch overflows,
+    until each fits; returns the mask (over e) of engines that preempted. Invariant: afterwards
+    every engine either fits its k+1 slots per sequence or runs a single response. Each pass
+    preempts one response of each engine still over and tests those engines again (the others'
+    state did not change). Reads prices; writes engines, slots, resp, groups, queues and counters
+    (SD tokens), and re-keys (FleetState.set_k)."""
     en, pr = st.engines, st.prices
     k_cur = en.k[e].copy()
     over = _overflows(en, pr, e, k_cur)
@@ -33,31 +35,32 @@ def fit_batch(st: FleetState, e: np.ndarray) -> np.ndarray:
         return over
     rs, sl, qs, ct = st.resp, st.slots, st.queues, st.counters
     preempted = over.copy()
-    k_old = en.k.copy()
-    while over.any():
-        ee = e[over]
-        rows = sl.slot_seq[ee, :sl.slots_seen]
-        col = np.argmax(rows, axis=1)             # the newest active response of each
-        j = sl.slot_resp[ee, col]
-        st.unkey(j, ee)                           # progress counted under the boundary's k
-        st.groups.release(rs.groups[j], en.GB)
-        sl.push_slots(ee, col)
+    sd_before = en.k > 0
+    pos = np.flatnonzero(over)
+    while len(pos):
+        ee = e[pos]
+        col = np.argmax(sl.slot_seq[ee, :sl.slots_seen], axis=1)     # the newest active response of each
+        j = flat(sl.slot_resp)[ee * sl.max_batch + col]
+        st.unkey(j, ee, one_per_engine=True)      # progress counted under the boundary's k
+        st.groups.release(rs.groups[j], en.GB, one_per_engine=True)
+        sl.push_slot_each(ee, col)
         rs.slot_of[j] = -1
         en.n[ee] -= 1
         en.SP[ee] -= rs.P[j]
         en.SL[ee] -= rs.L[j]
-        saved = np.floor(rs.g0[j])
-        lost = rs.g0[j] - saved                   # the fluid fraction of a token is not kept
+        g0 = rs.g0[j]
+        saved = np.floor(g0)
+        lost = g0 - saved                         # the fluid fraction of a token is not kept
         rs.emitted[j] -= lost
-        sd = k_old[ee] > 0
-        ct.sd_tokens[ee] -= np.where(sd, lost, 0.0)
-        rs.seq_sd_tokens[j] -= np.where(sd, lost, 0.0)
+        sd_lost = np.where(sd_before[ee], lost, 0.0)
+        ct.sd_tokens[ee] -= sd_lost
+        rs.seq_sd_tokens[j] -= sd_lost
         rs.saved[j] = saved
         rs.g0[j] = saved
         rs.preempt[j] += 1
         qs.put_back(ee, j)
-        k_cur[over] = pr.choose_k(en, ee)
-        over = _overflows(en, pr, e, k_cur)
+        k_cur[pos] = pr.choose_k(en, ee)
+        pos = pos[_overflows(en, pr, ee, k_cur[pos])]
     st.set_k(e[preempted], k_cur[preempted])
     return preempted
 

@@ -337,7 +337,17 @@ class Slots:
         row = eng * self.max_batch
         flat(self.free)[row + self.ftop[eng] + rank] = slots
         self.ftop[u] += cnt
-        at = row + slots
+        self._clear(row + slots)
+
+    def push_slot_each(self, eng: np.ndarray, slots: np.ndarray) -> None:
+        """push_slots for one slot of each of distinct engines (the runs are the engines)."""
+        row = eng * self.max_batch
+        flat(self.free)[row + self.ftop[eng]] = slots
+        self.ftop[eng] += 1
+        self._clear(row + slots)
+
+    def _clear(self, at: np.ndarray) -> None:
+        """Cells `at` (flat) hold no response."""
         flat(self.slot_resp)[at] = -1
         flat(self.slot_fin)[at] = BIG
         flat(self.slot_seq)[at] = -1
@@ -383,9 +393,16 @@ class Groups:
         self.group_eng[groups] = eng_of
         self.group_pb[groups] = pblocks
 
-    def release(self, g: np.ndarray, GB: np.ndarray) -> None:
+    def release(self, g: np.ndarray, GB: np.ndarray, one_per_engine: bool = False) -> None:
         """Members of groups g leave the batch: a group's prompt blocks are freed with its last
-        member, taken off its engine's GB (per engine, in place)."""
+        member, taken off its engine's GB (per engine, in place). `one_per_engine`: one member of
+        each of distinct engines (so of distinct groups: a group lives on one engine), whose
+        counts and GB are updated in place."""
+        if one_per_engine:
+            self.group_active[g] -= 1
+            gone = g[self.group_active[g] == 0]
+            GB[self.group_eng[gone]] -= self.group_pb[gone]
+            return
         np.subtract.at(self.group_active, g, 1)
         gone = g[self.group_active[g] == 0]
         if len(gone) > 1:          # each group once, ascending: np.unique, or a mark per group (no sort)
@@ -667,10 +684,12 @@ class FleetState:
         sl = self.slots
         flat(sl.slot_fin)[eng * sl.max_batch + rs.slot_of[idx]] = fin
 
-    def unkey(self, idx: np.ndarray, eng: np.ndarray) -> None:
+    def unkey(self, idx: np.ndarray, eng: np.ndarray, one_per_engine: bool = False) -> None:
         """Freeze the progress of idx at their engine's boundary, count it as emitted (under SD if
         the engine's k > 0), take them out of the aggregates. Writes resp (g0, s0, μ, emitted, SD
-        tokens and steps), engines (A, B), counters (sd_tokens)."""
+        tokens and steps), engines (A, B), counters (sd_tokens). `one_per_engine`: eng holds no
+        engine twice, so each engine's sums are its one term, subtracted in place (per_engine's
+        bincount adds that term to 0.0: the same numbers, without a pass over every engine)."""
         if not len(idx):
             return
         rs, en = self.resp, self.engines
@@ -681,11 +700,19 @@ class FleetState:
         rs.emitted[idx] += delta
         sd = en.k[eng] > 0
         if sd.any():
-            self.counters.sd_tokens += per_engine(eng, np.where(sd, delta, 0.0), en.E)
-            rs.seq_sd_tokens[idx] += np.where(sd, delta, 0.0)
+            sd_delta = np.where(sd, delta, 0.0)
+            if one_per_engine:
+                self.counters.sd_tokens[eng] += sd_delta
+            else:
+                self.counters.sd_tokens += per_engine(eng, sd_delta, en.E)
+            rs.seq_sd_tokens[idx] += sd_delta
             rs.seq_sd_steps[idx] += np.where(sd, s - s0, 0.0)
-        en.A -= per_engine(eng, rs.P[idx] + g0 - mu * s0, en.E)
-        en.B -= per_engine(eng, mu, en.E)
+        if one_per_engine:
+            en.A[eng] -= rs.P[idx] + g0 - mu * s0
+            en.B[eng] -= mu
+        else:
+            en.A -= per_engine(eng, rs.P[idx] + g0 - mu * s0, en.E)
+            en.B -= per_engine(eng, mu, en.E)
         rs.g0[idx] = g
         rs.s0[idx] = s
         rs.mu[idx] = 0.0
