@@ -5,6 +5,9 @@ at its batch: never below the longest member alone at batch 1."""
 
 from __future__ import annotations
 
+import importlib
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -15,6 +18,8 @@ from specsim.study.planner.bounds import BoundModel
 from specsim.study.planner.candidates import candidate_scenario, enumerate_candidates
 from specsim.study.sweep import RunTask
 from tests.study.test_planner import TINY
+
+PLAN_235B = Path(__file__).resolve().parents[2] / "scenarios" / "235b_plan.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -64,3 +69,51 @@ def test_the_tail_prices_the_group_at_its_batch_and_context():
     assert bounds_mod._tail_s(groups, linear, 0.0)[0] == pytest.approx(7.0)
     assert bounds_mod._tail_s(groups, np.array([0.0] + [5.0] * 7), 0.0)[0] == pytest.approx(4 * 5.0)
     assert bounds_mod._tail_s(groups, linear, 0.5)[0] == pytest.approx(7 + 5.0)
+
+
+def test_kv_bound_pools_are_the_costliest_runs():
+    """run_cost_key marks the 235B plan's TP2·EP2 pools KV-bound (their KV cache holds fewer
+    mean-context sequences than max_batch: the runs that preempt all step long) and its TP8 pools
+    not, so a wave hands the TP2·EP2 runs over first; among batch-bound pools a smaller pool (more
+    responses per engine) comes first."""
+    sc = load_scenario(PLAN_235B)
+    cands, _ = enumerate_candidates(sc, sc.plan)
+    bm = BoundModel(sc)
+
+    def key(layout, gpus):
+        c = next(c for c in cands if c.layout == layout and c.rollout_gpus == gpus and c.k == 3)
+        return bm.run_cost_key(c)
+
+    tp2ep2, tp8, tp8_big = key((2, 2, 1), 340), key((8, 1, 1), 336), key((8, 1, 1), 1704)
+    assert tp2ep2[0] and not tp8[0] and not tp8_big[0]
+    assert tp2ep2 > tp8 > tp8_big
+
+
+def test_a_batch_hands_its_runs_over_costliest_first():
+    """_Runner.batch submits its runs ordered by their candidates' cost keys, costliest first,
+    ties in the order given; every result still reaches its candidate."""
+    search_mod = importlib.import_module("specsim.study.planner.search")
+    sc = load_scenario(PLAN_235B)
+    cands, _ = enumerate_candidates(sc, sc.plan)
+    evs = [search_mod.Evaluated(c) for c in cands[:5]]
+    for e, k in zip(evs, [(False, 1.0), (True, 0.5), (False, 3.0), (True, 2.0), (False, 1.0)]):
+        e.cost_key = k
+
+    class Store:
+        def __init__(self):
+            self.submitted: list[str] = []
+
+        def answer(self, task):
+            return None
+
+        def results(self, tasks, **kw):
+            self.submitted = [t.key for t in tasks]
+            for t in tasks:
+                kw["on_result"](t, {"key": t.key, "error": "not run"})
+
+    store = Store()
+    runner = search_mod._Runner(sc, store, search_mod.SearchState(evs), 1, "local", None, "fast", None, None)
+    runner.batch([(e, 0) for e in evs], 1)
+    position = {e.keys[0]: i for i, e in enumerate(evs)}
+    assert [position[k] for k in store.submitted] == [3, 1, 2, 0, 4]
+    assert all(e.status == "infeasible" for e in evs)

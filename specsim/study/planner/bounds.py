@@ -111,6 +111,7 @@ class BoundModel:
         self._stages: dict = {}   # (hardware, training GPUs) -> logprob + train per sampled step
         self._tails: dict = {}   # k -> TailGroups (the same workload for every layout)
         self._draws: Draws | None = None
+        self._mean_ctx: float | None = None
 
     @staticmethod
     def _key(c) -> tuple:
@@ -167,6 +168,21 @@ class BoundModel:
             self._trainer[key] = w.pipeline.reward_s + self._stages[stages_key] + sync
         return self._trainer[key]
 
+    def run_cost_key(self, c) -> tuple[bool, float]:
+        """How costly the candidate's run is to simulate, for the order in which a wave submits its
+        runs (costliest first, so a long run does not end a wave alone on one worker; no result
+        depends on the order): first whether its engines are KV-bound (their KV cache holds fewer
+        sequences of the mean context than max_batch: the pool preempts and readmits all step
+        long — on the 235B plan its TP2·EP2 runs take 33–42 CPU-s where its batch-bound layouts take
+        2–5, docs/benchmarks.md), then the batches a step's responses fill (responses per engine ÷
+        the batch one engine runs)."""
+        w = self.world(c)
+        if self._mean_ctx is None:
+            self._mean_ctx = _mean_context_tokens(w)     # the workload's: the same for every candidate
+        fit = _batch_fit(w, self._mean_ctx)
+        per_engine = w.workload.prompts * w.workload.group_size / max(w.engines, 1)
+        return fit < int(w.rollout.max_batch), per_engine / fit
+
     def bound(self, c) -> Bound:
         terms = self.engine_terms(c)
         engines = c.rollout_gpus // (max(c.layout[0], c.layout[1]) * c.layout[2])
@@ -196,18 +212,28 @@ def _workload_draws(w) -> Draws:
     return Draws(tuple(lengths), tuple(prompts))
 
 
-def _engine_terms(w, k: int, g: TailGroups) -> EngineTerms:
+def _mean_context_tokens(w) -> float:
+    """A sequence's mean context at its finish: the mean prompt plus the mean response, each at
+    the distributions' quantile midpoints, truncated at the caps."""
     wl = w.workload
     u = (np.arange(QUANTILES) + 0.5) / QUANTILES
     resp = np.clip(np.rint(w.response_dist.ppf(u)), 1, wl.max_response_tokens)
     prompt_mean = float(np.mean(np.clip(np.rint(w.prompt_dist.ppf(u)), 1, wl.max_prompt_tokens)))
+    return prompt_mean + float(resp.mean())
+
+
+def _batch_fit(w, mean_ctx: float) -> int:
+    """The batch one engine runs at most: max_batch, or the sequences of the mean context its KV
+    cache holds if fewer (at least 1)."""
+    return max(1, min(int(w.rollout.max_batch), int(w.kv_capacity_tokens // max(mean_ctx, 1.0))))
+
+
+def _engine_terms(w, k: int, g: TailGroups) -> EngineTerms:
     acc = w.acceptance
     tpv = 1.0 if k == 0 else 1.0 + acc.proposal_rate * (acc.tau(k) - 1.0)
     table = w.table
     i = table.index(k)
-    bmax = int(w.rollout.max_batch)
-    mean_ctx = prompt_mean + float(resp.mean())
-    fit = max(1, min(bmax, int(w.kv_capacity_tokens // max(mean_ctx, 1.0))))
+    fit = _batch_fit(w, _mean_context_tokens(w))
     b = np.arange(1, fit + 1)
     per_engine = float(np.max(b * tpv / table.fixed_s[i, 1:fit + 1]))
     per_ctx = float(np.min(table.per_ctx_s[i, 1:]))

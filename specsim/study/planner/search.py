@@ -38,7 +38,6 @@ import math
 import time
 from dataclasses import dataclass, field
 
-
 from specsim.scenario import ScenarioError
 from specsim.study.planner.bounds import Bound, BoundModel
 from specsim.study.planner.candidates import Candidate, candidate_scenario
@@ -70,6 +69,7 @@ class Evaluated:
     meta: dict = field(default_factory=dict)
     dropped: str = ""                # why halving did not run its next replicates ("cannot win", "halving")
     usd_per_hour: float | None = None  # its GPUs' price per hour (Candidate.usd_per_hour); None: unpriced
+    cost_key: tuple = (False, 0.0)   # how costly its run is to simulate (BoundModel.run_cost_key): the submission order
 
     @property
     def pair_usd_per_hour(self) -> float | None:
@@ -161,6 +161,7 @@ def _bound_all(evs: list[Evaluated], bm: BoundModel) -> None:
     for e in evs:
         try:
             e.bound = bm.bound(e.cand)
+            e.cost_key = bm.run_cost_key(e.cand)
         except ScenarioError as exc:
             e.status, e.pruned_by, e.reason = "infeasible", exc.field, f"{exc.field}: {exc.allowed}"
 
@@ -230,7 +231,10 @@ class _Runner:
 
     def batch(self, items: list[tuple[Evaluated, int]], rnd: int, stops: dict[int, float] | None = None) -> None:
         """Run (or reuse) replicate `rep` of each (candidate, rep); `stops`: by id(candidate), the step
-        above which its run stops (`stop_thresholds`)."""
+        above which its run stops (`stop_thresholds`). The runs go to the workers costliest first
+        (`Evaluated.cost_key`, stable: otherwise in the items' order), so the batch does not end on
+        one long run while the other workers idle; every result is absorbed as it comes, so the
+        order changes no figure."""
         todo: dict[str, RunTask] = {}
         owner: dict[str, list[tuple[Evaluated, int]]] = {}
         for e, rep in items:
@@ -250,7 +254,8 @@ class _Runner:
             for e, rep in owner[t.key]:
                 self.absorb(e, rep, res)
 
-        self.store.results(list(todo.values()), jobs=self.jobs, backend=self.backend, address=self.address,
+        costliest_first = sorted(todo.values(), key=lambda t: owner[t.key][0][0].cost_key, reverse=True)
+        self.store.results(costliest_first, jobs=self.jobs, backend=self.backend, address=self.address,
                            pool=self.pool, progress=self.progress, on_result=on_result)
 
 
