@@ -27,6 +27,10 @@ table the engines use (`cost/step.py`, via `world/resolve.py`) and the trainer's
   (the trainer finished step j − L − 1) and step j trains after they finish, so L + 1 steps hold
   the tail plus one trainer step: (tail + trainer) / (L + 1).
 
+The same terms give `BoundModel.run_cost_key`, not a bound: how costly a candidate's run is to
+simulate (KV-bound or not, the batches a step fills), which orders the runs a wave hands to the
+workers (search.py).
+
 The bounds use expected lengths and the mean acceptance, so they are estimates of a floor rather
 than certain floors; the search multiplies them by `plan.search.bound_slack` (< 1) before it
 prunes, and `tests/study/test_planner.py` checks them against simulated step times and the
