@@ -333,6 +333,33 @@ def test_one_worker_pool_serves_several_calls_and_keeps_their_reports_apart():
         assert none is None          # one worker runs in this process
 
 
+def test_follow_ups_run_on_the_pool_and_their_reports_reach_the_caller():
+    """run_tasks' follow_up: the tasks returned after a result join the pool's queue; every result
+    (given or followed up) is delivered once, equal to a run in this process, and the reports of
+    a follow-up task are handed over as that task's (its index in the grown task list)."""
+    from specsim.study.executors import execute, run_tasks, worker_pool
+
+    tasks = _tiny_tasks(4)
+    given, later = tasks[:2], tasks[2:]
+    results: dict[str, dict] = {}
+    reported: set[str] = set()
+    queued: list[str] = []
+
+    def follow_up(task, result):
+        if queued:
+            return []
+        queued.append(task.key)
+        return later
+
+    with worker_pool(2, reports=True) as pool:
+        run_tasks(given, lambda t, r: results.__setitem__(t.key, r), jobs=2, pool=pool, progress_every_s=0.0,
+                  on_progress=lambda t, p: reported.add(t.key), follow_up=follow_up)
+    assert set(results) == {t.key for t in tasks} and len(queued) == 1
+    assert reported == {t.key for t in tasks}
+    for t in tasks:
+        assert json.dumps(results[t.key], sort_keys=True) == json.dumps(execute(t), sort_keys=True)
+
+
 def test_progress_off_adds_nothing(tmp_path, monkeypatch):
     """Without a display (--no-progress, --format json) no run gets a hook and no queue is made."""
     from specsim.study import executors

@@ -36,7 +36,9 @@ down afterwards.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import gc
 import importlib
 import json
 import math
@@ -72,6 +74,10 @@ PARENT_POLL_S = 0.25
 PROGRESS_POLL_S = 0.2
 #: What the parent hears of a running task: (task, its progress), then (task, None) once it ended.
 OnProgress = Callable[[RunTask, RunProgress | None], None]
+#: follow_up(task, result) -> the tasks to queue next (run_tasks)
+FollowUp = Callable[[RunTask, dict], list[RunTask]]
+#: deliver(task, result) -> its follow-up tasks: run_tasks' own callback to the backends
+Deliver = Callable[[RunTask, dict], list[RunTask]]
 
 
 def available_cpus() -> int:
@@ -210,8 +216,11 @@ _worker_progress: tuple | None = None
 
 def _worker_init(parent_pid: int, progress_queue=None, progress_every_s: float = PROGRESS_EVERY_S) -> None:
     """Pool worker start-up: die with the parent; leave Ctrl-C to the parent; keep the queue
-    progress reports go to."""
+    progress reports go to; at exit, skip the garbage collections over the simulation's objects
+    (gc.freeze, as cli/launch.py does for the command: a worker exits while its parent writes the
+    tables, on the same cores)."""
     global _worker_progress
+    atexit.register(gc.freeze)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="specsim-parent-watch").start()
     if progress_queue is not None:
@@ -421,7 +430,8 @@ def worker_pool(jobs: int, backend: str = "local", address: str | None = None, *
 
 def run_tasks(tasks: list[RunTask], on_result: Callable[[RunTask, dict], None], *, jobs: int = 2,
               backend: str = "local", address: str | None = None, on_progress: OnProgress | None = None,
-              progress_every_s: float = PROGRESS_EVERY_S, pool: WorkerPool | None = None) -> None:
+              progress_every_s: float = PROGRESS_EVERY_S, pool: WorkerPool | None = None,
+              follow_up: FollowUp | None = None) -> None:
     """Execute `tasks`, calling `on_result(task, result)` in this thread as each finishes.
 
     backend="local": one worker runs in this process; otherwise a spawn-context process pool of
@@ -429,39 +439,48 @@ def run_tasks(tasks: list[RunTask], on_result: Callable[[RunTask, dict], None], 
     loop with KeyboardInterrupt, at the latest right after the next result is delivered
     (`sigint_latch`). `on_progress`: progress inside the running tasks (module docstring),
     reported at most every `progress_every_s` seconds per task (0: at every check). `pool`: a
-    WorkerPool (`worker_pool`) to run on and leave running, instead of a pool of this call's own."""
+    WorkerPool (`worker_pool`) to run on and leave running, instead of a pool of this call's own.
+    `follow_up(task, result)`: called after `on_result`; the tasks it returns join the queue
+    behind those not yet started (a command whose next phase needs only part of this one's
+    results submits it while the rest still runs: study/runner.py's capacity plan), and the
+    call returns once every task, given or followed up, is done."""
     workers = check_backend(backend, jobs, address, probe=False)
     if not tasks:
         return
     with sigint_latch() as interrupted:
-        def deliver(task: RunTask, result: dict) -> None:
+        def deliver(task: RunTask, result: dict) -> list[RunTask]:
             on_result(task, result)
+            more = list(follow_up(task, result)) if follow_up is not None else []
             if on_progress is not None:
                 on_progress(task, None)
             if interrupted.is_set():
                 raise KeyboardInterrupt
+            return more
         _run_tasks(tasks, deliver, workers, backend, address, on_progress, progress_every_s, pool)
 
 
-def _run_tasks(tasks: list[RunTask], on_result: Callable[[RunTask, dict], None], workers: int, backend: str,
+def _run_tasks(tasks: list[RunTask], deliver: Deliver, workers: int, backend: str,
                address: str | None, on_progress: OnProgress | None = None,
                progress_every_s: float = PROGRESS_EVERY_S, pool: WorkerPool | None = None) -> None:
     if backend == "ray":
-        _run_ray(_ray(), tasks, on_result, workers, address)   # progress at run granularity (module doc)
+        _run_ray(_ray(), tasks, deliver, workers, address)   # progress at run granularity (module doc)
         return
     if pool is None and min(workers, len(tasks)) == 1:
-        for t in tasks:
+        queue = list(tasks)
+        while queue:
+            t = queue.pop(0)
             if on_progress is None:
-                on_result(t, execute(t))
+                queue += deliver(t, execute(t))
             else:
-                on_result(t, execute(t, progress=lambda p, t=t: on_progress(t, p), progress_every_s=progress_every_s))
+                queue += deliver(t, execute(t, progress=lambda p, t=t: on_progress(t, p),
+                                            progress_every_s=progress_every_s))
         return
     if pool is not None:
-        _run_on(pool, tasks, on_result, on_progress)
+        _run_on(pool, tasks, deliver, on_progress)
         return
     own = WorkerPool(min(workers, len(tasks)), on_progress is not None, progress_every_s)
     try:
-        _run_on(own, tasks, on_result, on_progress)
+        _run_on(own, tasks, deliver, on_progress)
     except BaseException:
         own.kill()
         raise
@@ -469,19 +488,25 @@ def _run_tasks(tasks: list[RunTask], on_result: Callable[[RunTask, dict], None],
         own.shutdown()
 
 
-def _run_on(pool: WorkerPool, tasks: list[RunTask], on_result: Callable[[RunTask, dict], None],
-            on_progress: OnProgress | None) -> None:
-    """Every task on `pool`'s workers, results delivered in this thread as they finish; progress
-    reports of this call (tagged with its number) handed to `on_progress`, others dropped."""
+def _run_on(pool: WorkerPool, tasks: list[RunTask], deliver: Deliver, on_progress: OnProgress | None) -> None:
+    """Every task on `pool`'s workers, results delivered in this thread as they finish (and each
+    delivery's follow-ups submitted behind the queued tasks); progress reports of this call
+    (tagged with its number) handed to `on_progress`, others dropped."""
     pool.calls += 1
     call = pool.calls
     reports = pool.reports if on_progress is not None else None
+    tasks = list(tasks)      # grows by the follow-ups: a report's index reads it
 
     def drain() -> None:
         while not reports.empty():   # one reader (this thread): a non-empty queue's get does not block
             (c, i), p = reports.get()
             if c == call:
                 on_progress(tasks[i], p)
+
+    def submit(new: list[RunTask]) -> None:
+        for t in new:
+            tasks.append(t)
+            pending[pool.executor.submit(_execute_in_worker, (call, len(tasks) - 1), t)] = len(tasks) - 1
 
     pending = {pool.executor.submit(_execute_in_worker, (call, i), t): i for i, t in enumerate(tasks)}
     while pending:
@@ -491,7 +516,7 @@ def _run_on(pool: WorkerPool, tasks: list[RunTask], on_result: Callable[[RunTask
             drain()
         for fut in done:
             i = pending.pop(fut)
-            on_result(tasks[i], fut.result())
+            submit(deliver(tasks[i], fut.result()))
 
 
 # ============================================================================ ray
@@ -568,7 +593,7 @@ def ray_refused(address: str, exc: BaseException) -> SpecError:
                      f"(`ray get-auth-token` on the head prints it); {here}", where="command line")
 
 
-def _run_ray(ray: Any, tasks: list[RunTask], on_result, jobs: int, address: str | None) -> None:
+def _run_ray(ray: Any, tasks: list[RunTask], deliver: Deliver, jobs: int, address: str | None) -> None:
     started = False
     if not ray.is_initialized():
         kwargs = {"ignore_reinit_error": True, "log_to_driver": False, "include_dashboard": False}
@@ -598,7 +623,7 @@ def _run_ray(ray: Any, tasks: list[RunTask], on_result, jobs: int, address: str 
                 pending.append(ref)
             done, pending = ray.wait(pending, num_returns=1)
             for ref in done:
-                on_result(refs.pop(ref), ray.get(ref))
+                queue += deliver(refs.pop(ref), ray.get(ref))
     finally:
         if started:
             ray.shutdown()

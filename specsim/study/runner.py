@@ -335,15 +335,18 @@ def _run_locked(ctx: RunContext) -> RunSummary:
 
 def _execute(ctx: RunContext, points: _FinishedPoints,
              figures: _SweepFigures) -> tuple[dict, dict, list[str], pd.DataFrame]:
-    """Run (or reuse) every task under one progress display: baselines first (every point waits
-    for its baseline), then the points in sweep order, each point written as soon as its runs are
-    in; then the point tables (`_write_point_tables`), the sweep's figures started (`figures`),
-    and the capacity plan's runs at several rollout sizes. Returns (analysis, capacity plan,
-    files written, the points frame)."""
+    """Run (or reuse) every task under one progress display: the baselines first (every point
+    waits for its baseline), then the SD points, then the AR points, each point written as soon
+    as its runs are in; the capacity plan's runs at several rollout sizes queued behind them as
+    soon as its reference is known (`_CapacityPlan`); once every point is in, the point tables
+    (`_write_point_tables`) and the sweep's figures started (`figures`) while the capacity runs
+    still execute. Returns (analysis, capacity plan, files written, the points frame)."""
     sc, plan, store, opts = ctx.sc, ctx.plan, ctx.folder.store, ctx.opts
     prog = Progress(ctx.progress, len(plan.points))
     run_on = {"jobs": opts.workers, "backend": opts.backend, "address": opts.address, "pool": ctx.pool,
               "progress": prog}
+    sweep = _SweepEnd(ctx, points, figures)
+    capacity = _CapacityPlan(ctx, points)
     with prog:
         for w in ctx.folder.warnings:
             prog.warn(w)
@@ -353,7 +356,9 @@ def _execute(ctx: RunContext, points: _FinishedPoints,
         if points.done:
             points.write_csv()
         prog.set_points(len(points.done))
-        tasks = sorted(plan.tasks.values(), key=lambda t: t.role == "point")
+        sweep.if_done()                 # a resumed run whose points are all in
+        tasks = sorted(plan.tasks.values(), key=_sweep_order(plan, capacity.sd_points))
+        tasks += capacity.ready()       # a resumed run whose reference is already known
 
         def on_result(task: RunTask, result: dict) -> None:
             changed = False
@@ -363,23 +368,92 @@ def _execute(ctx: RunContext, points: _FinishedPoints,
             if changed:
                 points.write_csv()
                 prog.set_points(len(points.done))
+                sweep.if_done()
 
         try:
-            store.results(tasks, must_run=lambda t: t.role in ("point", "baseline"), on_result=on_result, **run_on)
+            store.results(tasks, must_run=lambda t: t.role in ("point", "baseline"), on_result=on_result,
+                          follow_up=lambda task, result: capacity.ready(), **run_on)
         except RunFailed as exc:
             raise _failed(sc, plan, exc) from None
         missing = [p.label() for p in plan.points if p.point_id not in points.done]
         if missing:  # pragma: no cover - every task either finished or raised
             raise RuntimeError(f"points not finished: {missing}")
-        analysis = tables.analyse(sc, points.rows(), points.cols)
-        files, frame = _write_point_tables(ctx, points)
-        figures.start(analysis, frame)
-
-        # capacity plan: best SD config and its AR counterpart at several rollout sizes
+        analysis, files, frame = sweep.if_done()
+        # the plan from the whole sweep: the same runs as those queued early unless the ranking
+        # changed with the AR points (then the right ones run now)
         cap_plan = capacity_plan(sc, plan, analysis, opts.engine)
-        # the smallest pools first: fewer engines, more events each, the longest runs (none ends last alone)
-        store.results(sorted(cap_plan["tasks"].values(), key=lambda t: (t.doc["rollout"].get("gpus") or 0)), **run_on)
+        store.results(_longest_first(cap_plan["tasks"].values()), **run_on)
     return analysis, cap_plan, files, frame
+
+
+def _sweep_order(plan: StudyPlan, sd_points: list[SweepPoint]) -> Callable[[RunTask], int]:
+    """A sweep task's place in the queue: 0 for the runs other points wait for (baselines and
+    sync-AR runs: an AR point can be an SD point's baseline), 1 for the other SD points, 2 for
+    the other AR points; sorted stably, so sweep order within each."""
+    waited_for = {k for pr in plan.runs_of.values() for k in (pr.baseline, pr.sync_ar)}
+    sd_runs = {plan.runs_of[p.point_id].point for p in sd_points}
+
+    def place(task: RunTask) -> int:
+        if task.role != "point" or task.key in waited_for:
+            return 0
+        return 1 if task.key in sd_runs else 2
+
+    return place
+
+
+def _longest_first(tasks) -> list[RunTask]:
+    """Capacity runs, the smallest pools first: fewer engines, more events each, the longest runs
+    (none ends last alone)."""
+    return sorted(tasks, key=lambda t: (t.doc["rollout"].get("gpus") or 0))
+
+
+class _SweepEnd:
+    """What follows the sweep's last point, once: the analysis, the point tables and the sweep's
+    figures started (on their thread, while the capacity runs execute)."""
+
+    def __init__(self, ctx: RunContext, points: _FinishedPoints, figures: _SweepFigures):
+        self.ctx, self.points, self.figures = ctx, points, figures
+        self.result: tuple[dict, list[str], pd.DataFrame] | None = None
+
+    def if_done(self) -> tuple[dict, list[str], pd.DataFrame] | None:
+        """(analysis, files written, points frame) once every point is in; None before."""
+        if self.result is None and len(self.points.done) == len(self.ctx.plan.points):
+            analysis = tables.analyse(self.ctx.sc, self.points.rows(), self.points.cols)
+            files, frame = _write_point_tables(self.ctx, self.points)
+            self.figures.start(analysis, frame)
+            self.result = (analysis, files, frame)
+        return self.result
+
+
+class _CapacityPlan:
+    """The capacity plan's runs, queued as soon as their reference point is known: the best SD
+    point (`capacity.capacity_plan`) is the best of the SD points alone, so once every SD point is
+    in (the sweep runs them before its AR points) the plan's runs join the queue behind the AR
+    points, and no worker waits at the end of the sweep for the last point. Without SD points the
+    reference is the best point, known at the sweep's end. The ranking metric depends on every
+    row (tables.analyse falls back to e2e_speedup when any row lacks the sync-AR ratio), so the
+    plan is made again from the whole sweep afterwards (`_execute`): runs of a plan that turned
+    out different are kept in runs/ and not used."""
+
+    def __init__(self, ctx: RunContext, points: _FinishedPoints):
+        self.ctx, self.points = ctx, points
+        plan = ctx.plan
+        self.sd_points = [p for p in plan.points if k_of(plan.point_scenarios[p.index]) > 0]
+        self.queued = False
+
+    def ready(self) -> list[RunTask]:
+        """The plan's runs, longest first, the first time their reference is known; [] otherwise."""
+        done = self.points.done
+        reference = self.sd_points or self.ctx.plan.points
+        if self.queued or not all(p.point_id in done for p in reference):
+            return []
+        self.queued = True
+        rows = [done[p.point_id]["row"] for p in reference]
+        analysis = tables.analyse(self.ctx.sc, rows, self.points.cols)
+        if analysis["best"] is None:    # nothing ranks: the plan from the whole sweep says what it can
+            return []
+        return _longest_first(capacity_plan(self.ctx.sc, self.ctx.plan, analysis, self.ctx.opts.engine)["tasks"]
+                              .values())
 
 
 def _failed(sc: Scenario, plan: StudyPlan, exc: RunFailed) -> ScenarioError:

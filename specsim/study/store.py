@@ -123,27 +123,43 @@ class RunStore:
     def results(self, tasks: Iterable[RunTask], *, jobs: int = 1, backend: str = "local", address: str | None = None,
                 pool=None, progress=None, must_run: Callable[[RunTask], bool] | bool = False,
                 on_result: Callable[[RunTask, dict], None] | None = None,
-                on_progress=None) -> dict[str, dict]:
+                on_progress=None, follow_up: Callable[[RunTask, dict], Iterable[RunTask]] | None = None
+                ) -> dict[str, dict]:
         """Every task's result by key: reused from the store, the rest run (executors.run_tasks on
         `jobs` workers, `backend`/`address`, on `pool` when given) and kept as each finishes.
         `must_run`: the tasks whose failure raises RunFailed (True: all). `on_result(task, result)`:
-        called in this thread for each run computed here, after it is kept. `progress`: a
-        study/report/progress.Progress (its run count grows by the runs to compute; its third row
-        shows them in flight), or `on_progress` (executors.OnProgress) directly."""
+        called in this thread for each run computed here, after it is kept. `follow_up(task,
+        result)`: called after it, the tasks it returns are answered the same way (reused, or
+        queued behind the tasks not yet started, a key already queued only once) and are in the
+        returned dict. `progress`: a study/report/progress.Progress (its run count grows by the
+        runs to compute; its third row shows them in flight), or `on_progress`
+        (executors.OnProgress) directly."""
         need = must_run if callable(must_run) else (lambda t, all_=bool(must_run): all_)
         todo: dict[str, RunTask] = {}
         asked: dict[str, dict | None] = {}
-        for t in tasks:
-            res = asked[t.key] = self.answer(t)
-            if res is not None:
-                if t.key in self._earlier:
-                    self._reused.add(t.key)
-                if "error" in res and need(t):
-                    raise RunFailed(t, str(res["error"]))
-            elif t.key not in todo or _stops_later(t, todo[t.key]):
-                todo[t.key] = t     # of two tasks of one key, the one that stops later answers both
-        if progress is not None and todo:
-            progress.add_runs(len(todo))
+
+        def ask(batch: Iterable[RunTask]) -> list[RunTask]:
+            """The tasks of `batch` to run (the others answered from the store); raises RunFailed
+            for a stored failure that must not fail."""
+            new: dict[str, RunTask] = {}
+            for t in batch:
+                res = asked[t.key] = self.answer(t)
+                if res is not None:
+                    if t.key in self._earlier:
+                        self._reused.add(t.key)
+                    if "error" in res and need(t):
+                        raise RunFailed(t, str(res["error"]))
+                elif t.key in new:
+                    if _stops_later(t, new[t.key]):
+                        new[t.key] = t   # of two tasks of one key, the one that stops later answers both
+                elif t.key not in todo:
+                    new[t.key] = t
+            todo.update(new)
+            if progress is not None and new:
+                progress.add_runs(len(new))
+            return list(new.values())
+
+        first = ask(tasks)
         inside = on_progress
         if inside is None and progress is not None and progress.enabled:
             inside = progress.task_progress
@@ -157,8 +173,11 @@ class RunStore:
             if on_result is not None:
                 on_result(task, kept)
 
-        run_tasks(list(todo.values()), deliver, jobs=jobs, backend=backend, address=address, on_progress=inside,
-                  pool=pool)
+        def more(task: RunTask, result: dict) -> list[RunTask]:
+            return ask(follow_up(task, self._runs.get(task.key, self._stopped.get(task.key))))
+
+        run_tasks(first, deliver, jobs=jobs, backend=backend, address=address, on_progress=inside,
+                  pool=pool, follow_up=None if follow_up is None else more)
         return {k: v if v is not None else self._runs.get(k, self._stopped.get(k)) for k, v in asked.items()}
 
 

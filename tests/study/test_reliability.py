@@ -289,7 +289,7 @@ def test_row08_ray_without_address_starts_a_private_local_instance(monkeypatch):
     from specsim.study.sweep import RunTask
 
     got = []
-    executors._run_ray(fake, [RunTask("k1", {}, None, 0)], lambda t, r: got.append(r), 2, None)
+    executors._run_ray(fake, [RunTask("k1", {}, None, 0)], lambda t, r: got.append(r) or [], 2, None)
     assert fake.calls[0]["address"] == "local" and fake.calls[0]["num_cpus"] == 2 and fake.calls[-1] == "shutdown"
     assert got == [{"key": "k1", "error": "x"}]
 

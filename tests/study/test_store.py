@@ -108,3 +108,19 @@ def test_a_stopped_run_is_kept_apart_and_reused_only_by_a_task_that_would_stop_t
     res = again.results([low, _task(0)])      # one key: the task that stops later (never) answers both
     assert again.computed == 1 and res[low.key]["steady"] == full["steady"] and low.key in again
     assert again.answer(low)["steady"] == full["steady"]
+
+
+def test_follow_ups_are_answered_like_the_tasks_given(tmp_path):
+    """`follow_up(task, result)`: the tasks it returns after a result are reused from the store
+    when there (not rerun), run once however often they are named (also when already queued),
+    and answered in the returned dict; the call ends when they are done."""
+    a, b, c = _task(0), _task(1), _task(2)
+    store = RunStore(tmp_path)
+    store.results([c])
+    ran: list[str] = []
+    got = store.results([a], on_result=lambda t, r: ran.append(t.key),
+                        follow_up=lambda t, r: [b, c, b, a] if t.key == a.key else [])
+    assert ran == [a.key, b.key]
+    assert set(got) == {a.key, b.key, c.key}
+    assert got[b.key]["steady"] == execute(b)["steady"]
+    assert store.computed == 3 and store.reused == 0   # c was computed by this store: not reused

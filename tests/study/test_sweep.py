@@ -190,6 +190,66 @@ def test_resume_after_interruption_gives_same_rows(full_run, tmp_path, monkeypat
     assert (out / "points.csv").read_bytes() == (ref_out / "points.csv").read_bytes()
 
 
+#: SMALL with a sync-AR baseline of its own: the AR points are no SD point's baseline, so the SD
+#: points finish before them and the capacity plan can be queued then
+EARLY_CAPACITY = SMALL + [('pipeline.baseline={pipeline.mode: sync, speculation.policy: "off", training.gpus: null, '
+                           'rollout.gpus: 24}')]
+_FILES = ("points.csv", "steps.csv", "runs.csv", "summary.md")
+
+
+def test_the_capacity_plan_is_queued_once_the_sd_points_are_in(tmp_path, monkeypatch):
+    """The capacity plan's reference is the best SD point, so its runs are queued as soon as the SD
+    points are in: the baselines, then the SD points, then (the plan made) the AR points, then the
+    capacity runs; the folder is byte for byte that of a run that plans after the whole sweep."""
+    import specsim.study.executors as ex
+    import specsim.study.runner as rn
+
+    real_execute, real_plan = ex.execute, rn.capacity_plan
+    ran: list[tuple[str, int]] = []
+    planned_after: list[int] = []
+
+    def execute(task, **kw):
+        ran.append((task.role, task.doc["speculation"]["k"] if task.doc["speculation"]["policy"] != "off" else 0))
+        return real_execute(task, **kw)
+
+    def plan(*args):
+        planned_after.append(len(ran))
+        return real_plan(*args)
+
+    monkeypatch.setattr(ex, "execute", execute)
+    monkeypatch.setattr(rn, "capacity_plan", plan)
+    early = run_scenario(SCEN, EARLY_CAPACITY, out=tmp_path / "early", jobs=1, progress=False, plots=False)
+    assert planned_after[0] == 6                  # 2 baselines and the 4 SD point runs were in
+    assert ran[:6] == [("baseline", 0)] * 2 + [("point", 3)] * 4
+    assert ran[6:10] == [("point", 0)] * 4 and {r for r, _ in ran[10:]} == {"capacity"}
+    monkeypatch.setattr(rn._CapacityPlan, "ready", lambda self: [])
+    late = run_scenario(SCEN, EARLY_CAPACITY, out=tmp_path / "late", jobs=1, progress=False, plots=False)
+    assert early.computed_runs == late.computed_runs
+    for f in _FILES:
+        assert (tmp_path / "early" / f).read_bytes() == (tmp_path / "late" / f).read_bytes(), f
+
+
+def test_a_capacity_plan_queued_on_the_wrong_reference_is_made_again(tmp_path, monkeypatch):
+    """Runs queued for a reference the whole sweep does not confirm are not used: the plan from the
+    whole sweep runs its own, and the folder is that of a run that never queued early."""
+    import specsim.study.runner as rn
+
+    def wrong(self):                              # the AR point 0 as the reference
+        if self.queued:
+            return []
+        self.queued = True
+        return list(rn.capacity_plan(self.ctx.sc, self.ctx.plan, {"best_sd": None, "best": {"point": 0}},
+                                     self.ctx.opts.engine)["tasks"].values())
+
+    monkeypatch.setattr(rn._CapacityPlan, "ready", wrong)
+    res = run_scenario(SCEN, EARLY_CAPACITY, out=tmp_path / "wrong", jobs=1, progress=False, plots=False)
+    monkeypatch.setattr(rn._CapacityPlan, "ready", lambda self: [])
+    ref = run_scenario(SCEN, EARLY_CAPACITY, out=tmp_path / "ref", jobs=1, progress=False, plots=False)
+    assert res.computed_runs > ref.computed_runs
+    for f in _FILES:
+        assert (tmp_path / "wrong" / f).read_bytes() == (tmp_path / "ref" / f).read_bytes(), f
+
+
 def test_resume_after_deleted_points(full_run, tmp_path):
     _, ref_out = full_run
     out = tmp_path / "res"
