@@ -292,6 +292,12 @@ def test_row08_ray_without_address_starts_a_private_local_instance(monkeypatch):
     executors._run_ray(fake, [RunTask("k1", {}, None, 0)], lambda t, r: got.append(r) or [], 2, None)
     assert fake.calls[0]["address"] == "local" and fake.calls[0]["num_cpus"] == 2 and fake.calls[-1] == "shutdown"
     assert got == [{"key": "k1", "error": "x"}]
+    # a delivery's follow-ups (run_tasks' follow_up) run on Ray too, behind the queued tasks
+    got.clear()
+    follow = {"k1": [RunTask("k3", {}, None, 0)]}
+    executors._run_ray(fake, [RunTask("k1", {}, None, 0), RunTask("k2", {}, None, 0)],
+                       lambda t, r: got.append(r["key"]) or follow.pop(t.key, []), 1, None)
+    assert got == ["k1", "k2", "k3"]
 
 
 def test_row09_unreachable_ray_address_fails_fast_naming_address(monkeypatch, tmp_path):
