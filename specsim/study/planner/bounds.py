@@ -148,8 +148,14 @@ class BoundModel:
             k = c.k if c.policy != "off" else 0
             if k not in self._tails:
                 self._tails[k] = _tail_groups(w, k, self.draws(w))
-            self._engine[key] = _engine_terms(w, k, self._tails[k])
+            self._engine[key] = _engine_terms(w, k, self._tails[k], self.mean_context_tokens(w))
         return self._engine[key]
+
+    def mean_context_tokens(self, w) -> float:
+        """`_mean_context_tokens` of the workload, once: the same for every candidate."""
+        if self._mean_ctx is None:
+            self._mean_ctx = _mean_context_tokens(w)
+        return self._mean_ctx
 
     def trainer_s(self, c) -> np.ndarray:
         """The trainer's seconds per sampled step: reward + logprob + train + weight sync
@@ -181,9 +187,7 @@ class BoundModel:
         2–5, docs/benchmarks.md), then the batches a step's responses fill (responses per engine ÷
         the batch one engine runs)."""
         w = self.world(c)
-        if self._mean_ctx is None:
-            self._mean_ctx = _mean_context_tokens(w)     # the workload's: the same for every candidate
-        fit = _batch_fit(w, self._mean_ctx)
+        fit = _batch_fit(w, self.mean_context_tokens(w))
         per_engine = w.workload.prompts * w.workload.group_size / max(w.engines, 1)
         return fit < int(w.rollout.max_batch), per_engine / fit
 
@@ -232,12 +236,12 @@ def _batch_fit(w, mean_ctx: float) -> int:
     return max(1, min(int(w.rollout.max_batch), int(w.kv_capacity_tokens // max(mean_ctx, 1.0))))
 
 
-def _engine_terms(w, k: int, g: TailGroups) -> EngineTerms:
+def _engine_terms(w, k: int, g: TailGroups, mean_ctx: float) -> EngineTerms:
     acc = w.acceptance
     tpv = 1.0 if k == 0 else 1.0 + acc.proposal_rate * (acc.tau(k) - 1.0)
     table = w.table
     i = table.index(k)
-    fit = _batch_fit(w, _mean_context_tokens(w))
+    fit = _batch_fit(w, mean_ctx)
     b = np.arange(1, fit + 1)
     per_engine = float(np.max(b * tpv / table.fixed_s[i, 1:fit + 1]))
     per_ctx = float(np.min(table.per_ctx_s[i, 1:]))
